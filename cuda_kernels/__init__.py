@@ -1,0 +1,1 @@
+"""Raw CUDA C++ stages: <stage>.cu holds the kernel, <stage>.py its launcher (a prepare() factory)."""

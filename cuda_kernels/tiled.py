@@ -1,0 +1,20 @@
+"""Launcher for cuda_kernels/tiled.cu: shared-memory tiling, TILE x TILE threads per block.
+
+Geometry: block (TILE, TILE), grid (ceil(N/TILE), ceil(M/TILE)), static shared 2*TILE*TILE*4 bytes.
+"""
+
+from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
+
+
+def build(tile: int = 32, fast_math: bool = False, unroll: bool = True, **_):
+    return compile_kernel("tiled.cu", "matmul_tiled", {"TILE": tile}, fast_math=fast_math,
+                          unroll=unroll)
+
+
+def geometry(M: int, N: int, K: int, tile: int = 32, **_):
+    return (cdiv(N, tile), cdiv(M, tile), 1), (tile, tile, 1), 0
+
+
+def prepare(a, b, c, **params):
+    M, K = a.shape
+    return stage_launcher(build(**params), geometry(M, b.shape[1], K, **params), a, b, c)

@@ -1,0 +1,1 @@
+"""The kernel-agnostic harness of the matmul kernel lab (see docs/ARCHITECTURE.md)."""

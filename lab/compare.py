@@ -1,0 +1,154 @@
+"""python -m lab.compare: check and time stages (CUDA and Triton) next to cuBLAS.
+
+    python -m lab.compare --stage tiled
+    python -m lab.compare --stage naive,coalesced,tiled --sizes 1024,1025,4096 --csv out.csv
+    python -m lab.compare --stage tiled:tile=16 --backend cuda
+    python -m lab.compare --list
+
+Exit status: 0 when every row passed, 1 when a row failed its check or could not be built or run
+(the other rows are still reported), 2 for a usage error (one sentence on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lab.errors import LabError
+from lab.stages import BACKENDS, PRECISIONS, STAGES
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own errors: one sentence, exit 2
+        raise LabError(f"{message} (see python -m {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="lab.compare", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stage", action="append", metavar="NAME[:k=v,...]",
+                   help="stage(s) to run: a name, a comma list, 'all', or a variant such as "
+                        "tiled:tile=16 (repeatable; see --list)")
+    p.add_argument("--backend", default=",".join(BACKENDS),
+                   help=f"comma list of backends (default {','.join(BACKENDS)}); cuBLAS always runs "
+                        "on a GPU as the baseline")
+    p.add_argument("--sizes", default=None,
+                   help="comma list of N (square) or MxNxK (default on a GPU: "
+                        "1024,1025,2048,4096,4096x2048x1000; in CPU mode: 64,65,17x33x129)")
+    p.add_argument("--precision", default="fp32",
+                   help=f"arithmetic precision (supported: {', '.join(PRECISIONS)})")
+    p.add_argument("--csv", metavar="PATH", help="write one row per measurement to PATH and the "
+                                                 "environment to PATH's .env.json")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--mode", choices=("auto", "gpu", "cpu"), default="auto",
+                   help="auto (default): gpu if CUDA is visible, else cpu")
+    p.add_argument("--rep-ms", type=float, default=100.0,
+                   help="timing budget per row in ms (at least 5 repetitions; default 100)")
+    p.add_argument("--list", action="store_true", help="list the stages and their parameters")
+    return p
+
+
+def list_stages() -> str:
+    lines = []
+    width = max(len(s.name) for s in STAGES)
+    for s in STAGES:
+        lines.append(f"{s.name:<{width}}  {s.title}")
+        for prm in s.params:
+            only = "" if len(prm.backends) > 1 else f" [{prm.backends[0]} only]"
+            choices = "|".join(str(int(c)) if isinstance(c, bool) else str(c) for c in prm.choices)
+            default = int(prm.default) if isinstance(prm.default, bool) else prm.default
+            lines.append(f"{'':<{width}}    {prm.name}={choices} (default {default}){only}: {prm.help}")
+    return "\n".join(lines)
+
+
+def parse_backends(text: str) -> list[str]:
+    names = [b.strip().lower() for b in text.split(",") if b.strip()]
+    bad = [b for b in names if b not in BACKENDS]
+    if bad or not names:
+        raise LabError(f"unknown backend {', '.join(bad) or repr(text)}; choose from "
+                       f"{', '.join(BACKENDS)} (comma list)")
+    return list(dict.fromkeys(names))
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except LabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list:
+        print(list_stages())
+        return 0
+    from lab.shapes import CPU_SIZES, GPU_SIZES, parse_sizes
+    from lab.stages import parse_variants
+
+    variants = parse_variants(args.stage or [])
+    backends = parse_backends(args.backend)
+    if args.precision not in PRECISIONS:
+        raise LabError(f"precision {args.precision!r} is not supported; choose from "
+                       f"{', '.join(PRECISIONS)}")
+    if args.rep_ms <= 0:
+        raise LabError("--rep-ms must be positive")
+
+    from lab.run import Plan, detect_mode, execute, validate
+
+    mode = detect_mode(args.mode)
+    shapes = parse_sizes(args.sizes or (GPU_SIZES if mode == "gpu" else CPU_SIZES))
+    plan = Plan(variants, backends, shapes, args.precision, args.seed, mode, args.rep_ms)
+    validate(plan)
+
+    from rich.console import Console
+
+    from lab import report
+
+    console = Console()
+    if not console.is_terminal:  # a log file or pipe: do not squeeze the table into 80 columns
+        console = Console(width=220)
+    err = Console(stderr=True)
+    if mode == "cpu":
+        err.print("[yellow]No CUDA GPU: CPU mode.[/yellow] Triton stages run under the Triton "
+                  "interpreter and are checked against torch.matmul; CUDA stages are compiled "
+                  "with NVRTC for sm_90 and report their resources. Nothing is timed.")
+    rows = _execute_with_progress(plan, err)
+    report.finalize(rows)
+    report.render(rows, mode, console)
+    if args.csv:
+        from lab import env
+
+        csv_path, env_path = report.write_csv(rows, args.csv, env.collect(mode, args.seed))
+        console.print(f"wrote {csv_path} and {env_path}")
+    failed = [r for r in rows if r.status not in report.OK_STATUSES]
+    ok = len(rows) - len(failed)
+    console.print(f"{ok} rows ok, {len(failed)} failed ({mode} mode)")
+    return 1 if failed else 0
+
+
+def _execute_with_progress(plan, err):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from lab.run import execute
+
+    if not err.is_terminal:  # logs and CI: one line per finished row instead of a bar
+        def on_row(r):
+            print(f"  {r.stage:<24} {r.backend:<7} {r.M}x{r.N}x{r.K}: {r.status}", file=sys.stderr,
+                  flush=True)
+        return execute(plan, on_row)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True) as progress:
+        task = progress.add_task("running", total=plan.n_rows)
+
+        def on_row(r):
+            progress.update(task, advance=1,
+                            description=f"{r.stage} {r.backend} {r.M}x{r.N}x{r.K}")
+        return execute(plan, on_row)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

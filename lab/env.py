@@ -1,0 +1,87 @@
+"""The environment recorded beside every results file: GPU, clocks, driver, CUDA, versions, commit."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import platform
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _nvidia_smi() -> dict[str, str]:
+    fields = ["driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "power.limit",
+              "temperature.gpu"]
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
+             "-i", "0"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    if out.returncode != 0 or not out.stdout.strip():
+        return {}
+    values = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
+    return dict(zip(["driver", "sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz",
+                     "power_limit_w", "temperature_c"], values))
+
+
+def collect(mode: str, seed: int) -> dict[str, object]:
+    import torch
+
+    env: dict[str, object] = {
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "mode": mode,
+        "seed": seed,
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "triton": _version("triton"),
+        "cupy": _version("cupy-cuda13x") or _version("cupy-cuda12x") or _version("cupy"),
+        "cuda_bindings": _version("cuda-bindings"),
+        "numpy": _version("numpy"),
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+    }
+    try:
+        from cuda.bindings import nvrtc
+
+        _, major, minor = nvrtc.nvrtcVersion()
+        env["nvrtc"] = f"{major}.{minor}"
+    except Exception:
+        env["nvrtc"] = None
+    if mode == "gpu":
+        props = torch.cuda.get_device_properties(0)
+        env.update({
+            "gpu": props.name,
+            "sm_count": props.multi_processor_count,
+            "compute_capability": f"{props.major}.{props.minor}",
+            "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+            "l2_bytes": getattr(props, "L2_cache_size", None),
+        })
+        env.update(_nvidia_smi())
+        try:
+            import cupy
+
+            env["cuda_driver_api"] = cupy.cuda.runtime.driverGetVersion()
+            env["cuda_runtime_cupy"] = cupy.cuda.runtime.runtimeGetVersion()
+        except Exception:
+            pass
+    return env

@@ -1,0 +1,222 @@
+"""Run a plan: for every shape, the cuBLAS baseline, then every stage variant x backend.
+
+GPU mode: each row is checked (NaN-poisoned output vs a float64 reference) and, only if it passes,
+timed. CPU mode (no GPU): Triton rows run under the Triton interpreter and are checked; CUDA rows
+are compiled with NVRTC for sm_90 and report their resources; nothing is timed.
+
+A row that fails (wrong values, NaN, a compile error, an exception in a launcher) is recorded as
+failed and the run goes on; nothing else is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+from lab import check as chk
+from lab.errors import LabError
+from lab.report import Row
+from lab.shapes import Shape
+from lab.stages import Variant
+
+# The Triton interpreter runs every program in numpy: keep CPU-mode problems small.
+CPU_MAX_WORK = 256**3
+
+
+@dataclass
+class Plan:
+    variants: list[Variant]
+    backends: list[str]
+    shapes: list[Shape]
+    precision: str = "fp32"
+    seed: int = 0
+    mode: str = "gpu"
+    rep_ms: float = 100.0
+    cublas: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n_rows(self) -> int:
+        per_shape = len(self.variants) * len(self.backends) + (self.mode == "gpu" and self.cublas)
+        return per_shape * len(self.shapes)
+
+
+def detect_mode(requested: str = "auto") -> str:
+    """'gpu' when CUDA is usable, else 'cpu'. In CPU mode Triton must run under its interpreter,
+    which has to be switched on before any @triton.jit kernel is imported."""
+    import torch
+
+    has_gpu = torch.cuda.is_available()
+    if requested == "gpu" and not has_gpu:
+        raise LabError("--mode gpu was asked for but no CUDA GPU is visible to torch; "
+                       "run on a GPU machine or drop --mode gpu")
+    mode = requested if requested != "auto" else ("gpu" if has_gpu else "cpu")
+    if mode == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    return mode
+
+
+def validate(plan: Plan) -> None:
+    """Everything that can be said about a plan before anything is allocated or compiled."""
+    for v in plan.variants:
+        if plan.precision not in v.stage.precisions:
+            raise LabError(
+                f"stage {v.stage.name} supports precision {', '.join(v.stage.precisions)}, "
+                f"not {plan.precision}"
+            )
+    if plan.mode == "cpu":
+        for s in plan.shapes:
+            if s.M * s.N * s.K > CPU_MAX_WORK:
+                raise LabError(
+                    f"size {s} is too large for CPU mode (the Triton interpreter runs in numpy); "
+                    f"keep M*N*K <= 256^3 or run on a GPU"
+                )
+    else:
+        check_memory(plan.shapes)
+
+
+def bytes_needed(s: Shape) -> int:
+    """GPU memory one shape needs: fp32 A, B, two C's, the float64 reference and its upcast
+    inputs, and the 256 MiB L2 flush buffer."""
+    from lab.timing import FLUSH_BYTES
+
+    return 4 * (s.M * s.K + s.K * s.N + 2 * s.M * s.N) + 8 * (s.M * s.K + s.K * s.N + s.M * s.N) \
+        + FLUSH_BYTES
+
+
+def check_memory(shapes: list[Shape]) -> None:
+    import torch
+
+    free, _total = torch.cuda.mem_get_info()
+    for s in shapes:
+        need = bytes_needed(s)
+        if need > 0.9 * free:
+            raise LabError(
+                f"size {s} needs about {need / 2**30:.1f} GiB of GPU memory but only "
+                f"{free / 2**30:.1f} GiB is free; choose smaller sizes"
+            )
+
+
+def _error_row(row: Row, exc: BaseException) -> Row:
+    row.status = "error"
+    if isinstance(exc, LabError):
+        row.detail = str(exc)
+    else:  # a bug in a launcher or a kernel fault: keep the last frame so it can be found
+        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        where = f" at {os.path.basename(frame.filename)}:{frame.lineno}" if frame else ""
+        row.detail = f"{type(exc).__name__}: {exc}{where}"
+    return row
+
+
+def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row]:
+    import torch
+
+    validate(plan)
+    device = "cuda" if plan.mode == "gpu" else "cpu"
+    rows: list[Row] = []
+
+    def emit(row: Row) -> None:
+        rows.append(row)
+        if on_row:
+            on_row(row)
+
+    for shape in plan.shapes:
+        M, N, K = shape
+        a, b = chk.make_inputs(M, N, K, plan.seed, device)
+        ref = chk.reference(a, b)
+        base = dict(precision=plan.precision, M=M, N=N, K=K, mode=plan.mode, seed=plan.seed)
+        if plan.mode == "gpu" and plan.cublas:
+            emit(_run_cublas(a, b, ref, plan, base))
+        for variant in plan.variants:
+            for backend in plan.backends:
+                row = Row(stage=variant.label, backend=backend, params=_params(variant, backend),
+                          **base)
+                try:
+                    if plan.mode == "cpu" and backend == "cuda":
+                        _compile_only(row, variant, shape)
+                    else:
+                        _run_stage(row, variant, backend, a, b, ref, plan)
+                except Exception as exc:  # the row fails; the run goes on
+                    _error_row(row, exc)
+                emit(row)
+        del a, b, ref
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _params(variant: Variant, backend: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in variant.params_for(backend).items())
+
+
+def _cublas_fp32_ieee():
+    """Turn TF32 off for cuBLAS fp32 (like-for-like with IEEE fp32 kernels)."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        matmul.fp32_precision = "ieee"
+    else:  # pragma: no cover - older torch
+        matmul.allow_tf32 = False
+
+
+def _run_cublas(a, b, ref, plan: Plan, base: dict) -> Row:
+    import torch
+
+    from lab.timing import bench
+
+    row = Row(stage="cublas", backend="cublas", **base)
+    try:
+        _cublas_fp32_ieee()
+        c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=torch.float32)
+        launch = lambda: torch.matmul(a, b, out=c)  # noqa: E731
+        _check_and_time(row, launch, c, ref, plan, bench)
+    except Exception as exc:
+        _error_row(row, exc)
+    return row
+
+
+def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan) -> None:
+    import torch
+
+    module = variant.stage.module(backend)
+    c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=torch.float32)
+    launch = module.prepare(a, b, c, **variant.params_for(backend))
+    row.set_resources(getattr(launch, "resources", None))
+    if plan.mode == "cpu":
+        result = chk.check(launch, c, ref, a.shape[1], plan.precision)
+        _apply_check(row, result)
+        return
+    from lab.timing import bench
+
+    _check_and_time(row, launch, c, ref, plan, bench)
+
+
+def _apply_check(row: Row, result: chk.CheckResult) -> bool:
+    row.rel_err, row.max_err_k = result.rel_err, result.max_err_k
+    if not result.passed:
+        row.status, row.detail = "fail", result.reason + " (not timed)"
+    return result.passed
+
+
+def _check_and_time(row: Row, launch, c, ref, plan: Plan, bench) -> None:
+    if not _apply_check(row, chk.check(launch, c, ref, row.K, plan.precision)):
+        return
+    t = bench(launch, rep_ms=plan.rep_ms)
+    row.median_ms, row.p20_ms, row.p80_ms, row.reps = t.median_ms, t.p20_ms, t.p80_ms, t.reps
+
+
+def _compile_only(row: Row, variant: Variant, shape: Shape) -> None:
+    """CPU mode, CUDA backend: compile with NVRTC for sm_90 and report resources."""
+    from cuda_kernels._build import resources
+
+    module = variant.stage.module("cuda")
+    params = variant.params_for("cuda")
+    build = module.build(**params)
+    row.set_resources(resources(build, *module.geometry(*shape, **params)))
+    row.status = "compiled"
+    row.detail = f"built for {build.arch} by NVRTC; not run (no GPU)"
+    if build.spill_bytes:
+        row.detail += f"; ptxas reports {build.spill_bytes} spill bytes"

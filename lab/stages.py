@@ -1,0 +1,187 @@
+"""The registry: the one and only list of stages.
+
+The CLI's choices, the tests' parametrization, CSV rows and plot labels all read `STAGES`. Adding a
+stage means writing cuda_kernels/<name>.cu + cuda_kernels/<name>.py + triton_kernels/<name>.py and
+adding one `Stage(...)` entry below; nothing else changes.
+
+A stage may declare parameters (`Param`): name, default and allowed values, and which backends use
+it. On the command line a variant is written `stage:name=value,name=value` (e.g. `tiled:tile=16`);
+each variant is its own row.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from lab.errors import LabError
+
+BACKENDS = ("cuda", "triton")
+PRECISIONS = ("fp32",)  # the precisions the harness can check and baseline; stages pick a subset
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: object
+    choices: tuple
+    help: str
+    backends: tuple[str, ...] = BACKENDS
+
+    def parse(self, stage: str, text: str) -> object:
+        kind = type(self.default)
+        try:
+            if kind is bool:
+                value = {"1": True, "true": True, "on": True, "0": False, "false": False,
+                         "off": False}[text.lower()]
+            else:
+                value = kind(text)
+        except (KeyError, ValueError):
+            raise LabError(
+                f"parameter {self.name} of stage {stage} takes one of "
+                f"{', '.join(map(str, self.choices))}, not {text!r}"
+            ) from None
+        if value not in self.choices:
+            raise LabError(
+                f"parameter {self.name} of stage {stage} takes one of "
+                f"{', '.join(map(str, self.choices))}, not {text!r}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    title: str
+    precisions: tuple[str, ...] = ("fp32",)
+    params: tuple[Param, ...] = ()
+
+    def module(self, backend: str) -> ModuleType:
+        """The launcher module of this stage for a backend (cuda_kernels.<name> / triton_kernels.<name>)."""
+        package = {"cuda": "cuda_kernels", "triton": "triton_kernels"}[backend]
+        return importlib.import_module(f"{package}.{self.name}")
+
+    def defaults(self) -> dict[str, object]:
+        return {p.name: p.default for p in self.params}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A stage with concrete parameter values: one row per backend and size."""
+
+    stage: Stage
+    params: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def label(self) -> str:
+        changed = {k: v for k, v in self.params.items() if self.stage.defaults().get(k) != v}
+        if not changed:
+            return self.stage.name
+        return self.stage.name + ":" + ",".join(f"{k}={_fmt(v)}" for k, v in changed.items())
+
+    def params_for(self, backend: str) -> dict[str, object]:
+        """Only the parameters this backend's launcher understands."""
+        return {p.name: self.params[p.name] for p in self.stage.params if backend in p.backends}
+
+
+def _fmt(value: object) -> str:
+    return str(int(value)) if isinstance(value, bool) else str(value)
+
+
+# Compiler switches every CUDA stage offers (see cuda_kernels/_build.py and common.cuh).
+SWITCHES = (
+    Param("fast_math", False, (False, True), "compile with --use_fast_math", ("cuda",)),
+    Param("unroll", True, (False, True), "unroll the inner loop (0 = #pragma unroll 1)", ("cuda",)),
+)
+
+
+def num_warps(default: int = 4) -> Param:
+    return Param("num_warps", default, (1, 2, 4, 8, 16), "Triton warps per program", ("triton",))
+
+
+def num_stages(default: int = 1) -> Param:
+    return Param("num_stages", default, (1, 2, 3, 4, 5), "Triton software-pipeline depth",
+                 ("triton",))
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        "naive",
+        "one thread per C element, threadIdx.x walking rows: uncoalesced A reads and C writes",
+        params=(*SWITCHES, num_warps()),
+    ),
+    Stage(
+        "coalesced",
+        "one thread per C element, threadIdx.x walking columns: a warp reads 128 contiguous bytes of B",
+        params=(*SWITCHES, num_warps()),
+    ),
+    Stage(
+        "tiled",
+        "shared-memory tiling (TILE 32): each loaded element is reused TILE times from shared memory",
+        params=(
+            Param("tile", 32, (8, 16, 32), "tile edge: TILE x TILE threads and tiles"),
+            *SWITCHES, num_warps(), num_stages(),
+        ),
+    ),
+)
+
+BY_NAME = {s.name: s for s in STAGES}
+
+
+def get_stage(name: str) -> Stage:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise LabError(
+            f"unknown stage {name!r}; valid stages are: {', '.join(BY_NAME)} (or 'all')"
+        ) from None
+
+
+def parse_variants(specs: list[str]) -> list[Variant]:
+    """Turn `--stage` values into variants.
+
+    Each value is a comma list of `stage` or `stage:param=value` items; a `param=value` item with no
+    stage name continues the previous item's parameters, so `tiled_rect:rows=8,cols=32,naive` works.
+    `all` means every registered stage with its defaults.
+    """
+    items: list[tuple[str, list[str]]] = []
+    for spec in specs:
+        for piece in (p.strip() for p in spec.split(",")):
+            if not piece:
+                continue
+            if ":" in piece:
+                name, first = piece.split(":", 1)
+                items.append((name.strip(), [first] if first else []))
+            elif "=" in piece:
+                if not items:
+                    raise LabError(f"parameter {piece!r} must follow a stage name, as in tiled:{piece}")
+                items[-1][1].append(piece)
+            else:
+                items.append((piece, []))
+    if not items:
+        raise LabError("no stage given; use --stage NAME (see --list) or --stage all")
+
+    variants: list[Variant] = []
+    for name, assignments in items:
+        if name == "all":
+            if assignments:
+                raise LabError("'all' takes no parameters; name a stage to set parameters")
+            variants += [Variant(s, s.defaults()) for s in STAGES]
+            continue
+        stage = get_stage(name)
+        params = stage.defaults()
+        specs_by_name = {p.name: p for p in stage.params}
+        for assignment in assignments:
+            key, sep, value = assignment.partition("=")
+            key = key.strip()
+            if not sep or not value.strip():
+                raise LabError(f"stage parameter {assignment!r} must be written name=value")
+            if key not in specs_by_name:
+                known = ", ".join(specs_by_name) or "none"
+                raise LabError(f"stage {name} has no parameter {key!r} (its parameters: {known})")
+            params[key] = specs_by_name[key].parse(name, value.strip())
+        variant = Variant(stage, params)
+        if all(v.label != variant.label for v in variants):
+            variants.append(variant)
+    return variants
