@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One device call that checks and times many stages: GPU tests, then lab.compare with a CSV.
+# Usage (on the lent H100, from the repo root):
+#   bash scripts/gpu_run.sh "<stages>" "<sizes>" [extra lab.compare args]
+# Writes everything under $OUT (or ./out): pytest log, compare log, CSV + env JSON.
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+STAGES=${1:-all}
+SIZES=${2:-1024,1025,2048,4096}
+shift 2 || true
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/nvidia-smi.txt"
+if [ "${SKIP_PYTEST:-0}" != 1 ]; then
+  python3 -m pytest -q -m gpu -x -p no:cacheprovider 2>&1 | tee "$OUT/pytest-gpu.log" | tail -15
+fi
+python3 -m lab.compare --stage "$STAGES" --sizes "$SIZES" --csv "$OUT/compare.csv" "$@" 2>&1 | tee "$OUT/compare.log"
