@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -226,7 +227,9 @@ def launcher(build: Build, grid, block, args, smem_dynamic: int = 0):
     for x in cargs:
         if not isinstance(x, (cupy.ndarray, np.generic)):
             raise TypeError(f"kernel argument {x!r} must be a tensor or a numpy scalar")
-    stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+    with warnings.catch_warnings():  # ExternalStream is deprecated in CuPy 14 but still the
+        warnings.simplefilter("ignore", DeprecationWarning)  # one spelling CuPy 13 and 14 share
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
     grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
 
     def launch():

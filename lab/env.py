@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import importlib.metadata
 import platform
 import subprocess
@@ -57,7 +58,9 @@ def collect(mode: str, seed: int) -> dict[str, object]:
         "cupy": _version("cupy-cuda13x") or _version("cupy-cuda12x") or _version("cupy"),
         "cuda_bindings": _version("cuda-bindings"),
         "numpy": _version("numpy"),
-        "commit": _git("rev-parse", "HEAD"),
+        # The device machine gets a copy of the tree without .git: scripts/gpu_run.sh passes
+        # LAB_COMMIT along instead.
+        "commit": _git("rev-parse", "HEAD") or os.environ.get("LAB_COMMIT"),
         "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
     }
     try:

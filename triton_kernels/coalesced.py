@@ -1,12 +1,13 @@
-"""Stage coalesced, Triton twin: one "thread" per element of C, no reuse, natural index order.
+"""Stage coalesced, Triton twin: one program per BLOCK x BLOCK patch of C, no tile reuse.
 
 CUDA stage: cuda_kernels/coalesced.cu (threadIdx.x walking columns of C).
-Each program owns a BLOCK x BLOCK patch of C with dim 1 (the fast axis) walking columns, and for
-every k loads one A and one B element per output element, exactly as the naive twin does.
+Same work as the naive twin, with the accumulator in natural order (acc[i, j] = C[rows[i], cols[j]]):
+the fast axis walks columns, so B's row k and the final store of C are contiguous per warp.
 
-What Triton does for you: the coalescing pass would have chosen this lane order even for the naive
-index order, and it vectorizes the B loads and C stores when it can prove contiguity; the CUDA
-stage gets coalescing only because the programmer swapped threadIdx.x and threadIdx.y.
+What Triton does for you: it vectorizes the B loads and C stores (several consecutive floats per
+thread, 16-byte accesses when it can prove alignment) and chooses the lane order from the pointer
+arithmetic; the CUDA stage gets coalescing only because the programmer swapped threadIdx.x and
+threadIdx.y, and never gets vector accesses until the vectorized stage.
 Launch: grid (ceil(N/BLOCK), ceil(M/BLOCK)), num_warps 4.
 """
 
@@ -18,15 +19,15 @@ from triton_kernels._common import cdiv, launcher
 
 @triton.jit
 def matmul_coalesced_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK: tl.constexpr):
-    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)[None, :]  # dim 1 walks columns of C
-    rows = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)[:, None]
-    mask = (rows < M) & (cols < N)
-    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # program axis 0 walks columns
+    rows = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)  # acc[i, j] = C[rows[i], cols[j]]
     for k in range(0, K):
-        a = tl.load(a_ptr + rows * K + k + cols * 0, mask=mask, other=0.0)
-        b = tl.load(b_ptr + k * N + cols + rows * 0, mask=mask, other=0.0)
-        acc += a * b
-    tl.store(c_ptr + rows * N + cols, acc, mask=mask)
+        a = tl.load(a_ptr + rows * K + k, mask=rows < M, other=0.0)  # A[rows, k]
+        b = tl.load(b_ptr + k * N + cols, mask=cols < N, other=0.0)  # B[k, cols]: contiguous
+        acc += a[:, None] * b[None, :]
+    tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc,
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
 def prepare(a, b, c, block: int = 32, num_warps: int = 4, **_):

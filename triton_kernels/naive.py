@@ -1,18 +1,20 @@
-"""Stage naive, Triton twin: one "thread" per element of C, no reuse of loaded operands.
+"""Stage naive, Triton twin: one program per BLOCK x BLOCK patch of C, no tile reuse.
 
 CUDA stage: cuda_kernels/naive.cu (one thread per C element, threadIdx.x walking rows).
-Here each program owns a BLOCK x BLOCK patch of C and, for every k, loads one A element and one B
-element *per output element* (2-D pointer grids, no broadcast reuse, no tl.dot): the same work and
-the same memory requests per FMA as the CUDA kernel.
+Per k, the program loads the BLOCK values of A's column k and of B's row k that its patch needs and
+adds their outer product; each thread loads exactly the operands of the few C elements it holds.
+No tile is staged in shared memory and no loaded value is reused beyond a thread's own elements.
 
-The naive twist: the patch is indexed transposed, so the tensor's fast axis (dim 1, where Triton
-would normally place consecutive lanes) walks ROWS of C, as threadIdx.x does in the CUDA kernel.
+The naive twist: the accumulator is held transposed (acc[j, i] = C[rows[i], cols[j]]), so the
+tensor's fast axis (dim 1, where Triton puts consecutive lanes) walks ROWS of C, as threadIdx.x
+does in the CUDA kernel, and the store to C is strided.
 
-What Triton does for you: its coalescing pass reads the pointer arithmetic, sees that consecutive
-addresses run along dim 0 here, and picks a layout whose lanes walk that dimension. You cannot write
-the uncoalesced CUDA mistake in Triton by index order alone, so this twin runs about as fast as the
-coalesced twin; compare the two CUDA rows to see what the compiler saved you.
-Launch: grid (ceil(M/BLOCK), ceil(N/BLOCK)), num_warps 4.
+What Triton does for you: its coalescing pass reads the pointer arithmetic, sees which dimension is
+contiguous in memory, and picks the lane order (and vector width) for each load and store itself,
+converting layouts through shared memory where needed. The index order you write does not decide
+coalescing the way threadIdx.x does in CUDA; compare this row with the coalesced twin, and the two
+CUDA rows, to see how much of the CUDA mistake the compiler repairs.
+Launch: grid (ceil(M/BLOCK), ceil(N/BLOCK)), num_warps 4 (128 threads; the CUDA block has 1024).
 """
 
 import triton
@@ -23,16 +25,15 @@ from triton_kernels._common import cdiv, launcher
 
 @triton.jit
 def matmul_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)[None, :]  # dim 1 walks rows of C
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)[:, None]  # dim 0 walks columns
-    mask = (rows < M) & (cols < N)
-    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # program axis 0 walks rows, as blockIdx.x
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)  # acc[j, i] = C[rows[i], cols[j]]: transposed
     for k in range(0, K):
-        # Full 2-D pointer grids: every output element issues its own loads (no reuse).
-        a = tl.load(a_ptr + rows * K + k + cols * 0, mask=mask, other=0.0)
-        b = tl.load(b_ptr + k * N + cols + rows * 0, mask=mask, other=0.0)
-        acc += a * b
-    tl.store(c_ptr + rows * N + cols, acc, mask=mask)
+        a = tl.load(a_ptr + rows * K + k, mask=rows < M, other=0.0)  # A[rows, k]
+        b = tl.load(b_ptr + k * N + cols, mask=cols < N, other=0.0)  # B[k, cols]
+        acc += b[:, None] * a[None, :]  # each thread multiplies the operands of its own elements
+    tl.store(c_ptr + rows[None, :] * N + cols[:, None], acc,
+             mask=(rows[None, :] < M) & (cols[:, None] < N))
 
 
 def prepare(a, b, c, block: int = 32, num_warps: int = 4, **_):
