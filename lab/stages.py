@@ -124,6 +124,8 @@ STAGES: tuple[Stage, ...] = (
             *SWITCHES, num_warps(), num_stages(),
         ),
     ),
+    # --- issue 3 stages (divergence and occupancy ladder) go here ---
+    # --- issue 4 stages (register tiling) go here ---
 )
 
 BY_NAME = {s.name: s for s in STAGES}
