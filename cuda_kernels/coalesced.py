@@ -1,22 +1,21 @@
-"""Launcher for cuda_kernels/coalesced.cu: one thread per element of C, threadIdx.x walks columns of C (coalesced).
+"""Launcher for cuda_kernels/coalesced.cu: one thread per element of C, threadIdx.x walks columns.
 
-Geometry: BLOCK x BLOCK threads per block, grid (cdiv(N, BLOCK), cdiv(M, BLOCK), 1).
+Geometry: block (32, rows) threads; 1-D grid of ceil(M/rows) * ceil(N/32) blocks, ordered by
+block_tile() in common.cuh (group = block-rows walked together, for L2 reuse).
 """
 
 from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
 
-SOURCE, KERNEL = "coalesced.cu", "matmul_coalesced"
-BLOCK = 32
+
+def build(rows: int = 32, group: int = 1, fast_math: bool = False, unroll: bool = True, **_):
+    return compile_kernel("coalesced.cu", "matmul_coalesced", {"ROWS": rows, "GROUP": group},
+                          fast_math=fast_math, unroll=unroll)
 
 
-def build(fast_math: bool = False, unroll: bool = True, **_):
-    return compile_kernel(SOURCE, KERNEL, {"BLOCK": BLOCK}, fast_math=fast_math, unroll=unroll)
-
-
-def geometry(M: int, N: int, K: int, **_):
-    return (cdiv(N, BLOCK), cdiv(M, BLOCK), 1), (BLOCK, BLOCK, 1), 0
+def geometry(M: int, N: int, K: int, rows: int = 32, **_):
+    return (cdiv(M, rows) * cdiv(N, 32), 1, 1), (32, rows, 1), 0
 
 
 def prepare(a, b, c, **params):
     M, K = a.shape
-    return stage_launcher(build(**params), geometry(M, b.shape[1], K), a, b, c)
+    return stage_launcher(build(**params), geometry(M, b.shape[1], K, **params), a, b, c)

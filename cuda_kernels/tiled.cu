@@ -5,8 +5,9 @@
 //   memory (one coalesced load per thread per matrix), synchronizes, and then every thread runs its
 //   TILE-long inner product out of shared memory. Each global element is now loaded once per block
 //   instead of once per thread: global traffic drops by a factor of TILE.
-// Launch geometry (tiled.py): block TILE x TILE threads, grid (ceil(N/TILE), ceil(M/TILE)),
-//   2 * TILE * TILE * 4 bytes of static shared memory (8 KiB at TILE 32).
+// Launch geometry (tiled.py): block TILE x TILE threads, a 1-D grid of ceil(M/TILE) * ceil(N/TILE)
+//   blocks mapped to tiles of C by block_tile() (GROUP, common.cuh), 2 * TILE * TILE * 4 bytes of
+//   static shared memory (8 KiB at TILE 32).
 // Edges: loads outside A or B write 0 into the tile, so the inner loop needs no branch; only the
 //   final store is guarded. Any M, N, K >= 1 works.
 // Bottleneck it attacks: global memory traffic. What remains: two shared-memory reads per FMA
@@ -24,8 +25,10 @@ matmul_tiled(const float* __restrict__ A, const float* __restrict__ B, float* __
     __shared__ float As[TILE][TILE];
     __shared__ float Bs[TILE][TILE];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int row = blockIdx.y * TILE + ty;
-    const int col = blockIdx.x * TILE + tx;
+    int bm, bn;
+    block_tile(CEIL_DIV(M, TILE), CEIL_DIV(N, TILE), bm, bn);
+    const int row = bm * TILE + ty;
+    const int col = bn * TILE + tx;
     float acc = 0.0f;
     for (int k0 = 0; k0 < K; k0 += TILE) {
         // Coalesced tile loads: tx walks a row of A's tile and a row of B's tile.

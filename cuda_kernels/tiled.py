@@ -1,18 +1,19 @@
 """Launcher for cuda_kernels/tiled.cu: shared-memory tiling, TILE x TILE threads per block.
 
-Geometry: block (TILE, TILE), grid (ceil(N/TILE), ceil(M/TILE)), static shared 2*TILE*TILE*4 bytes.
+Geometry: block (TILE, TILE); 1-D grid of ceil(M/TILE) * ceil(N/TILE) blocks ordered by
+block_tile() in common.cuh (group); static shared 2*TILE*TILE*4 bytes.
 """
 
 from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
 
 
-def build(tile: int = 32, fast_math: bool = False, unroll: bool = True, **_):
-    return compile_kernel("tiled.cu", "matmul_tiled", {"TILE": tile}, fast_math=fast_math,
-                          unroll=unroll)
+def build(tile: int = 32, group: int = 1, fast_math: bool = False, unroll: bool = True, **_):
+    return compile_kernel("tiled.cu", "matmul_tiled", {"TILE": tile, "GROUP": group},
+                          fast_math=fast_math, unroll=unroll)
 
 
 def geometry(M: int, N: int, K: int, tile: int = 32, **_):
-    return (cdiv(N, tile), cdiv(M, tile), 1), (tile, tile, 1), 0
+    return (cdiv(M, tile) * cdiv(N, tile), 1, 1), (tile, tile, 1), 0
 
 
 def prepare(a, b, c, **params):

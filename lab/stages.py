@@ -96,6 +96,12 @@ SWITCHES = (
 )
 
 
+def group(default: int = 1) -> Param:
+    return Param("group", default, (1, 4, 8, 16),
+                 "block rasterization: block-rows walked together for L2 reuse (1 = row-major)",
+                 ("cuda",))
+
+
 def num_warps(default: int = 4) -> Param:
     return Param("num_warps", default, (1, 2, 4, 8, 16), "Triton warps per program", ("triton",))
 
@@ -114,13 +120,18 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "coalesced",
         "one thread per C element, threadIdx.x walking columns: a warp reads 128 contiguous bytes of B",
-        params=(*SWITCHES, num_warps()),
+        params=(
+            Param("rows", 32, (4, 8, 16, 32), "block rows: a block is 32 x rows threads", ("cuda",)),
+            group(),
+            *SWITCHES, num_warps(),
+        ),
     ),
     Stage(
         "tiled",
         "shared-memory tiling (TILE 32): each loaded element is reused TILE times from shared memory",
         params=(
             Param("tile", 32, (8, 16, 32), "tile edge: TILE x TILE threads and tiles"),
+            group(),
             *SWITCHES, num_warps(), num_stages(),
         ),
     ),

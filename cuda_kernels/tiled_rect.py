@@ -1,0 +1,51 @@
+"""Launcher for cuda_kernels/tiled_rect.cu: rectangular TILE_ROWS x TILE_COLS tiles.
+
+Geometry: block (cols, rows) threads (x walks columns), grid (ceil(N/cols), ceil(M/rows)), static
+shared (rows*cols + cols*cols) * 4 bytes. Parameters: rows in 4, 8, 16, 32 and cols in 16, 32,
+64 (defaults 8 x 32), with cols a multiple of rows (each thread loads cols/rows rows of the B tile)
+and 32 <= rows*cols <= 1024 threads; `validate` says so in one sentence before anything compiles.
+"""
+
+from __future__ import annotations
+
+from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
+from lab.errors import LabError
+
+ROWS = (4, 8, 16, 32)
+COLS = (16, 32, 64)
+
+
+def validate(rows: int = 8, cols: int = 32, **_) -> None:
+    """Raise LabError (one sentence) unless rows x cols is a tile this kernel can run."""
+    if rows not in ROWS:
+        raise LabError(f"tiled_rect takes rows in {', '.join(map(str, ROWS))}, not {rows}")
+    if cols not in COLS:
+        raise LabError(f"tiled_rect takes cols in {', '.join(map(str, COLS))}, not {cols}")
+    if cols % rows:
+        raise LabError(
+            f"tiled_rect needs cols to be a multiple of rows (each thread loads cols/rows rows of "
+            f"the B tile), but rows={rows}, cols={cols}; choose rows <= cols"
+        )
+    if not 32 <= rows * cols <= 1024:
+        raise LabError(
+            f"tiled_rect with rows={rows}, cols={cols} would launch {rows * cols} threads per "
+            f"block, but a block must hold 32 to 1024 threads; choose a smaller rows or cols"
+        )
+
+
+def build(rows: int = 8, cols: int = 32, fast_math: bool = False, unroll: bool = True, **_):
+    validate(rows, cols)
+    return compile_kernel("tiled_rect.cu", "matmul_tiled_rect",
+                          {"TILE_ROWS": rows, "TILE_COLS": cols}, fast_math=fast_math,
+                          unroll=unroll)
+
+
+def geometry(M: int, N: int, K: int, rows: int = 8, cols: int = 32, **_):
+    validate(rows, cols)
+    return (cdiv(N, cols), cdiv(M, rows), 1), (cols, rows, 1), 0
+
+
+def prepare(a, b, c, **params):
+    validate(**params)
+    M, K = a.shape
+    return stage_launcher(build(**params), geometry(M, b.shape[1], K, **params), a, b, c)
