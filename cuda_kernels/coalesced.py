@@ -7,8 +7,10 @@ block_tile() in common.cuh (group = block-rows walked together, for L2 reuse).
 from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
 
 
-def build(rows: int = 32, group: int = 1, fast_math: bool = False, unroll: bool = True, **_):
-    return compile_kernel("coalesced.cu", "matmul_coalesced", {"ROWS": rows, "GROUP": group},
+def build(rows: int = 32, group: int = 16, kunroll: int = 16, fast_math: bool = False,
+          unroll: bool = True, **_):
+    return compile_kernel("coalesced.cu", "matmul_coalesced",
+                          {"ROWS": rows, "GROUP": group, "KUNROLL": kunroll},
                           fast_math=fast_math, unroll=unroll)
 
 

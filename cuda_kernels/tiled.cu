@@ -18,26 +18,40 @@
 #ifndef TILE
 #define TILE 32
 #endif
+// KTILE: depth of the K slice staged per barrier pair (a multiple of TILE). KTILE = TILE is the
+// classic square-tile kernel; KTILE = 2*TILE has each thread load two elements of A and two of B
+// per stage: twice the loads in flight and half the barriers per FMA.
+#ifndef KTILE
+#define KTILE TILE
+#endif
+#if KTILE % TILE != 0
+#error "KTILE must be a multiple of TILE"
+#endif
 
 extern "C" __global__ void __launch_bounds__(TILE * TILE)
 matmul_tiled(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
              int M, int N, int K) {
-    __shared__ float As[TILE][TILE];
-    __shared__ float Bs[TILE][TILE];
+    __shared__ float As[TILE][KTILE];
+    __shared__ float Bs[KTILE][TILE];
     const int tx = threadIdx.x, ty = threadIdx.y;
     int bm, bn;
     block_tile(CEIL_DIV(M, TILE), CEIL_DIV(N, TILE), bm, bn);
     const int row = bm * TILE + ty;
     const int col = bn * TILE + tx;
     float acc = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += TILE) {
-        // Coalesced tile loads: tx walks a row of A's tile and a row of B's tile.
-        As[ty][tx] = (row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f;
-        Bs[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f;
+    for (int k0 = 0; k0 < K; k0 += KTILE) {
+        // Coalesced tile loads: tx walks a row of A's tile and a row of B's tile; zero-fill
+        // outside the matrices so the inner loop needs no branch.
+#pragma unroll
+        for (int j = 0; j < KTILE / TILE; ++j) {
+            const int ka = k0 + j * TILE + tx, kb = k0 + j * TILE + ty;
+            As[ty][j * TILE + tx] = (row < M && ka < K) ? A[row * K + ka] : 0.0f;
+            Bs[j * TILE + ty][tx] = (kb < K && col < N) ? B[kb * N + col] : 0.0f;
+        }
         __syncthreads();
         INNER_UNROLL
-        for (int k = 0; k < TILE; ++k) {
-            acc += As[ty][k] * Bs[k][tx];
+        for (int k = 0; k < KTILE; ++k) {
+            acc += As[ty][k] * Bs[k][tx];  // As: broadcast in the warp; Bs: 32 banks, no conflict
         }
         __syncthreads();  // nobody may overwrite the tiles while a neighbour still reads them
     }

@@ -7,8 +7,11 @@ block_tile() in common.cuh (group); static shared 2*TILE*TILE*4 bytes.
 from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
 
 
-def build(tile: int = 32, group: int = 1, fast_math: bool = False, unroll: bool = True, **_):
-    return compile_kernel("tiled.cu", "matmul_tiled", {"TILE": tile, "GROUP": group},
+def build(tile: int = 32, ktile: int = 2, group: int = 16, fast_math: bool = False,
+          unroll: bool = True, **_):
+    """ktile is the K depth of a stage in units of TILE (1: square tiles)."""
+    return compile_kernel("tiled.cu", "matmul_tiled",
+                          {"TILE": tile, "KTILE": tile * ktile, "GROUP": group},
                           fast_math=fast_math, unroll=unroll)
 
 

@@ -122,7 +122,9 @@ STAGES: tuple[Stage, ...] = (
         "one thread per C element, threadIdx.x walking columns: a warp reads 128 contiguous bytes of B",
         params=(
             Param("rows", 32, (4, 8, 16, 32), "block rows: a block is 32 x rows threads", ("cuda",)),
-            group(),
+            Param("kunroll", 16, (2, 4, 8, 16), "k-loop unroll count (loads in flight per thread)",
+                  ("cuda",)),
+            group(16),
             *SWITCHES, num_warps(),
         ),
     ),
@@ -131,11 +133,32 @@ STAGES: tuple[Stage, ...] = (
         "shared-memory tiling (TILE 32): each loaded element is reused TILE times from shared memory",
         params=(
             Param("tile", 32, (8, 16, 32), "tile edge: TILE x TILE threads and tiles"),
-            group(),
+            Param("ktile", 2, (1, 2, 4), "K depth staged per barrier, in units of TILE", ("cuda",)),
+            group(16),
             *SWITCHES, num_warps(), num_stages(),
         ),
     ),
     # --- issue 3 stages (divergence and occupancy ladder) go here ---
+    Stage(
+        "tiled_padded",
+        "tiled on zero-padded operands (padded once, outside the timing): no bounds checks, no "
+        "divergence; the crop back into C is timed",
+        params=(
+            Param("tile", 32, (8, 16, 32), "tile edge: TILE x TILE threads and tiles"),
+            *SWITCHES, num_warps(), num_stages(),
+        ),
+    ),
+    Stage(
+        "tiled_rect",
+        "rectangular ROWS x COLS tiles (8x32): 128-byte tile rows with 256-thread blocks; each "
+        "thread loads COLS/ROWS rows of the COLS x COLS B tile",
+        params=(
+            Param("rows", 8, (4, 8, 16, 32), "tile rows = threadIdx.y extent (C rows per block)"),
+            Param("cols", 32, (16, 32, 64),
+                  "tile columns = threadIdx.x extent = K-step; a multiple of rows"),
+            *SWITCHES, num_warps(), num_stages(),
+        ),
+    ),
     # --- issue 4 stages (register tiling) go here ---
 )
 
