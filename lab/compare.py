@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (default): gpu if CUDA is visible, else cpu")
     p.add_argument("--rep-ms", type=float, default=100.0,
                    help="timing budget per row in ms (at least 5 repetitions; default 100)")
+    p.add_argument("--include-transfers", action="store_true",
+                   help="GPU only: also time the host-to-host path (copy A and B to the GPU, "
+                        "run, copy C back) next to the kernel alone")
     p.add_argument("--list", action="store_true", help="list the stages and their parameters")
     return p
 
@@ -97,12 +100,13 @@ def _main(argv: list[str] | None) -> int:
     if args.rep_ms <= 0:
         raise LabError("--rep-ms must be positive")
 
-    from lab.run import Plan, detect_mode, execute, validate
+    from lab.run import Plan, detect_mode, validate
 
     mode = detect_mode(args.mode)
     shapes = parse_sizes(args.sizes or (GPU_SIZES if mode == "gpu" else CPU_SIZES))
-    plan = Plan(variants, backends, shapes, args.precision, args.seed, mode, args.rep_ms)
-    validate(plan)
+    plan = Plan(variants, backends, shapes, args.precision, args.seed, mode, args.rep_ms,
+                transfers=args.include_transfers)
+    validate(plan)  # say what is wrong before printing anything else (execute() checks again)
 
     from rich.console import Console
 

@@ -37,12 +37,19 @@ class Row:
     pct_cublas: float | None = None
     rel_err: float | None = None
     max_err_k: float | None = None
+    setup_ms: float | None = None  # one-time work in prepare() worth knowing (e.g. padding)
+    e2e_ms: float | None = None  # --include-transfers: H2D copies + kernel + D2H copy
+    transfer_ms: float | None = None  # e2e_ms - median_ms
     registers: int | None = None
     smem_static: int | None = None
     smem_dynamic: int | None = None
     spill_bytes: int | None = None
     threads: int | None = None
     grid_blocks: int | None = None
+    blocks_per_sm: int | None = None  # theoretical, from the resources and the device limits
+    occupancy: float | None = None  # theoretical: active warps / max warps per SM
+    occupancy_limiter: str | None = None
+    api_blocks_per_sm: int | None = None  # the CUDA occupancy API's answer (CUDA rows, GPU mode)
     params: str = ""
     seed: int | None = None
 
@@ -122,10 +129,22 @@ def render(rows: list[Row], mode: str, console=None) -> None:
              "CPU mode: Triton under the interpreter, CUDA compiled with NVRTC for sm_90 "
              "(no timings)")
     table = Table(title=title, header_style="bold")
+    optional = {  # shown only when some row has a value
+        "setup ms": lambda r: _num(r.setup_ms, ".3g"),
+        "e2e ms": lambda r: _num(r.e2e_ms, ".4g"),
+        "xfer %": lambda r: (_num(100 * r.transfer_ms / r.e2e_ms, ".0f")
+                             if r.e2e_ms and r.transfer_ms is not None else "-"),
+        "occ %": lambda r: (_num(100 * r.occupancy, ".0f") + (f" {r.occupancy_limiter}"
+                            if r.occupancy_limiter else "") if r.occupancy is not None else "-"),
+        "blk/SM": lambda r: (_num(r.blocks_per_sm, "d") + (f" (api {r.api_blocks_per_sm})"
+                             if r.api_blocks_per_sm is not None else "")
+                             if r.blocks_per_sm is not None else "-"),
+    }
+    shown = {k: f for k, f in optional.items() if any(f(r) != "-" for r in rows)}
     cols = ["stage", "backend", "prec", "M", "N", "K"]
     if gpu:
         cols += ["median ms", "p20-p80 ms", "GFLOPS", "% cuBLAS"]
-    cols += ["rel err", "status", "regs", "smem B", "spill B", "threads"]
+    cols += ["rel err", "status", "regs", "smem B", "spill B", "threads", *shown]
     for c in cols:
         table.add_column(c, justify="left" if c in ("stage", "backend", "prec", "status") else "right")
     for r in rows:
@@ -142,6 +161,7 @@ def render(rows: list[Row], mode: str, console=None) -> None:
         cells += [_num(r.rel_err, ".1e"), f"[{style}]{status}[/{style}]" if style else status,
                   _num(r.registers, "d"), _num(smem, "d"), _num(r.spill_bytes, "d"),
                   _num(r.threads, "d")]
+        cells += [f(r) for f in shown.values()]
         table.add_row(*cells)
     console.print(table)
     problems = [r for r in rows if r.status not in OK_STATUSES]

@@ -35,6 +35,7 @@ class Plan:
     mode: str = "gpu"
     rep_ms: float = 100.0
     cublas: bool = True
+    transfers: bool = False  # also time host -> device -> host around each launch
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -66,6 +67,13 @@ def validate(plan: Plan) -> None:
                 f"stage {v.stage.name} supports precision {', '.join(v.stage.precisions)}, "
                 f"not {plan.precision}"
             )
+        for backend in plan.backends:  # a launcher's own parameter constraints, if it has any
+            check_params = getattr(v.stage.module(backend), "validate", None)
+            if check_params is not None:
+                check_params(**v.params_for(backend))
+    if plan.transfers and plan.mode != "gpu":
+        raise LabError("--include-transfers times host<->device copies and needs a CUDA GPU; "
+                       "run it on a GPU machine")
     if plan.mode == "cpu":
         for s in plan.shapes:
             if s.M * s.N * s.K > CPU_MAX_WORK:
@@ -126,9 +134,10 @@ def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row
         M, N, K = shape
         a, b = chk.make_inputs(M, N, K, plan.seed, device)
         ref = chk.reference(a, b)
+        host = (a.cpu(), b.cpu(), torch.empty((M, N))) if plan.transfers else None
         base = dict(precision=plan.precision, M=M, N=N, K=K, mode=plan.mode, seed=plan.seed)
         if plan.mode == "gpu" and plan.cublas:
-            emit(_run_cublas(a, b, ref, plan, base))
+            emit(_run_cublas(a, b, ref, plan, base, host))
         for variant in plan.variants:
             for backend in plan.backends:
                 row = Row(stage=variant.label, backend=backend, params=_params(variant, backend),
@@ -137,7 +146,7 @@ def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row
                     if plan.mode == "cpu" and backend == "cuda":
                         _compile_only(row, variant, shape)
                     else:
-                        _run_stage(row, variant, backend, a, b, ref, plan)
+                        _run_stage(row, variant, backend, a, b, ref, plan, host)
                 except Exception as exc:  # the row fails; the run goes on
                     _error_row(row, exc)
                 emit(row)
@@ -162,36 +171,38 @@ def _cublas_fp32_ieee():
         matmul.allow_tf32 = False
 
 
-def _run_cublas(a, b, ref, plan: Plan, base: dict) -> Row:
+def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None) -> Row:
     import torch
-
-    from lab.timing import bench
 
     row = Row(stage="cublas", backend="cublas", **base)
     try:
         _cublas_fp32_ieee()
         c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=torch.float32)
         launch = lambda: torch.matmul(a, b, out=c)  # noqa: E731
-        _check_and_time(row, launch, c, ref, plan, bench)
+        _check_and_time(row, launch, a, b, c, ref, plan, host)
     except Exception as exc:
         _error_row(row, exc)
     return row
 
 
-def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan) -> None:
+def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, host) -> None:
     import torch
 
     module = variant.stage.module(backend)
     c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=torch.float32)
     launch = module.prepare(a, b, c, **variant.params_for(backend))
     row.set_resources(getattr(launch, "resources", None))
+    row.setup_ms = getattr(launch, "setup_ms", None)
     if plan.mode == "cpu":
         result = chk.check(launch, c, ref, a.shape[1], plan.precision)
         _apply_check(row, result)
         return
-    from lab.timing import bench
+    if backend == "cuda" and getattr(launch, "build", None) is not None and row.threads:
+        from cuda_kernels._build import occupancy_blocks_per_sm
 
-    _check_and_time(row, launch, c, ref, plan, bench)
+        row.api_blocks_per_sm = occupancy_blocks_per_sm(launch.build, row.threads,
+                                                        row.smem_dynamic or 0)
+    _check_and_time(row, launch, a, b, c, ref, plan, host)
 
 
 def _apply_check(row: Row, result: chk.CheckResult) -> bool:
@@ -201,11 +212,25 @@ def _apply_check(row: Row, result: chk.CheckResult) -> bool:
     return result.passed
 
 
-def _check_and_time(row: Row, launch, c, ref, plan: Plan, bench) -> None:
+def _check_and_time(row: Row, launch, a, b, c, ref, plan: Plan, host=None) -> None:
+    from lab.timing import bench
+
     if not _apply_check(row, chk.check(launch, c, ref, row.K, plan.precision)):
         return
     t = bench(launch, rep_ms=plan.rep_ms)
     row.median_ms, row.p20_ms, row.p80_ms, row.reps = t.median_ms, t.p20_ms, t.p80_ms, t.reps
+    if host is not None:
+        a_h, b_h, c_h = host
+
+        def end_to_end():  # seed 002's view: the user's data lives on the host
+            a.copy_(a_h)
+            b.copy_(b_h)
+            launch()
+            c_h.copy_(c)  # device -> pageable host memory: waits for the kernel
+
+        e2e = bench(end_to_end, rep_ms=plan.rep_ms)
+        row.e2e_ms = e2e.median_ms
+        row.transfer_ms = e2e.median_ms - t.median_ms
 
 
 def _compile_only(row: Row, variant: Variant, shape: Shape) -> None:

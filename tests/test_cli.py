@@ -70,6 +70,13 @@ def test_gpu_only_request_without_a_gpu():
 
 
 @cpu_only
+def test_include_transfers_needs_a_gpu():
+    r = run("--stage", "tiled", "--include-transfers")
+    assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@cpu_only
 def test_cpu_mode_refuses_sizes_the_interpreter_cannot_handle():
     r = run("--stage", "tiled", "--sizes", "4096")
     assert r.returncode == 2 and "too large for CPU mode" in r.stderr
