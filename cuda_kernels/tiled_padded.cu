@@ -1,51 +1,62 @@
 // Stage: tiled_padded. The tiled kernel with every bounds check removed: the launcher pads A, B
-// and C with zeros to multiples of TILE once, before timing, so every tile is full.
+// and C with zeros to tile multiples once, before timing, so every tile is full.
 // TILE 32 by default; 8 and 16 are variants (--stage tiled_padded:tile=16).
 //
-// Changed from tiled: no `row < M`, `k0 + tx < K`, `col < N` tests anywhere. tiled.cu computes two
-//   predicates per k-step for the tile loads plus one for the final store; here every load and
-//   store is unconditional, so no thread of any block takes a different path from its neighbours
-//   (no divergence at the edge blocks) and the loop body is only address arithmetic, two loads,
-//   two shared stores, barriers and TILE FMAs.
-// Arguments: (A, B, C, M, N, K) with the PADDED sizes: M, N, K here are Mp, Np, Kp, multiples of
-//   TILE, and A is Mp x Kp, B is Kp x Np, C is Mp x Np (row-major, leading dimensions Kp, Np, Np).
-//   The launcher (tiled_padded.py) passes the caller's tensors unchanged where a dimension is
-//   already a multiple, and crops C back (c.copy_(cpad[:M, :N])) inside the timed callable when
-//   M or N is not. Zero rows/columns of padding contribute exactly 0 to every dot product, so the
-//   cropped result equals the unpadded one.
-// Launch geometry (tiled_padded.py): block TILE x TILE threads, grid (Np/TILE, Mp/TILE), exactly
-//   as tiled; 2 * TILE * TILE * 4 bytes of static shared memory (8 KiB at TILE 32).
-// Bottleneck it attacks: the edge-handling work and divergence of tiled (branch/predicate
-//   instructions in the loop, and partially idle warps in the last row/column of blocks). The
-//   price: a one-time padding copy (reported as launch.setup_ms, not timed) and, when M or N is
-//   not a multiple of TILE, a crop copy that IS timed. What remains is tiled's bottleneck: two
-//   shared-memory reads per FMA.
+// Changed from tiled: nothing but the edges. tiled.cu tests `row < M && ka < K` and
+//   `kb < K && col < N` for every element it stages and `row < M && col < N` before its store;
+//   here every load and store is unconditional: no thread of any block takes a different path
+//   from its neighbours (no divergence at the edge blocks, no predicated loads), and the loop body
+//   is address arithmetic, loads, shared stores, barriers and KTILE FMAs. Tiles (TILE x TILE
+//   threads, KTILE-deep K slices) and block order (block_tile(), GROUP) are tiled's.
+// Arguments: (A, B, C, M, N, K) with the PADDED sizes: M, N, K here are Mp, Np (multiples of
+//   TILE) and Kp (a multiple of KTILE); A is Mp x Kp, B is Kp x Np, C is Mp x Np, row-major with
+//   leading dimensions Kp, Np, Np. The launcher (tiled_padded.py) passes the caller's tensors
+//   unchanged where no padding is needed, and crops C back (c.copy_(cpad[:M, :N])) inside the
+//   timed callable when M or N is not a multiple of TILE. Zero padding adds exactly 0 to every
+//   dot product, so the cropped result is the unpadded one.
+// Launch geometry (tiled_padded.py): block TILE x TILE threads, a 1-D grid of (Mp/TILE)*(Np/TILE)
+//   blocks mapped to tiles by block_tile() (GROUP, common.cuh), 2 * TILE * KTILE * 4 bytes of
+//   static shared memory (16 KiB at TILE 32, KTILE 64).
+// Bottleneck it attacks: the edge handling of tiled: the predicate arithmetic in every k-step and
+//   the partly idle warps of the last block-row and block-column. The price: a one-time padding
+//   copy (launch.setup_ms, not timed) and, when M or N is not a multiple of TILE, a crop copy
+//   that IS timed. What remains is tiled's bottleneck: shared-memory reads, two per FMA.
 #include "common.cuh"
 
 #ifndef TILE
 #define TILE 32
 #endif
+#ifndef KTILE
+#define KTILE TILE
+#endif
+#if KTILE % TILE != 0
+#error "KTILE must be a multiple of TILE"
+#endif
 
 extern "C" __global__ void __launch_bounds__(TILE * TILE)
 matmul_tiled_padded(const float* __restrict__ A, const float* __restrict__ B,
                     float* __restrict__ C, int M, int N, int K) {
-    // M is not needed: the grid covers exactly Mp / TILE rows of blocks.
-    (void)M;
-    __shared__ float As[TILE][TILE];
-    __shared__ float Bs[TILE][TILE];
+    __shared__ float As[TILE][KTILE];
+    __shared__ float Bs[KTILE][TILE];
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int row = blockIdx.y * TILE + ty;
-    const int col = blockIdx.x * TILE + tx;
-    const float* a = A + row * K + tx;  // walks right along row `row` of A, TILE floats a step
-    const float* b = B + ty * N + col;  // walks down column `col` of B, TILE rows a step
+    int bm, bn;
+    block_tile(M / TILE, N / TILE, bm, bn);  // exact: Mp and Np are multiples of TILE
+    const int row = bm * TILE + ty;
+    const int col = bn * TILE + tx;
+    const float* a = A + row * K + tx;  // walks right along row `row` of A
+    const float* b = B + ty * N + col;  // walks down column `col` of B
     float acc = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += TILE) {
-        As[ty][tx] = a[k0];      // coalesced: tx walks a row of A's tile
-        Bs[ty][tx] = b[k0 * N];  // coalesced: tx walks a row of B's tile
+    for (int k0 = 0; k0 < K; k0 += KTILE) {
+        // Coalesced, unconditional tile loads: tx walks a row of A's tile and a row of B's tile.
+#pragma unroll
+        for (int j = 0; j < KTILE / TILE; ++j) {
+            As[ty][j * TILE + tx] = a[k0 + j * TILE];
+            Bs[j * TILE + ty][tx] = b[(k0 + j * TILE) * N];
+        }
         __syncthreads();
         INNER_UNROLL
-        for (int k = 0; k < TILE; ++k) {
-            acc += As[ty][k] * Bs[k][tx];
+        for (int k = 0; k < KTILE; ++k) {
+            acc += As[ty][k] * Bs[k][tx];  // As: broadcast in the warp; Bs: 32 banks, no conflict
         }
         __syncthreads();
     }

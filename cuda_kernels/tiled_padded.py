@@ -1,8 +1,10 @@
 """Launcher for cuda_kernels/tiled_padded.cu: tiled with zero padding instead of bounds checks.
 
-Geometry: block (TILE, TILE), grid (Np/TILE, Mp/TILE) where Mp, Np, Kp are M, N, K rounded up to
-multiples of TILE; static shared 2*TILE*TILE*4 bytes. The kernel takes the standard arguments
-(A, B, C, M, N, K) but with the PADDED tensors and sizes (Mp, Np, Kp).
+Geometry: block (TILE, TILE); 1-D grid of (Mp/TILE) * (Np/TILE) blocks ordered by block_tile()
+(group), where Mp, Np are M, N rounded up to multiples of TILE and Kp is K rounded up to a multiple
+of KTILE = TILE * ktile; static shared 2*TILE*KTILE*4 bytes. Parameters tile, ktile and group are
+tiled's (same defaults), so the only difference from tiled is the edge handling. The kernel takes
+the standard arguments (A, B, C, M, N, K) but with the PADDED tensors and sizes (Mp, Np, Kp).
 
 prepare() pads once, outside the timed callable:
 - A is copied into a zero Mp x Kp tensor only if M or K is not a multiple of TILE (else used as is);
@@ -23,8 +25,11 @@ import time
 from cuda_kernels._build import cdiv, compile_kernel, launcher, resources
 
 
-def build(tile: int = 32, fast_math: bool = False, unroll: bool = True, **_):
-    return compile_kernel("tiled_padded.cu", "matmul_tiled_padded", {"TILE": tile},
+def build(tile: int = 32, ktile: int = 2, group: int = 16, fast_math: bool = False,
+          unroll: bool = True, **_):
+    """ktile is the K depth of a stage in units of TILE (1: square tiles), as in tiled."""
+    return compile_kernel("tiled_padded.cu", "matmul_tiled_padded",
+                          {"TILE": tile, "KTILE": tile * ktile, "GROUP": group},
                           fast_math=fast_math, unroll=unroll)
 
 
@@ -33,17 +38,22 @@ def round_up(x: int, m: int) -> int:
 
 
 def geometry(M: int, N: int, K: int, tile: int = 32, **_):
-    return (cdiv(N, tile), cdiv(M, tile), 1), (tile, tile, 1), 0
+    """For the padded sizes this is exactly (Mp/TILE * Np/TILE) blocks."""
+    return (cdiv(M, tile) * cdiv(N, tile), 1, 1), (tile, tile, 1), 0
 
 
 class Padded:
-    """Operands padded to tile multiples for a (M, N, K) problem, and what it took to make them."""
+    """Operands padded to tile multiples for a (M, N, K) problem, and what it took to make them.
 
-    def __init__(self, a, b, c, tile: int):
+    M and N are rounded up to multiples of `tile`, K to a multiple of `k_multiple` (the K depth of
+    one stage in elements, TILE * ktile for the CUDA kernel; `tile` when not given)."""
+
+    def __init__(self, a, b, c, tile: int, k_multiple: int | None = None):
         M, K = a.shape
         N = b.shape[1]
         self.M, self.N, self.K = M, N, K
-        self.Mp, self.Np, self.Kp = round_up(M, tile), round_up(N, tile), round_up(K, tile)
+        self.Mp, self.Np = round_up(M, tile), round_up(N, tile)
+        self.Kp = round_up(K, k_multiple or tile)
         self.pads_a = (self.Mp, self.Kp) != (M, K)
         self.pads_b = (self.Kp, self.Np) != (K, N)
         self.pads_c = (self.Mp, self.Np) != (M, N)
@@ -100,11 +110,11 @@ class _Timer:
         return (time.perf_counter() - self.t0) * 1e3
 
 
-def prepare(a, b, c, tile: int = 32, **params):
+def prepare(a, b, c, tile: int = 32, ktile: int = 2, **params):
     import numpy as np
 
-    p = Padded(a, b, c, tile)
-    bld = build(tile=tile, **params)
+    p = Padded(a, b, c, tile, tile * ktile)
+    bld = build(tile=tile, ktile=ktile, **params)
     grid, block, smem = geometry(p.Mp, p.Np, p.Kp, tile=tile)
     args = (p.a, p.b, p.cpad, np.int32(p.Mp), np.int32(p.Np), np.int32(p.Kp))
     launch = p.with_crop(launcher(bld, grid, block, args, smem))

@@ -4,7 +4,8 @@
 //
 // Changed from tiled: the block is no longer square. The K-tile stays square in the B direction:
 //   per k-step the block stages an A tile of TILE_ROWS x TILE_COLS (rows of C x K-width TILE_COLS)
-//   and a B tile of TILE_COLS x TILE_COLS (K x columns of C). The A tile has one element per
+//   and a B tile of TILE_COLS x TILE_COLS (K x columns of C). (tiled's default stages 2*TILE = 64
+//   deep K slices, ktile 2; the like-for-like comparison for the K depth is tiled:ktile=1.) The A tile has one element per
 //   thread; the B tile has TILE_COLS / TILE_ROWS elements per thread, so each thread loads
 //   TILE_COLS / TILE_ROWS rows of it (4 at the default 8 x 32): thread (ty, tx) loads B-tile rows
 //   ty, ty + TILE_ROWS, ty + 2*TILE_ROWS, ...
@@ -17,8 +18,9 @@
 //   The cost: each B element staged in shared memory is reused only TILE_ROWS times (by the
 //   TILE_ROWS rows of this block) instead of 32, so B traffic from L2/DRAM is 32/TILE_ROWS times
 //   that of tiled:tile=32 (4x at the default), while A traffic is the same.
-// Launch geometry (tiled_rect.py): block (TILE_COLS, TILE_ROWS) threads, grid
-//   (ceil(N/TILE_COLS), ceil(M/TILE_ROWS)), static shared memory
+// Launch geometry (tiled_rect.py): block (TILE_COLS, TILE_ROWS) threads, a 1-D grid of
+//   ceil(M/TILE_ROWS) * ceil(N/TILE_COLS) blocks mapped to tiles of C by block_tile() (GROUP,
+//   common.cuh, tiled's default 16), static shared memory
 //   (TILE_ROWS*TILE_COLS + TILE_COLS*TILE_COLS) * 4 bytes (5 KiB at 8 x 32).
 // Constraints (checked by the launcher's validate() before compiling, and here by static_assert):
 //   TILE_COLS % TILE_ROWS == 0 and 32 <= TILE_ROWS * TILE_COLS <= 1024.
@@ -46,8 +48,10 @@ matmul_tiled_rect(const float* __restrict__ A, const float* __restrict__ B, floa
     __shared__ float As[TILE_ROWS][TILE_COLS];  // rows of C x K-width of the step
     __shared__ float Bs[TILE_COLS][TILE_COLS];  // K-width of the step x columns of C
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int row = blockIdx.y * TILE_ROWS + ty;
-    const int col = blockIdx.x * TILE_COLS + tx;
+    int bm, bn;
+    block_tile(CEIL_DIV(M, TILE_ROWS), CEIL_DIV(N, TILE_COLS), bm, bn);
+    const int row = bm * TILE_ROWS + ty;
+    const int col = bn * TILE_COLS + tx;
     float acc = 0.0f;
     for (int k0 = 0; k0 < K; k0 += TILE_COLS) {
         // A tile: one element per thread; tx walks a 32-float (128-byte) row segment of A.

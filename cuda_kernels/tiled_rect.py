@@ -1,7 +1,8 @@
 """Launcher for cuda_kernels/tiled_rect.cu: rectangular TILE_ROWS x TILE_COLS tiles.
 
-Geometry: block (cols, rows) threads (x walks columns), grid (ceil(N/cols), ceil(M/rows)), static
-shared (rows*cols + cols*cols) * 4 bytes. Parameters: rows in 4, 8, 16, 32 and cols in 16, 32,
+Geometry: block (cols, rows) threads (x walks columns); 1-D grid of ceil(M/rows) * ceil(N/cols)
+blocks ordered by block_tile() in common.cuh (group, tiled's default 16); static shared
+(rows*cols + cols*cols) * 4 bytes. Parameters: rows in 4, 8, 16, 32 and cols in 16, 32,
 64 (defaults 8 x 32), with cols a multiple of rows (each thread loads cols/rows rows of the B tile)
 and 32 <= rows*cols <= 1024 threads; `validate` says so in one sentence before anything compiles.
 """
@@ -33,16 +34,17 @@ def validate(rows: int = 8, cols: int = 32, **_) -> None:
         )
 
 
-def build(rows: int = 8, cols: int = 32, fast_math: bool = False, unroll: bool = True, **_):
+def build(rows: int = 8, cols: int = 32, group: int = 16, fast_math: bool = False,
+          unroll: bool = True, **_):
     validate(rows, cols)
     return compile_kernel("tiled_rect.cu", "matmul_tiled_rect",
-                          {"TILE_ROWS": rows, "TILE_COLS": cols}, fast_math=fast_math,
-                          unroll=unroll)
+                          {"TILE_ROWS": rows, "TILE_COLS": cols, "GROUP": group},
+                          fast_math=fast_math, unroll=unroll)
 
 
 def geometry(M: int, N: int, K: int, rows: int = 8, cols: int = 32, **_):
     validate(rows, cols)
-    return (cdiv(N, cols), cdiv(M, rows), 1), (cols, rows, 1), 0
+    return (cdiv(M, rows) * cdiv(N, cols), 1, 1), (cols, rows, 1), 0
 
 
 def prepare(a, b, c, **params):

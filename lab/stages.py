@@ -145,6 +145,8 @@ STAGES: tuple[Stage, ...] = (
         "divergence; the crop back into C is timed",
         params=(
             Param("tile", 32, (8, 16, 32), "tile edge: TILE x TILE threads and tiles"),
+            Param("ktile", 2, (1, 2, 4), "K depth staged per barrier, in units of TILE", ("cuda",)),
+            group(16),
             *SWITCHES, num_warps(), num_stages(),
         ),
     ),
@@ -156,10 +158,49 @@ STAGES: tuple[Stage, ...] = (
             Param("rows", 8, (4, 8, 16, 32), "tile rows = threadIdx.y extent (C rows per block)"),
             Param("cols", 32, (16, 32, 64),
                   "tile columns = threadIdx.x extent = K-step; a multiple of rows"),
+            group(16),
             *SWITCHES, num_warps(), num_stages(),
         ),
     ),
     # --- issue 4 stages (register tiling) go here ---
+    Stage(
+        "blocktile_1d",
+        "1-D register tiling: each thread computes TM results down a column of C, reusing one B "
+        "value from a register for TM FMAs (BM x BN block tile, BM*BN/TM threads)",
+        params=(
+            Param("BM", 64, (32, 64, 128), "block tile rows (Triton: BLOCK_M)"),
+            Param("BN", 64, (32, 64, 128), "block tile columns (Triton: BLOCK_N)"),
+            Param("BK", 8, (8, 16, 32), "k-step of the shared tiles (Triton: BLOCK_K = max(BK, 16))"),
+            Param("TM", 8, (4, 8, 16), "results per thread (rows of one column of C)", ("cuda",)),
+            *SWITCHES, num_warps(16), num_stages(),
+        ),
+    ),
+    Stage(
+        "blocktile_2d",
+        "2-D register tiling: each thread computes a TM x TN tile of C as outer products of TM "
+        "A and TN B values held in registers (128 x 128 block tile, 256 threads)",
+        params=(
+            Param("BM", 128, (32, 64, 128), "block tile rows (Triton: BLOCK_M)"),
+            Param("BN", 128, (32, 64, 128), "block tile columns (Triton: BLOCK_N)"),
+            Param("BK", 8, (8, 16, 32), "k-step of the shared tiles (Triton: BLOCK_K = max(BK, 16))"),
+            Param("TM", 8, (4, 8), "rows of a thread's register tile", ("cuda",)),
+            Param("TN", 8, (4, 8), "columns of a thread's register tile", ("cuda",)),
+            *SWITCHES, num_warps(8), num_stages(),
+        ),
+    ),
+    Stage(
+        "vectorized",
+        "blocktile_2d with float4 (128-bit) global loads/stores and a transposed A tile in shared "
+        "memory, so A and B fragments are read with LDS.128 too",
+        params=(
+            Param("BM", 128, (32, 64, 128), "block tile rows (Triton: BLOCK_M)"),
+            Param("BN", 128, (32, 64, 128), "block tile columns (Triton: BLOCK_N)"),
+            Param("BK", 8, (8, 16, 32), "k-step of the shared tiles (Triton: BLOCK_K = max(BK, 16))"),
+            Param("TM", 8, (4, 8), "rows of a thread's register tile", ("cuda",)),
+            Param("TN", 8, (4, 8), "columns of a thread's register tile", ("cuda",)),
+            *SWITCHES, num_warps(8), num_stages(),
+        ),
+    ),
 )
 
 BY_NAME = {s.name: s for s in STAGES}

@@ -1,0 +1,70 @@
+"""Stage tiled_rect, Triton twin: rectangular ROWS x COLS output tiles with a COLS-wide K-step.
+
+CUDA stage: cuda_kernels/tiled_rect.cu. Changed from tiled: each program computes a ROWS x COLS
+tile of C (default 8 x 32) instead of a square one; per k-step it loads a ROWS x COLS tile of A and
+a COLS x COLS tile of B (masked at the edges, zero-filled like the CUDA tiles), so every tile row
+is COLS floats wide (128 bytes at COLS 32) however few rows the tile has. Parameters and their
+constraints are the CUDA stage's (rows 4/8/16/32, cols 16/32/64, cols % rows == 0,
+32 <= rows*cols <= 1024), checked by the same validate().
+Bottleneck attacked: block granularity vs coalescing: small programs (more of them resident and
+interleaving) that still load full 128-byte rows, at the cost of less reuse of each B element.
+
+What Triton does for you that the CUDA stage does by hand:
+- the B tile's "each thread loads cols/rows rows" split: Triton distributes a tile's loads over the
+  program's threads itself, whatever its shape, coalescing along the contiguous dimension;
+- shared-memory staging, barriers and register tiling inside tl.dot (several outputs per thread);
+- software pipelining when num_stages > 1 (default 1, like the CUDA kernel).
+What it does not do: choose the tile. Here, as in CUDA, the tile shape trades reuse of B (each B
+element serves ROWS rows) for smaller, more numerous programs.
+tl.dot needs every dimension >= 16, so rows 4 and 8 use a broadcast multiply and sum. To keep that
+ROWS x KSTEP x COLS product small (<= 2048 elements, 16 per thread at 4 warps, so it stays in
+registers) the fallback walks K in steps of KSTEP = min(COLS, 2048 / (ROWS*COLS)) (8 at the
+default 8 x 32): each program still loads the same A and B elements, in narrower K slices.
+Launch: grid (ceil(N/COLS), ceil(M/ROWS)), num_warps 4 by default (a CUDA block of rows*cols
+threads; 8 x 32 = 256 threads = 8 warps).
+"""
+
+import triton
+import triton.language as tl
+
+from cuda_kernels.tiled_rect import validate
+from triton_kernels._common import cdiv, launcher
+
+FALLBACK_MAX_ELEMENTS = 2048
+
+
+@triton.jit
+def matmul_tiled_rect_kernel(a_ptr, b_ptr, c_ptr, M, N, K, ROWS: tl.constexpr, COLS: tl.constexpr,
+                             KSTEP: tl.constexpr, USE_DOT: tl.constexpr):
+    rn = tl.program_id(0) * COLS + tl.arange(0, COLS)
+    rm = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
+    rk = tl.arange(0, KSTEP)
+    acc = tl.zeros((ROWS, COLS), dtype=tl.float32)
+    for k0 in range(0, K, KSTEP):
+        ka = k0 + rk
+        a = tl.load(a_ptr + rm[:, None] * K + ka[None, :],
+                    mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + ka[:, None] * N + rn[None, :],
+                    mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
+        if USE_DOT:
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        else:
+            acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def k_step(rows: int, cols: int) -> int:
+    """The K-step: COLS with tl.dot (the CUDA tile), narrower for the broadcast fallback."""
+    if rows >= 16 and cols >= 16:
+        return cols
+    return max(1, min(cols, FALLBACK_MAX_ELEMENTS // (rows * cols)))
+
+
+def prepare(a, b, c, rows: int = 8, cols: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
+    validate(rows, cols)
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (cdiv(N, cols), cdiv(M, rows))
+    return launcher(matmul_tiled_rect_kernel, grid, (a, b, c, M, N, K), ROWS=rows, COLS=cols,
+                    KSTEP=k_step(rows, cols), USE_DOT=rows >= 16 and cols >= 16,
+                    num_warps=num_warps, num_stages=num_stages)
