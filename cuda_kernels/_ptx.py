@@ -1,0 +1,64 @@
+"""PTX of a CUDA stage: the same source and options as its Build, compiled by NVRTC to PTX.
+
+`python -m lab.profile --stage tiled --ptx` prints it. No GPU is needed (NVRTC is a library). The
+options are the Build's own (defines, -std, -I, --use_fast_math, -lineinfo), with the real
+architecture `-arch=sm_XY` swapped for its virtual one `-arch=compute_XY` (so NVRTC stops at PTX)
+and the ptxas flags dropped (ptxas does not run). The SASS that ran is in Build.cubin; this is the
+PTX ptxas started from.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from cuda_kernels._build import KERNEL_DIR, Build, _check, _nvrtc, _program_log, compile_kernel
+from lab.errors import CompileError, LabError
+
+
+def ptx_options(options: tuple[str, ...]) -> tuple[str, ...]:
+    """A Build's NVRTC options turned into PTX-only options."""
+    out = []
+    for opt in options:
+        if opt.startswith("-Xptxas") or opt.startswith("--ptxas-options"):
+            continue
+        if opt.startswith("-arch=sm_"):
+            opt = "-arch=compute_" + opt[len("-arch=sm_"):]
+        out.append(opt)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _ptx(source: str, options: tuple[str, ...]) -> str:
+    nvrtc = _nvrtc()
+    path = KERNEL_DIR / source
+    try:
+        code = path.read_bytes()
+    except OSError as exc:
+        raise LabError(f"cannot read CUDA source {path}: {exc.strerror}") from exc
+    prog = _check(nvrtc.nvrtcCreateProgram(code, source.encode(), 0, [], []), "nvrtcCreateProgram")
+    try:
+        opts = [o.encode() for o in options]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(
+                f"NVRTC could not compile {source} to PTX (options: {' '.join(options)}); "
+                "compiler log:\n" + _program_log(prog).strip()
+            )
+        size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+        buf = bytearray(size)  # writable: NVRTC fills it
+        _check(nvrtc.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return bytes(buf).rstrip(b"\x00").decode(errors="replace")
+
+
+def ptx(build: Build) -> str:
+    """The PTX of a Build: same source, same options, virtual architecture."""
+    return _ptx(build.source, ptx_options(build.options))
+
+
+def ptx_of(source: str, kernel: str, defines: dict[str, object] | None = None, *,
+           fast_math: bool = False, unroll: bool = True, arch: str | None = None) -> str:
+    """PTX of `source` with the options `compile_kernel` would use for these arguments."""
+    return ptx(compile_kernel(source, kernel, defines, fast_math=fast_math, unroll=unroll,
+                              arch=arch))

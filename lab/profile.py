@@ -1,0 +1,676 @@
+"""python -m lab.profile: Nsight Compute counters, roofline position, SASS and PTX of a stage.
+
+    python -m lab.profile --stage tiled --size 4096              # ncu: one launch per kernel
+    python -m lab.profile --stage all --backend cuda --csv prof.csv
+    python -m lab.profile --stage tiled --dry-run                # print the ncu command lines
+    python -m lab.profile --stage tiled --sass --backend cuda    # SASS + instruction mix (no GPU)
+    python -m lab.profile --stage tiled --ptx                    # PTX (CUDA: NVRTC; Triton: its compiler)
+
+Profiling runs each kernel in a child process ("the target"): the target allocates the inputs,
+prepares the launcher, launches once to warm up, then launches once more inside an NVTX range
+`lab_profile`; ncu profiles only that launch (--nvtx-include lab_profile/ --launch-count 1), with
+only the metrics the table needs and never touching the clocks (--clock-control none). cuBLAS
+(torch.matmul, TF32 off) is profiled the same way as the reference.
+
+Exit status: 0 when every kernel was profiled, 1 when some kernel could not be (the others are
+still shown), 2 for a usage or environment error (one sentence on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.errors import LabError
+
+REPO = Path(__file__).resolve().parent.parent
+CUBLAS_KERNELS = "regex:gemm|Gemm|GEMM|cutlass|nvjet|xmma|Kernel"
+CHECK_FAILED = "lab.profile target: check failed"
+WARMUP = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's own errors: one sentence, exit 2
+        raise LabError(f"{message} (see python -m lab.profile --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="lab.profile", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stage", action="append", metavar="NAME[:k=v,...]",
+                   help="stage(s): a name, a comma list, 'all', or a variant such as tiled:tile=16")
+    p.add_argument("--backend", default="cuda,triton",
+                   help="comma list of backends (default cuda,triton)")
+    p.add_argument("--size", default="4096", help="one shape: N (square) or MxNxK (default 4096)")
+    p.add_argument("--csv", metavar="PATH", help="write one row per profiled kernel to PATH")
+    p.add_argument("--no-cublas", action="store_true", help="do not profile cuBLAS for reference")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the ncu command lines instead of running them (no GPU needed)")
+    p.add_argument("--filter", choices=("nvtx", "skip"), default="nvtx",
+                   help="how ncu finds the one launch: nvtx (default; the NVTX range) or skip "
+                        "(--launch-skip past the warm-up, for an ncu without NVTX support)")
+    p.add_argument("--reports", metavar="DIR",
+                   help="keep ncu's .ncu-rep reports in DIR (open them with ncu-ui)")
+    p.add_argument("--peak-tflops", type=float,
+                   help="FP32 peak for the roofline (default: from the GPU, SMs x 128 x 2 x clock)")
+    p.add_argument("--peak-bw", type=float, default=3.0,
+                   help="DRAM bandwidth roof in TB/s (default 3.0, the measured H100 copy)")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds one ncu run may take (default 600)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--sass", action="store_true",
+                   help="print each kernel's SASS and an instruction mix instead of profiling")
+    p.add_argument("--ptx", action="store_true",
+                   help="print each kernel's PTX instead of profiling")
+    # internal: the child process ncu and compute-sanitizer run
+    p.add_argument("--_target", dest="target", choices=("cuda", "triton", "cublas"),
+                   help=argparse.SUPPRESS)
+    p.add_argument("--warmup", type=int, default=WARMUP, help=argparse.SUPPRESS)
+    p.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-nvtx", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except LabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def one_shape(text: str):
+    from lab.shapes import parse_sizes
+
+    shapes = parse_sizes(text)
+    if len(shapes) != 1:
+        raise LabError(f"--size takes one shape (N or MxNxK), not {len(shapes)}; profile one "
+                       "shape at a time")
+    return shapes[0]
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    shape = one_shape(args.size)
+    if args.target:
+        return run_target(args, shape)
+
+    from lab.compare import parse_backends
+    from lab.stages import parse_variants
+
+    variants = parse_variants(args.stage or [])
+    backends = parse_backends(args.backend)
+    if args.sass or args.ptx:
+        return show_listings(variants, backends, shape, sass=args.sass, ptx=args.ptx)
+    if args.peak_bw <= 0 or (args.peak_tflops is not None and args.peak_tflops <= 0):
+        raise LabError("--peak-bw and --peak-tflops must be positive")
+    targets = plan(variants, backends, shape, args)
+    if args.dry_run:
+        print_dry_run(targets, args)
+        return 0
+    return profile_all(targets, shape, args)
+
+
+# ------------------------------------------------------------------------------------ targets
+
+
+@dataclass
+class Target:
+    label: str  # stage variant label, or "cublas"
+    backend: str  # cuda | triton | cublas
+    params: str
+    kernel_filter: str  # ncu --kernel-name value
+    argv: list[str] = field(default_factory=list)  # the child command (python -m lab.profile ...)
+
+    @property
+    def name(self) -> str:
+        return f"{self.label}-{self.backend}".replace(":", "_").replace(",", "_").replace("=", "")
+
+
+def cuda_kernel_name(variant) -> str:
+    """The extern "C" name NVRTC built (no GPU needed: compiles for sm_90 without one)."""
+    module = variant.stage.module("cuda")
+    return module.build(**variant.params_for("cuda")).kernel
+
+
+def triton_kernel_names(module) -> list[str]:
+    """Names of the @triton.jit functions a Triton stage module defines (helpers inline away,
+    so a regex over all of them matches only the one that is launched)."""
+    names = []
+    for value in vars(module).values():
+        cls = type(value).__name__
+        if cls in ("JITFunction", "InterpretedFunction") or (hasattr(value, "fn") and
+                                                             hasattr(value, "warmup")):
+            fn = getattr(value, "fn", None)
+            name = getattr(fn, "__name__", None)
+            if name and getattr(fn, "__module__", module.__name__) == module.__name__:
+                names.append(name)
+    return sorted(set(names))
+
+
+def kernel_filter(variant, backend: str) -> str:
+    if backend == "cuda":
+        return cuda_kernel_name(variant)
+    names = triton_kernel_names(variant.stage.module("triton"))
+    if not names:
+        raise LabError(f"triton_kernels.{variant.stage.name} defines no @triton.jit function")
+    # prefix match: older Triton versions appended a specialization suffix to the name
+    return "regex:^" + (names[0] if len(names) == 1 else "(" + "|".join(names) + ")")
+
+
+def target_argv(backend: str, label: str | None, shape, args, check: bool = True) -> list[str]:
+    argv = [sys.executable, "-m", "lab.profile", "--_target", backend]
+    if label:
+        argv += ["--stage", label]
+    argv += ["--size", str(shape), "--seed", str(args.seed), "--warmup", str(WARMUP)]
+    if check:
+        argv.append("--check")
+    if getattr(args, "filter", "nvtx") == "skip":
+        argv.append("--no-nvtx")
+    return argv
+
+
+def plan(variants, backends, shape, args) -> list[Target]:
+    targets = []
+    if not args.no_cublas:
+        targets.append(Target("cublas", "cublas", "", CUBLAS_KERNELS,
+                              target_argv("cublas", None, shape, args)))
+    for v in variants:
+        for backend in backends:
+            params = ",".join(f"{k}={val}" for k, val in v.params_for(backend).items())
+            targets.append(Target(v.label, backend, params, kernel_filter(v, backend),
+                                  target_argv(backend, v.label, shape, args)))
+    return targets
+
+
+# ------------------------------------------------------------------------- the target (child)
+
+
+def _nvtx():
+    """push/pop for the profiled range: torch's NVTX, else CuPy's."""
+    try:
+        import torch
+
+        torch.cuda.nvtx.range_push("probe")
+        torch.cuda.nvtx.range_pop()
+        return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    except Exception:  # pragma: no cover - torch without NVTX
+        from cupy.cuda import nvtx
+
+        return nvtx.RangePush, nvtx.RangePop
+
+
+def run_target(args, shape) -> int:
+    """The child: inputs, launcher, warm-up, one launch inside the NVTX range, optional check."""
+    import torch
+
+    from lab import check as chk
+    from lab.ncu import NVTX_RANGE
+
+    if not torch.cuda.is_available():
+        raise LabError("the profiling target launches kernels and needs a CUDA GPU, but torch "
+                       "sees none")
+    M, N, K = shape
+    a, b = chk.make_inputs(M, N, K, args.seed, "cuda")
+    c = torch.empty((M, N), device="cuda", dtype=torch.float32)
+    if args.target == "cublas":
+        from lab.run import _cublas_fp32_ieee
+
+        _cublas_fp32_ieee()
+        label = "cublas"
+
+        def launch():
+            torch.matmul(a, b, out=c)
+    else:
+        from lab.stages import parse_variants
+
+        variants = parse_variants(args.stage or [])
+        if len(variants) != 1:
+            raise LabError("the profiling target takes exactly one stage variant")
+        variant = variants[0]
+        label = variant.label
+        launch = variant.stage.module(args.target).prepare(a, b, c,
+                                                           **variant.params_for(args.target))
+    for _ in range(args.warmup):
+        launch()
+    torch.cuda.synchronize()
+    if args.no_nvtx:
+        launch()
+    else:
+        push, pop = _nvtx()
+        push(NVTX_RANGE)
+        launch()
+        pop()
+    torch.cuda.synchronize()
+    if args.check:
+        result = chk.check(launch, c, chk.reference(a, b), K)
+        if not result.passed:
+            print(f"{CHECK_FAILED}: {label} {args.target} {shape}: {result.reason}",
+                  file=sys.stderr)
+            return 1
+    print(f"lab.profile target: {label} {args.target} {shape}: launched "
+          f"{args.warmup} + 1 times" + (", checked" if args.check else ""), file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------------------ running ncu
+
+
+def _child_env() -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("TRITON_INTERPRET", None)
+    return env
+
+
+def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, cwd=REPO, env=_child_env(), capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise LabError(f"ncu did not finish within {timeout:.0f} s ({shlex.join(cmd[:3])} ...); "
+                       "raise --timeout or profile a smaller --size") from None
+    except OSError as exc:
+        raise LabError(f"could not start {cmd[0]}: {exc.strerror}") from None
+
+
+class KernelError(LabError):
+    """This kernel could not be profiled; the other kernels still can."""
+
+
+def profile_one(t: Target, ncu: str, report_dir: Path, args, log) -> tuple[object, list[str]]:
+    """Run ncu on one target; return (NcuKernel, metrics that ncu did not know)."""
+    from lab import ncu as N
+
+    metrics = N.metric_list()
+    dropped: list[str] = []
+    report = str(report_dir / f"{t.name}.ncu-rep")
+    nvtx = args.filter == "nvtx"
+    for _ in range(8):  # each round may drop metrics this ncu does not know
+        cmd = N.ncu_command(ncu, t.argv, t.kernel_filter, metrics, report=report, nvtx=nvtx,
+                            launch_skip=WARMUP)
+        res = _run(cmd, args.timeout)
+        out = (res.stdout or "") + "\n" + (res.stderr or "")
+        bad = N.unknown_metrics(out, metrics)
+        if bad:
+            log(f"  ncu does not know {', '.join(bad)}; dropping and retrying")
+            dropped += bad
+            metrics = [m for m in metrics if m not in bad]
+            continue
+        break
+    else:
+        raise LabError(f"ncu kept rejecting metrics for {t.label} {t.backend}; last lines:\n"
+                       + N.tail(out))
+    if CHECK_FAILED in out:
+        line = next(ln for ln in out.splitlines() if CHECK_FAILED in ln)
+        raise KernelError(line.split(": ", 1)[1] + "; fix the kernel before profiling it")
+    if N.NO_KERNELS in out:
+        raise KernelError(
+            f"ncu profiled no kernel matching {t.kernel_filter!r} for {t.label} {t.backend} "
+            f"(\"{N.NO_KERNELS}\"); check the kernel name, or try --filter skip if NVTX ranges "
+            "are not seen")
+    if res.returncode != 0 or not Path(report).exists():
+        raise LabError(f"ncu failed (exit status {res.returncode}) on {t.label} {t.backend}; "
+                       f"its last lines:\n{N.tail(out)}")
+    imp = _run(N.import_command(ncu, report), args.timeout)
+    if imp.returncode != 0:
+        raise LabError(f"ncu could not read back its report {report} (exit status "
+                       f"{imp.returncode}); its last lines:\n{N.tail(imp.stdout + imp.stderr)}")
+    kernels = N.parse_raw_csv(imp.stdout)
+    if not kernels:
+        raise KernelError(f"ncu's report for {t.label} {t.backend} holds no kernel "
+                          f"(filter {t.kernel_filter!r})")
+    return kernels[0], dropped
+
+
+def require_gpu() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise LabError("profiling with Nsight Compute needs a CUDA GPU and torch sees none; "
+                       "--sass and --ptx work without a GPU, and --dry-run prints the ncu "
+                       "command lines to run on one")
+
+
+def peaks_for(args):
+    from lab import roofline
+
+    bw = args.peak_bw * 1e12
+    if args.peak_tflops:
+        return roofline.Peaks(args.peak_tflops * 1e12, bw, "given on the command line")
+    return roofline.device_peaks(bw) or roofline.Peaks(roofline.DEFAULT_PEAKS.flops, bw,
+                                                       roofline.DEFAULT_PEAKS.source)
+
+
+def profile_all(targets: list[Target], shape, args) -> int:
+    from lab import ncu as N
+
+    require_gpu()
+    ncu = N.require_tool("ncu", "profiling needs it")
+    peaks = peaks_for(args)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    tmp = None
+    if args.reports:
+        report_dir = Path(args.reports)
+        report_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = tempfile.mkdtemp(prefix="lab_profile_")
+        report_dir = Path(tmp)
+    rows, failures, dropped = [], [], set()
+    try:
+        for t in targets:
+            log(f"profiling {t.label} {t.backend} (ncu --kernel-name {t.kernel_filter}) ...")
+            start = time.perf_counter()
+            try:
+                kernel, missing = profile_one(t, ncu, report_dir, args, log)
+            except KernelError as exc:
+                failures.append((t, str(exc)))
+                log(f"  error: {exc}")
+                continue
+            dropped.update(missing)
+            log(f"  {kernel.kernel}: done in {time.perf_counter() - start:.1f} s")
+            summary = N.summarize(kernel, *shape, peaks)
+            rows.append({"stage": t.label, "backend": t.backend, "params": t.params,
+                         "M": shape.M, "N": shape.N, "K": shape.K, **summary,
+                         "_values": kernel.values})
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if rows:
+        render(rows, shape, peaks)
+    if dropped:
+        log(f"note: this ncu does not know {', '.join(sorted(dropped))}; shown as n/a")
+    if args.csv and rows:
+        path = write_csv(rows, args.csv, peaks)
+        print(f"wrote {path}")
+    for t, msg in failures:
+        print(f"error: {t.label} {t.backend}: {msg}", file=sys.stderr)
+    if args.reports:
+        print(f"ncu reports kept in {args.reports} (open with ncu-ui)")
+    return 1 if failures else 0
+
+
+# ------------------------------------------------------------------------------- output
+
+
+def _f(value, fmt: str = ".3g") -> str:
+    from lab.ncu import fmt_number
+
+    if value is None:
+        return "n/a"
+    if fmt == "si":
+        return fmt_number(value)
+    return format(value, fmt)
+
+
+TABLE_ROWS = (
+    ("kernel", lambda r: r["kernel"]),
+    ("grid / block", lambda r: f"{r['grid']} / {r['block']}"),
+    ("duration (ms)", lambda r: _f(r["duration_ms"], ".4g")),
+    ("SM clock during the run (GHz)", lambda r: _f(r["sm_clock_ghz"], ".3g")),
+    ("occupancy achieved / theoretical (%)",
+     lambda r: f"{_f(r['occupancy_achieved_pct'], '.1f')} / {_f(r['occupancy_theoretical_pct'], '.1f')}"),
+    ("SM throughput (% of peak)", lambda r: _f(r["sm_throughput_pct"], ".1f")),
+    ("DRAM throughput (% of peak)", lambda r: _f(r["dram_throughput_pct"], ".1f")),
+    ("L1 hit rate (%)", lambda r: _f(r["l1_hit_pct"], ".1f")),
+    ("L2 hit rate (%)", lambda r: _f(r["l2_hit_pct"], ".1f")),
+    ("global load sectors / request", lambda r: _f(r["gld_sectors_per_request"], ".2f")),
+    ("global store sectors / request", lambda r: _f(r["gst_sectors_per_request"], ".2f")),
+    ("shared wavefronts load / store",
+     lambda r: f"{_f(r['smem_ld_wavefronts'], 'si')} / {_f(r['smem_st_wavefronts'], 'si')}"),
+    ("shared bank conflicts load / store",
+     lambda r: f"{_f(r['smem_ld_bank_conflicts'], 'si')} / {_f(r['smem_st_bank_conflicts'], 'si')}"),
+    *((f"stall #{i} (% of active warp cycles)",
+       (lambda i: lambda r: "n/a" if r[f"stall_{i}"] is None else
+        f"{r[f'stall_{i}']} {r[f'stall_{i}_pct']:.1f}")(i)) for i in (1, 2, 3)),
+    ("achieved TFLOP/s (2MNK / duration)", lambda r: _f(r["achieved_tflops"], ".3g")),
+    ("DRAM bytes (read + write)",
+     lambda r: "n/a" if r["dram_bytes"] is None else _f(r["dram_bytes"], "si") + "B"),
+    ("arithmetic intensity (FLOP / DRAM byte)", lambda r: _f(r["intensity"], ".3g")),
+    ("roofline: bound, % of roof", lambda r: "n/a" if r["bound"] is None else
+     f"{r['bound']}, {r['pct_of_roof']:.1f}%"),
+    ("roof at this intensity (TFLOP/s)", lambda r: _f(r["attainable_tflops"], ".3g")),
+)
+
+
+def render(rows: list[dict], shape, peaks, console=None) -> None:
+    """One table, one column per kernel: the counters a learner compares between stages."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=240)
+    table = Table(title=f"Nsight Compute, one launch each, {shape} fp32 (clocks not locked)",
+                  caption=f"roofline: {peaks.source}; ridge point {peaks.ridge:.1f} FLOP/byte",
+                  header_style="bold")
+    table.add_column("metric", justify="left")
+    for r in rows:
+        table.add_column(f"{r['stage']}\n{r['backend']}", justify="right")
+    for title, cell in TABLE_ROWS:
+        table.add_row(title, *(cell(r) for r in rows))
+    console.print(table)
+
+
+def write_csv(rows: list[dict], path: str, peaks) -> Path:
+    import pandas as pd
+
+    flat = []
+    for r in rows:
+        rec = {k: v for k, v in r.items() if k != "_values"}
+        rec.update(peak_tflops=peaks.flops / 1e12, peak_bw_tbs=peaks.bw / 1e12,
+                   ridge_flop_per_byte=peaks.ridge, peaks_source=peaks.source)
+        rec.update({f"ncu:{m}": v for m, v in r["_values"].items()})
+        flat.append(rec)
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(flat).to_csv(out, index=False)
+    except OSError as exc:
+        raise LabError(f"cannot write {out}: {exc.strerror}") from None
+    return out
+
+
+def print_dry_run(targets: list[Target], args) -> None:
+    from lab import ncu as N
+
+    ncu = N.find_tool("ncu") or "ncu"
+    report_dir = args.reports or "/tmp/lab_profile"
+    print(f"# run from the repository root ({REPO}); the target needs PYTHONPATH=.")
+    print("export PYTHONPATH=.")
+    print(f"mkdir -p {shlex.quote(report_dir)}")
+    for t in targets:
+        report = f"{report_dir}/{t.name}.ncu-rep"
+        argv = ["python3", *t.argv[1:]]
+        print(f"# {t.label} {t.backend}")
+        print(shlex.join(N.ncu_command(ncu, argv, t.kernel_filter, N.metric_list(), report=report,
+                                       nvtx=args.filter == "nvtx", launch_skip=WARMUP)))
+        print(shlex.join(N.import_command(ncu, report)))
+
+
+# ------------------------------------------------------------------------- SASS / PTX
+
+
+def _cuda_sass(build) -> str:
+    try:  # another engineer's helper, if present
+        from cuda_kernels._sass import sass as sass_of_build
+    except ImportError:
+        sass_of_build = None
+    if sass_of_build is not None:
+        from lab.ncu import clean_sass
+
+        return clean_sass(sass_of_build(build))
+    from lab.ncu import sass_of_cubin
+
+    return sass_of_cubin(build.cubin)
+
+
+class _FakeDriver:
+    """Just enough of a Triton driver to compile (never launch) for a GPU that is not here."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cpu")
+
+
+def triton_compiled(variant, shape):
+    """Compile a Triton stage for this shape exactly as its launcher would, without launching.
+
+    The stage's prepare() runs with its `launcher` swapped for a recorder, which captures the
+    kernel, grid, arguments and meta-parameters; then JITFunction.warmup compiles them. With a
+    GPU the inputs are real (uninitialised) tensors and the device's target is used; without one
+    they are 'meta' tensors (shape only) and the target is sm_90 (the lent H100)."""
+    import warnings
+
+    import torch
+
+    module = variant.stage.module("triton")
+    if not hasattr(module, "launcher"):
+        raise LabError(f"triton_kernels.{variant.stage.name} does not launch through "
+                       "triton_kernels._common.launcher, so its compiled kernel cannot be captured")
+    captured: dict = {}
+
+    def recorder(kernel, grid, args, **meta):
+        captured.update(kernel=kernel, grid=tuple(int(g) for g in grid), args=args, meta=meta)
+
+        def launch():  # pragma: no cover - never called
+            raise RuntimeError("recorder only")
+
+        launch.resources = None
+        return launch
+
+    gpu = torch.cuda.is_available()
+    device = "cuda" if gpu else "meta"
+    M, N, K = shape
+    a = torch.empty((M, K), device=device)
+    b = torch.empty((K, N), device=device)
+    c = torch.empty((M, N), device=device)
+    original = module.launcher
+    module.launcher = recorder
+    try:
+        module.prepare(a, b, c, **variant.params_for("triton"))
+    finally:
+        module.launcher = original
+    if not captured:
+        raise LabError(f"triton_kernels.{variant.stage.name}.prepare launched nothing")
+    kernel = captured["kernel"]
+    from triton_kernels._common import interpreted
+
+    if interpreted(kernel):
+        raise LabError("TRITON_INTERPRET=1 is set, so Triton kernels are interpreted and have no "
+                       "PTX or SASS; unset it")
+    from triton.runtime import driver
+
+    previous = driver._active if not gpu else None
+    where = "this GPU"
+    try:
+        if not gpu:
+            from triton.backends.compiler import GPUTarget
+
+            driver.set_active(_FakeDriver(GPUTarget("cuda", 90, 32)))
+            where = "sm_90 (no GPU here: compiled, never run)"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = kernel.warmup(*captured["args"], grid=captured["grid"], **captured["meta"])
+    except LabError:
+        raise
+    except Exception as exc:
+        raise LabError(f"Triton could not compile {variant.label} for {where} "
+                       f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                       "Triton's PTX and SASS need a GPU here") from None
+    finally:
+        if not gpu:
+            driver._active = previous
+    return compiled, where
+
+
+PTX_MIX = (
+    ("fma.rn.f32", r"^\s*(?:@!?%p\d+\s+)?fma\.rn(?:\.ftz)?\.f32"),
+    ("ld.global (scalar)", r"^\s*(?:@!?%p\d+\s+)?ld\.global(?![.a-z0-9]*\.v[24]\.)[.a-z0-9]*\.(?:f32|b32|u32)\s"),
+    ("ld.global.v2", r"^\s*(?:@!?%p\d+\s+)?ld\.global[.a-z0-9]*\.v2"),
+    ("ld.global.v4", r"^\s*(?:@!?%p\d+\s+)?ld\.global[.a-z0-9]*\.v4"),
+    ("ld.shared", r"^\s*(?:@!?%p\d+\s+)?ld\.shared"),
+    ("st.shared", r"^\s*(?:@!?%p\d+\s+)?st\.shared"),
+    ("st.global", r"^\s*(?:@!?%p\d+\s+)?st\.global"),
+    ("cp.async", r"^\s*(?:@!?%p\d+\s+)?cp\.async"),
+    ("bar.sync", r"^\s*(?:@!?%p\d+\s+)?(?:bar\.sync|barrier\.sync)"),
+    ("mma", r"^\s*(?:@!?%p\d+\s+)?(?:mma|wgmma)\."),
+)
+
+
+def ptx_mix(ptx: str) -> str:
+    import re
+
+    counts = []
+    for label, pattern in PTX_MIX:
+        rx = re.compile(pattern)
+        n = sum(1 for ln in ptx.splitlines() if rx.match(ln))
+        if n or label in ("fma.rn.f32", "ld.shared", "bar.sync"):
+            counts.append(f"{label} {n}")
+    return "PTX mix (static count in the listing): " + ", ".join(counts)
+
+
+def show_listings(variants, backends, shape, sass: bool, ptx: bool) -> int:
+    from lab.ncu import format_mix, instruction_mix
+
+    for v in variants:
+        for backend in backends:
+            if backend == "cuda":
+                from cuda_kernels._ptx import ptx as ptx_of_build
+
+                build = v.stage.module("cuda").build(**v.params_for("cuda"))
+                head = f"{v.label} cuda {build.kernel} ({build.arch}, NVRTC)"
+                ptx_text = ptx_of_build(build) if ptx else None
+                sass_text = _cuda_sass(build) if sass else None
+            else:
+                compiled, where = triton_compiled(v, shape)
+                name = getattr(compiled.metadata, "name", v.label)
+                head = f"{v.label} triton {name} (Triton, {where}, specialised for {shape})"
+                ptx_text = compiled.asm.get("ptx") if ptx else None
+                sass_text = None
+                if sass:
+                    from lab.ncu import sass_of_cubin
+
+                    cubin = compiled.asm.get("cubin")
+                    if not cubin:
+                        raise LabError(f"Triton produced no cubin for {v.label}")
+                    sass_text = sass_of_cubin(cubin)
+            if ptx_text is not None:
+                print(f"// ===== PTX: {head} =====")
+                print(ptx_text.rstrip())
+                print(f"// {ptx_mix(ptx_text)}")
+            if sass_text is not None:
+                print(f"// ===== SASS: {head} =====")
+                print(sass_text.rstrip())
+                print(f"// {format_mix(instruction_mix(sass_text))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,596 @@
+"""lab.profile on the CPU: ncu CSV parsing, metric mapping, roofline arithmetic, SASS instruction
+mix, --sass/--ptx, the ncu command line, and one-sentence CLI errors.
+
+THE NCU FIXTURE IS SYNTHETIC. tests/data/ncu_synthetic.csv was written by hand in the exact layout
+of `ncu --csv --page raw` (header row of column names, a units row, one row per kernel); its
+numbers are made up to be easy to check by hand and are NOT measurements. Its units are the
+scaled ones ncu prints without `--print-units base` ("usecond", "Mbyte", "cycle/nsecond"), to
+exercise the unit handling. A real recording from the H100 goes to tests/data/ncu_tiled_4096.csv
+(`python -m lab.profile --stage tiled --backend cuda --size 4096 --no-cublas --reports DIR`, then
+`ncu --import DIR/tiled-cuda.ncu-rep --csv --page raw --print-units base > that file`);
+`test_real_recording_*` run on it when it is there. To point the exact-value tests at another
+file, change SYNTHETIC and the EXPECTED numbers below.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab import ncu as N
+from lab import roofline as R
+from lab.errors import LabError
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+SYNTHETIC = DATA / "ncu_synthetic.csv"  # hand-made, see the module docstring
+REAL = DATA / "ncu_tiled_4096.csv"  # recorded on the H100 by the lead, when present
+HAS_GPU = torch.cuda.is_available()
+
+# What the synthetic file says, worked out by hand (M = N = K = 4096).
+FLOPS_4096 = 2 * 4096**3  # 137,438,953,472
+EXPECTED = {
+    "matmul_tiled": dict(duration_ms=12.5, sm_clock_ghz=1.75, dram_bytes=1.3e9,
+                         gld_spr=4.0, gst_spr=4.0, stalls=["mio_throttle", "barrier",
+                                                           "short_scoreboard"],
+                         bound="compute"),
+    "matmul_naive": dict(duration_ms=250.0, sm_clock_ghz=1.98, dram_bytes=30_067.11e6,
+                         gld_spr=16.0, gst_spr=32.0, stalls=["long_scoreboard", "lg_throttle",
+                                                             "no_instruction"],
+                         bound="memory"),
+}
+
+
+def run_cli(*args, timeout=300, env_extra=None, drop=()):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    for key in drop:
+        env.pop(key, None)
+    return subprocess.run([sys.executable, "-m", "lab.profile", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return {k.kernel: k for k in N.parse_raw_csv(SYNTHETIC.read_text())}
+
+
+# ------------------------------------------------------------------------------ CSV parsing
+
+
+def test_synthetic_fixture_parses_into_one_record_per_kernel(kernels):
+    assert list(kernels) == ["matmul_tiled", "matmul_naive"]
+    k = kernels["matmul_tiled"]
+    assert (k.id, k.block, k.grid, k.cc) == ("0", "(32, 32, 1)", "(128, 128, 1)", "9.0")
+    assert k.units["gpu__time_duration.sum"] == "usecond"
+    assert k.units["dram__bytes_read.sum"] == "Mbyte"
+
+
+def test_values_lose_thousands_separators_and_come_in_base_units(kernels):
+    k = kernels["matmul_tiled"]
+    assert k.get("gpu__time_duration.sum") == pytest.approx(12_500e-6)  # "12,500.00" usecond
+    assert k.get("dram__bytes_read.sum") == pytest.approx(1.2e9)  # "1,200.00" Mbyte
+    assert k.get("sm__cycles_elapsed.avg.per_second") == pytest.approx(1.75e9)  # cycle/nsecond
+    assert k.get("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum") == 1_073_741_824
+    assert k.get("lts__t_sector_hit_rate.pct") == pytest.approx(88.4)  # % stays %
+
+
+def test_na_becomes_none(kernels):
+    assert kernels["matmul_naive"].get(
+        "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum") is None
+
+
+@pytest.mark.parametrize("text,unit,expected", [
+    ("1,234.5", "usecond", 1.2345e-3),
+    ("5", "msecond", 5e-3),
+    ("3,000", "nsecond", 3e-6),
+    ("2", "second", 2.0),
+    ("2", "Kbyte", 2e3),
+    ("1.5", "Gbyte/second", 1.5e9),
+    ("1.98", "cycle/nsecond", 1.98e9),
+    ("1,980", "Mhz", 1.98e9),
+    ("12.5", "%", 12.5),
+    ("7", "", 7.0),
+    ("n/a", "%", None),
+    ("", "byte", None),
+])
+def test_parse_value_units(text, unit, expected):
+    got = N.parse_value(text, unit)
+    assert got == (None if expected is None else pytest.approx(expected))
+
+
+def test_parser_skips_profiler_chatter_around_the_table():
+    text = ("==PROF== Connected to process 4242 (/usr/bin/python3.12)\n"
+            "lab.profile target: tiled cuda 64x64x64: launched 1 + 1 times\n"
+            + SYNTHETIC.read_text()
+            + "==PROF== Disconnected from process 4242\n")
+    assert [k.kernel for k in N.parse_raw_csv(text)] == ["matmul_tiled", "matmul_naive"]
+
+
+def test_parser_without_a_table_is_a_lab_error():
+    with pytest.raises(LabError, match="no CSV table"):
+        N.parse_raw_csv("==WARNING== No kernels were profiled.\n")
+
+
+# ----------------------------------------------------------------------------- mapping
+
+
+def test_every_table_metric_is_a_column_of_the_fixture(kernels):
+    cols = set(kernels["matmul_tiled"].values)
+    assert set(N.metric_list()) <= cols
+    assert not any(m.startswith("regex:") for m in N.metric_list())
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_summarize_maps_raw_metrics_to_columns(kernels, name):
+    exp = EXPECTED[name]
+    s = N.summarize(kernels[name], 4096, 4096, 4096, R.DEFAULT_PEAKS)
+    assert s["kernel"] == name
+    assert s["duration_ms"] == pytest.approx(exp["duration_ms"])
+    assert s["sm_clock_ghz"] == pytest.approx(exp["sm_clock_ghz"])
+    assert s["dram_bytes"] == pytest.approx(exp["dram_bytes"])
+    assert s["gld_sectors_per_request"] == pytest.approx(exp["gld_spr"])
+    assert s["gst_sectors_per_request"] == pytest.approx(exp["gst_spr"])
+    assert [s["stall_1"], s["stall_2"], s["stall_3"]] == exp["stalls"]  # 'selected' left out
+    assert s["flops"] == FLOPS_4096
+    assert s["intensity"] == pytest.approx(FLOPS_4096 / exp["dram_bytes"])
+    assert s["achieved_tflops"] == pytest.approx(FLOPS_4096 / (exp["duration_ms"] * 1e-3) / 1e12)
+    assert s["bound"] == exp["bound"]
+
+
+def test_roofline_position_of_the_synthetic_kernels(kernels):
+    peaks = R.Peaks(66.9e12, 3.0e12, "test")
+    tiled = N.summarize(kernels["matmul_tiled"], 4096, 4096, 4096, peaks)
+    # 137.44 GFLOP in 12.5 ms = 10.995 TFLOP/s; intensity 105.7 > ridge 22.3: roof = 66.9
+    assert tiled["pct_of_roof"] == pytest.approx(100 * 10.99512 / 66.9, rel=1e-4)
+    naive = N.summarize(kernels["matmul_naive"], 4096, 4096, 4096, peaks)
+    # 137.44 GFLOP / 30.067 GB = 4.571 FLOP/byte: roof 13.713 TFLOP/s; achieved 0.54976
+    assert naive["attainable_tflops"] == pytest.approx(13.7133, rel=1e-4)
+    assert naive["pct_of_roof"] == pytest.approx(100 * 0.549756 / 13.7133, rel=1e-4)
+
+
+def test_missing_metrics_become_na_not_errors(kernels):
+    k = kernels["matmul_tiled"]
+    values = {m: v for m, v in k.values.items() if m != "dram__bytes_write.sum"}
+    partial = N.NcuKernel(k.id, k.kernel, k.block, k.grid, k.cc, values, k.units)
+    s = N.summarize(partial, 4096, 4096, 4096, R.DEFAULT_PEAKS)
+    assert s["dram_bytes"] is None and s["intensity"] is None and s["bound"] is None
+    assert s["duration_ms"] == pytest.approx(12.5)
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="no real ncu recording in tests/data yet")
+def test_real_recording_has_every_column_and_sane_values():
+    ks = N.parse_raw_csv(REAL.read_text())
+    assert len(ks) == 1 and ks[0].kernel == "matmul_tiled"
+    missing = [m for m in N.metric_list() if m not in ks[0].values]
+    assert not missing, f"ncu did not report {missing}"
+    s = N.summarize(ks[0], 4096, 4096, 4096, R.DEFAULT_PEAKS)
+    assert s["duration_ms"] > 0 and s["dram_bytes"] > 0
+    assert 0 < s["occupancy_achieved_pct"] <= 100
+    assert s["gld_sectors_per_request"] >= 1
+
+
+# ------------------------------------------------------------------------------ roofline
+
+
+def test_h100_anchor_peak_is_66_9_tflops():
+    assert R.fp32_peak(132, 1.98e9) == pytest.approx(66.90e12, rel=1e-3)
+    assert R.DEFAULT_PEAKS.flops == pytest.approx(66.90e12, rel=1e-3)
+    assert R.DEFAULT_PEAKS.bw == 3.0e12
+
+
+def test_ridge_point():
+    assert R.ridge_point(66.9e12, 3.0e12) == pytest.approx(22.3)
+    assert R.ridge_point(100.0, 4.0) == 25.0
+    with pytest.raises(ValueError):
+        R.ridge_point(0, 1)
+
+
+def test_attainable_is_the_lower_roof():
+    assert R.attainable(10.0, 66.9e12, 3.0e12) == pytest.approx(30e12)  # under the slope
+    assert R.attainable(100.0, 66.9e12, 3.0e12) == 66.9e12  # flat roof
+    assert R.attainable(22.3, 66.9e12, 3.0e12) == pytest.approx(66.9e12)  # ridge
+    assert R.attainable(math.inf, 66.9e12, 3.0e12) == 66.9e12
+    with pytest.raises(ValueError):
+        R.attainable(-1.0, 1.0, 1.0)
+
+
+def test_classify():
+    assert R.classify(10.0, 15e12, 66.9e12, 3.0e12) == ("memory", pytest.approx(50.0))
+    assert R.classify(100.0, 33.45e12, 66.9e12, 3.0e12) == ("compute", pytest.approx(50.0))
+    assert R.classify(25.0, 100.0, 100.0, 4.0)[0] == "compute"  # at the ridge
+    bound, pct = R.classify(4.0, 8.0, 100.0, 4.0)  # roof 16 at intensity 4
+    assert (bound, pct) == ("memory", 50.0)
+
+
+def test_fmt_number():
+    assert [N.fmt_number(x) for x in (4_563_402_752, 16_777_216, 1_000, 999.4, 0, None)] == \
+        ["4.56G", "16.8M", "1k", "999", "0", "n/a"]
+
+
+def test_intensity():
+    assert R.intensity(1000.0, 10.0) == 100.0
+    assert R.intensity(1000.0, 0.0) == math.inf
+
+
+# ------------------------------------------------------------------------ instruction mix
+
+SNIPPET = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0040*/                   HFMA2.MMA R13, -RZ, RZ, 0, 0 ;
+        /*0100*/              @!P0 LDG.E.CONSTANT R4, desc[UR4][R2.64] ;
+        /*0110*/               @P1 LDG.E.64 R6, desc[UR4][R8.64] ;
+        /*0120*/                   LDG.E.128.CONSTANT R8, desc[UR4][R10.64] ;
+        /*0130*/                   LDG.E.128 R12, desc[UR4][R14.64] ;
+        /*0140*/                   STS [R0], R4 ;
+        /*0150*/                   STS.128 [R0+0x10], R8 ;
+        /*0160*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0170*/                   LDS R5, [R2] ;
+        /*0180*/                   LDS.64 R6, [R2+0x8] ;
+        /*0190*/                   LDS.U.128 R8, [R2+0x10] ;
+        /*01a0*/                   FFMA R13, R5, R6, R13 ;
+        /*01b0*/                   FFMA.FTZ R13, R7, R8, R13 ;
+        /*01c0*/              @!PT FFMA R13, R9, R10, R13 ;
+        /*01d0*/                   HMMA.16816.F32 R20, R4, R8, R20 ;
+        /*01e0*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*01f0*/                   STG.E desc[UR4][R2.64], R13 ;
+        /*0200*/                   EXIT ;
+        /*0210*/                   NOP;
+        /*0220*/                   BRA 0x210;
+"""
+
+
+def test_instruction_mix_on_a_hand_written_snippet():
+    mix = N.instruction_mix(SNIPPET)
+    assert mix["FFMA"] == 3
+    assert (mix["LDG.E"], mix["LDG.E.64"], mix["LDG.E.128"]) == (1, 1, 2)
+    assert (mix["LDS"], mix["LDS.64"], mix["LDS.128"]) == (1, 1, 1)
+    assert (mix["STS"], mix["STG"], mix["BAR"]) == (2, 1, 2)
+    assert mix["HMMA"] == 1  # HFMA2.MMA is not an HMMA
+    assert mix["total"] == 20  # NOP excluded
+    line = N.format_mix(mix)
+    assert "FFMA 3" in line and "LDG.E.128 2" in line and "HMMA 1" in line
+
+
+def test_clean_sass_drops_the_encodings():
+    raw = ("        /*0000*/                   LDC R1, c[0x0][0x28] ;   /* 0x00000a00ff017b82 */\n"
+           "                                                            /* 0x000ff00000000800 */\n")
+    assert N.clean_sass(raw).strip() == "/*0000*/                   LDC R1, c[0x0][0x28] ;"
+
+
+@pytest.fixture(scope="module")
+def stage_sass():
+    from lab.stages import BY_NAME, Variant
+
+    def sass(name):
+        stage = BY_NAME[name]
+        build = stage.module("cuda").build(**Variant(stage, stage.defaults()).params_for("cuda"))
+        return N.sass_of_cubin(build.cubin)
+    return sass
+
+
+def test_instruction_mix_of_the_real_tiled_cubin(stage_sass):
+    """NVRTC builds tiled for sm_90 here; its inner loop is FFMAs fed from shared memory."""
+    text = stage_sass("tiled")
+    assert "matmul_tiled" in text
+    mix = N.instruction_mix(text)
+    assert mix["FFMA"] >= 32  # TILE=32, unrolled: at least one FFMA per k
+    assert mix["LDS"] + mix["LDS.64"] + mix["LDS.128"] > 0
+    assert mix["STS"] >= 2  # one tile element of A and one of B per thread
+    assert mix["BAR"] >= 2  # the two __syncthreads
+    assert mix["STG"] >= 1
+
+
+def test_naive_has_no_shared_memory_traffic_and_tiled_does(stage_sass):
+    naive = N.instruction_mix(stage_sass("naive"))
+    tiled = N.instruction_mix(stage_sass("tiled"))
+    assert naive["LDS"] + naive["LDS.64"] + naive["LDS.128"] + naive["STS"] == 0
+    assert naive["FFMA"] > 0 and naive["LDG.E"] > 0
+    # tiled loads each global element once per block, then reuses it from shared memory
+    assert tiled["LDG.E"] + tiled["LDG.E.64"] + tiled["LDG.E.128"] < tiled["FFMA"]
+
+
+def test_find_tool_finds_the_pip_cuobjdump():
+    assert N.find_tool("cuobjdump") is not None
+    assert N.find_tool("surely-not-a-cuda-tool") is None
+
+
+# ---------------------------------------------------------------------------- PTX helper
+
+
+def test_ptx_of_the_tiled_build_names_the_kernel():
+    from cuda_kernels import tiled
+    from cuda_kernels._ptx import ptx, ptx_of, ptx_options
+
+    build = tiled.build()
+    text = ptx(build)
+    assert ".entry matmul_tiled" in text and "fma.rn.f32" in text and "bar.sync" in text
+    assert "-arch=compute_90" in ptx_options(build.options) or build.arch != "sm_90"
+    assert not any(o.startswith("-Xptxas") for o in ptx_options(build.options))
+    assert ".entry matmul_tiled" in ptx_of("tiled.cu", "matmul_tiled", {"TILE": 16})
+
+
+# -------------------------------------------------------------------------- ncu command line
+
+
+def test_ncu_command_profiles_one_launch_without_touching_clocks():
+    cmd = N.ncu_command("ncu", ["python3", "-m", "lab.profile"], "matmul_tiled",
+                        N.metric_list(), report="/tmp/x.ncu-rep")
+    assert cmd[cmd.index("--clock-control") + 1] == "none"
+    assert cmd[cmd.index("--launch-count") + 1] == "1"
+    assert cmd[cmd.index("--kernel-name") + 1] == "matmul_tiled"
+    assert cmd[cmd.index("--nvtx-include") + 1] == f"{N.NVTX_RANGE}/"
+    assert "--set" not in cmd and "--section" not in cmd  # only the metrics we need
+    assert cmd[cmd.index("--metrics") + 1].split(",") == N.metric_list()
+    assert cmd[-3:] == ["python3", "-m", "lab.profile"]
+    skip = N.ncu_command("ncu", ["t"], "k", ["m"], nvtx=False, launch_skip=1)
+    assert "--nvtx" not in skip and skip[skip.index("--launch-skip") + 1] == "1"
+    assert "--csv" in skip and skip[skip.index("--page") + 1] == "raw"
+
+
+def test_unknown_metric_messages_are_recognised():
+    req = ["sm__maximum_warps_per_active_cycle_pct", "dram__bytes_read.sum", "gpu__time_duration.sum"]
+    out = ("==PROF== Connected to process 1\n"
+           "==ERROR== Failed to find metric sm__maximum_warps_per_active_cycle_pct\n"
+           "==ERROR== Failed to find metric regex:^dram__bytes_read(\\.(sum|avg))?$\n")
+    assert N.unknown_metrics(out, req) == ["sm__maximum_warps_per_active_cycle_pct",
+                                           "dram__bytes_read.sum"]
+    assert N.unknown_metrics("all good", req) == []
+
+
+def test_triton_kernel_names_come_from_the_module():
+    from lab.profile import kernel_filter, triton_kernel_names
+    from lab.stages import BY_NAME, Variant
+
+    import triton_kernels.tiled as mod
+
+    assert triton_kernel_names(mod) == ["matmul_tiled_kernel"]
+    stage = BY_NAME["tiled"]
+    v = Variant(stage, stage.defaults())
+    assert kernel_filter(v, "triton") == "regex:^matmul_tiled_kernel"
+    assert kernel_filter(v, "cuda") == "matmul_tiled"
+
+
+def test_dry_run_prints_the_ncu_command_lines():
+    r = run_cli("--stage", "tiled", "--size", "4096", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith(("ncu ", "/"))]
+    profile = [ln for ln in lines if "--metrics" in ln]
+    assert len(profile) == 3  # cuBLAS, tiled cuda, tiled triton
+    for ln in profile:
+        assert "--clock-control none" in ln and "--launch-count 1" in ln
+        assert "--_target" in ln and "--size 4096x4096x4096" in ln
+    assert any("--kernel-name matmul_tiled " in ln and "--_target cuda" in ln for ln in profile)
+    assert any("regex:^matmul_tiled_kernel" in ln and "--_target triton" in ln for ln in profile)
+    assert any("--_target cublas" in ln and "nvjet" in ln for ln in profile)
+    assert sum("--import" in ln for ln in lines) == 3
+    r = run_cli("--stage", "tiled", "--backend", "cuda", "--no-cublas", "--filter", "skip",
+                "--dry-run")
+    assert r.returncode == 0 and "cublas" not in r.stdout and "--launch-skip 1" in r.stdout
+
+
+# ------------------------------------------------------------------------------------ output
+
+
+def test_render_and_csv_from_the_fixture(kernels, tmp_path):
+    import pandas as pd
+    from rich.console import Console
+
+    from lab.profile import render, write_csv
+    from lab.shapes import Shape
+
+    rows = []
+    for k in kernels.values():
+        s = N.summarize(k, 4096, 4096, 4096, R.DEFAULT_PEAKS)
+        rows.append({"stage": k.kernel.split("_")[1], "backend": "cuda", "params": "",
+                     "M": 4096, "N": 4096, "K": 4096, **s, "_values": k.values})
+    buf = io.StringIO()
+    render(rows, Shape(4096, 4096, 4096), R.DEFAULT_PEAKS, Console(file=buf, width=200))
+    text = buf.getvalue()
+    assert "mio_throttle 40.5" in text and "memory, " in text and "compute, " in text
+    path = write_csv(rows, tmp_path / "p.csv", R.DEFAULT_PEAKS)
+    df = pd.read_csv(path)
+    assert len(df) == 2 and list(df.kernel) == ["matmul_tiled", "matmul_naive"]
+    assert df.duration_ms.tolist() == pytest.approx([12.5, 250.0])
+    assert "ncu:gpu__time_duration.sum" in df.columns and "ridge_flop_per_byte" in df.columns
+
+
+# ------------------------------------------------------------------------- listings (CPU)
+
+
+def test_sass_of_a_cuda_stage_works_without_a_gpu():
+    r = run_cli("--stage", "tiled", "--sass", "--backend", "cuda")
+    assert r.returncode == 0, r.stderr
+    assert "SASS: tiled cuda matmul_tiled" in r.stdout and "FFMA" in r.stdout
+    last = r.stdout.strip().splitlines()[-1]  # the mix sits under the listing (`| tail` shows it)
+    assert last.startswith("// instruction mix") and "FFMA " in last and "LDS" in last
+
+
+def test_ptx_of_a_cuda_stage_works_without_a_gpu():
+    r = run_cli("--stage", "naive,tiled:tile=16", "--ptx", "--backend", "cuda")
+    assert r.returncode == 0, r.stderr
+    assert ".entry matmul_naive" in r.stdout and ".entry matmul_tiled" in r.stdout
+    assert "PTX mix" in r.stdout
+
+
+def test_triton_sass_compiles_for_sm90_or_says_why_not():
+    """Nice-to-have: Triton compiled for sm_90 with no GPU. Either it works, or it fails with one
+    sentence (exit 2) that says a GPU is needed."""
+    r = run_cli("--stage", "tiled", "--sass", "--backend", "triton", "--size", "256",
+                drop=("TRITON_INTERPRET",))
+    if r.returncode == 0:
+        assert "matmul_tiled_kernel" in r.stdout and "FFMA" in r.stdout
+        assert r.stdout.strip().splitlines()[-1].startswith("// instruction mix")
+    else:
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "GPU" in r.stderr
+
+
+# ------------------------------------------------------------------------------ CLI errors
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--stage", "bogus"], "unknown stage 'bogus'"),
+    (["--stage", "tiled", "--size", "0"], "positive"),
+    (["--stage", "tiled", "--size", "12x"], "MxNxK"),
+    (["--stage", "tiled", "--size", "64,128"], "one shape"),
+    (["--stage", "tiled", "--backend", "opencl"], "unknown backend opencl"),
+    (["--stage", "tiled", "--bogus"], "unrecognized arguments"),
+])
+def test_usage_errors_are_one_line_and_exit_2(args, words):
+    r = run_cli(*args, "--dry-run")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0]
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
+def test_profiling_without_a_gpu_says_so():
+    r = run_cli("--stage", "tiled", "--size", "64")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "GPU" in lines[0]
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
+def test_target_without_a_gpu_says_so():
+    r = run_cli("--_target", "cuda", "--stage", "tiled", "--size", "64")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "GPU" in r.stderr
+
+
+def test_ncu_missing_is_one_sentence(monkeypatch):
+    monkeypatch.setenv("LAB_NCU", "/nonexistent/ncu")
+    with pytest.raises(LabError, match="ncu was not found"):
+        N.require_tool("ncu", "profiling needs it")
+
+
+# --------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+def test_target_launches_and_checks_on_the_gpu():
+    r = run_cli("--_target", "cuda", "--stage", "tiled", "--size", "129x67x95", "--check")
+    assert r.returncode == 0, r.stderr
+    assert "checked" in r.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(N.find_tool("ncu") is None, reason="ncu not found")
+def test_profile_tiled_on_the_gpu(tmp_path):
+    out = tmp_path / "prof.csv"
+    r = run_cli("--stage", "tiled", "--backend", "cuda", "--size", "512", "--csv", str(out),
+                timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    import pandas as pd
+
+    df = pd.read_csv(out)
+    assert set(df.backend) == {"cublas", "cuda"}
+    tiled = df[df.backend == "cuda"].iloc[0]
+    assert tiled.kernel == "matmul_tiled" and tiled.duration_ms > 0 and tiled.dram_bytes > 0
+
+
+# ------------------------------------------------- the ncu orchestration, with a stand-in ncu
+
+
+class FakeNcu:
+    """Stands in for ncu in lab.profile._run: scripted answers to the profiling call, the
+    synthetic fixture for `ncu --import`. Records every command."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)  # per profiling call: (returncode, output, write_report)
+        self.calls = []
+
+    def __call__(self, cmd, timeout):
+        self.calls.append(cmd)
+        if "--import" in cmd:
+            return subprocess.CompletedProcess(cmd, 0, SYNTHETIC.read_text(), "")
+        rc, output, write = self.answers.pop(0) if self.answers else (0, "==PROF== ok", True)
+        if write:
+            Path(cmd[cmd.index("--export") + 1]).write_bytes(b"report")
+        return subprocess.CompletedProcess(cmd, rc, "", output)
+
+
+@pytest.fixture
+def fake_ncu(monkeypatch):
+    import lab.profile as P
+
+    def install(*answers):
+        fake = FakeNcu(answers)
+        monkeypatch.setattr(P, "_run", fake)
+        monkeypatch.setattr(P, "require_gpu", lambda: None)
+        monkeypatch.setattr(N, "require_tool", lambda name, why: f"/fake/{name}")
+        return fake
+    return install
+
+
+def _profile(*argv):
+    from lab.profile import main
+
+    return main(["--peak-tflops", "66.9", *argv])
+
+
+def test_profile_drops_unknown_metrics_retries_and_writes_csv(fake_ncu, tmp_path, capsys):
+    import pandas as pd
+
+    fake = fake_ncu((1, "==ERROR== Failed to find metric sm__maximum_warps_per_active_cycle_pct\n",
+                     False))
+    out = tmp_path / "p.csv"
+    assert _profile("--stage", "tiled", "--backend", "cuda", "--no-cublas", "--csv", str(out)) == 0
+    profiles = [c for c in fake.calls if "--metrics" in c]
+    assert len(profiles) == 2  # rejected once, then rerun without the unknown metric
+    assert "sm__maximum_warps_per_active_cycle_pct" in profiles[0][profiles[0].index("--metrics") + 1]
+    assert "sm__maximum_warps_per_active_cycle_pct" not in profiles[1][profiles[1].index("--metrics") + 1]
+    for c in profiles:
+        assert c[c.index("--clock-control") + 1] == "none"
+    captured = capsys.readouterr()
+    assert "matmul_tiled" in captured.out and "mio_throttle" in captured.out
+    assert "does not know sm__maximum_warps_per_active_cycle_pct" in captured.err
+    df = pd.read_csv(out)
+    assert df.stage.tolist() == ["tiled"] and df.duration_ms.tolist() == pytest.approx([12.5])
+
+
+def test_profile_reports_a_kernel_ncu_did_not_find_and_goes_on(fake_ncu, capsys):
+    fake_ncu((0, "==PROF== Disconnected\n==WARNING== No kernels were profiled.\n", False))
+    assert _profile("--stage", "tiled", "--backend", "cuda,triton", "--no-cublas") == 1
+    captured = capsys.readouterr()
+    assert "No kernels were profiled" in captured.err and "tiled cuda" in captured.err
+    assert "matmul_tiled" in captured.out  # the Triton kernel (fake answer) was still shown
+
+
+def test_profile_reports_a_failed_check(fake_ncu, capsys):
+    from lab.profile import CHECK_FAILED
+
+    fake_ncu((1, f"{CHECK_FAILED}: tiled cuda 4096x4096x4096: 12 of 16777216 elements are NaN\n",
+              True))
+    assert _profile("--stage", "tiled", "--backend", "cuda", "--no-cublas") == 1
+    err = capsys.readouterr().err
+    assert "elements are NaN; fix the kernel before profiling it" in err
+
+
+def test_ncu_failure_shows_its_last_lines_and_exits_2(fake_ncu, capsys):
+    fake_ncu((255, "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access "
+                   "NVIDIA GPU Performance Counters\n", False))
+    assert _profile("--stage", "tiled", "--backend", "cuda", "--no-cublas") == 2
+    err = capsys.readouterr().err
+    assert "\nerror: ncu failed (exit status 255) on tiled cuda" in err and "ERR_NVGPUCTRPERM" in err
+    assert "Traceback" not in err
+
+
+def test_ptx_mix_counts_vector_and_scalar_loads_apart():
+    from lab.profile import ptx_mix
+
+    ptx = ("\t@%p2 ld.global.v4.b32 { %r30, %r31, %r32, %r33 }, [ %rd7 + 0 ];\n"
+           "\tld.global.nc.f32 \t%f210, [%rd1];\n"
+           "\t@!%p1 ld.global.nc.f32 \t%f211, [%rd9];\n"
+           "\tld.shared.f32 \t%f1, [%r1];\n"
+           "\tfma.rn.f32 \t%f3, %f1, %f2, %f3;\n"
+           "\tbar.sync \t0;\n")
+    line = ptx_mix(ptx)
+    assert "ld.global (scalar) 2" in line and "ld.global.v4 1" in line
+    assert "fma.rn.f32 1" in line and "ld.shared 1" in line and "bar.sync 1" in line

@@ -1,0 +1,49 @@
+"""compute-sanitizer over every CUDA stage: memcheck (out-of-bounds and misaligned accesses) and
+racecheck (shared-memory hazards, e.g. a missing __syncthreads), on an odd shape that is not a
+multiple of any tile, so the edge guards are exercised.
+
+Each case runs the profiling target of lab.profile (`python -m lab.profile --_target cuda ...
+--check`): inputs, one warm-up launch, one launch, then the NaN-poisoned check against the float64
+reference. PYTORCH_NO_CUDA_MEMORY_CACHING=1 gives every tensor its own cudaMalloc, so memcheck sees
+an access past the end of A, B or C instead of landing silently in torch's cached pool.
+
+GPU only (marked `gpu`); skipped, with the reason, when compute-sanitizer is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.ncu import find_tool
+from lab.stages import STAGES, Variant
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parent.parent
+SHAPE = "129x67x95"
+SANITIZER = find_tool("compute-sanitizer")
+TOOLS = ("memcheck", "racecheck")
+
+
+@pytest.mark.skipif(SANITIZER is None, reason="compute-sanitizer not found on PATH, in the venv "
+                                              "or in /usr/local/cuda/bin")
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
+def test_cuda_stage_is_clean_under_compute_sanitizer(stage, tool):
+    label = Variant(stage, stage.defaults()).label
+    cmd = [SANITIZER, "--tool", tool, "--error-exitcode", "1",
+           sys.executable, "-m", "lab.profile", "--_target", "cuda", "--stage", label,
+           "--size", SHAPE, "--no-nvtx", "--check"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    out = r.stdout + r.stderr
+    tail = "\n".join(out.strip().splitlines()[-30:])
+    assert not re.search(r"ERROR SUMMARY: [1-9]", out), f"{tool} found errors in {label}:\n{tail}"
+    assert r.returncode == 0, f"{tool} run of {label} exited {r.returncode}:\n{tail}"
+    assert "checked" in out, f"the target did not finish its check:\n{tail}"
