@@ -121,11 +121,16 @@ def _error_row(row: Row, exc: BaseException) -> Row:
 def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row]:
     import torch
 
+    from lab.occupancy import SM90, from_device
+
     validate(plan)
     device = "cuda" if plan.mode == "gpu" else "cpu"
+    limits = from_device() if plan.mode == "gpu" else SM90  # CPU mode: the H100's limits
     rows: list[Row] = []
 
     def emit(row: Row) -> None:
+        if row.status in ("pass", "compiled", "fail"):
+            _fill_occupancy(row, limits)
         rows.append(row)
         if on_row:
             on_row(row)
@@ -154,6 +159,18 @@ def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row
         if device == "cuda":
             torch.cuda.empty_cache()
     return rows
+
+
+def _fill_occupancy(row: Row, limits) -> None:
+    """Theoretical occupancy from the row's resources and the device's limits."""
+    from lab.occupancy import from_resources
+
+    if row.threads is None or row.registers is None:
+        return
+    occ = from_resources({"threads": row.threads, "registers": row.registers,
+                          "smem_static": row.smem_static, "smem_dynamic": row.smem_dynamic}, limits)
+    row.blocks_per_sm, row.occupancy, row.occupancy_limiter = (occ.blocks_per_sm, occ.occupancy,
+                                                               occ.limiter)
 
 
 def _params(variant: Variant, backend: str) -> str:
