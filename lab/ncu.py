@@ -186,6 +186,9 @@ _BASES = ("second", "byte", "hz", "cycle", "inst", "sector", "request", "warp", 
           "wavefront", "block", "register", "transaction")
 
 
+_SHORT_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
 def _unit_scale(unit: str) -> tuple[float, str]:
     """('usecond' -> 1e-6, 'second'); ('Mbyte' -> 1e6, 'byte'); ('%' -> 1, '%')."""
     unit = unit.strip()
@@ -196,6 +199,8 @@ def _unit_scale(unit: str) -> tuple[float, str]:
         sn, bn = _unit_scale(num)
         sd, bd = _unit_scale(den)
         return sn / sd, f"{bn}/{bd}"
+    if unit in _SHORT_TIME:  # ncu prints durations as "ns" even with --print-units base
+        return _SHORT_TIME[unit], "second"
     low = unit.lower()
     for base in _BASES:
         if low.endswith(base):
