@@ -119,14 +119,19 @@ def nvrtc_options(defines: dict[str, object], arch: str, extra: tuple[str, ...])
     return tuple(opts)
 
 
-@functools.lru_cache(maxsize=None)
-def _compile(source: str, kernel: str, options: tuple[str, ...], arch: str) -> Build:
+def nvrtc_compile(source: str, options: tuple[str, ...], output: str = "cubin") -> tuple[bytes, str]:
+    """Compile cuda_kernels/<source> with NVRTC; return (the cubin or PTX bytes, the log).
+
+    A failed compile raises CompileError with NVRTC's log (file(line): error ...).
+    """
     nvrtc = _nvrtc()
     path = KERNEL_DIR / source
     try:
         code = path.read_bytes()
     except OSError as exc:
         raise LabError(f"cannot read CUDA source {path}: {exc.strerror}") from exc
+    get_size, get = {"cubin": (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN),
+                     "ptx": (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)}[output]
     prog = _check(nvrtc.nvrtcCreateProgram(code, source.encode(), 0, [], []), "nvrtcCreateProgram")
     try:
         opts = [o.encode() for o in options]
@@ -134,15 +139,19 @@ def _compile(source: str, kernel: str, options: tuple[str, ...], arch: str) -> B
         log = _program_log(prog)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(
-                f"NVRTC could not compile {source} (options: {' '.join(options)}); compiler log:\n"
-                + log.strip()
+                f"NVRTC could not compile {source} to {output} (options: {' '.join(options)}); "
+                "compiler log:\n" + log.strip()
             )
-        size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        buf = bytearray(size)
-        _check(nvrtc.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN")
-        cubin = bytes(buf)
+        buf = bytearray(_check(get_size(prog), f"{output} size"))  # writable: NVRTC fills it
+        _check(get(prog, buf), f"get {output}")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+    return bytes(buf), log
+
+
+@functools.lru_cache(maxsize=None)
+def _compile(source: str, kernel: str, options: tuple[str, ...], arch: str) -> Build:
+    cubin, log = nvrtc_compile(source, options, "cubin")
     return Build(
         source=source, kernel=kernel, arch=arch, options=options, cubin=cubin, log=log,
         **parse_ptxas_log(log, kernel),

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from cuda_kernels._build import KERNEL_DIR, Build, _check, _nvrtc, _program_log, compile_kernel
-from lab.errors import CompileError, LabError
+from cuda_kernels._build import Build, compile_kernel, nvrtc_compile
 
 
 def ptx_options(options: tuple[str, ...]) -> tuple[str, ...]:
@@ -29,27 +28,8 @@ def ptx_options(options: tuple[str, ...]) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=None)
 def _ptx(source: str, options: tuple[str, ...]) -> str:
-    nvrtc = _nvrtc()
-    path = KERNEL_DIR / source
-    try:
-        code = path.read_bytes()
-    except OSError as exc:
-        raise LabError(f"cannot read CUDA source {path}: {exc.strerror}") from exc
-    prog = _check(nvrtc.nvrtcCreateProgram(code, source.encode(), 0, [], []), "nvrtcCreateProgram")
-    try:
-        opts = [o.encode() for o in options]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise CompileError(
-                f"NVRTC could not compile {source} to PTX (options: {' '.join(options)}); "
-                "compiler log:\n" + _program_log(prog).strip()
-            )
-        size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-        buf = bytearray(size)  # writable: NVRTC fills it
-        _check(nvrtc.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-    return bytes(buf).rstrip(b"\x00").decode(errors="replace")
+    code, _log = nvrtc_compile(source, options, "ptx")
+    return code.rstrip(b"\x00").decode(errors="replace")
 
 
 def ptx(build: Build) -> str:
