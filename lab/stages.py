@@ -172,7 +172,7 @@ STAGES: tuple[Stage, ...] = (
             Param("BN", 64, (32, 64, 128), "block tile columns (Triton: BLOCK_N)"),
             Param("BK", 8, (8, 16, 32), "k-step of the shared tiles (Triton: BLOCK_K = max(BK, 16))"),
             Param("TM", 8, (4, 8, 16), "results per thread (rows of one column of C)", ("cuda",)),
-            *SWITCHES, num_warps(16), num_stages(),
+            group(16), *SWITCHES, num_warps(16), num_stages(),
         ),
     ),
     Stage(
@@ -185,7 +185,7 @@ STAGES: tuple[Stage, ...] = (
             Param("BK", 8, (8, 16, 32), "k-step of the shared tiles (Triton: BLOCK_K = max(BK, 16))"),
             Param("TM", 8, (4, 8), "rows of a thread's register tile", ("cuda",)),
             Param("TN", 8, (4, 8), "columns of a thread's register tile", ("cuda",)),
-            *SWITCHES, num_warps(8), num_stages(),
+            group(16), *SWITCHES, num_warps(8), num_stages(),
         ),
     ),
     Stage(
@@ -198,7 +198,7 @@ STAGES: tuple[Stage, ...] = (
             Param("BK", 8, (8, 16, 32), "k-step of the shared tiles (Triton: BLOCK_K = max(BK, 16))"),
             Param("TM", 8, (4, 8), "rows of a thread's register tile", ("cuda",)),
             Param("TN", 8, (4, 8), "columns of a thread's register tile", ("cuda",)),
-            *SWITCHES, num_warps(8), num_stages(),
+            group(16), *SWITCHES, num_warps(8), num_stages(),
         ),
     ),
 )

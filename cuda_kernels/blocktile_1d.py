@@ -1,0 +1,92 @@
+"""Launcher for cuda_kernels/blocktile_1d.cu: each thread computes TM results down one column of C.
+
+Geometry: block BM*BN/TM threads (1-D; 512 by default); 1-D grid of ceil(M/BM) * ceil(N/BN) blocks
+ordered by block_tile() in common.cuh (group); static shared memory (BM*BK + BK*BN) * 4 bytes
+(4 KiB by default), no dynamic shared memory.
+
+validate() rejects a parameter combination the kernel cannot run (too many or too few threads,
+tiles that do not split evenly over the threads) with one sentence, before anything is compiled.
+"""
+
+from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
+from lab.errors import LabError
+
+STATIC_SMEM_LIMIT = 48 * 1024  # static __shared__ arrays may not exceed 48 KiB
+MAX_THREADS_PER_SM = 2048  # H100 (sm_90); also 65536 registers per SM = 32 per thread at full load
+
+
+def threads(BM: int = 64, BN: int = 64, TM: int = 8, **_) -> int:
+    return BM * BN // TM
+
+
+def smem_bytes(BM: int = 64, BN: int = 64, BK: int = 8, **_) -> int:
+    return (BM * BK + BK * BN) * 4
+
+
+def first_min_blocks(threads_per_block: int) -> int:
+    """The most blocks of this size an H100 SM can hold by thread count (2048 threads per SM)."""
+    return max(1, MAX_THREADS_PER_SM // threads_per_block)
+
+
+def spill_free_build(source: str, kernel: str, defines: dict, first: int, **switches):
+    """Compile with __launch_bounds__(threads, MIN_BLOCKS), MIN_BLOCKS = first, first/2, ..., 1:
+    the first build without spills wins (or the MIN_BLOCKS=1 build, whatever it reports).
+
+    MIN_BLOCKS tells ptxas how many blocks must fit in one SM's 65536 registers, i.e. caps the
+    registers per thread at 65536 / (threads * MIN_BLOCKS). Left alone, ptxas spends registers on
+    scheduling freedom (96 registers for blocktile_1d's defaults: one 512-thread block per SM);
+    capped at 32 it emits the same instruction mix (64 FFMA, 16 LDS.128, 8 LDS per k-step) and
+    four blocks fit per SM, 64 warps, which is what hides the global-load latency of a kernel that
+    does not prefetch. Halving MIN_BLOCKS doubles the cap, so at most a few compiles are needed,
+    and every variant ends up spill-free. Each build is cached per process.
+    """
+    blocks = first
+    while True:
+        build = compile_kernel(source, kernel, {**defines, "MIN_BLOCKS": blocks}, **switches)
+        if build.spill_bytes == 0 or blocks == 1:
+            return build
+        blocks = max(1, blocks // 2)
+
+
+def validate(BM: int = 64, BN: int = 64, BK: int = 8, TM: int = 8, **_) -> None:
+    """Raise LabError (one sentence) if this combination cannot be compiled or launched."""
+    where = f"blocktile_1d with BM={BM}, BN={BN}, BK={BK}, TM={TM}"
+    if BM % TM:
+        raise LabError(f"{where}: BM must be a multiple of TM (each thread owns TM rows of the "
+                       f"tile)")
+    t = threads(BM, BN, TM)
+    if not 32 <= t <= 1024:
+        hint = "raise TM or lower BM/BN" if t > 1024 else "lower TM or raise BM/BN"
+        raise LabError(f"{where} needs BM*BN/TM = {t} threads per block, but a block holds 32 to "
+                       f"1024; {hint}")
+    if (BM * BK) % t or BM * BK < t:
+        raise LabError(f"{where}: the A tile (BM*BK = {BM * BK} values) does not split evenly over "
+                       f"{t} threads; raise BK or TM, or lower BN, so that BK*TM is a multiple of "
+                       f"BN")
+    if (BK * BN) % t or BK * BN < t:
+        raise LabError(f"{where}: the B tile (BK*BN = {BK * BN} values) does not split evenly over "
+                       f"{t} threads; raise BK or TM, or lower BM, so that BK*TM is a multiple of "
+                       f"BM")
+    smem = smem_bytes(BM, BN, BK)
+    if smem > STATIC_SMEM_LIMIT:
+        raise LabError(f"{where} needs {smem} bytes of static shared memory, more than the 48 KiB "
+                       f"limit; lower BK, BM or BN")
+
+
+def build(BM: int = 64, BN: int = 64, BK: int = 8, TM: int = 8, group: int = 16,
+          fast_math: bool = False, unroll: bool = True, **_):
+    validate(BM=BM, BN=BN, BK=BK, TM=TM)
+    defines = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "GROUP": group}
+    return spill_free_build("blocktile_1d.cu", "matmul_blocktile_1d", defines,
+                            first_min_blocks(threads(BM, BN, TM)), fast_math=fast_math,
+                            unroll=unroll)
+
+
+def geometry(M: int, N: int, K: int, BM: int = 64, BN: int = 64, TM: int = 8, **_):
+    return (cdiv(M, BM) * cdiv(N, BN), 1, 1), (threads(BM, BN, TM), 1, 1), 0
+
+
+def prepare(a, b, c, **params):
+    validate(**params)
+    M, K = a.shape
+    return stage_launcher(build(**params), geometry(M, b.shape[1], K, **params), a, b, c)

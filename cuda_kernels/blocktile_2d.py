@@ -1,0 +1,79 @@
+"""Launcher for cuda_kernels/blocktile_2d.cu: each thread computes a TM x TN register tile of C.
+
+Geometry: block (BM/TM)*(BN/TN) threads (1-D; 256 by default); 1-D grid of ceil(M/BM) * ceil(N/BN)
+blocks ordered by block_tile() in common.cuh (group); static shared memory (BM*(BK+2) + BK*BN) * 4
+bytes (9 KiB by default), no dynamic shared memory.
+
+validate() rejects a parameter combination the kernel cannot run with one sentence, before
+anything is compiled; vectorized.py reuses it (same thread mapping, plus float4 constraints).
+The register cap (__launch_bounds__' second argument) is chosen as in blocktile_1d.py.
+"""
+
+from cuda_kernels._build import cdiv, stage_launcher
+from cuda_kernels.blocktile_1d import STATIC_SMEM_LIMIT, first_min_blocks, spill_free_build
+from lab.errors import LabError
+
+# Registers a thread needs: the TM*TN accumulators, the TM + TN fragments and about 24 for
+# addresses and loop state. The first MIN_BLOCKS tried leaves at least that many.
+REGS_OVERHEAD = 24
+
+
+def threads(BM: int = 128, BN: int = 128, TM: int = 8, TN: int = 8, **_) -> int:
+    return (BM // TM) * (BN // TN)
+
+
+def smem_bytes(BM: int = 128, BN: int = 128, BK: int = 8, **_) -> int:
+    return (BM * (BK + 2) + BK * BN) * 4  # As rows padded by 2 floats (see the .cu)
+
+
+def first_blocks(BM=128, BN=128, TM=8, TN=8) -> int:
+    """Blocks per SM to ask ptxas for first: as many as the thread count allows, but no more than
+    leave TM*TN + TM + TN + REGS_OVERHEAD registers per thread (at the defaults 2 blocks, so
+    128 registers)."""
+    t = threads(BM, BN, TM, TN)
+    need = TM * TN + TM + TN + REGS_OVERHEAD
+    return max(1, min(first_min_blocks(t), 65536 // (t * need)))
+
+
+def validate(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8,
+             stage: str = "blocktile_2d", **_) -> None:
+    """Raise LabError (one sentence) if this combination cannot be compiled or launched."""
+    where = f"{stage} with BM={BM}, BN={BN}, BK={BK}, TM={TM}, TN={TN}"
+    if TM % 4 or TN % 4:
+        raise LabError(f"{where}: TM and TN must be multiples of 4 (a thread's rows and columns "
+                       f"come in groups of 4)")
+    if BM % TM or BN % TN:
+        raise LabError(f"{where}: BM must be a multiple of TM and BN a multiple of TN")
+    t = threads(BM, BN, TM, TN)
+    if not 32 <= t <= 1024:
+        hint = "raise TM/TN or lower BM/BN" if t > 1024 else "lower TM/TN or raise BM/BN"
+        raise LabError(f"{where} needs (BM/TM)*(BN/TN) = {t} threads per block, but a block holds "
+                       f"32 to 1024; {hint}")
+    if (BM * BK) % t or BM * BK < t:
+        raise LabError(f"{where}: the A tile (BM*BK = {BM * BK} values) does not split evenly over "
+                       f"{t} threads; raise BK or TM/TN")
+    if (BK * BN) % t or BK * BN < t:
+        raise LabError(f"{where}: the B tile (BK*BN = {BK * BN} values) does not split evenly over "
+                       f"{t} threads; raise BK or TM/TN")
+    smem = smem_bytes(BM, BN, BK)
+    if smem > STATIC_SMEM_LIMIT:
+        raise LabError(f"{where} needs {smem} bytes of static shared memory, more than the 48 KiB "
+                       f"limit; lower BK, BM or BN")
+
+
+def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8, group: int = 16,
+          fast_math: bool = False, unroll: bool = True, **_):
+    validate(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
+    return spill_free_build("blocktile_2d.cu", "matmul_blocktile_2d",
+                            {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN, "GROUP": group},
+                            first_blocks(BM, BN, TM, TN), fast_math=fast_math, unroll=unroll)
+
+
+def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, TM: int = 8, TN: int = 8, **_):
+    return (cdiv(M, BM) * cdiv(N, BN), 1, 1), (threads(BM, BN, TM, TN), 1, 1), 0
+
+
+def prepare(a, b, c, **params):
+    validate(**params)
+    M, K = a.shape
+    return stage_launcher(build(**params), geometry(M, b.shape[1], K, **params), a, b, c)

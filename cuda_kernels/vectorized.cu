@@ -1,0 +1,216 @@
+// Stage: vectorized. blocktile_2d with 128-bit (float4) memory access and a transposed A tile.
+//
+// Changed from blocktile_2d:
+//   1. Global memory is read and written as float4: a thread copies 4 consecutive floats of a row
+//      of A or B with one LDG.E.128 and writes 4 consecutive floats of C with one STG.E.128, so the
+//      tile loads take a quarter of the load instructions (2 instead of 8 per thread per k-step
+//      at the defaults) and the same 128-byte lines are requested by a quarter of the instructions.
+//   2. The A tile is stored TRANSPOSED in shared memory, As[k][m]. blocktile_2d kept As[m][k], so
+//      the TM values of A a thread needs for one k were a column of the tile: ptxas read them in
+//      blocks spanning several k's (28 LDS.128 + 8 LDS.64 per k-step, A and B) and kept those
+//      k's live in registers. Now they are 4 consecutive floats of row k: one LDS.128 per group
+//      of 4, for A as for B (32 LDS.128 per k-step), and only the current k's fragments
+//      (TM + TN values) are live.
+//   The price of (2): the float4 read from a row of A is scattered into 4 rows of As with 4
+//   scalar STS, once per k-step, against 8 LDS.128 per k-step read back.
+// Thread tile: as in blocktile_2d, thread (tr, tc) owns rows g*4*(BM/TM) + 4*tr + {0..3} and columns
+//   g*4*(BN/TN) + 4*tc + {0..3}; each group of 4 is exactly one float4 in shared memory and in C.
+// Launch geometry (vectorized.py): block (BM/TM)*(BN/TN) threads (1-D; 256 by default), a 1-D
+//   grid of ceil(M/BM) * ceil(N/BN) blocks ordered by block_tile() (GROUP, common.cuh), static
+//   shared memory (BK*(BM+4) + BK*BN) * 4 bytes (8.1 KiB), no dynamic shared memory.
+// Alignment: a float4 access must be 16-byte aligned. A row of A starts at a multiple of 16 bytes
+//   only when K % 4 == 0, a row of B or C only when N % 4 == 0 (and the base pointers must be
+//   16-byte aligned). The launcher compiles VEC_A=0 (K % 4 != 0) or VEC_B=0 (N % 4 != 0): then the
+//   same 4-float chunks are read or written one float at a time, and any size stays correct.
+// Edges: interior blocks on full k-steps load with no bounds test. Edge tiles test each chunk: a
+//   chunk wholly inside A (or B) is one float4; a chunk that straddles the edge (possible only
+//   without the K % 4 / N % 4 guarantee, i.e. never in the VEC path, but kept so the kernel is
+//   correct on its own) or lies outside is loaded element by element with zero fill. Stores the same.
+// Bottleneck it attacks: load/store instruction count and the A-fragment reads of blocktile_2d.
+//   Per k-step a warp issues 64 FFMA and 4 LDS.128 (6 shared wavefronts: A's two float4 are
+//   shared by the warp, B's 16 distinct float4 are 256 contiguous bytes), so the FMA pipe, not
+//   shared memory, is the limit; what remains is latency: nothing is prefetched, so each k-step
+//   waits for its global loads, hidden only by the other resident block (double buffering next).
+#include "common.cuh"
+
+#ifndef BM
+#define BM 128
+#endif
+#ifndef BN
+#define BN 128
+#endif
+#ifndef BK
+#define BK 8
+#endif
+#ifndef TM
+#define TM 8
+#endif
+#ifndef TN
+#define TN 8
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1
+#endif
+#ifndef VEC_A  // 1: rows of A are 16-byte aligned (K % 4 == 0): float4 loads of A
+#define VEC_A 1
+#endif
+#ifndef VEC_B  // 1: rows of B and C are 16-byte aligned (N % 4 == 0): float4 loads/stores
+#define VEC_B 1
+#endif
+
+#define TROWS (BM / TM)
+#define TCOLS (BN / TN)
+#define THREADS (TROWS * TCOLS)
+#define A_CHUNKS (BM * BK / 4 / THREADS)   // float4 chunks of the A tile per thread per k-step
+#define B_CHUNKS (BK * BN / 4 / THREADS)
+// As[k][m] rows are padded by 4 floats. The float4 of A that lane l reads (row r = l / (BK/4),
+// k = 4*(l % (BK/4))) is stored as As[k..k+3][r]; with BM + 4 the lanes that differ only in k
+// land 16 banks apart (4*(BM+4) = 16 mod 32 words), so the 4 scalar stores are conflict-free at
+// BK = 8. Rows stay 16-byte aligned for the LDS.128 reads.
+#define AS_LD (BM + 4)
+
+static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN are made of float4 groups");
+static_assert(BM % TM == 0 && BN % TN == 0, "the block tile must be a whole number of thread tiles");
+static_assert(THREADS >= 32 && THREADS <= 1024, "(BM/TM)*(BN/TN) threads must be within 32..1024");
+static_assert(A_CHUNKS >= 1 && A_CHUNKS * THREADS * 4 == BM * BK, "A tile: whole float4s per thread");
+static_assert(B_CHUNKS >= 1 && B_CHUNKS * THREADS * 4 == BK * BN, "B tile: whole float4s per thread");
+
+// Component i of a float4; i is a compile-time constant after unrolling, so this is a register
+// name, never an indexed (local-memory) access.
+__device__ __forceinline__ float at(const float4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// 4 consecutive floats p[0..3], of which only the first `valid` (0..4) exist; the rest are 0.
+// VEC: one 128-bit load when all 4 exist (p is then 16-byte aligned: see the header).
+template <bool VEC>
+__device__ __forceinline__ float4 load4(const float* p, int valid) {
+    if (VEC && valid >= 4) return *reinterpret_cast<const float4*>(p);
+    float4 v;
+    v.x = valid > 0 ? p[0] : 0.0f;
+    v.y = valid > 1 ? p[1] : 0.0f;
+    v.z = valid > 2 ? p[2] : 0.0f;
+    v.w = valid > 3 ? p[3] : 0.0f;
+    return v;
+}
+
+// Store the first `valid` (0..4) of 4 consecutive floats.
+template <bool VEC>
+__device__ __forceinline__ void store4(float* p, float4 v, int valid) {
+    if (VEC && valid >= 4) {
+        *reinterpret_cast<float4*>(p) = v;
+        return;
+    }
+    if (valid > 0) p[0] = v.x;
+    if (valid > 1) p[1] = v.y;
+    if (valid > 2) p[2] = v.z;
+    if (valid > 3) p[3] = v.w;
+}
+
+// Copy one k-step's tiles into shared memory (A transposed). FULL (compile time) means the block
+// is inside C and the k-step inside K: every chunk exists and no bounds test is compiled in.
+template <bool FULL>
+__device__ __forceinline__ void load_tiles(float (&As)[BK][AS_LD], float (&Bs)[BK][BN],
+                                           const float* __restrict__ a_ptr,
+                                           const float* __restrict__ b_ptr, int a_r,
+                                           int a_c, int b_r, int b_c, int m0, int n0, int k0,
+                                           int M, int N, int K) {
+    constexpr int AW = BK / 4, BW = BN / 4;   // chunks per row of the A tile and of the B tile
+#pragma unroll
+    for (int p = 0; p < A_CHUNKS; ++p) {
+        const int dr = p * THREADS / AW, dc = 4 * (p * THREADS % AW);
+        const int r = a_r + dr, c = a_c + dc;
+        // How many of the chunk's 4 floats lie in A: 4 inside, 1..3 across the right edge
+        // (never with VEC_A: K % 4 == 0 and c % 4 == 0), 0 below or right of A.
+        const int valid = FULL ? 4 : (m0 + r < M ? min(4, max(0, K - (k0 + c))) : 0);
+        const float4 v = load4<VEC_A>(a_ptr + dr * K + dc, valid);
+        // Transposed store: the 4 k's of row r go to 4 rows of As (conflict-free: see AS_LD).
+        As[c + 0][r] = v.x;
+        As[c + 1][r] = v.y;
+        As[c + 2][r] = v.z;
+        As[c + 3][r] = v.w;
+    }
+#pragma unroll
+    for (int p = 0; p < B_CHUNKS; ++p) {
+        const int dr = p * THREADS / BW, dc = 4 * (p * THREADS % BW);
+        const int r = b_r + dr, c = b_c + dc;
+        const int valid = FULL ? 4 : (k0 + r < K ? min(4, max(0, N - (n0 + c))) : 0);
+        const float4 v = load4<VEC_B>(b_ptr + dr * N + dc, valid);
+        *reinterpret_cast<float4*>(&Bs[r][c]) = v;   // one STS.128
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+matmul_vectorized(const float* __restrict__ A, const float* __restrict__ B,
+                  float* __restrict__ C, int M, int N, int K) {
+    __shared__ __align__(16) float As[BK][AS_LD];   // transposed: As[k][m]
+    __shared__ __align__(16) float Bs[BK][BN];
+
+    const int tid = threadIdx.x;
+    const int tr = tid / TCOLS;
+    const int tc = tid % TCOLS;
+    int bm, bn;  // this block's tile of C, in block order GROUP (common.cuh): L2 reuse
+    block_tile(CEIL_DIV(M, BM), CEIL_DIV(N, BN), bm, bn);
+    const int m0 = bm * BM;
+    const int n0 = bn * BN;
+
+    // Loader mapping, in float4 chunks: chunk q = tid + p*THREADS of a tile W floats wide is at
+    // row q / (W/4), column 4*(q % (W/4)); consecutive threads take consecutive chunks of a row,
+    // so a warp reads contiguous 16-byte pieces (whole 128-byte lines for B). Base + compile-time
+    // offsets, as in blocktile_2d: the K loop only advances two pointers.
+    constexpr int AW = BK / 4, BW = BN / 4;   // chunks per row of the A tile and of the B tile
+    const int a_r = tid / AW, a_c = 4 * (tid % AW);
+    const int b_r = tid / BW, b_c = 4 * (tid % BW);
+    const float* a_ptr = A + (m0 + a_r) * K + a_c;   // += BK per k-step
+    const float* b_ptr = B + b_r * N + n0 + b_c;     // += BK*N per k-step
+    const bool inside = m0 + BM <= M && n0 + BN <= N;
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        if (inside && k0 + BK <= K) {   // uniform across the block: no divergence
+            load_tiles<true>(As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K);
+        } else {
+            load_tiles<false>(As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K);
+        }
+        __syncthreads();
+        a_ptr += BK;
+        b_ptr += BK * N;
+
+        INNER_UNROLL
+        for (int k = 0; k < BK; ++k) {
+            // Fragments: TM/4 float4 of row k of As and TN/4 float4 of row k of Bs (LDS.128 each).
+            float4 a[TM / 4], b[TN / 4];
+#pragma unroll
+            for (int g = 0; g < TM / 4; ++g)
+                a[g] = *reinterpret_cast<const float4*>(&As[k][g * 4 * TROWS + 4 * tr]);
+#pragma unroll
+            for (int g = 0; g < TN / 4; ++g)
+                b[g] = *reinterpret_cast<const float4*>(&Bs[k][g * 4 * TCOLS + 4 * tc]);
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] += at(a[i / 4], i % 4) * at(b[j / 4], j % 4);
+        }
+        __syncthreads();
+    }
+
+    // float4 stores: for each row and group a warp row writes 16 consecutive float4 = 256 bytes.
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int row = m0 + (i / 4) * 4 * TROWS + 4 * tr + i % 4;
+        if (row >= M) continue;
+        float* c_row = C + row * N;
+#pragma unroll
+        for (int g = 0; g < TN / 4; ++g) {
+            const int col = n0 + g * 4 * TCOLS + 4 * tc;
+            const float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2],
+                                         acc[i][4 * g + 3]);
+            store4<VEC_B>(c_row + col, v, min(4, N - col));
+        }
+    }
+}

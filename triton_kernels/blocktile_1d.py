@@ -1,0 +1,86 @@
+"""Stage blocktile_1d, Triton twin: the CUDA stage's 64 x 64 block tile with its 16 warps.
+
+CUDA stage: cuda_kernels/blocktile_1d.cu. Each program computes a BLOCK_M x BLOCK_N (BM x BN,
+64 x 64) tile of C: per k-step it loads a BLOCK_M x BLOCK_K tile of A and a BLOCK_K x BLOCK_N tile
+of B (masked at the edges with zero fill, like the CUDA tiles) and accumulates their product with
+tl.dot(..., input_precision="ieee"): IEEE fp32 FMAs, no TF32.
+
+What Triton does for you that the CUDA stage does by hand:
+- register tiling: the CUDA kernel decides that thread t owns TM = 8 results down one column and
+  caches one B value in a register for TM FMAs. Here there is nothing to write: with 16 warps
+  (512 threads) on a 64 x 64 accumulator each thread also holds 8 results, but tl.dot's layout
+  (the compiler's "blocked" FMA layout for fp32) chooses which 8, and how the A and B fragments are
+  read from shared memory and reused in registers;
+- staging the tiles through shared memory, the barriers, and the shared-memory layout;
+- vectorized global loads (ld.global.v4) whenever it can prove 16-byte alignment and contiguity:
+  pointer arguments are assumed 16-byte aligned and integer arguments divisible by 16 are
+  specialized (so at K = N = 4096 the row strides are known multiples of 16); see
+  triton_kernels/vectorized.py for the explicit hints;
+- software pipelining (prefetching the next tiles while computing this one) when num_stages > 1.
+  The default is num_stages=1: the CUDA kernel does not prefetch, so neither does its twin by
+  default; --stage blocktile_1d:num_stages=3 shows what the pipeliner buys.
+BLOCK_K: tl.dot needs a K-tile of at least 16, so BLOCK_K = max(BK, 16): at the default BK = 8 the
+twin steps 16 deep per iteration where the CUDA kernel steps 8 (no broadcast-multiply fallback;
+the product is the same, the shared-memory tile is twice as deep).
+Knobs: BM, BN, BK (tile), num_warps (default 16 = the CUDA block's 512 threads / 32; change it
+with the tile to keep the two equal: threads = BM*BN/TM), num_stages.
+Changed from tiled's twin: a 64 x 64 tile (BM x BN) instead of 32 x 32 and 16 warps instead of 4,
+as the CUDA stage; BLOCK_K is its own parameter (BK) instead of the tile edge.
+Bottleneck it attacks (as the CUDA stage): shared-memory traffic per FMA, through more outputs
+per thread held in registers (8 accumulators per thread, as the CUDA kernel's TM = 8).
+Launch: grid (ceil(N/BLOCK_N), ceil(M/BLOCK_M)), num_warps 16.
+"""
+
+import triton
+import triton.language as tl
+
+from lab.errors import LabError
+from triton_kernels._common import cdiv, launcher
+
+SMEM_LIMIT = 227 * 1024  # an H100 block may opt in to 227 KiB of shared memory
+
+
+@triton.jit
+def matmul_blocktile_1d_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr,
+                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, BLOCK_K)
+    # Pointers walk K like the CUDA kernel's a_ptr/b_ptr: the row/column part is computed once.
+    a_ptrs = a_ptr + rm[:, None] * K + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * N + rn[None, :]
+    in_m = rm[:, None] < M
+    in_n = rn[None, :] < N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptrs, mask=in_m & (k0 + rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptrs, mask=(k0 + rk[:, None] < K) & in_n, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * N
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=in_m & in_n)
+
+
+def block_k(BK: int) -> int:
+    """tl.dot's K-tile: at least 16."""
+    return max(BK, 16)
+
+
+def validate(BM: int = 64, BN: int = 64, BK: int = 8, num_stages: int = 1, stage="blocktile_1d",
+             **_) -> None:
+    """Raise LabError (one sentence) for a tile Triton cannot compile on an H100."""
+    smem = max(1, num_stages) * (BM + BN) * block_k(BK) * 4
+    if smem > SMEM_LIMIT:
+        raise LabError(f"{stage} (Triton) with BM={BM}, BN={BN}, BK={BK}, num_stages={num_stages} "
+                       f"needs about {smem // 1024} KiB of shared memory, more than an H100's "
+                       f"227 KiB; lower num_stages or BK")
+
+
+def prepare(a, b, c, BM: int = 64, BN: int = 64, BK: int = 8, num_warps: int = 16,
+            num_stages: int = 1, **_):
+    validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (cdiv(N, BN), cdiv(M, BM))
+    return launcher(matmul_blocktile_1d_kernel, grid, (a, b, c, M, N, K), BLOCK_M=BM, BLOCK_N=BN,
+                    BLOCK_K=block_k(BK), num_warps=num_warps, num_stages=num_stages)

@@ -1,0 +1,71 @@
+"""Stage blocktile_2d, Triton twin: the CUDA stage's 128 x 128 block tile with its 8 warps.
+
+CUDA stage: cuda_kernels/blocktile_2d.cu. The kernel is the same as blocktile_1d's twin; only the
+tile and the warp count change, and that is the point: in CUDA, going from a column of TM results
+per thread to a TM x TN register tile is a rewrite of the inner loop; in Triton it is a launch
+parameter. Each program computes a BLOCK_M x BLOCK_N (BM x BN, 128 x 128) tile of C with masked,
+zero-filled tile loads and tl.dot(..., input_precision="ieee"): IEEE fp32 FMAs, no TF32.
+
+What Triton does for you that the CUDA stage does by hand:
+- the 2-D register tile: 8 warps (256 threads) on a 128 x 128 accumulator give each thread 64
+  results, as the CUDA kernel's TM x TN = 8 x 8; tl.dot's layout decides which 64 and loads the
+  A and B fragments from shared memory into registers for the outer products (the compiled kernel
+  reads them with LDS.128, like the CUDA kernel's groups of 4);
+- staging tiles through shared memory, the barriers, and bank-conflict-free shared layouts (the
+  CUDA kernel pads As and groups its columns by hand for that);
+- vectorized global loads whenever it can prove 16-byte alignment and contiguity (pointer
+  arguments 16-byte aligned, integer arguments divisible by 16 specialized): at 4096^3 this twin
+  already loads with LDG.E.128, which the CUDA stage only does in vectorized; at 4095 it falls
+  back to 32-bit loads on its own. triton_kernels/vectorized.py adds explicit hints;
+- software pipelining when num_stages > 1 (default 1: the CUDA kernel does not prefetch; try
+  --stage blocktile_2d:num_stages=3).
+BLOCK_K = max(BK, 16): tl.dot needs a K-tile of at least 16 (16 at the default BK = 8; no
+broadcast-multiply fallback).
+Knobs: BM, BN, BK (tile), num_warps (default 8 = the CUDA block's 256 threads / 32; keep it at
+(BM/TM)*(BN/TN)/32 when you change the tile), num_stages.
+Changed from blocktile_1d's twin: BLOCK_M x BLOCK_N = 128 x 128 and 8 warps (64 outputs per
+thread instead of 8). Bottleneck it attacks (as the CUDA stage): loads per FMA, now from both
+operands' reuse in registers.
+Launch: grid (ceil(N/BLOCK_N), ceil(M/BLOCK_M)), num_warps 8.
+"""
+
+import triton
+import triton.language as tl
+
+from triton_kernels._common import cdiv, launcher
+from triton_kernels.blocktile_1d import block_k
+from triton_kernels.blocktile_1d import validate as _validate
+
+
+@triton.jit
+def matmul_blocktile_2d_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr,
+                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm[:, None] * K + rk[None, :]
+    b_ptrs = b_ptr + rk[:, None] * N + rn[None, :]
+    in_m = rm[:, None] < M
+    in_n = rn[None, :] < N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = tl.load(a_ptrs, mask=in_m & (k0 + rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptrs, mask=(k0 + rk[:, None] < K) & in_n, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * N
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=in_m & in_n)
+
+
+def validate(BM: int = 128, BN: int = 128, BK: int = 8, num_stages: int = 1, **_) -> None:
+    _validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages, stage="blocktile_2d")
+
+
+def prepare(a, b, c, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8,
+            num_stages: int = 1, **_):
+    validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (cdiv(N, BN), cdiv(M, BM))
+    return launcher(matmul_blocktile_2d_kernel, grid, (a, b, c, M, N, K), BLOCK_M=BM, BLOCK_N=BN,
+                    BLOCK_K=block_k(BK), num_warps=num_warps, num_stages=num_stages)
