@@ -14,17 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lab.cli import ArgumentParser, guarded
 from lab.errors import LabError
 from lab.stages import BACKENDS, PRECISIONS, STAGES
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own errors: one sentence, exit 2
-        raise LabError(f"{message} (see python -m {self.prog} --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="lab.compare", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="lab.compare", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stage", action="append", metavar="NAME[:k=v,...]",
                    help="stage(s) to run: a name, a comma list, 'all', or a variant such as "
@@ -74,14 +70,7 @@ def parse_backends(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return _main(argv)
-    except LabError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return guarded(_main, argv)
 
 
 def _main(argv: list[str] | None) -> int:

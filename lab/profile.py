@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab.cli import ArgumentParser, guarded
 from lab.errors import LabError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,13 +37,8 @@ CHECK_FAILED = "lab.profile target: check failed"
 WARMUP = 1
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse's own errors: one sentence, exit 2
-        raise LabError(f"{message} (see python -m lab.profile --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="lab.profile", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="lab.profile", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stage", action="append", metavar="NAME[:k=v,...]",
                    help="stage(s): a name, a comma list, 'all', or a variant such as tiled:tile=16")
@@ -79,14 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return _main(argv)
-    except LabError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return guarded(_main, argv)
 
 
 def one_shape(text: str):
