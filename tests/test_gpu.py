@@ -53,3 +53,21 @@ def test_variants_of_each_parameter_are_correct(stage, backend):
             launch = module.prepare(a, b, c, **params)
             result = chk.check(launch, c, ref, K)
             assert result.passed, f"{prm.name}={value}: {result.reason}"
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
+def test_theoretical_occupancy_matches_the_cuda_occupancy_api(stage):
+    """lab.occupancy's blocks/SM for the compiled kernel equals cuOccupancyMaxActiveBlocksPerMultiprocessor."""
+    import torch
+
+    from cuda_kernels._build import occupancy_blocks_per_sm
+    from lab.occupancy import from_device, from_resources
+
+    M, N, K = 1000, 1100, 300
+    a, b = chk.make_inputs(M, N, K, seed=1, device="cuda")
+    c = torch.empty((M, N), device="cuda")
+    launch = stage.module("cuda").prepare(a, b, c, **Variant(stage, stage.defaults()).params_for("cuda"))
+    res = launch.resources
+    theory = from_resources(res, from_device())
+    api = occupancy_blocks_per_sm(launch.build, res["threads"], res["smem_dynamic"])
+    assert theory.blocks_per_sm == api, f"{theory} vs API {api}"
