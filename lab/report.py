@@ -46,7 +46,11 @@ class Row:
     spill_bytes: int | None = None
     threads: int | None = None
     grid_blocks: int | None = None
-    blocks_per_sm: int | None = None  # theoretical, from the resources and the device limits
+    blocks_by_warps: int | None = None  # blocks/SM each limit allows (None: no such limit)
+    blocks_by_regs: int | None = None
+    blocks_by_smem: int | None = None
+    blocks_per_sm: int | None = None  # theoretical: the smallest of the limits above and the
+    # hardware's blocks-per-SM maximum
     occupancy: float | None = None  # theoretical: active warps / max warps per SM
     occupancy_limiter: str | None = None
     api_blocks_per_sm: int | None = None  # the CUDA occupancy API's answer (CUDA rows, GPU mode)

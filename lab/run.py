@@ -171,6 +171,9 @@ def _fill_occupancy(row: Row, limits) -> None:
                           "smem_static": row.smem_static, "smem_dynamic": row.smem_dynamic}, limits)
     row.blocks_per_sm, row.occupancy, row.occupancy_limiter = (occ.blocks_per_sm, occ.occupancy,
                                                                occ.limiter)
+    row.blocks_by_warps, row.blocks_by_regs, row.blocks_by_smem = (occ.blocks_by_warps,
+                                                                   occ.blocks_by_regs,
+                                                                   occ.blocks_by_smem)
 
 
 def _params(variant: Variant, backend: str) -> str:

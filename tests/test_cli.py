@@ -33,6 +33,10 @@ def test_cpu_mode_runs_checks_triton_and_compiles_cuda(tmp_path):
     cu = df[df.backend == "cuda"]
     assert (cu.status == "compiled").all() and (cu.spill_bytes == 0).all() and (cu.registers > 0).all()
     assert df.median_ms.isna().all() and df.gflops.isna().all()
+    # the occupancy analysis for sm_90: tiled's 1024-thread block fits twice (64 warps)
+    tiled_cu = cu[cu.stage == "tiled"].iloc[0]
+    assert tiled_cu.blocks_by_warps == 2 and tiled_cu.blocks_per_sm == 2
+    assert tiled_cu.occupancy == 1.0 and "warps" in tiled_cu.occupancy_limiter
     assert out.with_suffix(".env.json").is_file()
 
 
@@ -122,3 +126,16 @@ def test_a_wrong_row_fails_and_the_run_goes_on(monkeypatch):
     rows = execute(Plan(parse_variants(["naive,coalesced"]), ["triton"], [Shape(9, 9, 9)], mode="cpu"))
     assert [r.status for r in rows] == ["fail", "pass"]
     assert "relative error" in rows[0].detail
+
+
+def test_a_size_too_large_for_the_gpu_is_refused_before_allocating(monkeypatch):
+    import torch
+
+    from lab.errors import LabError
+    from lab.run import check_memory
+    from lab.shapes import Shape
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (8 * 2**30, 80 * 2**30))
+    check_memory([Shape(4096, 4096, 4096)])  # ~0.8 GiB: fine
+    with pytest.raises(LabError, match=r"needs about .* GiB of GPU memory but only 8.0 GiB is free"):
+        check_memory([Shape(30000, 30000, 30000)])
