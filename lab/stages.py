@@ -111,6 +111,23 @@ def num_stages(default: int = 1) -> Param:
                  ("triton",))
 
 
+def block_tile(edge: int) -> tuple[Param, ...]:
+    """BM x BN x BK: the block tile of the register-tiling stages (both backends)."""
+    return (
+        Param("BM", edge, (32, 64, 128), "block tile rows (Triton: BLOCK_M)"),
+        Param("BN", edge, (32, 64, 128), "block tile columns (Triton: BLOCK_N)"),
+        Param("BK", 8, (8, 16, 32), "k-step of the shared tiles (Triton: BLOCK_K = max(BK, 16))"),
+    )
+
+
+def thread_tile() -> tuple[Param, ...]:
+    """TM x TN: a thread's register tile in the 2-D stages (CUDA only; tl.dot decides in Triton)."""
+    return (
+        Param("TM", 8, (4, 8), "rows of a thread's register tile", ("cuda",)),
+        Param("TN", 8, (4, 8), "columns of a thread's register tile", ("cuda",)),
+    )
+
+
 STAGES: tuple[Stage, ...] = (
     Stage(
         "naive",
@@ -138,7 +155,7 @@ STAGES: tuple[Stage, ...] = (
             *SWITCHES, num_warps(), num_stages(),
         ),
     ),
-    # --- issue 3 stages (divergence and occupancy ladder) go here ---
+    # The divergence and occupancy ladder of seed 000 (variants of tiled).
     Stage(
         "tiled_padded",
         "tiled on zero-padded operands (padded once, outside the timing): no bounds checks, no "
@@ -162,15 +179,13 @@ STAGES: tuple[Stage, ...] = (
             *SWITCHES, num_warps(), num_stages(),
         ),
     ),
-    # --- issue 4 stages (register tiling) go here ---
+    # Register tiling: several results per thread, then vector access.
     Stage(
         "blocktile_1d",
         "1-D register tiling: each thread computes TM results down a column of C, reusing one B "
         "value from a register for TM FMAs (BM x BN block tile, BM*BN/TM threads)",
         params=(
-            Param("BM", 64, (32, 64, 128), "block tile rows (Triton: BLOCK_M)"),
-            Param("BN", 64, (32, 64, 128), "block tile columns (Triton: BLOCK_N)"),
-            Param("BK", 8, (8, 16, 32), "k-step of the shared tiles (Triton: BLOCK_K = max(BK, 16))"),
+            *block_tile(64),
             Param("TM", 8, (4, 8, 16), "results per thread (rows of one column of C)", ("cuda",)),
             group(16), *SWITCHES, num_warps(16), num_stages(),
         ),
@@ -180,12 +195,7 @@ STAGES: tuple[Stage, ...] = (
         "2-D register tiling: each thread computes a TM x TN tile of C as outer products of TM "
         "A and TN B values held in registers (128 x 128 block tile, 256 threads)",
         params=(
-            Param("BM", 128, (32, 64, 128), "block tile rows (Triton: BLOCK_M)"),
-            Param("BN", 128, (32, 64, 128), "block tile columns (Triton: BLOCK_N)"),
-            Param("BK", 8, (8, 16, 32), "k-step of the shared tiles (Triton: BLOCK_K = max(BK, 16))"),
-            Param("TM", 8, (4, 8), "rows of a thread's register tile", ("cuda",)),
-            Param("TN", 8, (4, 8), "columns of a thread's register tile", ("cuda",)),
-            group(16), *SWITCHES, num_warps(8), num_stages(),
+            *block_tile(128), *thread_tile(), group(16), *SWITCHES, num_warps(8), num_stages(),
         ),
     ),
     Stage(
@@ -193,12 +203,7 @@ STAGES: tuple[Stage, ...] = (
         "blocktile_2d with float4 (128-bit) global loads/stores and a transposed A tile in shared "
         "memory, so A and B fragments are read with LDS.128 too",
         params=(
-            Param("BM", 128, (32, 64, 128), "block tile rows (Triton: BLOCK_M)"),
-            Param("BN", 128, (32, 64, 128), "block tile columns (Triton: BLOCK_N)"),
-            Param("BK", 8, (8, 16, 32), "k-step of the shared tiles (Triton: BLOCK_K = max(BK, 16))"),
-            Param("TM", 8, (4, 8), "rows of a thread's register tile", ("cuda",)),
-            Param("TN", 8, (4, 8), "columns of a thread's register tile", ("cuda",)),
-            group(16), *SWITCHES, num_warps(8), num_stages(),
+            *block_tile(128), *thread_tile(), group(16), *SWITCHES, num_warps(8), num_stages(),
         ),
     ),
 )
