@@ -8,12 +8,9 @@ validate() rejects a parameter combination the kernel cannot run (too many or to
 tiles that do not split evenly over the threads) with one sentence, before anything is compiled.
 """
 
-from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
+from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, first_min_blocks, spill_free_build,
+                                 stage_launcher)
 from lab.errors import LabError
-
-STATIC_SMEM_LIMIT = 48 * 1024  # static __shared__ arrays may not exceed 48 KiB
-MAX_THREADS_PER_SM = 2048  # H100 (sm_90); also 65536 registers per SM = 32 per thread at full load
-
 
 def threads(BM: int = 64, BN: int = 64, TM: int = 8, **_) -> int:
     return BM * BN // TM
@@ -21,31 +18,6 @@ def threads(BM: int = 64, BN: int = 64, TM: int = 8, **_) -> int:
 
 def smem_bytes(BM: int = 64, BN: int = 64, BK: int = 8, **_) -> int:
     return (BM * BK + BK * BN) * 4
-
-
-def first_min_blocks(threads_per_block: int) -> int:
-    """The most blocks of this size an H100 SM can hold by thread count (2048 threads per SM)."""
-    return max(1, MAX_THREADS_PER_SM // threads_per_block)
-
-
-def spill_free_build(source: str, kernel: str, defines: dict, first: int, **switches):
-    """Compile with __launch_bounds__(threads, MIN_BLOCKS), MIN_BLOCKS = first, first/2, ..., 1:
-    the first build without spills wins (or the MIN_BLOCKS=1 build, whatever it reports).
-
-    MIN_BLOCKS tells ptxas how many blocks must fit in one SM's 65536 registers, i.e. caps the
-    registers per thread at 65536 / (threads * MIN_BLOCKS). Left alone, ptxas spends registers on
-    scheduling freedom (96 registers for blocktile_1d's defaults: one 512-thread block per SM);
-    capped at 32 it emits the same instruction mix (64 FFMA, 16 LDS.128, 8 LDS per k-step) and
-    four blocks fit per SM, 64 warps, which is what hides the global-load latency of a kernel that
-    does not prefetch. Halving MIN_BLOCKS doubles the cap, so at most a few compiles are needed,
-    and every variant ends up spill-free. Each build is cached per process.
-    """
-    blocks = first
-    while True:
-        build = compile_kernel(source, kernel, {**defines, "MIN_BLOCKS": blocks}, **switches)
-        if build.spill_bytes == 0 or blocks == 1:
-            return build
-        blocks = max(1, blocks // 2)
 
 
 def validate(BM: int = 64, BN: int = 64, BK: int = 8, TM: int = 8, **_) -> None:

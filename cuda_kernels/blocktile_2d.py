@@ -9,8 +9,8 @@ anything is compiled; vectorized.py reuses it (same thread mapping, plus float4 
 The register cap (__launch_bounds__' second argument) is chosen as in blocktile_1d.py.
 """
 
-from cuda_kernels._build import cdiv, stage_launcher
-from cuda_kernels.blocktile_1d import STATIC_SMEM_LIMIT, first_min_blocks, spill_free_build
+from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, first_min_blocks, spill_free_build,
+                                 stage_launcher)
 from lab.errors import LabError
 
 # Registers a thread needs: the TM*TN accumulators, the TM + TN fragments and about 24 for

@@ -14,8 +14,7 @@ those arguments compiles the vector variant (what CPU mode reports and what 4096
 """
 
 from cuda_kernels import blocktile_2d
-from cuda_kernels._build import cdiv, stage_launcher
-from cuda_kernels.blocktile_1d import STATIC_SMEM_LIMIT, spill_free_build
+from cuda_kernels._build import STATIC_SMEM_LIMIT, cdiv, spill_free_build, stage_launcher
 from lab.errors import LabError
 
 threads = blocktile_2d.threads

@@ -8,6 +8,8 @@ mode) there is nothing to compile and no resource report.
 
 from __future__ import annotations
 
+from lab.errors import LabError
+
 
 def interpreted(kernel) -> bool:
     from triton.runtime.interpreter import InterpretedFunction
@@ -45,6 +47,25 @@ def launcher(kernel, grid: tuple, args: tuple, **meta):
 
     launch.resources = resources
     return launch
+
+
+# ------------------------------------------------- the register-tiling stages' block tile
+
+SMEM_LIMIT = 227 * 1024  # an H100 block's opt-in shared memory
+
+
+def block_k(BK: int) -> int:
+    """tl.dot's K-tile: at least 16."""
+    return max(BK, 16)
+
+
+def validate_block_tile(stage: str, BM: int, BN: int, BK: int, num_stages: int) -> None:
+    """Raise LabError (one sentence) for a tile Triton cannot compile on an H100."""
+    smem = max(1, num_stages) * (BM + BN) * block_k(BK) * 4
+    if smem > SMEM_LIMIT:
+        raise LabError(f"{stage} (Triton) with BM={BM}, BN={BN}, BK={BK}, num_stages={num_stages} "
+                       f"needs about {smem // 1024} KiB of shared memory, more than an H100's "
+                       f"227 KiB; lower num_stages or BK")
 
 
 def cdiv(a: int, b: int) -> int:

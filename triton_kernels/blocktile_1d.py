@@ -34,10 +34,8 @@ Launch: grid (ceil(N/BLOCK_N), ceil(M/BLOCK_M)), num_warps 16.
 import triton
 import triton.language as tl
 
-from lab.errors import LabError
-from triton_kernels._common import cdiv, launcher
+from triton_kernels._common import block_k, cdiv, launcher, validate_block_tile
 
-SMEM_LIMIT = 227 * 1024  # an H100 block may opt in to 227 KiB of shared memory
 
 
 @triton.jit
@@ -61,19 +59,8 @@ def matmul_blocktile_1d_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constex
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=in_m & in_n)
 
 
-def block_k(BK: int) -> int:
-    """tl.dot's K-tile: at least 16."""
-    return max(BK, 16)
-
-
-def validate(BM: int = 64, BN: int = 64, BK: int = 8, num_stages: int = 1, stage="blocktile_1d",
-             **_) -> None:
-    """Raise LabError (one sentence) for a tile Triton cannot compile on an H100."""
-    smem = max(1, num_stages) * (BM + BN) * block_k(BK) * 4
-    if smem > SMEM_LIMIT:
-        raise LabError(f"{stage} (Triton) with BM={BM}, BN={BN}, BK={BK}, num_stages={num_stages} "
-                       f"needs about {smem // 1024} KiB of shared memory, more than an H100's "
-                       f"227 KiB; lower num_stages or BK")
+def validate(BM: int = 64, BN: int = 64, BK: int = 8, num_stages: int = 1, **_) -> None:
+    validate_block_tile("blocktile_1d", BM, BN, BK, num_stages)
 
 
 def prepare(a, b, c, BM: int = 64, BN: int = 64, BK: int = 8, num_warps: int = 16,

@@ -33,9 +33,7 @@ Launch: grid (ceil(N/BLOCK_N), ceil(M/BLOCK_M)), num_warps 8.
 import triton
 import triton.language as tl
 
-from triton_kernels._common import cdiv, launcher
-from triton_kernels.blocktile_1d import block_k
-from triton_kernels.blocktile_1d import validate as _validate
+from triton_kernels._common import block_k, cdiv, launcher, validate_block_tile
 
 
 @triton.jit
@@ -81,7 +79,7 @@ def matmul_vectorized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr
 
 
 def validate(BM: int = 128, BN: int = 128, BK: int = 8, num_stages: int = 1, **_) -> None:
-    _validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages, stage="vectorized")
+    validate_block_tile("vectorized", BM, BN, BK, num_stages)
 
 
 def vector_flags(a, b, c) -> dict[str, bool]:
