@@ -133,8 +133,9 @@ def cuda_kernel_name(variant) -> str:
 
 
 def triton_kernel_names(module) -> list[str]:
-    """Names of the @triton.jit functions a Triton stage module defines (helpers inline away,
-    so a regex over all of them matches only the one that is launched)."""
+    """Names of the @triton.jit functions a Triton stage module defines or imports (a stage may
+    launch an earlier stage's program, as blocktile_2d does; helpers inline away, so a regex over
+    all of them matches only the one that is launched)."""
     names = []
     for value in vars(module).values():
         cls = type(value).__name__
@@ -142,7 +143,7 @@ def triton_kernel_names(module) -> list[str]:
                                                              hasattr(value, "warmup")):
             fn = getattr(value, "fn", None)
             name = getattr(fn, "__name__", None)
-            if name and getattr(fn, "__module__", module.__name__) == module.__name__:
+            if name:
                 names.append(name)
     return sorted(set(names))
 

@@ -597,3 +597,13 @@ def test_ptx_mix_counts_vector_and_scalar_loads_apart():
     line = ptx_mix(ptx)
     assert "ld.global (scalar) 2" in line and "ld.global.v4 1" in line
     assert "fma.rn.f32 1" in line and "ld.shared 1" in line and "bar.sync 1" in line
+
+
+def test_triton_kernel_names_include_a_program_shared_with_an_earlier_stage():
+    import importlib
+
+    from lab.profile import triton_kernel_names
+
+    names = triton_kernel_names(importlib.import_module("triton_kernels.blocktile_2d"))
+    assert names == ["matmul_blocktile_1d_kernel"]
+    assert triton_kernel_names(importlib.import_module("triton_kernels.tiled")) == ["matmul_tiled_kernel"]
