@@ -165,6 +165,7 @@ def compile_kernel(
     *,
     fast_math: bool = False,
     unroll: bool = True,
+    layout: str = "nn",
     arch: str | None = None,
 ) -> Build:
     """Compile `source` (a file in cuda_kernels/) and return the Build for `kernel` (extern "C").
@@ -172,9 +173,11 @@ def compile_kernel(
     The two compiler switches every stage offers: `fast_math` adds --use_fast_math (flush
     denormals to zero, approximate division and square root, FMA contraction); `unroll=False`
     defines UNROLL=0, which common.cuh turns into `#pragma unroll 1` on the inner loop.
+    `layout` ('nn', 'nt', 'tn', 'tt') sets TRANS_A and TRANS_B (common.cuh): each operand layout
+    is its own build.
     """
     arch = arch or os.environ.get("LAB_CUDA_ARCH") or device_arch() or DEFAULT_ARCH
-    defines = {**(defines or {}), "UNROLL": bool(unroll)}
+    defines = {**(defines or {}), "UNROLL": bool(unroll), **layout_defines(layout)}
     options = nvrtc_options(defines, arch, ("--use_fast_math",) if fast_math else ())
     return _compile(source, kernel, options, arch)
 
@@ -294,13 +297,21 @@ def cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-def matmul_args(a, b, c):
-    """The argument list every stage's kernel takes: (A, B, C, M, N, K)."""
+def layout_defines(layout: str = "nn") -> dict[str, bool]:
+    """-DTRANS_A / -DTRANS_B for a BLAS layout name ('nn', 'nt', 'tn', 'tt'; common.cuh)."""
+    if len(layout) != 2 or any(ch not in "nt" for ch in layout):
+        raise LabError(f"layout {layout!r} must be two letters of n and t, such as nn or tn")
+    return {"TRANS_A": layout[0] == "t", "TRANS_B": layout[1] == "t"}
+
+
+def matmul_args(p):
+    """The argument list every stage's kernel takes: (A, B, C, M, N, K, lda, ldb, ldc), from the
+    shared description of the operands (lab/operands.py: A and B row- or column-major, C
+    row-major)."""
     import numpy as np
 
-    M, K = a.shape
-    N = b.shape[1]
-    return (a, b, c, np.int32(M), np.int32(N), np.int32(K))
+    return (p.a.tensor, p.b.tensor, p.c.tensor, np.int32(p.M), np.int32(p.N), np.int32(p.K),
+            np.int32(p.a.ld), np.int32(p.b.ld), np.int32(p.c.ld))
 
 
 def resources(build: Build, grid, block, smem_dynamic: int = 0) -> dict[str, int]:
@@ -318,13 +329,14 @@ def resources(build: Build, grid, block, smem_dynamic: int = 0) -> dict[str, int
     }
 
 
-def stage_launcher(build: Build, geometry, a, b, c):
-    """prepare() for the common case: (A, B, C, M, N, K) arguments.
+def stage_launcher(build: Build, geometry, p):
+    """prepare() for the common case: the BLAS arguments of Problem `p` (matmul_args).
 
-    `geometry` is the stage's (grid, block, dynamic shared bytes) for these sizes.
+    `geometry` is the stage's (grid, block, dynamic shared bytes) for these sizes; `build` must be
+    compiled for p.layout (layout_defines).
     """
     grid, block, smem = geometry
-    launch = launcher(build, grid, block, matmul_args(a, b, c), smem)
+    launch = launcher(build, grid, block, matmul_args(p), smem)
     launch.resources = resources(build, grid, block, smem)
     launch.build = build
     return launch

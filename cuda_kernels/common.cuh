@@ -1,14 +1,32 @@
 // common.cuh: what every CUDA stage shares.
 //
-// Every stage computes C = A @ B for row-major fp32 A (M x K), B (K x N), C (M x N), any M, N, K >= 1.
-// The harness rejects matrices of 2^31 elements or more, so 32-bit index arithmetic is safe here
-// (and cheaper than 64-bit: one IMAD instead of two per address).
+// Every stage computes C = A @ B for fp32 A (M x K), B (K x N), C (M x N), any M, N, K >= 1, with
+// the BLAS argument list (A, B, C, M, N, K, lda, ldb, ldc) and a layout per operand:
+//   TRANS_A = 0: A is row-major,    A(i, k) = A[i * lda + k]   (BLAS 'n', lda >= K)
+//   TRANS_A = 1: A is column-major, A(i, k) = A[k * lda + i]   (BLAS 't': a transposed view)
+//   TRANS_B likewise for B(k, j); C is always row-major, C(i, j) = C[i * ldc + j].
+// The layouts are compile-time defines, so the nn kernel is the kernel it always was and each
+// layout is its own cached build; the leading dimensions are run-time arguments (views with a
+// row stride larger than their width need no copy). The shared operand check (lab/operands.py)
+// turns a column-major C into the transposed problem (C^T = B^T A^T) and refuses operands whose
+// furthest element, plus a 256-row/column margin, is 2^31 elements or more from their first, so
+// 32-bit index arithmetic is safe here (and cheaper than 64-bit: one IMAD instead of two).
 #pragma once
+
+#ifndef TRANS_A
+#define TRANS_A 0
+#endif
+#ifndef TRANS_B
+#define TRANS_B 0
+#endif
+// Offsets of element (i, k) of A and (k, j) of B in their layouts.
+#define A_OFF(i, k) (TRANS_A ? (k) * lda + (i) : (i) * lda + (k))
+#define B_OFF(k, j) (TRANS_B ? (j) * ldb + (k) : (k) * ldb + (j))
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
 // UNROLL=1 (the default) lets the compiler unroll the inner product loop; UNROLL=0 forbids it,
-// so a learner can see what unrolling buys (issue: compiler switches).
+// so a learner can see what unrolling buys.
 #ifndef UNROLL
 #define UNROLL 1
 #endif

@@ -1,13 +1,17 @@
 // Stage: naive. One thread computes one element of C, reading a row of A and a column of B.
 //
 // Changed from the previous stage: nothing; this is the starting point of the ladder.
-// Launch geometry (naive.py): block BLOCK x BLOCK threads (32 x 32 = 1024),
-//   grid (ceil(M/BLOCK), ceil(N/BLOCK)).
+// Launch geometry (naive.py): block BLOCK x BLOCK threads (32 x 32 = 1024), a 1-D grid of
+//   ceil(M/BLOCK) * ceil(N/BLOCK) blocks, block-rows fastest (a 2-D grid's y extent stops at 65535,
+//   which a 1 x 3,000,000 C would pass).
 // Thread mapping: threadIdx.x walks ROWS of C. The 32 threads of a warp share threadIdx.y, so they
 //   hold 32 consecutive rows and one column: their A reads are K floats apart (32 separate 32-byte
 //   sectors per load instruction instead of one broadcast) and their C writes are N floats apart.
 // Bottleneck it shows: uncoalesced global memory access; each warp-wide A load touches 32 sectors.
 // What to look for: the coalesced stage does the same arithmetic with the mapping swapped.
+// Layouts (common.cuh): A(i, k) and B(k, j) are read through A_OFF / B_OFF, so a transposed A
+//   (TRANS_A) turns this kernel's uncoalesced A reads into coalesced ones (consecutive rows are
+//   adjacent in a column-major A): the layout axis changes which mapping is the slow one.
 #include "common.cuh"
 
 #ifndef BLOCK
@@ -16,14 +20,15 @@
 
 extern "C" __global__ void __launch_bounds__(BLOCK * BLOCK)
 matmul_naive(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C,
-             int M, int N, int K) {
-    const int row = blockIdx.x * BLOCK + threadIdx.x;  // x -> rows: the uncoalesced choice
-    const int col = blockIdx.y * BLOCK + threadIdx.y;
+             int M, int N, int K, int lda, int ldb, int ldc) {
+    const int grid_m = CEIL_DIV(M, BLOCK);
+    const int row = (blockIdx.x % grid_m) * BLOCK + threadIdx.x;  // x -> rows: the uncoalesced choice
+    const int col = (blockIdx.x / grid_m) * BLOCK + threadIdx.y;
     if (row >= M || col >= N) return;  // ragged edge blocks: the divergence is only at the border
     float acc = 0.0f;
     INNER_UNROLL
     for (int k = 0; k < K; ++k) {
-        acc += A[row * K + k] * B[k * N + col];
+        acc += A[A_OFF(row, k)] * B[B_OFF(k, col)];
     }
-    C[row * N + col] = acc;
+    C[row * ldc + col] = acc;
 }

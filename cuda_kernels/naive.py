@@ -1,22 +1,26 @@
 """Launcher for cuda_kernels/naive.cu: one thread per element of C, threadIdx.x walks rows of C (uncoalesced).
 
-Geometry: BLOCK x BLOCK threads per block, grid (cdiv(M, BLOCK), cdiv(N, BLOCK), 1).
+Geometry: BLOCK x BLOCK threads per block, a 1-D grid of cdiv(M, BLOCK) * cdiv(N, BLOCK) blocks
+(block-rows fastest).
 """
 
 from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
+from lab.operands import entry
 
 SOURCE, KERNEL = "naive.cu", "matmul_naive"
 BLOCK = 32
 
 
-def build(fast_math: bool = False, unroll: bool = True, **_):
-    return compile_kernel(SOURCE, KERNEL, {"BLOCK": BLOCK}, fast_math=fast_math, unroll=unroll)
+def build(fast_math: bool = False, unroll: bool = True, layout: str = "nn", **_):
+    return compile_kernel(SOURCE, KERNEL, {"BLOCK": BLOCK}, fast_math=fast_math, unroll=unroll,
+                          layout=layout)
 
 
 def geometry(M: int, N: int, K: int, **_):
-    return (cdiv(M, BLOCK), cdiv(N, BLOCK), 1), (BLOCK, BLOCK, 1), 0
+    return (cdiv(M, BLOCK) * cdiv(N, BLOCK), 1, 1), (BLOCK, BLOCK, 1), 0
 
 
-def prepare(a, b, c, **params):
-    M, K = a.shape
-    return stage_launcher(build(**params), geometry(M, b.shape[1], K), a, b, c)
+@entry("naive", "cuda")
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py)."""
+    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K), p)

@@ -20,7 +20,6 @@ had at prepare() time wherever they were padded (the harness never changes them 
 
 from __future__ import annotations
 
-import time
 
 from cuda_kernels._build import cdiv, compile_kernel, launcher, resources
 
@@ -43,32 +42,44 @@ def geometry(M: int, N: int, K: int, tile: int = 32, **_):
 
 
 class Padded:
-    """Operands padded to tile multiples for a (M, N, K) problem, and what it took to make them.
+    """A problem (lab.operands.Problem) with its operands zero-padded to tile multiples, and what
+    that took.
 
     M and N are rounded up to multiples of `tile`, K to a multiple of `k_multiple` (the K depth of
-    one stage in elements, TILE * ktile for the CUDA kernel; `tile` when not given)."""
+    one stage in elements, TILE * ktile for the CUDA kernel; `tile` when not given). An operand
+    that needs padding is copied into a zero, row-major buffer; one that does not is used as it
+    is, in its own layout and leading dimension (the kernel reads layouts and leading dimensions).
+    `problem` is the padded problem the kernel runs on; `with_crop` makes the timed callable."""
 
-    def __init__(self, a, b, c, tile: int, k_multiple: int | None = None):
-        M, K = a.shape
-        N = b.shape[1]
+    def __init__(self, p, tile: int, k_multiple: int | None = None):
+        from dataclasses import replace
+
+        from lab.operands import Operand, timer
+
+        M, N, K = p.M, p.N, p.K
         self.M, self.N, self.K = M, N, K
         self.Mp, self.Np = round_up(M, tile), round_up(N, tile)
         self.Kp = round_up(K, k_multiple or tile)
         self.pads_a = (self.Mp, self.Kp) != (M, K)
         self.pads_b = (self.Kp, self.Np) != (K, N)
         self.pads_c = (self.Mp, self.Np) != (M, N)
-        self.c = c
+        self.c = p.c.tensor
         self.setup_ms = 0.0
-        if not (self.pads_a or self.pads_b or self.pads_c):
-            self.a, self.b, self.cpad = a, b, c
-            return
-        timer = _Timer(a.is_cuda)
-        self.a = _zero_padded(a, self.Mp, self.Kp) if self.pads_a else a
-        self.b = _zero_padded(b, self.Kp, self.Np) if self.pads_b else b
-        # The kernel writes every element of the padded C; start it as NaN (like the harness does
-        # with c) so a kernel that skipped an element could not pass on stale memory.
-        self.cpad = a.new_full((self.Mp, self.Np), float("nan")) if self.pads_c else c
-        self.setup_ms = timer.stop()
+        a, b, c = p.a, p.b, p.c
+        if self.pads_a or self.pads_b or self.pads_c:
+            clock = timer(p.c.tensor.is_cuda)
+            if self.pads_a:
+                a = Operand.of("A", _zero_padded(p.a.tensor, self.Mp, self.Kp))
+            if self.pads_b:
+                b = Operand.of("B", _zero_padded(p.b.tensor, self.Kp, self.Np))
+            if self.pads_c:
+                # The kernel writes every element of the padded C; start it as NaN (like the
+                # harness does with c) so a kernel that skipped one could not pass on stale memory.
+                c = Operand.of("C", p.c.tensor.new_full((self.Mp, self.Np), float("nan")))
+            self.setup_ms = clock.stop()
+        self.cpad = c.tensor
+        self.problem = replace(p, M=self.Mp, N=self.Np, K=self.Kp, a=a, b=b, c=c, setup_ms=0.0,
+                               copy_back=None)
 
     def with_crop(self, launch):
         """The timed callable: the bare launch, or the launch followed by the crop copy."""
@@ -87,27 +98,6 @@ def _zero_padded(x, rows: int, cols: int):
     out = x.new_zeros((rows, cols))
     out[: x.shape[0], : x.shape[1]].copy_(x)
     return out
-
-
-class _Timer:
-    """CUDA events on the current stream on a GPU, perf_counter on the CPU."""
-
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
-        if cuda:
-            import torch
-
-            self.start, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            self.start.record()
-        else:
-            self.t0 = time.perf_counter()
-
-    def stop(self) -> float:
-        if self.cuda:
-            self.end.record()
-            self.end.synchronize()
-            return float(self.start.elapsed_time(self.end))
-        return (time.perf_counter() - self.t0) * 1e3
 
 
 def prepare(a, b, c, tile: int = 32, ktile: int = 2, **params):

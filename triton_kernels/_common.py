@@ -33,6 +33,15 @@ def compiled_resources(compiled, grid) -> dict[str, int]:
     }
 
 
+def problem_args(p) -> tuple:
+    """The argument list every stage's kernel takes: (a, b, c, M, N, K, stride_am, stride_ak,
+    stride_bk, stride_bn, stride_cm, stride_cn), from the shared description of the operands
+    (lab/operands.py). Triton specializes a stride equal to 1 as a constant and one divisible by
+    16 as such, so the row-major case compiles to the kernel it was before strides were added."""
+    return (p.a.tensor, p.b.tensor, p.c.tensor, p.M, p.N, p.K, p.a.s0, p.a.s1, p.b.s0, p.b.s1,
+            p.c.s0, p.c.s1)
+
+
 def launcher(kernel, grid: tuple, args: tuple, **meta):
     """Return a no-argument callable that launches `kernel[grid](*args, **meta)`."""
     grid = tuple(int(g) for g in grid)

@@ -14,31 +14,40 @@ contiguous in memory, and picks the lane order (and vector width) for each load 
 converting layouts through shared memory where needed. The index order you write does not decide
 coalescing the way threadIdx.x does in CUDA; compare this row with the coalesced twin, and the two
 CUDA rows, to see how much of the CUDA mistake the compiler repairs.
-Launch: grid (ceil(M/BLOCK), ceil(N/BLOCK)), num_warps 4 (128 threads; the CUDA block has 1024).
+Layouts: the kernel takes all six strides (A, B and C may be row-major, transposed, offset or
+sliced views; nothing is copied). Triton specializes an integer argument equal to 1 as a constant,
+so the stride that is 1 in a given layout costs nothing, and each layout compiles its own kernel.
+Launch: a 1-D grid of ceil(M/BLOCK) * ceil(N/BLOCK) programs, row-blocks fastest (as the CUDA
+twin's blocks; a 2-D grid's second axis stops at 65535 programs), num_warps 4 (128 threads; the
+CUDA block has 1024).
 """
 
 import triton
 import triton.language as tl
 
-from triton_kernels._common import cdiv, launcher
+from lab.operands import entry
+from triton_kernels._common import cdiv, launcher, problem_args
 
 
 @triton.jit
-def matmul_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # program axis 0 walks rows, as blockIdx.x
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+def matmul_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        stride_cm, stride_cn, BLOCK: tl.constexpr):
+    grid_m = tl.cdiv(M, BLOCK)
+    pid = tl.program_id(0)
+    rows = (pid % grid_m) * BLOCK + tl.arange(0, BLOCK)  # row-blocks fastest, as blockIdx.x
+    cols = (pid // grid_m) * BLOCK + tl.arange(0, BLOCK)
     acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)  # acc[j, i] = C[rows[i], cols[j]]: transposed
     for k in range(0, K):
-        a = tl.load(a_ptr + rows * K + k, mask=rows < M, other=0.0)  # A[rows, k]
-        b = tl.load(b_ptr + k * N + cols, mask=cols < N, other=0.0)  # B[k, cols]
+        a = tl.load(a_ptr + rows * stride_am + k * stride_ak, mask=rows < M, other=0.0)  # A[rows, k]
+        b = tl.load(b_ptr + k * stride_bk + cols * stride_bn, mask=cols < N, other=0.0)  # B[k, cols]
         acc += b[:, None] * a[None, :]  # each thread multiplies the operands of its own elements
-    tl.store(c_ptr + rows[None, :] * N + cols[:, None], acc,
+    tl.store(c_ptr + rows[None, :] * stride_cm + cols[:, None] * stride_cn, acc,
              mask=(rows[None, :] < M) & (cols[:, None] < N))
 
 
-def prepare(a, b, c, block: int = 32, num_warps: int = 4, **_):
-    M, K = a.shape
-    N = b.shape[1]
-    grid = (cdiv(M, block), cdiv(N, block))
-    return launcher(matmul_naive_kernel, grid, (a, b, c, M, N, K), BLOCK=block,
+@entry("naive", "triton")
+def prepare(p, block: int = 32, num_warps: int = 4, **_):
+    """p: the shared description of the operands (lab/operands.py)."""
+    grid = (cdiv(p.M, block) * cdiv(p.N, block),)
+    return launcher(matmul_naive_kernel, grid, (*problem_args(p),), BLOCK=block,
                     num_warps=num_warps)

@@ -1,0 +1,363 @@
+"""The one check every launcher's operands pass through, and the one description launchers read.
+
+A stage's `prepare(a, b, c, **params)` and `lab.matmul` are public: a user may hand them any
+tensors. Before a launcher's own code runs, `entry()` (the decorator on every `prepare`) does:
+
+1. **Check** (`check_operands`): torch tensors, 2-D, inner dimensions equal, C of shape M x N,
+   dtypes the stage supports, one device for all three (a CUDA GPU for CUDA stages), an output
+   whose elements do not overlap each other (no broadcast `expand()`ed C) nor an input, and an
+   index range the kernels' 32-bit arithmetic can address. Every refusal is one LabError sentence.
+2. **Empty problems**: M = 0 or N = 0 launches nothing; K = 0 writes zeros (as `torch.matmul`).
+3. **Describe** each operand once (`Operand`): rows, columns, the two strides, whether it is
+   row-major (unit column stride: BLAS `n`) or column-major (unit row stride: BLAS `t`, a
+   transposed view), its leading dimension and 16-byte alignment.
+4. **Fit the stage** (`Needs`): Triton kernels take any strides, so nothing changes. CUDA kernels
+   take BLAS layouts: A and B row- or column-major with a leading dimension, C row-major. A
+   column-major C is handled without a copy by computing C^T = B^T A^T (swap the operands and
+   their layouts); an operand with no unit stride (e.g. `x[::2, ::2]`) is copied once in
+   `prepare()`, outside the timed call, and the time goes into `setup_ms`; a C with no unit stride
+   is computed into a contiguous buffer and copied back inside the timed call.
+
+Index range. The kernels compute offsets in 32-bit ints (one IMAD per address instead of two).
+Edge blocks form addresses up to a tile (at most 256 rows or columns) beyond an operand, so an
+operand is accepted when its furthest element, grown by INDEX_MARGIN rows and columns, lies below
+2^31 elements from its first (`max_square_side()` gives the largest square: 46,084 x 46,084).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from lab.errors import LabError
+
+INDEX_LIMIT = 2**31 - 1  # 32-bit signed offsets
+INDEX_MARGIN = 256  # rows/columns past the edge an edge tile may form an address for
+DTYPE_NAMES = {"fp32": "float32"}  # precision -> torch dtype name of the operands
+
+
+def span(rows: int, cols: int, s0: int, s1: int) -> int:
+    """Elements from the first to one past the furthest element addressed, margin included."""
+    return (rows + INDEX_MARGIN - 1) * abs(s0) + (cols + INDEX_MARGIN - 1) * abs(s1) + 1
+
+
+def fits_32bit(rows: int, cols: int, s0: int, s1: int) -> bool:
+    return span(rows, cols, s0, s1) <= INDEX_LIMIT
+
+
+def max_square_side() -> int:
+    """The largest n such that a contiguous n x n operand fits the kernels' 32-bit offsets."""
+    n = int(math.isqrt(INDEX_LIMIT))
+    while not fits_32bit(n, n, n, 1):
+        n -= 1
+    return n
+
+
+def shape_fits(M: int, N: int, K: int) -> bool:
+    """Whether contiguous A (MxK), B (KxN), C (MxN) and their transposes fit 32-bit offsets."""
+    return all(fits_32bit(r, c, c, 1) and fits_32bit(r, c, 1, r)
+               for r, c in ((M, K), (K, N), (M, N)))
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One matrix as a kernel sees it. `tensor` is what the kernel reads or writes (the user's
+    tensor, or a copy that prepare() made); element (i, j) is at tensor.data_ptr() + 4*(i*s0 +
+    j*s1) bytes."""
+
+    name: str  # "A", "B" or "C"
+    tensor: object
+    rows: int
+    cols: int
+    s0: int  # stride between rows, in elements
+    s1: int  # stride between columns
+
+    @classmethod
+    def of(cls, name: str, tensor) -> "Operand":
+        r, c = tensor.shape
+        s0, s1 = tensor.stride()
+        # A stride of a dimension of size 1 is never used; give it the value that makes the
+        # operand look like the contiguous matrix it is.
+        if r <= 1:
+            s0 = max(c, 1) if s1 == 1 or c <= 1 else s0
+        if c <= 1:
+            s1 = 1
+        return cls(name, tensor, r, c, s0, s1)
+
+    @property
+    def row_major(self) -> bool:
+        return self.s1 == 1
+
+    @property
+    def col_major(self) -> bool:
+        return self.s0 == 1 and not self.row_major
+
+    @property
+    def blas(self) -> bool:
+        """Row- or column-major: a BLAS layout with a leading dimension."""
+        return self.row_major or self.col_major
+
+    @property
+    def trans(self) -> bool:
+        """BLAS 't': stored transposed (column-major)."""
+        return self.col_major
+
+    @property
+    def ld(self) -> int:
+        """Leading dimension: elements between consecutive rows (n) or columns (t)."""
+        if not self.blas:
+            raise ValueError(f"{self.name} has no unit stride, so no leading dimension")
+        return self.s1 if self.trans else self.s0
+
+    @property
+    def letter(self) -> str:
+        return "t" if self.trans else "n" if self.row_major else "s"
+
+    def aligned(self, nbytes: int = 16) -> bool:
+        """Base pointer and every line along the leading dimension start on nbytes boundaries."""
+        return (self.tensor.data_ptr() % nbytes == 0
+                and (self.ld * self.tensor.element_size()) % nbytes == 0)
+
+    def transposed(self) -> "Operand":
+        """The same memory seen as the transposed matrix."""
+        return replace(self, tensor=self.tensor.t(), rows=self.cols, cols=self.rows, s0=self.s1,
+                       s1=self.s0)
+
+
+@dataclass
+class Problem:
+    """C = A @ B as the launcher must compute it: sizes, the three operands, and what the shared
+    code already did (a copy's cost, a transposed problem)."""
+
+    M: int
+    N: int
+    K: int
+    a: Operand
+    b: Operand
+    c: Operand
+    setup_ms: float = 0.0  # one-time copies made here, outside the timed call
+    swapped: bool = False  # computing C^T = B^T A^T (C was column-major)
+    copy_back: object = None  # (buffer, user C): the kernel writes buffer, then C <- buffer
+
+    @property
+    def layout(self) -> str:
+        return self.a.letter + self.b.letter
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a stage's kernels require of their operands.
+
+    blas: A and B row- or column-major, C row-major (CUDA kernels: leading dimensions and a
+    layout per operand); False: any strides (Triton kernels take all six strides)."""
+
+    blas: bool = True
+    dtypes: tuple[str, ...] = ("float32",)
+
+
+CUDA = Needs(blas=True)
+TRITON = Needs(blas=False)
+
+
+# ------------------------------------------------------------------------------------ checking
+
+
+def _dev(t) -> str:
+    return "the CPU" if t.device.type == "cpu" else f"{t.device}"
+
+
+def _overlaps(x, y) -> bool:
+    """Whether the memory spans of x and y intersect (conservative: interleaved views count)."""
+    if x.numel() == 0 or y.numel() == 0:
+        return False
+    if x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr():
+        return False
+
+    def bounds(t):
+        lo = t.data_ptr()
+        hi = lo + t.element_size() * (1 + sum((n - 1) * abs(s) for n, s in
+                                              zip(t.shape, t.stride())))
+        return lo, hi
+
+    (a0, a1), (b0, b1) = bounds(x), bounds(y)
+    return a0 < b1 and b0 < a1
+
+
+def _self_overlapping(t) -> bool:
+    """Two different (i, j) of t at one address: a broadcast (stride 0) or overlapping strides."""
+    dims = sorted((abs(s), n) for n, s in zip(t.shape, t.stride()) if n > 1)
+    reach = 1
+    for stride, n in dims:
+        if stride < reach:
+            return True
+        reach = stride * n
+    return False
+
+
+def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None = None) -> None:
+    """Raise LabError (one sentence) unless C = A @ B can be computed by `where` on these.
+
+    `device`: "cuda" when the kernel needs a CUDA GPU, "any" when CPU tensors are fine too (the
+    Triton interpreter); None derives it from `needs` (blas -> cuda)."""
+    import torch
+
+    for name, t in (("A", a), ("B", b), ("C", c)):
+        if not isinstance(t, torch.Tensor):
+            raise LabError(f"{where}: {name} must be a torch.Tensor, not {type(t).__name__}")
+        if t.dim() != 2:
+            raise LabError(f"{where}: {name} must be a 2-D matrix, but it has {t.dim()} "
+                           f"dimension{'s' if t.dim() != 1 else ''} (shape {tuple(t.shape)})")
+    (M, K), (K2, N) = a.shape, b.shape
+    if K != K2:
+        raise LabError(f"{where}: the inner dimensions differ: A is {M}x{K} and B is {K2}x{N}, so "
+                       f"A @ B is undefined")
+    if tuple(c.shape) != (M, N):
+        raise LabError(f"{where}: C (out) must be {M}x{N} for a {M}x{K} A and a {K}x{N} B, but it "
+                       f"is {c.shape[0]}x{c.shape[1]}")
+    for name, t in (("A", a), ("B", b), ("C", c)):
+        dt = str(t.dtype).removeprefix("torch.")
+        if dt not in needs.dtypes:
+            raise LabError(f"{where} takes {' or '.join(needs.dtypes)} tensors, but {name} is {dt}")
+    if not (a.device == b.device == c.device):
+        raise LabError(f"{where}: A, B and C must be on one device, but they are on "
+                       f"{_dev(a)}, {_dev(b)} and {_dev(c)}")
+    device = device or ("cuda" if needs.blas else "any")
+    if device == "cuda" and a.device.type != "cuda":
+        raise LabError(f"{where} runs on a CUDA GPU, but the tensors are on {_dev(a)}; move them "
+                       f"with .cuda()")
+    if a.device.type not in ("cuda", "cpu"):
+        raise LabError(f"{where} runs on CUDA (or, for Triton, on CPU tensors under the "
+                       f"interpreter), not on {a.device.type} tensors")
+    if _self_overlapping(c):
+        raise LabError(f"{where}: C (out) has elements that share memory (strides "
+                       f"{tuple(c.stride())}, e.g. from expand()); pass a C whose elements are "
+                       f"distinct, such as torch.empty({M}, {N})")
+    for name, t in (("A", a), ("B", b)):
+        if _overlaps(c, t):
+            raise LabError(f"{where}: C (out) shares memory with {name}; the kernel would read "
+                           f"values it has already overwritten, so pass a separate C")
+    for name, t in (("A", a), ("B", b), ("C", c)):
+        if t.numel() == 0:
+            continue
+        op = Operand.of(name, t)
+        if not fits_32bit(op.rows, op.cols, op.s0, op.s1):
+            raise LabError(
+                f"{where}: {name} ({op.rows}x{op.cols}, strides {op.s0},{op.s1}) spans "
+                f"{span(op.rows, op.cols, op.s0, op.s1):,} elements, beyond the 32-bit offsets of "
+                f"the lab's kernels (at most {INDEX_LIMIT:,} including a {INDEX_MARGIN}-row and "
+                f"-column margin: up to {max_square_side():,} x {max_square_side():,} for a "
+                f"square matrix); split the product into smaller blocks")
+
+
+# ------------------------------------------------------------------------------------ fitting
+
+
+class _Timer:
+    """CUDA events on the current stream on a GPU, perf_counter on the CPU."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        if cuda:
+            import torch
+
+            self.start, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            self.start.record()
+        else:
+            self.t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        if self.cuda:
+            self.end.record()
+            self.end.synchronize()
+            return float(self.start.elapsed_time(self.end))
+        return (time.perf_counter() - self.t0) * 1e3
+
+
+def timer(cuda: bool) -> _Timer:
+    return _Timer(cuda)
+
+
+def describe(a, b, c, needs: Needs = CUDA) -> Problem:
+    """The problem as a stage with `needs` sees it (after check_operands passed)."""
+    M, K = a.shape
+    N = b.shape[1]
+    p = Problem(M, N, K, Operand.of("A", a), Operand.of("B", b), Operand.of("C", c))
+    if not needs.blas:
+        return p
+    clock = None
+    if p.c.col_major:  # C^T = B^T A^T: C^T is row-major; A^T, B^T swap roles and layouts
+        p = Problem(N, M, K, replace(p.b.transposed(), name="A"),
+                    replace(p.a.transposed(), name="B"), replace(p.c.transposed(), name="C"),
+                    swapped=True)
+    if not p.c.row_major:  # no unit stride: compute into a buffer, copy back inside the call
+        buf = c.new_empty((p.M, p.N))
+        p.copy_back = (buf, p.c.tensor)
+        p.c = Operand.of("C", buf)
+    for name in ("a", "b"):
+        op = getattr(p, name)
+        if not op.blas:  # no unit stride at all: one copy, outside the timed call
+            clock = clock or timer(a.is_cuda)
+            setattr(p, name, Operand.of(op.name, op.tensor.contiguous()))
+    if clock is not None:
+        p.setup_ms += clock.stop()
+    return p
+
+
+class _Launch:
+    """A no-argument callable that can carry the attributes the harness reads (resources,
+    setup_ms, build, ...)."""
+
+    def __init__(self, fn: Callable[[], object]):
+        self.fn = fn
+
+    def __call__(self):
+        self.fn()
+
+
+def _copy_back(kernel, buf, user_c) -> _Launch:
+    def run():
+        kernel()
+        user_c.copy_(buf)  # a C with no unit stride: the copy is part of the computation
+
+    launch = _Launch(run)
+    for attr in ("resources", "build", "padded_shape", "setup_ms"):
+        if hasattr(kernel, attr):
+            setattr(launch, attr, getattr(kernel, attr))
+    return launch
+
+
+def entry(stage: str, backend: str, needs: Needs | None = None):
+    """Decorator for a stage's `prepare(problem, **params)`: the public `prepare(a, b, c,
+    **params)` checks the operands, handles empty problems, describes the operands (fitting them
+    to the kernel's needs) and returns the stage's launch callable, with the shared code's
+    one-time copies added to its `setup_ms` and the Problem as `launch.problem`."""
+    needs = needs or (CUDA if backend == "cuda" else TRITON)
+    where = f"stage {stage} ({backend})"
+
+    def wrap(inner: Callable) -> Callable:
+        @functools.wraps(inner)
+        def prepare(a, b, c, **params):
+            check_operands(a, b, c, where, needs)
+            M, K = a.shape
+            N = b.shape[1]
+            if M == 0 or N == 0:  # nothing to compute
+                return _Launch(lambda: None)
+            if K == 0:  # an empty sum: C is zero, as torch.matmul gives
+                return _Launch(c.zero_)
+            p = describe(a, b, c, needs)
+            launch = inner(p, **params)
+            if p.copy_back is not None:
+                launch = _copy_back(launch, *p.copy_back)
+            if p.setup_ms:
+                launch.setup_ms = (getattr(launch, "setup_ms", None) or 0.0) + p.setup_ms
+            launch.problem = p
+            return launch
+
+        prepare.inner = inner
+        prepare.where = where
+        return prepare
+
+    return wrap
