@@ -5,19 +5,21 @@ block_tile() in common.cuh (group = block-rows walked together, for L2 reuse).
 """
 
 from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
+from lab.operands import entry
 
 
 def build(rows: int = 32, group: int = 16, kunroll: int = 16, fast_math: bool = False,
-          unroll: bool = True, **_):
+          unroll: bool = True, layout: str = "nn", **_):
     return compile_kernel("coalesced.cu", "matmul_coalesced",
                           {"ROWS": rows, "GROUP": group, "KUNROLL": kunroll},
-                          fast_math=fast_math, unroll=unroll)
+                          fast_math=fast_math, unroll=unroll, layout=layout)
 
 
 def geometry(M: int, N: int, K: int, rows: int = 32, **_):
     return (cdiv(M, rows) * cdiv(N, 32), 1, 1), (32, rows, 1), 0
 
 
-def prepare(a, b, c, **params):
-    M, K = a.shape
-    return stage_launcher(build(**params), geometry(M, b.shape[1], K, **params), a, b, c)
+@entry("coalesced", "cuda")
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py)."""
+    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)

@@ -1,24 +1,27 @@
 """Launcher for cuda_kernels/tiled.cu: shared-memory tiling, TILE x TILE threads per block.
 
 Geometry: block (TILE, TILE); 1-D grid of ceil(M/TILE) * ceil(N/TILE) blocks ordered by
-block_tile() in common.cuh (group); static shared 2*TILE*TILE*4 bytes.
+block_tile() in common.cuh (group); static shared 2*TILE*KTILE*4 bytes in the nn build (the
+transposed layouts pad their shared rows a little: tiled.cu, Layouts).
 """
 
 from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
+from lab.operands import entry
 
 
 def build(tile: int = 32, ktile: int = 2, group: int = 16, fast_math: bool = False,
-          unroll: bool = True, **_):
+          unroll: bool = True, layout: str = "nn", **_):
     """ktile is the K depth of a stage in units of TILE (1: square tiles)."""
     return compile_kernel("tiled.cu", "matmul_tiled",
                           {"TILE": tile, "KTILE": tile * ktile, "GROUP": group},
-                          fast_math=fast_math, unroll=unroll)
+                          fast_math=fast_math, unroll=unroll, layout=layout)
 
 
 def geometry(M: int, N: int, K: int, tile: int = 32, **_):
     return (cdiv(M, tile) * cdiv(N, tile), 1, 1), (tile, tile, 1), 0
 
 
-def prepare(a, b, c, **params):
-    M, K = a.shape
-    return stage_launcher(build(**params), geometry(M, b.shape[1], K, **params), a, b, c)
+@entry("tiled", "cuda")
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py)."""
+    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)

@@ -2,16 +2,19 @@
 
 Geometry: block (TILE, TILE); 1-D grid of (Mp/TILE) * (Np/TILE) blocks ordered by block_tile()
 (group), where Mp, Np are M, N rounded up to multiples of TILE and Kp is K rounded up to a multiple
-of KTILE = TILE * ktile; static shared 2*TILE*KTILE*4 bytes. Parameters tile, ktile and group are
-tiled's (same defaults), so the only difference from tiled is the edge handling. The kernel takes
-the standard arguments (A, B, C, M, N, K) but with the PADDED tensors and sizes (Mp, Np, Kp).
+of KTILE = TILE * ktile; static shared 2*TILE*KTILE*4 bytes in the nn build. Parameters tile, ktile
+and group are tiled's (same defaults), so the only difference from tiled is the edge handling. The
+kernel takes the standard arguments (A, B, C, M, N, K, lda, ldb, ldc) but with the PADDED operands
+and sizes (Mp, Np, Kp).
 
-prepare() pads once, outside the timed callable:
-- A is copied into a zero Mp x Kp tensor only if M or K is not a multiple of TILE (else used as is);
-- B is copied into a zero Kp x Np tensor only if K or N is not a multiple (else used as is);
-- C: if M and N are multiples the kernel writes the caller's c directly and the timed callable is
+prepare() pads once, outside the timed callable (`Padded`):
+- A is copied into a zero, row-major Mp x Kp tensor only if M or K is not a multiple already (else
+  it is used as it is, in its own layout and leading dimension);
+- B likewise (Kp x Np);
+- C: if M and N are multiples the kernel writes the caller's C directly and the timed callable is
   the bare launch; otherwise the kernel writes a padded Mp x Np buffer and the timed callable is
   launch + c.copy_(cpad[:M, :N]), so the crop is paid for in the row's time.
+The kernel is built for the layout of the padded problem (a padded operand is row-major, 'n').
 The one-time padding cost is attached as `launch.setup_ms` (float, milliseconds): CUDA events
 around the allocation and copies on a GPU, time.perf_counter on the CPU; 0.0 when nothing needed
 padding. Because A and B are snapshotted by prepare(), the callable multiplies the values A and B
@@ -20,16 +23,16 @@ had at prepare() time wherever they were padded (the harness never changes them 
 
 from __future__ import annotations
 
-
-from cuda_kernels._build import cdiv, compile_kernel, launcher, resources
+from cuda_kernels._build import cdiv, compile_kernel, launcher, matmul_args, resources
+from lab.operands import entry
 
 
 def build(tile: int = 32, ktile: int = 2, group: int = 16, fast_math: bool = False,
-          unroll: bool = True, **_):
+          unroll: bool = True, layout: str = "nn", **_):
     """ktile is the K depth of a stage in units of TILE (1: square tiles), as in tiled."""
     return compile_kernel("tiled_padded.cu", "matmul_tiled_padded",
                           {"TILE": tile, "KTILE": tile * ktile, "GROUP": group},
-                          fast_math=fast_math, unroll=unroll)
+                          fast_math=fast_math, unroll=unroll, layout=layout)
 
 
 def round_up(x: int, m: int) -> int:
@@ -100,16 +103,17 @@ def _zero_padded(x, rows: int, cols: int):
     return out
 
 
-def prepare(a, b, c, tile: int = 32, ktile: int = 2, **params):
-    import numpy as np
-
-    p = Padded(a, b, c, tile, tile * ktile)
-    bld = build(tile=tile, ktile=ktile, **params)
-    grid, block, smem = geometry(p.Mp, p.Np, p.Kp, tile=tile)
-    args = (p.a, p.b, p.cpad, np.int32(p.Mp), np.int32(p.Np), np.int32(p.Kp))
-    launch = p.with_crop(launcher(bld, grid, block, args, smem))
+@entry("tiled_padded", "cuda")
+def prepare(p, tile: int = 32, ktile: int = 2, **params):
+    """p: the shared description of the operands (lab/operands.py); the kernel runs on the
+    padded problem."""
+    padded = Padded(p, tile, tile * ktile)
+    q = padded.problem
+    bld = build(tile=tile, ktile=ktile, **params, layout=q.layout)
+    grid, block, smem = geometry(q.M, q.N, q.K, tile=tile)
+    launch = padded.with_crop(launcher(bld, grid, block, matmul_args(q), smem))
     launch.resources = resources(bld, grid, block, smem)
     launch.build = bld
-    launch.setup_ms = p.setup_ms
-    launch.padded_shape = (p.Mp, p.Np, p.Kp)
+    launch.setup_ms = padded.setup_ms
+    launch.padded_shape = (padded.Mp, padded.Np, padded.Kp)
     return launch

@@ -2,7 +2,8 @@
 
 Geometry: block (cols, rows) threads (x walks columns); 1-D grid of ceil(M/rows) * ceil(N/cols)
 blocks ordered by block_tile() in common.cuh (group, tiled's default 16); static shared
-(rows*cols + cols*cols) * 4 bytes. Parameters: rows in 4, 8, 16, 32 and cols in 16, 32,
+(rows*cols + cols*cols) * 4 bytes in the nn build (the transposed layouts pad the shared rows a
+little: tiled_rect.cu, Layouts). Parameters: rows in 4, 8, 16, 32 and cols in 16, 32,
 64 (defaults 8 x 32), with cols a multiple of rows (each thread loads cols/rows rows of the B tile)
 and 32 <= rows*cols <= 1024 threads; `validate` says so in one sentence before anything compiles.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
 from lab.errors import LabError
+from lab.operands import entry
 
 ROWS = (4, 8, 16, 32)
 COLS = (16, 32, 64)
@@ -35,11 +37,11 @@ def validate(rows: int = 8, cols: int = 32, **_) -> None:
 
 
 def build(rows: int = 8, cols: int = 32, group: int = 16, fast_math: bool = False,
-          unroll: bool = True, **_):
+          unroll: bool = True, layout: str = "nn", **_):
     validate(rows, cols)
     return compile_kernel("tiled_rect.cu", "matmul_tiled_rect",
                           {"TILE_ROWS": rows, "TILE_COLS": cols, "GROUP": group},
-                          fast_math=fast_math, unroll=unroll)
+                          fast_math=fast_math, unroll=unroll, layout=layout)
 
 
 def geometry(M: int, N: int, K: int, rows: int = 8, cols: int = 32, **_):
@@ -47,7 +49,8 @@ def geometry(M: int, N: int, K: int, rows: int = 8, cols: int = 32, **_):
     return (cdiv(M, rows) * cdiv(N, cols), 1, 1), (cols, rows, 1), 0
 
 
-def prepare(a, b, c, **params):
+@entry("tiled_rect", "cuda")
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py)."""
     validate(**params)
-    M, K = a.shape
-    return stage_launcher(build(**params), geometry(M, b.shape[1], K, **params), a, b, c)
+    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)

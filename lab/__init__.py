@@ -1,1 +1,87 @@
-"""The kernel-agnostic harness of the matmul kernel lab (see docs/ARCHITECTURE.md)."""
+"""The kernel-agnostic harness of the matmul kernel lab (see docs/ARCHITECTURE.md), and the Python
+API for running one stage on your own tensors:
+
+    from lab import matmul, LabError
+    c = matmul(a, b, stage="vectorized", backend="cuda")          # a new C
+    matmul(a, b, stage="tiled", backend="triton", out=c, tile=16)  # into an existing C (a view too)
+
+A and B may be row-major, transposed views (`x.t()`), views with a storage offset, or slices with
+a row stride larger than their width; `out` may be such a view too. Every mistake raises LabError
+with one sentence.
+"""
+
+from lab.errors import CompileError, LabError
+
+__all__ = ["matmul", "LabError", "CompileError"]
+
+
+def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None, **params):
+    """C = A @ B computed by one stage of the lab (`python -m lab.compare --list` lists them).
+
+    a: M x K, b: K x N float32 tensors on one device (a CUDA GPU; Triton stages also run CPU
+    tensors under the Triton interpreter, TRITON_INTERPRET=1). out: an M x N float32 tensor to
+    write (any strides, not overlapping a or b), or None for a new one. params: the stage's
+    parameters (e.g. tile=16), checked against the registry. Returns C. Like torch.matmul, the
+    call is asynchronous on a GPU (it returns once the kernel is queued on the current stream).
+    """
+    import os
+
+    import torch
+
+    from lab.operands import Needs, check_operands, dtypes_of
+    from lab.stages import BACKENDS, Variant, get_stage
+
+    if not isinstance(stage, str):
+        raise LabError(f"stage must be a stage name such as 'tiled', not {type(stage).__name__}")
+    spec = get_stage(stage.strip().lower())
+    backend = str(backend).strip().lower()
+    if backend not in BACKENDS:
+        raise LabError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    declared = {p.name: p for p in spec.params if backend in p.backends}
+    values = spec.defaults()
+    for name, value in params.items():
+        if name not in declared:
+            known = ", ".join(declared) or "none"
+            raise LabError(f"stage {spec.name} ({backend}) has no parameter {name!r} (its "
+                           f"parameters: {known})")
+        prm = declared[name]
+        if isinstance(value, bool) is not isinstance(prm.default, bool) or value not in prm.choices:
+            raise LabError(f"parameter {name} of stage {spec.name} takes one of "
+                           f"{', '.join(map(str, prm.choices))}, not {value!r}")
+        values[name] = value
+    where = f"stage {spec.name} ({backend})"
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise LabError(f"{where}: {name} must be a torch.Tensor, not {type(t).__name__}")
+    if out is None:
+        if a.dim() == 2 and b.dim() == 2:
+            out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+        else:  # let the shared check say what is wrong with the shapes
+            out = a.new_empty((0, 0))
+    needs = Needs(blas=backend == "cuda", dtypes=dtypes_of(spec))
+    on_cpu = a.device.type == "cpu"
+    check_operands(a, b, out, where, needs, device="cuda" if backend == "cuda" else "any")
+    if backend == "triton" and on_cpu:
+        _interpreter_for_cpu_tensors(spec, where, os)
+    module = spec.module(backend)
+    if backend == "triton" and on_cpu:
+        _refuse_compiled_kernels(module, where)
+    launch = module.prepare(a, b, out, **Variant(spec, values).params_for(backend))
+    launch()
+    return out
+
+
+def _interpreter_for_cpu_tensors(spec, where: str, os) -> None:
+    """CPU tensors through a Triton stage need the Triton interpreter, which must be on before the
+    stage's @triton.jit kernel is imported."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _refuse_compiled_kernels(module, where: str) -> None:
+    """A kernel imported before the interpreter was switched on is compiled for the GPU."""
+    from triton.runtime.jit import JITFunction
+
+    if any(isinstance(v, JITFunction) for v in vars(module).values()):
+        raise LabError(f"{where} was loaded for the GPU and cannot run CPU tensors; move them to "
+                       f"the GPU with .cuda(), or set TRITON_INTERPRET=1 before importing the lab")

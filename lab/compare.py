@@ -3,6 +3,7 @@
     python -m lab.compare --stage tiled
     python -m lab.compare --stage naive,coalesced,tiled --sizes 1024,1025,4096 --csv out.csv
     python -m lab.compare --stage tiled:tile=16 --backend cuda
+    python -m lab.compare --stage vectorized --layout nn,nt,tn,tt
     python -m lab.compare --list
 
 Exit status: 0 when every row passed, 1 when a row failed its check or could not be built or run
@@ -33,6 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "1024,1025,2048,4096,4096x2048x1000; in CPU mode: 64,65,17x33x129)")
     p.add_argument("--precision", default="fp32",
                    help=f"arithmetic precision (supported: {', '.join(PRECISIONS)})")
+    p.add_argument("--layout", default="nn",
+                   help="comma list of operand layouts, BLAS naming (first letter A, second B; "
+                        "t = stored transposed, i.e. a column-major view): nn (default), nt, tn, "
+                        "tt; each layout is its own row and cuBLAS runs on the same layout")
     p.add_argument("--csv", metavar="PATH", help="write one row per measurement to PATH and the "
                                                  "environment to PATH's .env.json")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
@@ -69,6 +74,17 @@ def parse_backends(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def parse_layouts(text: str) -> list[str]:
+    from lab.run import LAYOUTS
+
+    names = [x.strip().lower() for x in text.split(",") if x.strip()]
+    bad = [x for x in names if x not in LAYOUTS]
+    if bad or not names:
+        raise LabError(f"unknown layout {', '.join(bad) or repr(text)}; choose from "
+                       f"{', '.join(LAYOUTS)} (first letter A, second B; t = stored transposed)")
+    return list(dict.fromkeys(names))
+
+
 def main(argv: list[str] | None = None) -> int:
     return guarded(_main, argv)
 
@@ -94,7 +110,7 @@ def _main(argv: list[str] | None) -> int:
     mode = detect_mode(args.mode)
     shapes = parse_sizes(args.sizes or (GPU_SIZES if mode == "gpu" else CPU_SIZES))
     plan = Plan(variants, backends, shapes, args.precision, args.seed, mode, args.rep_ms,
-                transfers=args.include_transfers)
+                transfers=args.include_transfers, layouts=parse_layouts(args.layout))
     validate(plan)  # say what is wrong before printing anything else (execute() checks again)
 
     from rich.console import Console
@@ -130,8 +146,8 @@ def _execute_with_progress(plan, err):
 
     if not err.is_terminal:  # logs and CI: one line per finished row instead of a bar
         def on_row(r):
-            print(f"  {r.stage:<24} {r.backend:<7} {r.M}x{r.N}x{r.K}: {r.status}", file=sys.stderr,
-                  flush=True)
+            print(f"  {r.stage:<24} {r.backend:<7} {r.layout} {r.M}x{r.N}x{r.K}: {r.status}",
+                  file=sys.stderr, flush=True)
         return execute(plan, on_row)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True) as progress:
@@ -139,7 +155,7 @@ def _execute_with_progress(plan, err):
 
         def on_row(r):
             progress.update(task, advance=1,
-                            description=f"{r.stage} {r.backend} {r.M}x{r.N}x{r.K}")
+                            description=f"{r.stage} {r.backend} {r.layout} {r.M}x{r.N}x{r.K}")
         return execute(plan, on_row)
 
 

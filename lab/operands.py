@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -37,6 +38,11 @@ from lab.errors import LabError
 INDEX_LIMIT = 2**31 - 1  # 32-bit signed offsets
 INDEX_MARGIN = 256  # rows/columns past the edge an edge tile may form an address for
 DTYPE_NAMES = {"fp32": "float32"}  # precision -> torch dtype name of the operands
+
+
+def dtypes_of(stage) -> tuple[str, ...]:
+    """The operand dtypes a registered stage takes (from its precisions)."""
+    return tuple(dict.fromkeys(DTYPE_NAMES[p] for p in stage.precisions if p in DTYPE_NAMES))
 
 
 def span(rows: int, cols: int, s0: int, s1: int) -> int:
@@ -224,32 +230,39 @@ def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None 
     if not (a.device == b.device == c.device):
         raise LabError(f"{where}: A, B and C must be on one device, but they are on "
                        f"{_dev(a)}, {_dev(b)} and {_dev(c)}")
-    device = device or ("cuda" if needs.blas else "any")
-    if device == "cuda" and a.device.type != "cuda":
-        raise LabError(f"{where} runs on a CUDA GPU, but the tensors are on {_dev(a)}; move them "
-                       f"with .cuda()")
-    if a.device.type not in ("cuda", "cpu"):
-        raise LabError(f"{where} runs on CUDA (or, for Triton, on CPU tensors under the "
-                       f"interpreter), not on {a.device.type} tensors")
     if _self_overlapping(c):
         raise LabError(f"{where}: C (out) has elements that share memory (strides "
-                       f"{tuple(c.stride())}, e.g. from expand()); pass a C whose elements are "
+                       f"{tuple(c.stride())}, as from expand()); pass a C whose elements are "
                        f"distinct, such as torch.empty({M}, {N})")
     for name, t in (("A", a), ("B", b)):
         if _overlaps(c, t):
             raise LabError(f"{where}: C (out) shares memory with {name}; the kernel would read "
                            f"values it has already overwritten, so pass a separate C")
     for name, t in (("A", a), ("B", b), ("C", c)):
-        if t.numel() == 0:
-            continue
-        op = Operand.of(name, t)
-        if not fits_32bit(op.rows, op.cols, op.s0, op.s1):
-            raise LabError(
-                f"{where}: {name} ({op.rows}x{op.cols}, strides {op.s0},{op.s1}) spans "
-                f"{span(op.rows, op.cols, op.s0, op.s1):,} elements, beyond the 32-bit offsets of "
-                f"the lab's kernels (at most {INDEX_LIMIT:,} including a {INDEX_MARGIN}-row and "
-                f"-column margin: up to {max_square_side():,} x {max_square_side():,} for a "
-                f"square matrix); split the product into smaller blocks")
+        if t.numel():
+            op = Operand.of(name, t)
+            check_index_range(name, op.rows, op.cols, op.s0, op.s1, where)
+    # last: what is wrong with the operands themselves is worth saying first, on any device
+    device = device or ("cuda" if needs.blas else "any")
+    if device == "cuda" and a.device.type != "cuda":
+        raise LabError(f"{where} runs on a CUDA GPU, but the tensors are on {_dev(a)}; move them "
+                       f"with .cuda() (Triton stages also run CPU tensors under the Triton "
+                       f"interpreter, TRITON_INTERPRET=1)")
+    if a.device.type not in ("cuda", "cpu"):
+        raise LabError(f"{where} runs on CUDA (or, for Triton, on CPU tensors under the "
+                       f"interpreter), not on {a.device.type} tensors")
+
+
+def check_index_range(name: str, rows: int, cols: int, s0: int, s1: int, where: str) -> None:
+    """Raise LabError unless a rows x cols operand with strides (s0, s1) fits 32-bit offsets."""
+    if not fits_32bit(rows, cols, s0, s1):
+        side = max_square_side()
+        raise LabError(
+            f"{where}: {name} ({rows}x{cols}, strides {s0},{s1}) spans "
+            f"{span(rows, cols, s0, s1):,} elements, beyond the 32-bit offsets of the lab's "
+            f"kernels (at most {INDEX_LIMIT:,} including a {INDEX_MARGIN}-row and -column margin, "
+            f"that is up to {side:,} x {side:,} for a square matrix); split the product into "
+            f"smaller blocks")
 
 
 # ------------------------------------------------------------------------------------ fitting
@@ -336,11 +349,18 @@ def entry(stage: str, backend: str, needs: Needs | None = None):
     one-time copies added to its `setup_ms` and the Problem as `launch.problem`."""
     needs = needs or (CUDA if backend == "cuda" else TRITON)
     where = f"stage {stage} ({backend})"
+    # CUDA kernels need a GPU; Triton kernels run CPU tensors only under the interpreter.
+    device = "cuda" if backend == "cuda" else None
 
     def wrap(inner: Callable) -> Callable:
         @functools.wraps(inner)
         def prepare(a, b, c, **params):
-            check_operands(a, b, c, where, needs)
+            validate = inner.__globals__.get("validate")  # the stage's parameter check first
+            if callable(validate):
+                validate(**params)
+            interpreting = os.environ.get("TRITON_INTERPRET") == "1"
+            check_operands(a, b, c, where, needs,
+                           device or ("any" if interpreting else "cuda"))
             M, K = a.shape
             N = b.shape[1]
             if M == 0 or N == 0:  # nothing to compute

@@ -26,6 +26,7 @@ class Row:
     M: int
     N: int
     K: int
+    layout: str = "nn"  # BLAS naming: first letter A, second B; t = stored transposed
     status: str = "pass"
     detail: str = ""
     mode: str = "gpu"
@@ -83,7 +84,7 @@ def pct_of(baseline_ms: float, ms: float) -> float:
 def finalize(rows: list[Row]) -> list[Row]:
     """Fill the computed columns: GFLOPS for every timed row, % of cuBLAS at the same precision."""
     baseline = {
-        (r.precision, r.M, r.N, r.K): r.median_ms
+        (r.precision, r.layout, r.M, r.N, r.K): r.median_ms
         for r in rows
         if r.backend == "cublas" and r.median_ms is not None
     }
@@ -91,7 +92,7 @@ def finalize(rows: list[Row]) -> list[Row]:
         if r.median_ms is None:
             continue
         r.gflops = gflops(r.M, r.N, r.K, r.median_ms)
-        base = baseline.get((r.precision, r.M, r.N, r.K))
+        base = baseline.get((r.precision, r.layout, r.M, r.N, r.K))
         if base is not None:
             r.pct_cublas = pct_of(base, r.median_ms)
     return rows
@@ -145,16 +146,19 @@ def render(rows: list[Row], mode: str, console=None) -> None:
                              if r.blocks_per_sm is not None else "-"),
     }
     shown = {k: f for k, f in optional.items() if any(f(r) != "-" for r in rows)}
-    cols = ["stage", "backend", "prec", "M", "N", "K"]
+    layouts = any(r.layout != "nn" for r in rows)  # the layout column, when there is a choice
+    cols = ["stage", "backend", "prec", *(["layout"] if layouts else []), "M", "N", "K"]
     if gpu:
         cols += ["median ms", "p20-p80 ms", "GFLOPS", "% cuBLAS"]
     cols += ["rel err", "status", "regs", "smem B", "spill B", "threads", *shown]
     for c in cols:
-        table.add_column(c, justify="left" if c in ("stage", "backend", "prec", "status") else "right")
+        table.add_column(c, justify="left" if c in ("stage", "backend", "prec", "layout", "status")
+                         else "right")
     for r in rows:
         status = r.status
         style = {"pass": "green", "compiled": "cyan", "fail": "red", "error": "red"}.get(status, "")
-        cells = [r.stage, r.backend, r.precision, str(r.M), str(r.N), str(r.K)]
+        cells = [r.stage, r.backend, r.precision, *([r.layout] if layouts else []), str(r.M),
+                 str(r.N), str(r.K)]
         if gpu:
             spread = ("-" if r.p20_ms is None else f"{r.p20_ms:.4g}-{r.p80_ms:.4g}")
             cells += [_num(r.median_ms, ".4g"), spread, _num(r.gflops, ",.0f"),
@@ -172,5 +176,6 @@ def render(rows: list[Row], mode: str, console=None) -> None:
     from rich.markup import escape
 
     for r in problems:
-        console.print(f"[red]{r.status}[/red] {escape(r.stage)} {r.backend} {r.M}x{r.N}x{r.K}: "
+        console.print(f"[red]{r.status}[/red] {escape(r.stage)} {r.backend} {r.layout} "
+                      f"{r.M}x{r.N}x{r.K}: "
                       f"{escape(r.detail)}", highlight=False)

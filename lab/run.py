@@ -23,6 +23,8 @@ from lab.stages import Variant
 
 # The Triton interpreter runs every program in numpy: keep CPU-mode problems small.
 CPU_MAX_WORK = 256**3
+# Operand layouts, BLAS naming: first letter A, second B; n = row-major, t = stored transposed.
+LAYOUTS = ("nn", "nt", "tn", "tt")
 
 
 @dataclass
@@ -36,12 +38,13 @@ class Plan:
     rep_ms: float = 100.0
     cublas: bool = True
     transfers: bool = False  # also time host -> device -> host around each launch
+    layouts: list[str] = field(default_factory=lambda: ["nn"])  # BLAS names: nn, nt, tn, tt
     notes: list[str] = field(default_factory=list)
 
     @property
     def n_rows(self) -> int:
         per_shape = len(self.variants) * len(self.backends) + (self.mode == "gpu" and self.cublas)
-        return per_shape * len(self.shapes)
+        return per_shape * len(self.shapes) * len(self.layouts)
 
 
 def detect_mode(requested: str = "auto") -> str:
@@ -74,6 +77,10 @@ def validate(plan: Plan) -> None:
     if plan.transfers and plan.mode != "gpu":
         raise LabError("--include-transfers times host<->device copies and needs a CUDA GPU; "
                        "run it on a GPU machine")
+    for layout in plan.layouts:
+        if layout not in LAYOUTS:
+            raise LabError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)} (first "
+                           f"letter A, second B; t = the operand is stored transposed)")
     if plan.mode == "cpu":
         for s in plan.shapes:
             if s.M * s.N * s.K > CPU_MAX_WORK:
@@ -137,27 +144,29 @@ def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row
 
     for shape in plan.shapes:
         M, N, K = shape
-        a, b = chk.make_inputs(M, N, K, plan.seed, device)
-        ref = chk.reference(a, b)
-        host = (a.cpu(), b.cpu(), torch.empty((M, N))) if plan.transfers else None
-        base = dict(precision=plan.precision, M=M, N=N, K=K, mode=plan.mode, seed=plan.seed)
-        if plan.mode == "gpu" and plan.cublas:
-            emit(_run_cublas(a, b, ref, plan, base, host))
-        for variant in plan.variants:
-            for backend in plan.backends:
-                row = Row(stage=variant.label, backend=backend, params=_params(variant, backend),
-                          **base)
-                try:
-                    if plan.mode == "cpu" and backend == "cuda":
-                        _compile_only(row, variant, shape)
-                    else:
-                        _run_stage(row, variant, backend, a, b, ref, plan, host)
-                except Exception as exc:  # the row fails; the run goes on
-                    _error_row(row, exc)
-                emit(row)
-        del a, b, ref
-        if device == "cuda":
-            torch.cuda.empty_cache()
+        for layout in plan.layouts:
+            a, b = chk.make_inputs(M, N, K, plan.seed, device, layout=layout)
+            ref = chk.reference(a, b)
+            host = (a.cpu(), b.cpu(), torch.empty((M, N))) if plan.transfers else None
+            base = dict(precision=plan.precision, M=M, N=N, K=K, mode=plan.mode, seed=plan.seed,
+                        layout=layout)
+            if plan.mode == "gpu" and plan.cublas:
+                emit(_run_cublas(a, b, ref, plan, base, host))
+            for variant in plan.variants:
+                for backend in plan.backends:
+                    row = Row(stage=variant.label, backend=backend,
+                              params=_params(variant, backend), **base)
+                    try:
+                        if plan.mode == "cpu" and backend == "cuda":
+                            _compile_only(row, variant, shape, layout)
+                        else:
+                            _run_stage(row, variant, backend, a, b, ref, plan, host)
+                    except Exception as exc:  # the row fails; the run goes on
+                        _error_row(row, exc)
+                    emit(row)
+            del a, b, ref
+            if device == "cuda":
+                torch.cuda.empty_cache()
     return rows
 
 
@@ -253,13 +262,13 @@ def _check_and_time(row: Row, launch, a, b, c, ref, plan: Plan, host=None) -> No
         row.transfer_ms = e2e.median_ms - t.median_ms
 
 
-def _compile_only(row: Row, variant: Variant, shape: Shape) -> None:
+def _compile_only(row: Row, variant: Variant, shape: Shape, layout: str = "nn") -> None:
     """CPU mode, CUDA backend: compile with NVRTC for sm_90 and report resources."""
     from cuda_kernels._build import resources
 
     module = variant.stage.module("cuda")
     params = variant.params_for("cuda")
-    build = module.build(**params)
+    build = module.build(**params, layout=layout)
     row.set_resources(resources(build, *module.geometry(*shape, **params)))
     row.status = "compiled"
     row.detail = f"built for {build.arch} by NVRTC; not run (no GPU)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from lab.errors import LabError
+from lab.operands import max_square_side, shape_fits
 
 
 class Shape(NamedTuple):
@@ -30,8 +31,6 @@ TEST_SHAPES = (Shape(1, 1, 1), Shape(17, 33, 129), Shape(65, 64, 63), Shape(3, 1
 GPU_TEST_SHAPES = (*TEST_SHAPES, Shape(1, 1025, 17), Shape(1025, 1025, 1025),
                    Shape(1000, 1500, 257), Shape(256, 384, 1024))
 
-# 32-bit index arithmetic in the CUDA kernels: no matrix may reach 2^31 elements.
-MAX_ELEMENTS = 2**31 - 1
 
 
 def parse_sizes(text: str) -> list[Shape]:
@@ -52,10 +51,11 @@ def parse_sizes(text: str) -> list[Shape]:
         if any(d < 1 for d in dims):
             raise LabError(f"size {token!r} must be positive: every dimension needs M, N, K >= 1")
         shape = Shape(*(dims * 3 if len(dims) == 1 else dims))
-        if max(shape.M * shape.K, shape.K * shape.N, shape.M * shape.N) > MAX_ELEMENTS:
+        if not shape_fits(*shape):  # the kernels' 32-bit offsets (lab/operands.py)
             raise LabError(
-                f"size {token} gives a matrix of 2^31 elements or more, beyond the kernels' "
-                "32-bit indexing; choose smaller sizes"
+                f"size {token} gives a matrix of about 2^31 elements or more, beyond the kernels' "
+                f"32-bit indexing (the largest square is {max_square_side()}); choose smaller "
+                "sizes"
             )
         if shape not in shapes:
             shapes.append(shape)

@@ -40,6 +40,19 @@ def test_cpu_mode_runs_checks_triton_and_compiles_cuda(tmp_path):
     assert out.with_suffix(".env.json").is_file()
 
 
+@cpu_only
+def test_layouts_are_rows_with_a_layout_column(tmp_path):
+    out = tmp_path / "layouts.csv"
+    r = run("--stage", "tiled", "--sizes", "17x33x65", "--layout", "nn,tt,tn", "--csv", str(out))
+    assert r.returncode == 0, r.stderr + r.stdout
+    df = pd.read_csv(out)
+    assert list(df.layout) == ["nn", "nn", "tt", "tt", "tn", "tn"]
+    assert set(df.status) == {"pass", "compiled"}
+    cu = df[df.backend == "cuda"]
+    assert (cu.spill_bytes == 0).all()
+    assert "layout" in r.stdout
+
+
 def test_list_shows_every_stage():
     from lab.stages import STAGES
 
@@ -55,6 +68,8 @@ def test_list_shows_every_stage():
     (["--stage", "tiled", "--sizes", "12x"], "MxNxK"),
     (["--stage", "tiled", "--precision", "fp8"], "precision 'fp8' is not supported"),
     (["--stage", "tiled", "--backend", "opencl"], "unknown backend opencl"),
+    (["--stage", "tiled", "--layout", "nx"], "unknown layout nx"),
+    (["--stage", "tiled", "--layout", ","], "unknown layout"),
     (["--stage", "tiled:tile=7"], "takes one of"),
     (["--stage", "tiled", "--bogus-flag"], "unrecognized arguments"),
     (["--stage", "tiled", "--seed", "x"], "invalid int value"),

@@ -4,7 +4,7 @@ import pytest
 
 from lab import check as chk
 from lab.errors import LabError
-from lab.shapes import GPU_TEST_SHAPES
+from lab.shapes import GPU_TEST_SHAPES, Shape
 from lab.stages import BACKENDS, STAGES, Variant
 
 pytestmark = pytest.mark.gpu
@@ -26,6 +26,69 @@ def test_stage_matches_torch(stage, backend, shape):
     assert result.passed, result.reason
     # and a second launch on fresh inputs through the same prepared callable's buffers
     assert torch.isfinite(c).all()
+
+
+LAYOUT_SHAPES = (Shape(1, 1, 1), Shape(3, 130, 2), Shape(65, 64, 63), Shape(1000, 1500, 257),
+                 Shape(256, 384, 1024))
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])
+def test_stage_on_every_layout(stage, backend, layout):
+    """A and B row-major or transposed views; in tt, C a transposed view too."""
+    import torch
+
+    module = stage.module(backend)
+    params = Variant(stage, stage.defaults()).params_for(backend)
+    for M, N, K in LAYOUT_SHAPES:
+        a, b = chk.make_inputs(M, N, K, seed=M + N + K, device="cuda", layout=layout)
+        ref = chk.reference(a, b)
+        c = torch.empty((N, M), device="cuda").t() if layout == "tt" else \
+            torch.empty((M, N), device="cuda")
+        result = chk.check(module.prepare(a, b, c, **params), c, ref, K)
+        assert result.passed, f"{layout} {M}x{N}x{K}: {result.reason}"
+
+
+@pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])
+def test_stage_on_offset_sliced_and_strided_views(stage, backend):
+    """Storage offsets that break 16-byte alignment, row strides larger than the widths, an
+    operand with no unit stride, and a sliced C whose neighbours must stay untouched."""
+    import torch
+
+    M, N, K = 130, 67, 95
+    module = stage.module(backend)
+    params = Variant(stage, stage.defaults()).params_for(backend)
+    a0, b0 = chk.make_inputs(M, N, K, seed=9, device="cuda")
+    ref = chk.reference(a0, b0)
+    cases = {
+        "offset": (torch.empty(M * K + 1, device="cuda")[1:].view(M, K).copy_(a0),
+                   torch.empty(K * N + 3, device="cuda")[3:].view(K, N).copy_(b0)),
+        "sliced": (torch.empty(M, K + 5, device="cuda")[:, 2:K + 2].copy_(a0),
+                   torch.empty(K + 1, N + 8, device="cuda")[1:, :N].copy_(b0)),
+        "strided": (torch.empty(2 * M, 2 * K, device="cuda")[::2, ::2].copy_(a0), b0),
+    }
+    for kind, (a, b) in cases.items():
+        big = torch.full((M + 2, N + 9), -1.0, device="cuda")
+        c = big[1:M + 1, 4:N + 4]
+        result = chk.check(module.prepare(a, b, c, **params), c, ref, K)
+        assert result.passed, f"{kind}: {result.reason}"
+        outside = torch.ones_like(big, dtype=torch.bool)
+        outside[1:M + 1, 4:N + 4] = False
+        assert (big[outside] == -1.0).all(), f"{kind}: wrote outside the sliced C"
+
+
+@pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])
+def test_the_python_api_on_the_gpu(stage, backend):
+    import torch
+
+    from lab import matmul
+
+    a, b = chk.make_inputs(77, 45, 33, seed=4, device="cuda", layout="tn")
+    c = matmul(a, b, stage=stage.name, backend=backend)
+    torch.cuda.synchronize()
+    assert chk.compare(c, chk.reference(a, b), 33).passed
+    empty = matmul(a[:, :0], b[:0], stage=stage.name, backend=backend)
+    assert torch.equal(empty, torch.zeros(77, 45, device="cuda"))
 
 
 @pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from lab import check as chk
+from lab.operands import describe
 from lab.errors import LabError
 from lab.stages import get_stage
 
@@ -98,19 +99,22 @@ def test_padded_helper_pads_only_what_is_needed():
     from cuda_kernels.tiled_padded import Padded
 
     M, N, K = 64, 33, 64  # A needs nothing; B and C need extra columns
-    a, b = chk.make_inputs(M, N, K, seed=1, device="cpu")
+    a, b = chk.make_inputs(M, N, K, seed=1, device="cpu", layout="tn")
     c = torch.empty((M, N))
-    p = Padded(a, b, c, 32)
-    assert (p.Mp, p.Np, p.Kp) == (64, 64, 64)
-    assert p.a is a and not p.pads_a
-    assert p.pads_b and p.b.shape == (64, 64) and torch.equal(p.b[:, :N], b)
-    assert torch.count_nonzero(p.b[:, N:]) == 0
-    assert p.pads_c and p.cpad.shape == (64, 64)
+    p = Padded(describe(a, b, c), 32)
+    q = p.problem
+    assert (p.Mp, p.Np, p.Kp) == (64, 64, 64) == (q.M, q.N, q.K)
+    assert q.a.tensor is a and not p.pads_a and q.a.trans  # kept in its own (transposed) layout
+    assert p.pads_b and q.b.tensor.shape == (64, 64) and torch.equal(q.b.tensor[:, :N], b)
+    assert q.b.row_major and torch.count_nonzero(q.b.tensor[:, N:]) == 0
+    assert p.pads_c and p.cpad.shape == (64, 64) and q.c.tensor is p.cpad
     assert p.setup_ms > 0.0
     # M=17 needs padding (A, C), N=32 and K=8 do not (B used as is)
-    p2 = Padded(*chk.make_inputs(17, 32, 8, seed=2, device="cpu"), torch.empty((17, 32)), 8)
+    a2, b2 = chk.make_inputs(17, 32, 8, seed=2, device="cpu")
+    p2 = Padded(describe(a2, b2, torch.empty((17, 32))), 8)
     assert (p2.Mp, p2.Np, p2.Kp) == (24, 32, 8)
     assert p2.pads_a and not p2.pads_b and p2.pads_c
+    assert p2.problem.b.tensor is b2
 
 
 def test_padded_geometry_and_resources():
@@ -126,7 +130,7 @@ def test_cuda_padded_pads_k_to_the_stage_depth():
     from cuda_kernels.tiled_padded import Padded
 
     a, b = chk.make_inputs(32, 32, 40, seed=3, device="cpu")
-    p = Padded(a, b, torch.empty((32, 32)), 32, 64)
+    p = Padded(describe(a, b, torch.empty((32, 32))), 32, 64)
     assert (p.Mp, p.Np, p.Kp) == (32, 32, 64)
     assert p.pads_a and p.pads_b and not p.pads_c
 

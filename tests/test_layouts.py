@@ -1,0 +1,274 @@
+"""Any tensor in, the right answer out (CPU tests).
+
+- lab/operands.py: how each kind of view is described, the column-major C turned into C^T = B^T
+  A^T, the copies made for operands with no unit stride, and every refusal (one sentence);
+- lab.matmul, the Python API: errors, empty problems, out= views;
+- every Triton stage under the interpreter on every layout and on offset / sliced / transposed
+  views of A, B and C;
+- every CUDA stage, run on the CPU by the emulator (tests/cuda_emulator.py) in every layout with
+  leading dimensions larger than the widths.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from lab import LabError, check as chk, matmul
+from lab.operands import CUDA, TRITON, Operand, check_operands, describe, max_square_side
+from lab.stages import STAGES, Variant
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
+
+LAYOUTS = ("nn", "nt", "tn", "tt")
+
+
+def _one_sentence(message: str) -> None:
+    assert "\n" not in message and ". " not in message.rstrip("."), message
+
+
+# ------------------------------------------------------------------ describing operands
+
+
+def test_row_major_column_major_and_strided_views_are_told_apart():
+    x = torch.empty(6, 10)
+    assert (Operand.of("A", x).letter, Operand.of("A", x).ld) == ("n", 10)
+    assert (Operand.of("A", x[:, :7]).letter, Operand.of("A", x[:, :7]).ld) == ("n", 10)
+    t = torch.empty(10, 6).t()
+    assert (Operand.of("A", t).letter, Operand.of("A", t).ld) == ("t", 6)
+    assert Operand.of("A", x[::2, ::2]).letter == "s"
+    # size-1 dimensions: their stride is never used, so 1 x n and n x 1 are both row-major
+    assert Operand.of("A", torch.empty(5, 1).t()).letter == "n"
+    assert Operand.of("A", torch.empty(1, 5).t()).letter == "n"
+    assert Operand.of("A", torch.empty(7, 1)[::3]).letter == "n"
+
+
+def test_a_column_major_c_becomes_the_transposed_problem_without_a_copy():
+    a, b = torch.empty(5, 7), torch.empty(7, 3)
+    c = torch.empty(3, 5).t()
+    p = describe(a, b, c, CUDA)
+    assert p.swapped and (p.M, p.N, p.K) == (3, 5, 7)
+    assert p.layout == "tt" and p.c.row_major and p.c.tensor.data_ptr() == c.data_ptr()
+    assert p.a.tensor.data_ptr() == b.data_ptr() and p.b.tensor.data_ptr() == a.data_ptr()
+    assert p.setup_ms == 0.0
+
+
+def test_an_operand_with_no_unit_stride_is_copied_once_for_cuda_but_not_for_triton():
+    base = torch.randn(10, 14)
+    a = base[::2, ::2]  # 5 x 7, strides (28, 2)
+    b, c = torch.randn(7, 3), torch.empty(5, 3)
+    p = describe(a, b, c, CUDA)
+    assert p.a.row_major and p.a.tensor.data_ptr() != a.data_ptr() and p.setup_ms > 0
+    assert torch.equal(p.a.tensor, a)
+    q = describe(a, b, c, TRITON)
+    assert q.a.tensor.data_ptr() == a.data_ptr() and (q.a.s0, q.a.s1) == (28, 2)
+
+
+def test_a_c_with_no_unit_stride_is_written_through_a_buffer_inside_the_call():
+    a, b = torch.randn(4, 6), torch.randn(6, 5)
+    c = torch.empty(8, 10)[::2, ::2]
+    p = describe(a, b, c, CUDA)
+    assert p.copy_back is not None and p.c.row_major and p.copy_back[1] is c
+
+
+# ------------------------------------------------------------------ refusals, one sentence each
+
+BAD = [
+    ("not a tensor", lambda: ([[1.0]], torch.empty(1, 1), None), "torch.Tensor"),
+    ("1-D", lambda: (torch.empty(4), torch.empty(4, 2), None), "2-D"),
+    ("3-D", lambda: (torch.empty(2, 3, 4), torch.empty(4, 2), None), "2-D"),
+    ("inner dims", lambda: (torch.empty(3, 4), torch.empty(5, 2), None), "inner dimensions"),
+    ("dtype", lambda: (torch.empty(3, 4, dtype=torch.float64), torch.empty(4, 2), None), "float32"),
+    ("int", lambda: (torch.ones(3, 4, dtype=torch.int32), torch.empty(4, 2), None), "float32"),
+    ("out shape", lambda: (torch.empty(3, 4), torch.empty(4, 2), torch.empty(2, 3)), "3x2"),
+    ("out dtype", lambda: (torch.empty(3, 4), torch.empty(4, 2),
+                           torch.empty(3, 2, dtype=torch.float16)), "float32"),
+    ("out expanded", lambda: (torch.empty(3, 4), torch.empty(4, 2),
+                              torch.empty(1, 2).expand(3, 2)), "share memory"),
+    ("out aliases A", lambda: (lambda x: (x, torch.empty(4, 4), x))(torch.empty(4, 4)), "shares memory"),
+    ("out overlaps B", lambda: (lambda x: (torch.empty(4, 4), x[:, :4], x[:, 2:]))(torch.empty(4, 6)),
+     "shares memory"),
+]
+
+
+@pytest.mark.parametrize("what,make,words", BAD, ids=[b[0] for b in BAD])
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_the_api_refuses_bad_operands_in_one_sentence(what, make, words, backend):
+    a, b, out = make()
+    with pytest.raises(LabError) as info:
+        matmul(a, b, stage="tiled", backend=backend, out=out)
+    message = str(info.value)
+    _one_sentence(message)
+    assert words in message, message
+
+
+def test_a_cuda_stage_refuses_cpu_tensors():
+    with pytest.raises(LabError, match="CUDA GPU"):
+        matmul(torch.randn(3, 4), torch.randn(4, 2), stage="naive", backend="cuda")
+
+
+def test_prepare_itself_refuses_mismatched_shapes_before_anything_is_written():
+    from triton_kernels import tiled
+
+    a, b = torch.randn(8, 5), torch.randn(6, 8)
+    c = torch.full((8, 8), 7.0)
+    with pytest.raises(LabError, match="inner dimensions"):
+        tiled.prepare(a, b, c)
+    with pytest.raises(LabError, match="must be 8x9"):
+        tiled.prepare(a, torch.randn(5, 9), c)
+    assert (c == 7.0).all()
+
+
+def test_sizes_beyond_32_bit_offsets_are_refused_naming_the_largest_square():
+    from lab.operands import check_index_range
+    from lab.shapes import parse_sizes
+
+    with pytest.raises(LabError) as info:  # a 50000 x 50000 C
+        check_index_range("C", 50_000, 50_000, 50_000, 1, "stage tiled (cuda)")
+    message = str(info.value)
+    _one_sentence(message)
+    assert "32-bit" in message and f"{max_square_side():,} x {max_square_side():,}" in message
+    check_index_range("A", 1536, 1_048_575, 1_048_575, 1, "stage tiled (cuda)")  # 1.6e9: fits
+    with pytest.raises(LabError, match="32-bit"):
+        parse_sizes("50000x50000x4")
+    assert parse_sizes("1536x1x1048575")  # the matrix-vector shape fits
+
+
+def test_the_largest_square_fits_and_one_more_does_not():
+    from lab.operands import fits_32bit
+
+    n = max_square_side()
+    assert fits_32bit(n, n, n, 1) and not fits_32bit(n + 1, n + 1, n + 1, 1)
+    assert 46_000 < n < 46_341
+
+
+def test_unknown_stage_backend_and_parameters_are_one_sentence():
+    a, b = torch.randn(3, 4), torch.randn(4, 2)
+    for kwargs, words in [(dict(stage="nope"), "unknown stage"),
+                          (dict(stage="tiled", backend="hip"), "unknown backend"),
+                          (dict(stage="tiled", backend="triton", tile=7), "takes one of"),
+                          (dict(stage="tiled", backend="triton", BM=64), "no parameter"),
+                          (dict(stage="tiled", backend="cuda", num_warps=4), "no parameter")]:
+        with pytest.raises(LabError) as info:
+            matmul(a, b, **kwargs)
+        _one_sentence(str(info.value))
+        assert words in str(info.value)
+
+
+# ------------------------------------------------------------------ the API computes
+
+
+def test_the_api_returns_c_for_triton_stages_on_cpu_tensors():
+    a, b = chk.make_inputs(17, 9, 33, seed=1, device="cpu")
+    c = matmul(a, b, stage="tiled", backend="triton", tile=16)
+    assert c.shape == (17, 9) and chk.compare(c, chk.reference(a, b), 33).passed
+
+
+@pytest.mark.parametrize("M,N,K", [(0, 5, 3), (4, 0, 3), (0, 0, 0), (4, 5, 0)])
+def test_empty_problems_give_what_torch_matmul_gives(M, N, K):
+    a, b = torch.randn(M, K), torch.randn(K, N)
+    out = torch.full((M, N), float("nan"))
+    c = matmul(a, b, stage="vectorized", backend="triton", out=out)
+    assert c is out and c.shape == (M, N)
+    assert torch.equal(c, torch.matmul(a, b))  # zeros when K = 0
+
+
+def test_the_api_writes_into_a_sliced_out_and_leaves_the_rest_alone():
+    a, b = chk.make_inputs(20, 12, 9, seed=2, device="cpu")
+    big = torch.full((24, 16), -1.0)
+    out = big[2:22, 3:15]
+    matmul(a.t().contiguous().t(), b, stage="blocktile_2d", backend="triton", out=out, BM=32,
+           BN=32, BK=16, num_warps=4)
+    assert chk.compare(out, chk.reference(a, b), 9).passed
+    mask = torch.ones_like(big, dtype=torch.bool)
+    mask[2:22, 3:15] = False
+    assert (big[mask] == -1.0).all()
+
+
+# ------------------------------------------------------------------ every Triton stage
+
+
+def _views(M, N, K, kind, seed):
+    """(a, b, c, ref) for a kind of operand layout / view; the values are the same random
+    matrices whatever the layout."""
+    a, b = chk.make_inputs(M, N, K, seed=seed, device="cpu")
+    ref = chk.reference(a, b)
+    c = torch.empty(M, N)
+    if kind in LAYOUTS:
+        a, b = chk.make_inputs(M, N, K, seed=seed, device="cpu", layout=kind)
+        if kind == "tt":  # and C transposed too
+            c = torch.empty(N, M).t()
+    elif kind == "offset":  # storage offsets that break 16-byte alignment
+        a = torch.empty(M * K + 1)[1:].view(M, K).copy_(a)
+        b = torch.empty(K * N + 3)[3:].view(K, N).copy_(b)
+        c = torch.empty(M * N + 1)[1:].view(M, N)
+    elif kind == "sliced":  # row strides larger than the widths, C a slice of a bigger matrix
+        a = torch.empty(M, K + 5)[:, 2:K + 2].copy_(a)
+        b = torch.empty(K + 1, N + 7)[1:, :N].copy_(b)
+        c = torch.empty(M + 2, N + 3)[1:M + 1, 3:]
+    elif kind == "strided":  # no unit stride at all
+        a = torch.empty(2 * M, 2 * K)[::2, ::2].copy_(a)
+        c = torch.empty(M, 3 * N)[:, ::3]
+    return a, b, c, ref
+
+
+KINDS = (*LAYOUTS, "offset", "sliced", "strided")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
+def test_triton_stage_on_every_layout_and_view(stage, kind):
+    M, N, K = 19, 35, 41
+    a, b, c, ref = _views(M, N, K, kind, seed=len(kind) + len(stage.name))
+    params = Variant(stage, stage.defaults()).params_for("triton")
+    launch = stage.module("triton").prepare(a, b, c, **params)
+    result = chk.check(launch, c, ref, K)
+    assert result.passed, f"{stage.name} {kind}: {result.reason}"
+
+
+# ------------------------------------------------------------------ every CUDA stage, emulated
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    from cuda_emulator import Emulator, compiler
+
+    if compiler() is None:
+        pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
+    emu = Emulator(tmp_path_factory.mktemp("layouts"))
+    for stage in STAGES:  # start every compile at once; the 2 cores work through them
+        for layout in LAYOUTS:
+            emu.start(_cuda_build(stage, layout))
+    return emu
+
+
+def _cuda_build(stage, layout):
+    params = Variant(stage, stage.defaults()).params_for("cuda")
+    return stage.module("cuda").build(**params, layout=layout)
+
+
+def _emulated_shapes(stage):
+    module = stage.module("cuda")
+    if hasattr(module, "Padded"):  # the kernel runs on padded sizes: tile and K-step multiples
+        return [(32, 64, 64), (96, 32, 128)]
+    return [(1, 1, 1), (37, 45, 29), (130, 67, 33)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
+def test_cuda_stage_on_every_layout_emulated(emulator, stage, layout):
+    params = Variant(stage, stage.defaults()).params_for("cuda")
+    build = _cuda_build(stage, layout)
+    assert f"-DTRANS_A={int(layout[0] == 't')}" in build.options
+    assert f"-DTRANS_B={int(layout[1] == 't')}" in build.options
+    for M, N, K in _emulated_shapes(stage):
+        # leading dimensions larger than the widths (multiples of 4, so 16-byte lines stay legal)
+        lda = (M if layout[0] == "t" else K) + 4 + (-(M if layout[0] == "t" else K)) % 4
+        ldb = (K if layout[1] == "t" else N) + 8 + (-(K if layout[1] == "t" else N)) % 4
+        ldc = N + 4 + (-N) % 4
+        grid, block, _ = stage.module("cuda").geometry(M, N, K, **params)
+        ok, out = emulator.run(build, grid, block, M, N, K, lda, ldb, ldc)
+        assert ok, f"{stage.name} {layout} {M}x{N}x{K}:\n{out}"
+        assert re.search(r"rel_err=\d", out)
