@@ -18,7 +18,18 @@
 //   Global traffic also drops: a block loads (BM + BN) * BK values per BM * BN * BK FMAs, 1/32 of
 //   a value per FMA at 64 x 64 instead of 1/16 at tiled's 32 x 32.
 // Edges: the tile loads write 0 into shared memory outside A or B, so the FMA loop has no branch
-//   and any M, N, K >= 1 is correct; only the final stores are guarded.
+//   and any M, N, K >= 1 is correct; only the final stores are guarded. (A transposed operand
+//   clamps its rows past M, or columns past N, instead: see A_CLAMP.)
+// Layouts (common.cuh): the loaders read A(i, k) and B(k, j) through lda / ldb, each in the order
+//   that is contiguous in memory, so a warp's global reads stay coalesced in every layout: row-major
+//   A runs along k, a transposed A (TRANS_A) along i, row-major B along j, a transposed B
+//   (TRANS_B) along k. The FMA loop is the same in every layout; what differs is the mapping of
+//   loader threads to tile elements and, for a transposed operand, 4 floats of padding per row of
+//   its shared tile, which keeps the transposing stores free of bank conflicts. The nn build is
+//   the kernel as it was before layouts (same registers, same SASS instruction mix).
+//   Measured on the H100 at 4096^3 (defaults, lab.compare): nn 6.73 ms, nt 7.03, tn 6.76,
+//   tt 7.21. Without the padding nt took 8.0 ms (instead of 7.1, same harness without L2 flush)
+//   and tn 7.0; with a whole warp on one column of A (A_RUN 32) and no padding, tn took 7.4.
 // What remains: still (1 + TM/4) / TM shared loads per FMA and a single column per thread, so the
 //   B value cannot be reused across columns; blocktile_2d computes a TM x TN tile per thread.
 #include "common.cuh"
@@ -42,6 +53,25 @@
 #endif
 
 #define THREADS (BM * BN / TM)
+// Shared-tile row lengths. Row-major operands: the unpadded tiles. A transposed operand's loader
+// writes the tile across its rows (see the loaders), so those rows get 4 floats of padding: rows
+// stay 16-byte aligned (As[r][0..BK) is still read as LDS.128) and the stores of a warp fall into
+// 32 different banks (see the loaders).
+#define AS_LD (TRANS_A ? BK + 4 : BK)
+#define BS_LD (TRANS_B ? BN + 4 : BN)
+// A transposed A is read in runs of A_RUN consecutive rows (32 bytes: one full sector) of one
+// column; a warp covers 32 / A_RUN columns (k).
+#define A_RUN 8
+// Edges of a transposed operand with one element per thread per k-step (A_LOADS or B_LOADS == 1,
+// as at the defaults): a row of A past M (a column of B past N) is not tested but clamped to the
+// last one in the thread's pointer. Such a row of As only feeds rows of C that are never stored,
+// so its values do not matter as long as the load stays inside A. That takes a compare and its
+// operand out of the K loop, which the tt build needs to fit in 32 registers (NVRTC 13.0's ptxas
+// spills 24 bytes otherwise, and the spill-free build, 96 registers at one block per SM, took
+// 14.1 ms at 4096^3 instead of 7.3). With several elements per thread each would need its own clamped offset, so
+// those keep the test. Past K there is no such freedom: those elements are zero, as in nn.
+#define A_CLAMP (TRANS_A && A_LOADS == 1)
+#define B_CLAMP (TRANS_B && B_LOADS == 1)
 // Each thread copies A_LOADS elements of the A tile and B_LOADS of the B tile per k-step.
 #define A_LOADS (BM * BK / THREADS)
 #define B_LOADS (BK * BN / THREADS)
@@ -51,16 +81,18 @@ static_assert(BM % TM == 0, "BM must be a multiple of TM");
 static_assert(THREADS >= 32 && THREADS <= 1024, "BM*BN/TM threads must be within 32..1024");
 static_assert(A_LOADS >= 1 && A_LOADS * THREADS == BM * BK, "A tile must split evenly over threads");
 static_assert(B_LOADS >= 1 && B_LOADS * THREADS == BK * BN, "B tile must split evenly over threads");
+static_assert(!TRANS_A || BM % A_RUN == 0, "a transposed A is loaded in runs of A_RUN rows");
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 matmul_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
-                    float* __restrict__ C, int M, int N, int K) {
+                    float* __restrict__ C, int M, int N, int K, int lda, int ldb,
+                    int ldc) {
     // As keeps A's row-major layout: row m of the tile is BK contiguous floats, so one thread's
     // reads As[r][0..BK) for a fixed row become 128-bit loads, and since every thread of a warp
     // reads the same row (same t / BN), each is a broadcast: one shared-memory wavefront.
-    __shared__ __align__(16) float As[BM][BK];
+    __shared__ __align__(16) float As[BM][AS_LD];
     // Bs[k][c]: consecutive threads read consecutive columns -> 32 different banks, no conflict.
-    __shared__ __align__(16) float Bs[BK][BN];
+    __shared__ __align__(16) float Bs[BK][BS_LD];
 
     const int tid = threadIdx.x;
     const int tc = tid % BN;        // this thread's column inside the tile
@@ -76,10 +108,32 @@ matmul_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
     // compile-time offsets (p*THREADS / W, p*THREADS % W): no index math left in the K loop,
     // which only advances two pointers. A: a warp reads 32/BK rows of BK consecutive floats; B: 32
     // consecutive floats of one row (128 bytes).
+    // Transposed operands are read along their columns instead (see the loads in the K loop).
+#if TRANS_A
+    // Element e = tid + p*THREADS of the A tile is row (e / (A_RUN*BK)) * A_RUN + e % A_RUN,
+    // column (e / A_RUN) % BK: a warp reads A_RUN consecutive rows (contiguous in a column-major
+    // A) of each of 32/A_RUN columns. Stored into As[m][k] with rows BK + 4 floats apart, the
+    // 32 stores of a warp hit 32 different banks (at BK = 8, 16, 32); a whole warp on one column
+    // would hit 4 banks 8 times each. Again a per-thread base plus compile-time offsets.
+    const int a_r = tid / (A_RUN * BK) * A_RUN + tid % A_RUN, a_c = tid / A_RUN % BK;
+    const float* a_ptr = A + a_c * lda + (A_CLAMP ? min(m0 + a_r, M - 1) : m0 + a_r);
+    // a_ptr += BK*lda per k-step
+#else
     const int a_r = tid / BK, a_c = tid % BK;
+    const float* a_ptr = A + (m0 + a_r) * lda + a_c;   // += BK per k-step
+#endif
+#if TRANS_B
+    // Element e of the B tile is column e / BK, row e % BK: consecutive threads take consecutive
+    // k of one column of B (contiguous in a column-major B), BK floats per column. Bs rows are
+    // BN + 4 floats apart, so the warp's stores Bs[k][j] for 8 k's x 4 j's hit 32 banks at BK = 8
+    // (2-way at BK = 16; unpadded they would be BK-way conflicts).
+    const int b_r = tid % BK, b_c = tid / BK;
+    const float* b_ptr = B + (B_CLAMP ? min(n0 + b_c, N - 1) : n0 + b_c) * ldb + b_r;
+    // b_ptr += BK per k-step
+#else
     const int b_r = tid / BN, b_c = tid % BN;
-    const float* a_ptr = A + (m0 + a_r) * K + a_c;   // += BK per k-step
-    const float* b_ptr = B + b_r * N + n0 + b_c;     // += BK*N per k-step
+    const float* b_ptr = B + b_r * ldb + n0 + b_c;     // += BK*ldb per k-step
+#endif
     // No separate unguarded path for interior blocks here (blocktile_2d has one): with one A and
     // one B element per thread per k-step the two bounds tests are a few predicated instructions,
     // and the two-path version needs 63 registers instead of 32, which halves the blocks per SM.
@@ -93,19 +147,31 @@ matmul_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
         // (a zero in A or B adds nothing to any accumulator).
 #pragma unroll
         for (int p = 0; p < A_LOADS; ++p) {
+#if TRANS_A
+            const int dr = p * THREADS / (A_RUN * BK) * A_RUN, dc = p * THREADS / A_RUN % BK;
+            const bool ok = (A_CLAMP || m0 + a_r + dr < M) && k0 + a_c + dc < K;
+            As[a_r + dr][a_c + dc] = ok ? a_ptr[dc * lda + dr] : 0.0f;
+#else
             const int dr = p * THREADS / BK, dc = p * THREADS % BK;
             const bool ok = m0 + a_r + dr < M && k0 + a_c + dc < K;
-            As[a_r + dr][a_c + dc] = ok ? a_ptr[dr * K + dc] : 0.0f;
+            As[a_r + dr][a_c + dc] = ok ? a_ptr[dr * lda + dc] : 0.0f;
+#endif
         }
 #pragma unroll
         for (int p = 0; p < B_LOADS; ++p) {
+#if TRANS_B
+            const int dr = p * THREADS % BK, dc = p * THREADS / BK;
+            const bool ok = k0 + b_r + dr < K && (B_CLAMP || n0 + b_c + dc < N);
+            Bs[b_r + dr][b_c + dc] = ok ? b_ptr[dc * ldb + dr] : 0.0f;
+#else
             const int dr = p * THREADS / BN, dc = p * THREADS % BN;
             const bool ok = k0 + b_r + dr < K && n0 + b_c + dc < N;
-            Bs[b_r + dr][b_c + dc] = ok ? b_ptr[dr * N + dc] : 0.0f;
+            Bs[b_r + dr][b_c + dc] = ok ? b_ptr[dr * ldb + dc] : 0.0f;
+#endif
         }
         __syncthreads();
-        a_ptr += BK;
-        b_ptr += BK * N;
+        a_ptr += TRANS_A ? BK * lda : BK;
+        b_ptr += TRANS_B ? BK : BK * ldb;
 
         // The register-tiled product: one B value per k, reused TM times from a register.
         INNER_UNROLL
@@ -123,7 +189,7 @@ matmul_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
             const int row = m0 + tr * TM + i;
-            if (row < M) C[row * N + col] = acc[i];
+            if (row < M) C[row * ldc + col] = acc[i];
         }
     }
 }

@@ -2,7 +2,8 @@
 
 Geometry: block BM*BN/TM threads (1-D; 512 by default); 1-D grid of ceil(M/BM) * ceil(N/BN) blocks
 ordered by block_tile() in common.cuh (group); static shared memory (BM*BK + BK*BN) * 4 bytes
-(4 KiB by default), no dynamic shared memory.
+(4 KiB by default; a transposed A or B pads its tile rows by 4 floats: blocktile_1d.cu, Layouts), no
+dynamic shared memory. Each operand layout (Problem.layout: nn, nt, tn, tt) is its own build.
 
 validate() rejects a parameter combination the kernel cannot run (too many or too few threads,
 tiles that do not split evenly over the threads) with one sentence, before anything is compiled.
@@ -11,6 +12,7 @@ tiles that do not split evenly over the threads) with one sentence, before anyth
 from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, first_min_blocks, spill_free_build,
                                  stage_launcher)
 from lab.errors import LabError
+from lab.operands import entry
 
 def threads(BM: int = 64, BN: int = 64, TM: int = 8, **_) -> int:
     return BM * BN // TM
@@ -46,19 +48,20 @@ def validate(BM: int = 64, BN: int = 64, BK: int = 8, TM: int = 8, **_) -> None:
 
 
 def build(BM: int = 64, BN: int = 64, BK: int = 8, TM: int = 8, group: int = 16,
-          fast_math: bool = False, unroll: bool = True, **_):
+          fast_math: bool = False, unroll: bool = True, layout: str = "nn", **_):
     validate(BM=BM, BN=BN, BK=BK, TM=TM)
     defines = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "GROUP": group}
     return spill_free_build("blocktile_1d.cu", "matmul_blocktile_1d", defines,
                             first_min_blocks(threads(BM, BN, TM)), fast_math=fast_math,
-                            unroll=unroll)
+                            unroll=unroll, layout=layout)
 
 
 def geometry(M: int, N: int, K: int, BM: int = 64, BN: int = 64, TM: int = 8, **_):
     return (cdiv(M, BM) * cdiv(N, BN), 1, 1), (threads(BM, BN, TM), 1, 1), 0
 
 
-def prepare(a, b, c, **params):
+@entry("blocktile_1d", "cuda")
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py)."""
     validate(**params)
-    M, K = a.shape
-    return stage_launcher(build(**params), geometry(M, b.shape[1], K, **params), a, b, c)
+    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)

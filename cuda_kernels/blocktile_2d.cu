@@ -22,6 +22,14 @@
 //   across the 4 rows of a group, which keeps several k's of A live: 128 registers, 2 blocks/SM.
 // Edges: blocks wholly inside C take an unguarded load path on full k-steps; edge tiles are loaded
 //   with bounds tests and zero fill, so the FMA loop has no branch; stores are guarded.
+// Layouts (common.cuh): the loaders read A(i, k) and B(k, j) through lda / ldb in the order that
+//   is contiguous in memory, so a warp's global reads are coalesced in every layout: row-major A
+//   along k, a transposed A (TRANS_A) along i, row-major B along j, a transposed B (TRANS_B)
+//   along k. Only the loader mapping (and, for a transposed B, 4 floats of padding per row of Bs)
+//   changes; the FMA loop is the same in every layout, and the nn build is the kernel as it was
+//   before layouts (same registers, same SASS instruction mix). Measured on the H100 at 4096^3
+//   (defaults, lab.compare): nn 3.72 ms, nt 3.86, tn 3.75, tt 3.73; nt without the Bs padding
+//   took 4.47 ms instead of 3.92 (same harness without L2 flush).
 // What remains: 4-byte global access (per thread 8 LDG per k-step and 64 STG at the end, where
 //   float4 needs 2 and 16), and A fragments that are a column of As, so several k's of A stay
 //   live in registers; vectorized transposes As (a thread's A values for one k become one
@@ -60,6 +68,10 @@
 // blocks/SM). With +2 ptxas reads the 4 rows of a group, contiguous in As, with LDS.128/LDS.64
 // and fits in 128 registers.
 #define AS_LD (BK + 2)
+// Bs rows: unpadded for a row-major B. A transposed B is stored across the rows of Bs (see the
+// loader), and 4 floats of padding put the 8 k's x 4 columns a warp stores into 32 different banks
+// (unpadded: 8 k's in one bank, an 8-way conflict); rows stay 16-byte aligned for the LDS.128.
+#define BS_LD (TRANS_B ? BN + 4 : BN)
 
 static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN are made of groups of 4");
 static_assert(BM % TM == 0 && BN % TN == 0, "the block tile must be a whole number of thread tiles");
@@ -67,11 +79,30 @@ static_assert(THREADS >= 32 && THREADS <= 1024, "(BM/TM)*(BN/TN) threads must be
 static_assert(A_LOADS >= 1 && A_LOADS * THREADS == BM * BK, "A tile must split evenly over threads");
 static_assert(B_LOADS >= 1 && B_LOADS * THREADS == BK * BN, "B tile must split evenly over threads");
 
+// The loaders' compile-time offsets (dr, dc) of element p of a thread, from its base (row, column)
+// in the tile, and the offset of element (row + dr, column + dc) from the thread's pointer in the
+// operand's layout. Row-major tiles are walked along their rows, transposed ones along columns.
+#if TRANS_A
+#define A_OFFSETS(p) const int dr = (p) * THREADS % BM, dc = (p) * THREADS / BM
+#define A_STEP(dr, dc) ((dc) * lda + (dr))
+#else
+#define A_OFFSETS(p) const int dr = (p) * THREADS / BK, dc = (p) * THREADS % BK
+#define A_STEP(dr, dc) ((dr) * lda + (dc))
+#endif
+#if TRANS_B
+#define B_OFFSETS(p) const int dr = (p) * THREADS % BK, dc = (p) * THREADS / BK
+#define B_STEP(dr, dc) ((dc) * ldb + (dr))
+#else
+#define B_OFFSETS(p) const int dr = (p) * THREADS / BN, dc = (p) * THREADS % BN
+#define B_STEP(dr, dc) ((dr) * ldb + (dc))
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 matmul_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
-                    float* __restrict__ C, int M, int N, int K) {
+                    float* __restrict__ C, int M, int N, int K, int lda, int ldb,
+                    int ldc) {
     __shared__ __align__(16) float As[BM][AS_LD];
-    __shared__ __align__(16) float Bs[BK][BN];
+    __shared__ __align__(16) float Bs[BK][BS_LD];
 
     const int tid = threadIdx.x;
     const int tr = tid / TCOLS;
@@ -86,10 +117,25 @@ matmul_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
     // and W are powers of two, that is (tid / W + p*THREADS / W, tid % W + p*THREADS % W): a
     // per-thread base plus compile-time offsets, so all index math is hoisted out of the K loop,
     // which only advances two pointers.
+    // A transposed operand is read along its columns: its tile is walked with the other index
+    // fastest, (row, column) = (e % W, e / W) for the tile's height W (BM for A, BK for B), so
+    // consecutive threads take consecutive rows i of A (consecutive k of B), adjacent in memory.
+    // (a_r, a_c) and (b_r, b_c) stay the (row, column) of the element in the tile. (The As stores
+    // of a transposed A, 32 rows of one k, are 2-way bank conflicts, like those of the nn loader.)
+#if TRANS_A
+    const int a_r = tid % BM, a_c = tid / BM;
+    const float* a_ptr = A + a_c * lda + m0 + a_r;     // += BK*lda per k-step
+#else
     const int a_r = tid / BK, a_c = tid % BK;
+    const float* a_ptr = A + (m0 + a_r) * lda + a_c;   // += BK per k-step
+#endif
+#if TRANS_B
+    const int b_r = tid % BK, b_c = tid / BK;
+    const float* b_ptr = B + (n0 + b_c) * ldb + b_r;   // += BK per k-step
+#else
     const int b_r = tid / BN, b_c = tid % BN;
-    const float* a_ptr = A + (m0 + a_r) * K + a_c;   // += BK per k-step
-    const float* b_ptr = B + b_r * N + n0 + b_c;     // += BK*N per k-step
+    const float* b_ptr = B + b_r * ldb + n0 + b_c;     // += BK*ldb per k-step
+#endif
     // Blocks that lie entirely inside C take the unguarded load path on every full k-step: one
     // uniform branch per k-step instead of a bounds test per load.
     const bool inside = m0 + BM <= M && n0 + BN <= N;
@@ -104,33 +150,33 @@ matmul_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
         if (inside && k0 + BK <= K) {
 #pragma unroll
             for (int p = 0; p < A_LOADS; ++p) {
-                const int dr = p * THREADS / BK, dc = p * THREADS % BK;
-                As[a_r + dr][a_c + dc] = a_ptr[dr * K + dc];
+                A_OFFSETS(p);
+                As[a_r + dr][a_c + dc] = a_ptr[A_STEP(dr, dc)];
             }
 #pragma unroll
             for (int p = 0; p < B_LOADS; ++p) {
-                const int dr = p * THREADS / BN, dc = p * THREADS % BN;
-                Bs[b_r + dr][b_c + dc] = b_ptr[dr * N + dc];
+                B_OFFSETS(p);
+                Bs[b_r + dr][b_c + dc] = b_ptr[B_STEP(dr, dc)];
             }
         } else {
             // Edge tile: zero outside A and B, so the FMA loop below needs no branch (a zero
             // adds nothing to any accumulator).
 #pragma unroll
             for (int p = 0; p < A_LOADS; ++p) {
-                const int dr = p * THREADS / BK, dc = p * THREADS % BK;
+                A_OFFSETS(p);
                 const bool ok = m0 + a_r + dr < M && k0 + a_c + dc < K;
-                As[a_r + dr][a_c + dc] = ok ? a_ptr[dr * K + dc] : 0.0f;
+                As[a_r + dr][a_c + dc] = ok ? a_ptr[A_STEP(dr, dc)] : 0.0f;
             }
 #pragma unroll
             for (int p = 0; p < B_LOADS; ++p) {
-                const int dr = p * THREADS / BN, dc = p * THREADS % BN;
+                B_OFFSETS(p);
                 const bool ok = k0 + b_r + dr < K && n0 + b_c + dc < N;
-                Bs[b_r + dr][b_c + dc] = ok ? b_ptr[dr * N + dc] : 0.0f;
+                Bs[b_r + dr][b_c + dc] = ok ? b_ptr[B_STEP(dr, dc)] : 0.0f;
             }
         }
         __syncthreads();
-        a_ptr += BK;
-        b_ptr += BK * N;
+        a_ptr += TRANS_A ? BK * lda : BK;
+        b_ptr += TRANS_B ? BK : BK * ldb;
 
         INNER_UNROLL
         for (int k = 0; k < BK; ++k) {
@@ -154,7 +200,7 @@ matmul_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
     for (int i = 0; i < TM; ++i) {
         const int row = m0 + (i / 4) * 4 * TROWS + 4 * tr + i % 4;
         if (row >= M) continue;
-        float* c_row = C + row * N;
+        float* c_row = C + row * ldc;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
             const int col = n0 + (j / 4) * 4 * TCOLS + 4 * tc + j % 4;

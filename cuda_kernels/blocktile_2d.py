@@ -2,7 +2,8 @@
 
 Geometry: block (BM/TM)*(BN/TN) threads (1-D; 256 by default); 1-D grid of ceil(M/BM) * ceil(N/BN)
 blocks ordered by block_tile() in common.cuh (group); static shared memory (BM*(BK+2) + BK*BN) * 4
-bytes (9 KiB by default), no dynamic shared memory.
+bytes (9 KiB by default; a transposed B pads the rows of Bs by 4 floats: blocktile_2d.cu, Layouts), no
+dynamic shared memory. Each operand layout (Problem.layout: nn, nt, tn, tt) is its own build.
 
 validate() rejects a parameter combination the kernel cannot run with one sentence, before
 anything is compiled; vectorized.py reuses it (same thread mapping, plus float4 constraints).
@@ -12,6 +13,7 @@ The register cap (__launch_bounds__' second argument) is chosen as in blocktile_
 from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, first_min_blocks, spill_free_build,
                                  stage_launcher)
 from lab.errors import LabError
+from lab.operands import entry
 
 # Registers a thread needs: the TM*TN accumulators, the TM + TN fragments and about 24 for
 # addresses and loop state. The first MIN_BLOCKS tried leaves at least that many.
@@ -62,18 +64,20 @@ def validate(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8
 
 
 def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8, group: int = 16,
-          fast_math: bool = False, unroll: bool = True, **_):
+          fast_math: bool = False, unroll: bool = True, layout: str = "nn", **_):
     validate(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
     return spill_free_build("blocktile_2d.cu", "matmul_blocktile_2d",
                             {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN, "GROUP": group},
-                            first_blocks(BM, BN, TM, TN), fast_math=fast_math, unroll=unroll)
+                            first_blocks(BM, BN, TM, TN), fast_math=fast_math, unroll=unroll,
+                            layout=layout)
 
 
 def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, TM: int = 8, TN: int = 8, **_):
     return (cdiv(M, BM) * cdiv(N, BN), 1, 1), (threads(BM, BN, TM, TN), 1, 1), 0
 
 
-def prepare(a, b, c, **params):
+@entry("blocktile_2d", "cuda")
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py)."""
     validate(**params)
-    M, K = a.shape
-    return stage_launcher(build(**params), geometry(M, b.shape[1], K, **params), a, b, c)
+    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)

@@ -18,14 +18,27 @@
 // Launch geometry (vectorized.py): block (BM/TM)*(BN/TN) threads (1-D; 256 by default), a 1-D
 //   grid of ceil(M/BM) * ceil(N/BN) blocks ordered by block_tile() (GROUP, common.cuh), static
 //   shared memory (BK*(BM+4) + BK*BN) * 4 bytes (8.1 KiB), no dynamic shared memory.
-// Alignment: a float4 access must be 16-byte aligned. A row of A starts at a multiple of 16 bytes
-//   only when K % 4 == 0, a row of B or C only when N % 4 == 0 (and the base pointers must be
-//   16-byte aligned). The launcher compiles VEC_A=0 (K % 4 != 0) or VEC_B=0 (N % 4 != 0): then the
+// Layouts (common.cuh): a float4 is 4 consecutive floats in memory, so it runs along an operand's
+//   contiguous dimension: along k for a row-major A, along i (4 rows of one column) for a
+//   transposed A (TRANS_A), along j for a row-major B, along k (4 k's of one column) for a
+//   transposed B (TRANS_B); C is row-major, along j. The transposed A is the easy case: 4 rows of
+//   A at one k are 4 consecutive floats of As[k][m], one STS.128, where the row-major A needs the
+//   4 scalar stores of (2). A transposed B is the mirror image of the row-major A: its float4 (4
+//   k's of column j) is scattered into Bs[k..k+3][j] with 4 scalar stores, and Bs rows get 4
+//   floats of padding for the same reason As rows have them. The FMA loop is the same in every
+//   layout, and the nn build is the kernel as it was before layouts (same registers, same SASS
+//   instruction mix). Measured on the H100 at 4096^3 (defaults, lab.compare): nn 3.45 ms,
+//   nt 3.45, tn 3.20 (the one STS.128 instead of 4 scalar stores), tt 3.41; nt without the Bs
+//   padding took 3.54 ms instead of 3.49 (same harness without L2 flush).
+// Alignment: a float4 access must be 16-byte aligned: the operand's base pointer and its leading
+//   dimension (lda, ldb, ldc: the distance between its lines) must be multiples of 16 bytes,
+//   4 floats; chunks start at multiples of 4 along a line. The launcher compiles VEC_A=0, VEC_B=0
+//   or VEC_C=0 for an operand whose lines are not aligned (vectorized.py: vector_flags): then the
 //   same 4-float chunks are read or written one float at a time, and any size stays correct.
 // Edges: interior blocks on full k-steps load with no bounds test. Edge tiles test each chunk: a
-//   chunk wholly inside A (or B) is one float4; a chunk that straddles the edge (possible only
-//   without the K % 4 / N % 4 guarantee, i.e. never in the VEC path, but kept so the kernel is
-//   correct on its own) or lies outside is loaded element by element with zero fill. Stores the same.
+//   chunk wholly inside A (or B) is one float4; a chunk that straddles the edge (a width that is
+//   not a multiple of 4, e.g. K = 13 with lda = 16) or lies outside is loaded element by element
+//   with zero fill. Stores the same.
 // Bottleneck it attacks: load/store instruction count and the A-fragment reads of blocktile_2d.
 //   Per k-step a warp issues 64 FFMA and 4 LDS.128 (6 shared wavefronts: A's two float4 are
 //   shared by the warp, B's 16 distinct float4 are 256 contiguous bytes), so the FMA pipe, not
@@ -51,11 +64,14 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
 #endif
-#ifndef VEC_A  // 1: rows of A are 16-byte aligned (K % 4 == 0): float4 loads of A
+#ifndef VEC_A  // 1: A's lines (rows; columns with TRANS_A) are 16-byte aligned: float4 loads of A
 #define VEC_A 1
 #endif
-#ifndef VEC_B  // 1: rows of B and C are 16-byte aligned (N % 4 == 0): float4 loads/stores
+#ifndef VEC_B  // 1: B's lines (rows; columns with TRANS_B) are 16-byte aligned: float4 loads of B
 #define VEC_B 1
+#endif
+#ifndef VEC_C  // 1: C's rows are 16-byte aligned: float4 stores of C
+#define VEC_C 1
 #endif
 
 #define TROWS (BM / TM)
@@ -68,8 +84,19 @@
 // land 16 banks apart (4*(BM+4) = 16 mod 32 words), so the 4 scalar stores are conflict-free at
 // BK = 8. Rows stay 16-byte aligned for the LDS.128 reads.
 #define AS_LD (BM + 4)
+// Bs rows: unpadded for a row-major B (one STS.128 per chunk). A transposed B's float4 (4 k's of
+// column j) is stored into 4 rows of Bs; lane l of a warp holds column l / (BK/4), k = 4*(l % (BK/4)),
+// and with BN + 4 the lanes that differ only in k land 16 banks apart (4*(BN+4) = 16 mod 32
+// words), so the 4 scalar stores are conflict-free at BK = 8, as the As stores are.
+#define BS_LD (TRANS_B ? BN + 4 : BN)
+// float4 chunks per line of each tile as its loader walks it: a line runs along the operand's
+// contiguous dimension (row-major A: k, BK floats; transposed A: m, BM floats; row-major B: n,
+// BN floats; transposed B: k, BK floats).
+#define A_CW ((TRANS_A ? BM : BK) / 4)
+#define B_CW ((TRANS_B ? BK : BN) / 4)
 
 static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN are made of float4 groups");
+static_assert(BK % 4 == 0, "the k-step is made of float4 chunks");
 static_assert(BM % TM == 0 && BN % TN == 0, "the block tile must be a whole number of thread tiles");
 static_assert(THREADS >= 32 && THREADS <= 1024, "(BM/TM)*(BN/TN) threads must be within 32..1024");
 static_assert(A_CHUNKS >= 1 && A_CHUNKS * THREADS * 4 == BM * BK, "A tile: whole float4s per thread");
@@ -109,42 +136,65 @@ __device__ __forceinline__ void store4(float* p, float4 v, int valid) {
 
 // Copy one k-step's tiles into shared memory (A transposed). FULL (compile time) means the block
 // is inside C and the k-step inside K: every chunk exists and no bounds test is compiled in.
+// (a_r, a_c) and (b_r, b_c) are the (row, column) in the A tile (m, k) and the B tile (k, n) of the
+// first float of this thread's first chunk; (dr, dc) the compile-time offsets of chunk p.
 template <bool FULL>
-__device__ __forceinline__ void load_tiles(float (&As)[BK][AS_LD], float (&Bs)[BK][BN],
+__device__ __forceinline__ void load_tiles(float (&As)[BK][AS_LD], float (&Bs)[BK][BS_LD],
                                            const float* __restrict__ a_ptr,
                                            const float* __restrict__ b_ptr, int a_r,
                                            int a_c, int b_r, int b_c, int m0, int n0, int k0,
-                                           int M, int N, int K) {
-    constexpr int AW = BK / 4, BW = BN / 4;   // chunks per row of the A tile and of the B tile
+                                           int M, int N, int K, int lda, int ldb) {
+    constexpr int AW = A_CW, BW = B_CW;   // chunks per line of the A tile and of the B tile
 #pragma unroll
     for (int p = 0; p < A_CHUNKS; ++p) {
+#if TRANS_A
+        // The chunk is rows r..r+3 of column c of A: 4 consecutive floats of row c of As.
+        const int dr = 4 * (p * THREADS % AW), dc = p * THREADS / AW;
+        const int r = a_r + dr, c = a_c + dc;
+        const int valid = FULL ? 4 : (k0 + c < K ? min(4, max(0, M - (m0 + r))) : 0);
+        const float4 v = load4<VEC_A>(a_ptr + dc * lda + dr, valid);
+        *reinterpret_cast<float4*>(&As[c][r]) = v;   // one STS.128
+#else
         const int dr = p * THREADS / AW, dc = 4 * (p * THREADS % AW);
         const int r = a_r + dr, c = a_c + dc;
         // How many of the chunk's 4 floats lie in A: 4 inside, 1..3 across the right edge
-        // (never with VEC_A: K % 4 == 0 and c % 4 == 0), 0 below or right of A.
+        // (K not a multiple of 4), 0 below or right of A.
         const int valid = FULL ? 4 : (m0 + r < M ? min(4, max(0, K - (k0 + c))) : 0);
-        const float4 v = load4<VEC_A>(a_ptr + dr * K + dc, valid);
+        const float4 v = load4<VEC_A>(a_ptr + dr * lda + dc, valid);
         // Transposed store: the 4 k's of row r go to 4 rows of As (conflict-free: see AS_LD).
         As[c + 0][r] = v.x;
         As[c + 1][r] = v.y;
         As[c + 2][r] = v.z;
         As[c + 3][r] = v.w;
+#endif
     }
 #pragma unroll
     for (int p = 0; p < B_CHUNKS; ++p) {
+#if TRANS_B
+        // The chunk is k's r..r+3 of column c of B, scattered down column c of Bs (see BS_LD).
+        const int dr = 4 * (p * THREADS % BW), dc = p * THREADS / BW;
+        const int r = b_r + dr, c = b_c + dc;
+        const int valid = FULL ? 4 : (n0 + c < N ? min(4, max(0, K - (k0 + r))) : 0);
+        const float4 v = load4<VEC_B>(b_ptr + dc * ldb + dr, valid);
+        Bs[r + 0][c] = v.x;
+        Bs[r + 1][c] = v.y;
+        Bs[r + 2][c] = v.z;
+        Bs[r + 3][c] = v.w;
+#else
         const int dr = p * THREADS / BW, dc = 4 * (p * THREADS % BW);
         const int r = b_r + dr, c = b_c + dc;
         const int valid = FULL ? 4 : (k0 + r < K ? min(4, max(0, N - (n0 + c))) : 0);
-        const float4 v = load4<VEC_B>(b_ptr + dr * N + dc, valid);
+        const float4 v = load4<VEC_B>(b_ptr + dr * ldb + dc, valid);
         *reinterpret_cast<float4*>(&Bs[r][c]) = v;   // one STS.128
+#endif
     }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 matmul_vectorized(const float* __restrict__ A, const float* __restrict__ B,
-                  float* __restrict__ C, int M, int N, int K) {
+                  float* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc) {
     __shared__ __align__(16) float As[BK][AS_LD];   // transposed: As[k][m]
-    __shared__ __align__(16) float Bs[BK][BN];
+    __shared__ __align__(16) float Bs[BK][BS_LD];
 
     const int tid = threadIdx.x;
     const int tr = tid / TCOLS;
@@ -158,11 +208,24 @@ matmul_vectorized(const float* __restrict__ A, const float* __restrict__ B,
     // row q / (W/4), column 4*(q % (W/4)); consecutive threads take consecutive chunks of a row,
     // so a warp reads contiguous 16-byte pieces (whole 128-byte lines for B). Base + compile-time
     // offsets, as in blocktile_2d: the K loop only advances two pointers.
-    constexpr int AW = BK / 4, BW = BN / 4;   // chunks per row of the A tile and of the B tile
+    // A transposed operand is chunked along its columns (rows i of A, k's of B) instead, the
+    // direction that is contiguous in memory: chunk q is at column q / (W/4), row 4*(q % (W/4)) of
+    // the tile, W its height (BM for A, BK for B).
+    constexpr int AW = A_CW, BW = B_CW;   // chunks per line of the A tile and of the B tile
+#if TRANS_A
+    const int a_r = 4 * (tid % AW), a_c = tid / AW;
+    const float* a_ptr = A + a_c * lda + m0 + a_r;     // += BK*lda per k-step
+#else
     const int a_r = tid / AW, a_c = 4 * (tid % AW);
+    const float* a_ptr = A + (m0 + a_r) * lda + a_c;   // += BK per k-step
+#endif
+#if TRANS_B
+    const int b_r = 4 * (tid % BW), b_c = tid / BW;
+    const float* b_ptr = B + (n0 + b_c) * ldb + b_r;   // += BK per k-step
+#else
     const int b_r = tid / BW, b_c = 4 * (tid % BW);
-    const float* a_ptr = A + (m0 + a_r) * K + a_c;   // += BK per k-step
-    const float* b_ptr = B + b_r * N + n0 + b_c;     // += BK*N per k-step
+    const float* b_ptr = B + b_r * ldb + n0 + b_c;     // += BK*ldb per k-step
+#endif
     const bool inside = m0 + BM <= M && n0 + BN <= N;
 
     float acc[TM][TN];
@@ -173,13 +236,15 @@ matmul_vectorized(const float* __restrict__ A, const float* __restrict__ B,
 
     for (int k0 = 0; k0 < K; k0 += BK) {
         if (inside && k0 + BK <= K) {   // uniform across the block: no divergence
-            load_tiles<true>(As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K);
+            load_tiles<true>(As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K, lda,
+                             ldb);
         } else {
-            load_tiles<false>(As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K);
+            load_tiles<false>(As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K, lda,
+                              ldb);
         }
         __syncthreads();
-        a_ptr += BK;
-        b_ptr += BK * N;
+        a_ptr += TRANS_A ? BK * lda : BK;
+        b_ptr += TRANS_B ? BK : BK * ldb;
 
         INNER_UNROLL
         for (int k = 0; k < BK; ++k) {
@@ -204,13 +269,13 @@ matmul_vectorized(const float* __restrict__ A, const float* __restrict__ B,
     for (int i = 0; i < TM; ++i) {
         const int row = m0 + (i / 4) * 4 * TROWS + 4 * tr + i % 4;
         if (row >= M) continue;
-        float* c_row = C + row * N;
+        float* c_row = C + row * ldc;
 #pragma unroll
         for (int g = 0; g < TN / 4; ++g) {
             const int col = n0 + g * 4 * TCOLS + 4 * tc;
             const float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2],
                                          acc[i][4 * g + 3]);
-            store4<VEC_B>(c_row + col, v, min(4, N - col));
+            store4<VEC_C>(c_row + col, v, min(4, N - col));
         }
     }
 }

@@ -2,20 +2,24 @@
 
 Geometry: block (BM/TM)*(BN/TN) threads (1-D; 256 by default); 1-D grid of ceil(M/BM) * ceil(N/BN)
 blocks ordered by block_tile() in common.cuh (group); static shared memory (BK*(BM+4) + BK*BN) * 4
-bytes (8.1 KiB by default), no dynamic shared memory.
+bytes (8.1 KiB by default; a transposed B pads the rows of Bs by 4 floats), no dynamic shared memory.
 
-The vector variant is chosen per call, from the operands (prepare): a float4 access must be
-16-byte aligned, so
-  VEC_A = 1 only if K % 4 == 0 and A's data pointer is 16-byte aligned (every row of A starts on
-          a 16-byte boundary), else the A chunks are read one float at a time;
-  VEC_B = 1 only if N % 4 == 0 and B's and C's data pointers are 16-byte aligned (rows of B and C).
-Each variant is its own compiled kernel (-DVEC_A / -DVEC_B), cached per process. build() without
-those arguments compiles the vector variant (what CPU mode reports and what 4096^3 runs).
+The variant is chosen per call, from the shared description of the operands (prepare): the layout
+(Problem.layout: nn, nt, tn, tt; -DTRANS_A / -DTRANS_B) and which operands may use float4. A float4
+runs along an operand's contiguous dimension (a row of a row-major operand, a column of a
+transposed one: vectorized.cu, Layouts) and must be 16-byte aligned, so (vector_flags)
+  VEC_A = 1 only if A's lines are 16-byte aligned: its data pointer and lda * 4 bytes are
+          multiples of 16 (Operand.aligned); else the A chunks are read one float at a time;
+  VEC_B = 1 likewise for B (ldb), VEC_C = 1 for C (ldc; C is always row-major), whose float4 are
+          the stores.
+Each variant is its own compiled kernel (-DVEC_A / -DVEC_B / -DVEC_C), cached per process. build()
+without those arguments compiles the nn vector variant (what CPU mode reports and what 4096^3 runs).
 """
 
 from cuda_kernels import blocktile_2d
 from cuda_kernels._build import STATIC_SMEM_LIMIT, cdiv, spill_free_build, stage_launcher
 from lab.errors import LabError
+from lab.operands import entry
 
 threads = blocktile_2d.threads
 
@@ -43,31 +47,29 @@ def validate(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8
 
 def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8, group: int = 16,
           fast_math: bool = False, unroll: bool = True, vec_a: bool = True, vec_b: bool = True,
-          **_):
+          vec_c: bool = True, layout: str = "nn", **_):
     validate(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
     defines = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN, "GROUP": group,
-               "VEC_A": bool(vec_a), "VEC_B": bool(vec_b)}
+               "VEC_A": bool(vec_a), "VEC_B": bool(vec_b), "VEC_C": bool(vec_c)}
     return spill_free_build("vectorized.cu", "matmul_vectorized", defines,
                             blocktile_2d.first_blocks(BM, BN, TM, TN), fast_math=fast_math,
-                            unroll=unroll)
+                            unroll=unroll, layout=layout)
 
 
-def vector_flags(a, b, c) -> dict[str, bool]:
-    """Which operands may use float4: rows 16-byte aligned (K % 4, N % 4) and base pointers too."""
-    K, N = a.shape[1], b.shape[1]
-    return {
-        "vec_a": K % 4 == 0 and a.data_ptr() % 16 == 0,
-        "vec_b": N % 4 == 0 and b.data_ptr() % 16 == 0 and c.data_ptr() % 16 == 0,
-    }
+def vector_flags(p) -> dict[str, bool]:
+    """Which operands of Problem `p` may use float4: those whose lines (rows, or columns of a
+    transposed A or B) start on 16-byte boundaries, i.e. base pointer and leading dimension."""
+    return {"vec_a": p.a.aligned(16), "vec_b": p.b.aligned(16), "vec_c": p.c.aligned(16)}
 
 
 def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, TM: int = 8, TN: int = 8, **_):
     return (cdiv(M, BM) * cdiv(N, BN), 1, 1), (threads(BM, BN, TM, TN), 1, 1), 0
 
 
-def prepare(a, b, c, **params):
+@entry("vectorized", "cuda")
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py)."""
     validate(**params)
-    params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b")}
-    M, K = a.shape
-    return stage_launcher(build(**params, **vector_flags(a, b, c)),
-                          geometry(M, b.shape[1], K, **params), a, b, c)
+    params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c")}
+    return stage_launcher(build(**params, **vector_flags(p), layout=p.layout),
+                          geometry(p.M, p.N, p.K, **params), p)

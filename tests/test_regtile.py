@@ -6,8 +6,10 @@
     combinations are refused with one LabError sentence naming the parameter, before compiling;
 (d) the SASS has the instructions each stage is about (LDG.E.128 / LDS.128 in vectorized, none of
     the 128-bit global loads in blocktile_2d), fully unrolled FMA loops and no local memory;
-(e) the CUDA kernels themselves compute the right C: compiled by g++ against a small emulation of
-    CUDA's thread model, with AddressSanitizer and UBSan (out-of-bounds loads, misaligned float4).
+(e) the CUDA kernels themselves compute the right C in every operand layout (nn, nt, tn, tt, with
+    leading dimensions larger than the widths): compiled by g++ against a small emulation of CUDA's
+    thread model (tests/cuda_emulator.py), with AddressSanitizer and UBSan (out-of-bounds loads,
+    misaligned float4).
 """
 
 import re
@@ -126,28 +128,49 @@ def test_cuda_variants_compile_without_spills(stage_name, changes):
     assert grid == (-(-100 // params["BM"]) * -(-200 // params["BN"]), 1, 1)
 
 
-@pytest.mark.parametrize("vec_a,vec_b", [(False, False), (True, False), (False, True)])
-def test_vectorized_scalar_variants_compile_without_spills(vec_a, vec_b):
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+@pytest.mark.parametrize("vec_a,vec_b,vec_c", [(False, False, False), (True, False, True),
+                                               (False, True, False), (True, True, False)])
+def test_vectorized_scalar_variants_compile_without_spills(vec_a, vec_b, vec_c, layout):
     from cuda_kernels import vectorized
 
-    build = vectorized.build(vec_a=vec_a, vec_b=vec_b)
+    build = vectorized.build(vec_a=vec_a, vec_b=vec_b, vec_c=vec_c, layout=layout)
     assert build.spill_bytes == 0
-    assert f"-DVEC_A={int(vec_a)}" in build.options and f"-DVEC_B={int(vec_b)}" in build.options
+    for name, value in (("VEC_A", vec_a), ("VEC_B", vec_b), ("VEC_C", vec_c)):
+        assert f"-D{name}={int(value)}" in build.options
 
 
-def test_vectorized_picks_the_scalar_variant_for_unaligned_rows():
+def test_vectorized_picks_the_scalar_variant_for_unaligned_lines():
     from cuda_kernels.vectorized import vector_flags
+    from lab.operands import describe
 
-    a, b, c = torch.empty(8, 12), torch.empty(12, 20), torch.empty(8, 20)
-    assert vector_flags(a, b, c) == {"vec_a": True, "vec_b": True}
-    a, b, c = torch.empty(8, 13), torch.empty(13, 20), torch.empty(8, 20)   # K % 4 != 0
-    assert vector_flags(a, b, c) == {"vec_a": False, "vec_b": True}
-    a, b, c = torch.empty(8, 12), torch.empty(12, 22), torch.empty(8, 22)   # N % 4 != 0
-    assert vector_flags(a, b, c) == {"vec_a": True, "vec_b": False}
+    def flags(a, b, c):  # (vec_a, vec_b, vec_c) as the launcher picks them
+        f = vector_flags(describe(a, b, c))
+        return f["vec_a"], f["vec_b"], f["vec_c"]
+
+    # row-major: the lines are rows, so K (A) and N (B, C) must be multiples of 4
+    assert flags(torch.empty(8, 12), torch.empty(12, 20), torch.empty(8, 20)) == (1, 1, 1)
+    assert flags(torch.empty(8, 13), torch.empty(13, 20), torch.empty(8, 20)) == (0, 1, 1)
+    assert flags(torch.empty(8, 12), torch.empty(12, 22), torch.empty(8, 22)) == (1, 0, 0)
+    # views: the leading dimension decides, not the width (rows of 13 floats, 16 apart)
+    assert flags(torch.empty(8, 16)[:, :13], torch.empty(13, 24)[:, :22],
+                 torch.empty(8, 24)[:, :22]) == (1, 1, 1)
+    assert flags(torch.empty(8, 14)[:, :12], torch.empty(12, 20),
+                 torch.empty(8, 21)[:, :20]) == (0, 1, 0)
+    # transposed (column-major) A and B: the lines are columns, so M (A) and K (B) count
+    a_t, b_t = torch.empty(12, 8).t(), torch.empty(20, 12).t()   # A 8 x 12, B 12 x 20
+    assert a_t.stride() == (1, 8) and flags(a_t, b_t, torch.empty(8, 20)) == (1, 1, 1)
+    a_t, b_t = torch.empty(12, 9).t(), torch.empty(20, 13).t()   # A 9 x 12, B 13 x 20
+    assert flags(a_t, b_t, torch.empty(9, 20)) == (0, 0, 1)
+    a_t = torch.empty(12, 12)[:, :9].t()   # 9 x 12, columns 12 floats apart: aligned
+    assert flags(a_t, torch.empty(12, 20), torch.empty(9, 20)) == (1, 1, 1)
+    # base pointers
     base = torch.empty(8 * 12 + 1)
     a = base[1:].view(8, 12)  # a contiguous view 4 bytes past a 16-byte boundary
     assert a.is_contiguous() and a.data_ptr() % 16 == 4
-    assert vector_flags(a, torch.empty(12, 20), torch.empty(8, 20))["vec_a"] is False
+    assert flags(a, torch.empty(12, 20), torch.empty(8, 20)) == (0, 1, 1)
+    c = base[1:81].view(4, 20)
+    assert flags(torch.empty(4, 12), torch.empty(12, 20), c) == (1, 1, 0)
 
 
 @pytest.mark.parametrize("stage_name", STAGE_NAMES)
@@ -265,158 +288,138 @@ def test_inner_loops_read_shared_memory_as_designed(sass_of):
 
 # ------------------------------------------------------- (e) the CUDA kernels, run on the CPU
 #
-# No GPU here, but the .cu files are plain C++ apart from a few CUDA keywords. EMULATOR below
-# defines those keywords and runs one std::thread per CUDA thread (std::barrier for __syncthreads,
-# static locals for __shared__, one block after another), so g++ can compile each kernel and check
-# C against a float64 reference: the index math, the bounds tests and zero fill, the GROUP block
-# order and the VEC_A / VEC_B variants. AddressSanitizer catches a load outside A or B, UBSan a
-# float4 access that is not 16-byte aligned (the emulated float4 is alignas(16) like CUDA's), and
-# the runner fails on any element of C left NaN and on any write past C. Skipped without g++.
+# No GPU here: tests/cuda_emulator.py compiles each kernel with g++ against a small emulation of
+# CUDA's thread model, with exactly the -D defines of its NVRTC build, under AddressSanitizer and
+# UBSan, and checks C against a float64 reference: the index math, the bounds tests and zero fill,
+# the GROUP block order, the operand layouts (nn, nt, tn, tt: every kernel runs in each) and the
+# VEC_A / VEC_B / VEC_C variants. A, B and C have leading dimensions larger than their widths, and
+# the emulator fills the gaps with NaN: a kernel that reads a gap gets NaN into C, one that writes a
+# gap or past C is counted. ASan catches a load outside an operand, UBSan a float4 access that is
+# not 16-byte aligned. The NVRTC builds and the g++ compiles overlap (a module fixture starts them
+# all at once, at most one g++ per core); skipped without g++.
 
-EMULATOR = r"""
-#include <algorithm>
-#include <barrier>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <random>
-#include <thread>
-#include <vector>
-using std::max;
-using std::min;
-struct Dim3 { unsigned x = 0, y = 0, z = 0; };
-thread_local Dim3 threadIdx, blockIdx;
-std::barrier<>* g_barrier = nullptr;
-inline void __syncthreads() { g_barrier->arrive_and_wait(); }
-struct alignas(16) float4 { float x, y, z, w; };
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __restrict__
-#define __shared__ static
-#define __align__(n) __attribute__((aligned(n)))
-#include KERNEL_FILE
-
-int main(int argc, char** argv) {
-    const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
-    std::mt19937 gen(M * 131 + N * 7 + K);
-    std::normal_distribution<float> normal;
-    std::vector<float> A(size_t(M) * K), B(size_t(K) * N), Cbuf(size_t(M) * N + 8, NAN);
-    for (float& x : A) x = normal(gen);
-    for (float& x : B) x = normal(gen);
-    float* C = Cbuf.data();
-    const unsigned blocks = unsigned(((M + BM - 1) / BM) * ((N + BN - 1) / BN));
-    for (unsigned bid = 0; bid < blocks; ++bid) {
-        std::barrier<> bar(THREADS);
-        g_barrier = &bar;
-        std::vector<std::thread> team;
-        for (int t = 0; t < THREADS; ++t)
-            team.emplace_back([&, t] {
-                threadIdx = {unsigned(t), 0, 0};
-                blockIdx = {bid, 0, 0};
-                KERNEL_NAME(A.data(), B.data(), C, M, N, K);
-            });
-        for (auto& th : team) th.join();
-    }
-    double num = 0, den = 0;
-    long bad = 0;
-    for (int i = 0; i < M; ++i)
-        for (int j = 0; j < N; ++j) {
-            double ref = 0;
-            for (int k = 0; k < K; ++k) ref += double(A[size_t(i) * K + k]) * B[size_t(k) * N + j];
-            const double c = C[size_t(i) * N + j];
-            if (!std::isfinite(c)) { ++bad; continue; }
-            num += (c - ref) * (c - ref);
-            den += ref * ref;
-        }
-    for (size_t i = size_t(M) * N; i < Cbuf.size(); ++i) bad += !std::isnan(Cbuf[i]);
-    const double rel = std::sqrt(num / (den > 0 ? den : 1));
-    std::printf("%dx%dx%d rel_err=%.2e bad=%ld\n", M, N, K, rel, bad);
-    return bad == 0 && rel < 1e-5 ? 0 : 1;
-}
-"""
-
-
+LAYOUTS = ("nn", "nt", "tn", "tt")
 EMU_SHAPES = [(1, 1, 1), (17, 33, 129), (65, 64, 63), (3, 130, 2), (130, 67, 33), (129, 257, 17)]
 EMU_KERNELS = [
-    ("blocktile_1d", dict(GROUP=16)),
-    ("blocktile_1d", dict(GROUP=4, BM=128, BN=32, BK=16, TM=16)),
-    ("blocktile_2d", dict(GROUP=16)),
-    ("blocktile_2d", dict(GROUP=1, BM=32, BN=128, BK=16)),   # fewer threads than B-tile columns
-    ("blocktile_2d", dict(GROUP=4, BM=64, BN=64, BK=32, TM=4)),
+    ("blocktile_1d", dict(group=16)),
+    ("blocktile_1d", dict(group=4, BM=128, BN=32, BK=16, TM=16)),   # several loads per thread
+    ("blocktile_2d", dict(group=16)),
+    ("blocktile_2d", dict(group=1, BM=32, BN=128, BK=16)),   # fewer threads than B-tile columns
+    ("blocktile_2d", dict(group=4, BM=64, BN=64, BK=32, TM=4)),
 ]
-# vectorized: each (VEC_A, VEC_B) build, on the shapes the launcher would give it (K % 4, N % 4)
+# vectorized: each flag of VEC_A / VEC_B / VEC_C on and off in every layout, under two parameter
+# sets (all on / all off with the defaults, mixed with the smaller tile), each on operands for
+# which the launcher picks exactly that variant (leading dimensions a multiple of 4 floats or not).
 VEC_SHAPES = [(1, 4, 8), (17, 33, 129), (65, 64, 63), (40, 66, 32), (132, 260, 36), (129, 131, 12),
               (70, 36, 21)]
-VEC_PARAMS = [dict(), dict(BM=64, BK=16, TN=4)]
-VEC_KERNELS = [("vectorized", {"GROUP": 16, **d, "VEC_A": va, "VEC_B": vb})
-               for d in VEC_PARAMS for va in (True, False) for vb in (True, False)]
+VEC_KERNELS = [("vectorized", {**params, "vec_a": va, "vec_b": vb, "vec_c": vc})
+               for params, flags in ((dict(group=16), ((1, 1, 1), (0, 0, 0))),
+                                     (dict(group=4, BM=64, BK=16, TN=4), ((1, 0, 1), (0, 1, 0))))
+               for va, vb, vc in flags]
+EMU_CASES = [(s, p, layout) for s, p in EMU_KERNELS + VEC_KERNELS for layout in LAYOUTS]
 
 
-def _vec_shapes(defines):
-    return [s for s in VEC_SHAPES
-            if (s[2] % 4 == 0) == defines["VEC_A"] and (s[1] % 4 == 0) == defines["VEC_B"]]
+def _emu_build(stage_name: str, params: dict, layout: str):
+    return get_stage(stage_name).module("cuda").build(**params, layout=layout)
+
+
+def _ld(width: int, aligned: bool) -> int:
+    """A leading dimension larger than `width` (the gap holds NaN in the emulator) that is a
+    multiple of 4 floats (16 bytes: float4 lines) or not."""
+    ld = width + 1
+    while (ld % 4 == 0) != aligned:
+        ld += 1
+    return ld
+
+
+def _leading_dims(M: int, N: int, K: int, layout: str, aligned) -> tuple[int, int, int]:
+    """lda, ldb, ldc for A, B, C in `layout`; aligned = (A, B, C) whose lines are 16-byte aligned."""
+    widths = (M if layout[0] == "t" else K, K if layout[1] == "t" else N, N)
+    return tuple(_ld(w, al) for w, al in zip(widths, aligned))
+
+
+def _operands(M: int, N: int, K: int, layout: str, lda: int, ldb: int, ldc: int):
+    """CPU tensors A (M x K), B (K x N), C (M x N) in `layout` with these leading dimensions."""
+    a = torch.empty(K, lda)[:, :M].t() if layout[0] == "t" else torch.empty(M, lda)[:, :K]
+    b = torch.empty(N, ldb)[:, :K].t() if layout[1] == "t" else torch.empty(K, ldb)[:, :N]
+    return a, b, torch.empty(M, ldc)[:, :N]
 
 
 @pytest.fixture(scope="module")
-def emulate(tmp_path_factory):
-    """Compile every emulated kernel once (in parallel); return run(stage, defines, shapes)."""
-    import shutil
-    import subprocess
-    from pathlib import Path
+def emulated(tmp_path_factory):
+    """Every build of EMU_CASES compiled for the emulator: (Emulator, {case: build})."""
+    import concurrent.futures
+    import os
 
-    cxx = shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
+    from cuda_emulator import Emulator, compiler
+
+    if compiler() is None:
         pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
-    root = tmp_path_factory.mktemp("emulator")
-    (root / "emulator.cpp").write_text(EMULATOR)
-    kernels = Path(__file__).resolve().parent.parent / "cuda_kernels"
-    jobs = {}
-    for i, (stage_name, defines) in enumerate(EMU_KERNELS + VEC_KERNELS):
-        exe = root / f"{stage_name}_{i}"
-        cmd = [cxx, "-std=c++20", "-O1", "-g", "-pthread", "-Wno-unknown-pragmas",
-               "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{kernels}",
-               f'-DKERNEL_FILE="{kernels / (stage_name + ".cu")}"',
-               f"-DKERNEL_NAME=matmul_{stage_name}",
-               *(f"-D{k}={int(v)}" for k, v in defines.items()),
-               str(root / "emulator.cpp"), "-o", str(exe)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        jobs[(stage_name, tuple(sorted(defines.items())))] = (exe, proc)
-    built, errors = {}, []
-    for key, (exe, proc) in jobs.items():
-        _, err = proc.communicate()
-        if proc.returncode == 0:
-            built[key] = exe
-        else:
-            errors.append((key, err))
-    if errors and "barrier" in errors[0][1] and not built:
-        pytest.skip(f"{cxx} lacks C++20 <barrier>")
+    emulator = Emulator(tmp_path_factory.mktemp("emulator"))
+    jobs = max(1, os.cpu_count() or 1)
+    builds, running, errors = {}, [], []
 
-    def run(stage_name: str, defines: dict, shapes):
-        key = (stage_name, tuple(sorted(defines.items())))
-        for k, err in errors:
-            if k == key:
-                pytest.fail(f"{cxx} could not compile {stage_name}.cu for the emulator:\n"
-                            + err[-3000:])
-        for M, N, K in shapes:
-            out = subprocess.run([str(built[key]), str(M), str(N), str(K)], capture_output=True,
-                                 text=True, timeout=120)
-            assert out.returncode == 0, (f"{stage_name} {defines} {M}x{N}x{K}:\n"
-                                         + (out.stdout + out.stderr)[-3000:])
+    def finish(build):
+        try:
+            emulator.executable(build)
+        except AssertionError as exc:
+            errors.append(str(exc))
 
-    return run
+    # NVRTC on a thread pool; each build goes to g++ (in the background) as soon as it exists, with
+    # at most `jobs` g++ processes at a time.
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        futures = {pool.submit(_emu_build, *case): case for case in EMU_CASES}
+        for future in concurrent.futures.as_completed(futures):
+            build = future.result()
+            builds[futures[future][0], str(futures[future][1]), futures[future][2]] = build
+            if len(running) >= jobs:
+                finish(running.pop(0))
+            emulator.start(build)
+            running.append(build)
+    for build in running:
+        finish(build)
+    if errors and "barrier" in errors[0] and len(errors) == len(EMU_CASES):
+        pytest.skip(f"{emulator.cxx} lacks C++20 <barrier>")
+    return emulator, builds
 
 
-@pytest.mark.parametrize("stage_name,defines", EMU_KERNELS, ids=str)
-def test_cuda_kernel_emulated_on_the_cpu(emulate, stage_name, defines):
-    emulate(stage_name, defines, EMU_SHAPES)
+def _emulate(emulated, stage_name, params, layout, cases):
+    """Run the build of (stage_name, params, layout) on cases [(M, N, K, lda, ldb, ldc)]."""
+    emulator, builds = emulated
+    build = builds[stage_name, str(params), layout]
+    assert build.spill_bytes == 0, f"{stage_name} {params} {layout}: {build.spill_bytes} spill bytes"
+    cuda = get_stage(stage_name).module("cuda")
+    for M, N, K, lda, ldb, ldc in cases:
+        grid, block, _ = cuda.geometry(M, N, K, **params)
+        ok, out = emulator.run(build, grid, block, M, N, K, lda, ldb, ldc)
+        assert ok, f"{stage_name} {params} {layout} {M}x{N}x{K} lda={lda} ldb={ldb} ldc={ldc}:\n{out}"
 
 
-@pytest.mark.parametrize("stage_name,defines", VEC_KERNELS, ids=str)
-def test_vectorized_kernel_emulated_in_each_variant(emulate, stage_name, defines):
-    from cuda_kernels.vectorized import validate
+@pytest.mark.parametrize("stage_name,params,layout", EMU_CASES[:len(EMU_KERNELS) * len(LAYOUTS)],
+                         ids=str)
+def test_cuda_kernel_emulated_on_the_cpu(emulated, stage_name, params, layout):
+    # leading dimensions alternately a multiple of 4 floats or not (no float4 here: either works)
+    cases = [(M, N, K, *_leading_dims(M, N, K, layout, (i % 2 == 0,) * 3))
+             for i, (M, N, K) in enumerate(EMU_SHAPES)]
+    _emulate(emulated, stage_name, params, layout, cases)
 
-    validate(**{k: v for k, v in defines.items() if k in ("BM", "BN", "BK", "TM", "TN")})
-    emulate(stage_name, defines, _vec_shapes(defines))
+
+@pytest.mark.parametrize("stage_name,params,layout", EMU_CASES[len(EMU_KERNELS) * len(LAYOUTS):],
+                         ids=str)
+def test_vectorized_kernel_emulated_in_each_variant(emulated, stage_name, params, layout):
+    from cuda_kernels.vectorized import validate, vector_flags
+    from lab.operands import describe
+
+    validate(**params)
+    flags = {name: bool(params[name]) for name in ("vec_a", "vec_b", "vec_c")}
+    cases = []
+    for M, N, K in VEC_SHAPES:
+        lds = _leading_dims(M, N, K, layout, tuple(flags.values()))
+        p = describe(*_operands(M, N, K, layout, *lds))
+        assert p.layout == layout and not p.swapped
+        # Only where the launcher picks exactly this variant (not, e.g., an unaligned A of one row:
+        # a single line has no leading dimension, so it is aligned whenever its pointer is).
+        if vector_flags(p) == flags:
+            cases.append((M, N, K, *lds))
+    assert len(cases) >= len(VEC_SHAPES) - 2, f"{layout} {flags}: only {len(cases)} shapes"
+    _emulate(emulated, stage_name, params, layout, cases)
