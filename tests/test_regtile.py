@@ -73,12 +73,25 @@ def test_triton_twin_variants(stage_name, changes, shape):
 
 
 def test_triton_vectorized_twin_flags_follow_the_cuda_rule():
+    """Hints along the contiguous dimension ('n' rows, 't' columns) only where 4 consecutive
+    elements are contiguous, 16-byte aligned and inside the view."""
+    from lab.operands import TRITON, describe
     from triton_kernels import vectorized
 
+    def flags(a, b, c):
+        return vectorized.vector_flags(describe(a, b, c, TRITON))
+
     a, b, c = torch.empty(8, 12), torch.empty(12, 20), torch.empty(8, 20)
-    assert vectorized.vector_flags(a, b, c) == {"VEC_A": True, "VEC_B": True}
-    a, b, c = torch.empty(8, 13), torch.empty(13, 22), torch.empty(8, 22)
-    assert vectorized.vector_flags(a, b, c) == {"VEC_A": False, "VEC_B": False}
+    assert flags(a, b, c) == {"VEC_A": "n", "VEC_B": "n", "VEC_C": "n"}
+    assert flags(torch.empty(8, 13), torch.empty(13, 22), torch.empty(8, 22)) == \
+        {"VEC_A": "", "VEC_B": "", "VEC_C": ""}
+    assert flags(torch.empty(12, 8).t(), torch.empty(20, 12).t(), torch.empty(20, 8).t()) == \
+        {"VEC_A": "t", "VEC_B": "t", "VEC_C": "t"}
+    assert flags(torch.empty(8, 16)[:, :12], b, c)["VEC_A"] == "n"  # row stride 16, width 12
+    assert flags(torch.empty(8, 16)[:, :13], torch.empty(13, 20), c)["VEC_A"] == ""  # width 13
+    assert flags(torch.empty(8, 14)[:, :12], b, c)["VEC_A"] == ""  # row stride 14
+    assert flags(torch.empty(97)[1:].view(8, 12), b, c)["VEC_A"] == ""  # offset of 1 float
+    assert flags(torch.empty(16, 24)[::2, ::2], b, c)["VEC_A"] == ""  # no unit stride
 
 
 # ------------------------------------------------------- (b) CUDA builds

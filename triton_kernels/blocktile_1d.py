@@ -14,8 +14,8 @@ What Triton does for you that the CUDA stage does by hand:
 - staging the tiles through shared memory, the barriers, and the shared-memory layout;
 - vectorized global loads (ld.global.v4) whenever it can prove 16-byte alignment and contiguity:
   pointer arguments are assumed 16-byte aligned and integer arguments divisible by 16 are
-  specialized (so at K = N = 4096 the row strides are known multiples of 16); see
-  triton_kernels/vectorized.py for the explicit hints;
+  specialized (so at K = N = 4096 the row strides of row-major A and B are known multiples of 16);
+  see triton_kernels/vectorized.py for the explicit hints;
 - software pipelining (prefetching the next tiles while computing this one) when num_stages > 1.
   The default is num_stages=1: the CUDA kernel does not prefetch, so neither does its twin by
   default; --stage blocktile_1d:num_stages=3 shows what the pipeliner buys.
@@ -28,25 +28,35 @@ Changed from tiled's twin: a 64 x 64 tile (BM x BN) instead of 32 x 32 and 16 wa
 as the CUDA stage; BLOCK_K is its own parameter (BK) instead of the tile edge.
 Bottleneck it attacks (as the CUDA stage): shared-memory traffic per FMA, through more outputs
 per thread held in registers (8 accumulators per thread, as the CUDA kernel's TM = 8).
-Launch: grid (ceil(N/BLOCK_N), ceil(M/BLOCK_M)), num_warps 16.
+Layouts: the kernel takes all six strides (A, B and C may be row-major, transposed, offset or
+sliced views; nothing is copied). Triton specializes an integer argument equal to 1 as a constant
+and one divisible by 16 as such, so for row-major operands (stride_ak = stride_bn = stride_cn = 1)
+the kernel compiles as it did with plain row-major indexing; a transposed operand compiles its own
+kernel, whose tile loads the compiler coalesces along the other dimension.
+Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs, column-blocks fastest
+(pid % grid_n is the column-block, pid // grid_n the row-block: the order of the former 2-D grid
+(ceil(N/BLOCK_N), ceil(M/BLOCK_M)), whose second axis stopped at 65535 programs), num_warps 16.
 """
 
 import triton
 import triton.language as tl
 
-from triton_kernels._common import block_k, cdiv, launcher, validate_block_tile
-
+from lab.operands import entry
+from triton_kernels._common import block_k, cdiv, launcher, problem_args, validate_block_tile
 
 
 @triton.jit
-def matmul_blocktile_1d_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr,
+def matmul_blocktile_1d_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                               stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
                                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rm = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    rn = (pid % grid_n) * BLOCK_N + tl.arange(0, BLOCK_N)  # column-blocks fastest
+    rm = (pid // grid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
     # Pointers walk K like the CUDA kernel's a_ptr/b_ptr: the row/column part is computed once.
-    a_ptrs = a_ptr + rm[:, None] * K + rk[None, :]
-    b_ptrs = b_ptr + rk[:, None] * N + rn[None, :]
+    a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
     in_m = rm[:, None] < M
     in_n = rn[None, :] < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -54,20 +64,20 @@ def matmul_blocktile_1d_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constex
         a = tl.load(a_ptrs, mask=in_m & (k0 + rk[None, :] < K), other=0.0)
         b = tl.load(b_ptrs, mask=(k0 + rk[:, None] < K) & in_n, other=0.0)
         acc = tl.dot(a, b, acc, input_precision="ieee")
-        a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K * N
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=in_m & in_n)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc, mask=in_m & in_n)
 
 
 def validate(BM: int = 64, BN: int = 64, BK: int = 8, num_stages: int = 1, **_) -> None:
     validate_block_tile("blocktile_1d", BM, BN, BK, num_stages)
 
 
-def prepare(a, b, c, BM: int = 64, BN: int = 64, BK: int = 8, num_warps: int = 16,
-            num_stages: int = 1, **_):
+@entry("blocktile_1d", "triton")
+def prepare(p, BM: int = 64, BN: int = 64, BK: int = 8, num_warps: int = 16, num_stages: int = 1,
+            **_):
+    """p: the shared description of the operands (lab/operands.py)."""
     validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
-    M, K = a.shape
-    N = b.shape[1]
-    grid = (cdiv(N, BN), cdiv(M, BM))
-    return launcher(matmul_blocktile_1d_kernel, grid, (a, b, c, M, N, K), BLOCK_M=BM, BLOCK_N=BN,
+    grid = (cdiv(p.M, BM) * cdiv(p.N, BN),)
+    return launcher(matmul_blocktile_1d_kernel, grid, (*problem_args(p),), BLOCK_M=BM, BLOCK_N=BN,
                     BLOCK_K=block_k(BK), num_warps=num_warps, num_stages=num_stages)

@@ -16,7 +16,8 @@ What Triton does for you that the CUDA stage does by hand:
 - vectorized global loads whenever it can prove 16-byte alignment and contiguity (pointer
   arguments 16-byte aligned, integer arguments divisible by 16 specialized): at 4096^3 this twin
   already loads with LDG.E.128, which the CUDA stage only does in vectorized; at 4095 it falls
-  back to 32-bit loads on its own. triton_kernels/vectorized.py adds explicit hints;
+  back to 32-bit loads on its own (for row-major operands, whose row strides are K and N).
+  triton_kernels/vectorized.py adds explicit hints;
 - software pipelining when num_stages > 1 (default 1: the CUDA kernel does not prefetch; try
   --stage blocktile_2d:num_stages=3).
 BLOCK_K = max(BK, 16): tl.dot needs a K-tile of at least 16 (16 at the default BK = 8; no
@@ -26,10 +27,17 @@ Knobs: BM, BN, BK (tile), num_warps (default 8 = the CUDA block's 256 threads / 
 Changed from blocktile_1d's twin: BLOCK_M x BLOCK_N = 128 x 128 and 8 warps (64 outputs per
 thread instead of 8). Bottleneck it attacks (as the CUDA stage): loads per FMA, now from both
 operands' reuse in registers.
-Launch: grid (ceil(N/BLOCK_N), ceil(M/BLOCK_M)), num_warps 8.
+Layouts: the kernel (blocktile_1d's) takes all six strides (A, B and C may be row-major,
+transposed, offset or sliced views; nothing is copied). Triton specializes an integer argument
+equal to 1 as a constant and one divisible by 16 as such, so for row-major operands (stride_ak =
+stride_bn = stride_cn = 1) it compiles as it did with plain row-major indexing.
+Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs, column-blocks fastest
+(pid % grid_n is the column-block, pid // grid_n the row-block: the order of the former 2-D grid
+(ceil(N/BLOCK_N), ceil(M/BLOCK_M)), whose second axis stopped at 65535 programs), num_warps 8.
 """
 
-from triton_kernels._common import block_k, cdiv, launcher, validate_block_tile
+from lab.operands import entry
+from triton_kernels._common import block_k, cdiv, launcher, problem_args, validate_block_tile
 from triton_kernels.blocktile_1d import matmul_blocktile_1d_kernel
 
 
@@ -43,11 +51,11 @@ def validate(BM: int = 128, BN: int = 128, BK: int = 8, num_stages: int = 1, **_
     validate_block_tile("blocktile_2d", BM, BN, BK, num_stages)
 
 
-def prepare(a, b, c, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8,
-            num_stages: int = 1, **_):
+@entry("blocktile_2d", "triton")
+def prepare(p, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8, num_stages: int = 1,
+            **_):
+    """p: the shared description of the operands (lab/operands.py)."""
     validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
-    M, K = a.shape
-    N = b.shape[1]
-    grid = (cdiv(N, BN), cdiv(M, BM))
-    return launcher(matmul_blocktile_2d_kernel, grid, (a, b, c, M, N, K), BLOCK_M=BM, BLOCK_N=BN,
+    grid = (cdiv(p.M, BM) * cdiv(p.N, BN),)
+    return launcher(matmul_blocktile_2d_kernel, grid, (*problem_args(p),), BLOCK_M=BM, BLOCK_N=BN,
                     BLOCK_K=block_k(BK), num_warps=num_warps, num_stages=num_stages)

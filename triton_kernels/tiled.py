@@ -12,37 +12,50 @@ What Triton does for you that the CUDA stage does by hand:
   The default here is num_stages=1 so the twin, like the CUDA kernel, does not prefetch; try
   --stage tiled:num_stages=3 to see what the pipeliner buys.
 tl.dot needs tiles of at least 16, so tile=8 computes the product as a broadcast multiply and sum.
-Launch: grid (ceil(N/TILE), ceil(M/TILE)), num_warps 4 (a CUDA block of TILE*TILE threads).
+Layouts: the kernel takes all six strides (A, B and C may be row-major, transposed, offset or
+sliced views; nothing is copied). Triton specializes an integer argument equal to 1 as a constant
+and one divisible by 16 as such, so for row-major operands (stride_ak = stride_bn = stride_cn = 1)
+the kernel compiles as it did with plain row-major indexing; a transposed operand compiles its own
+kernel, whose tile loads the compiler coalesces along the other dimension.
+Launch: a 1-D grid of ceil(M/TILE) * ceil(N/TILE) programs, column-blocks fastest (pid % grid_n
+is the column-block, pid // grid_n the row-block: the order of the former 2-D grid
+(ceil(N/TILE), ceil(M/TILE)), whose second axis stopped at 65535 programs), num_warps 4 (a CUDA
+block of TILE*TILE threads).
 """
 
 import triton
 import triton.language as tl
 
-from triton_kernels._common import cdiv, launcher
+from lab.operands import entry
+from triton_kernels._common import cdiv, launcher, problem_args
 
 
 @triton.jit
-def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, TILE: tl.constexpr, USE_DOT: tl.constexpr):
-    rn = tl.program_id(0) * TILE + tl.arange(0, TILE)
-    rm = tl.program_id(1) * TILE + tl.arange(0, TILE)
+def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        stride_cm, stride_cn, TILE: tl.constexpr, USE_DOT: tl.constexpr):
+    grid_n = tl.cdiv(N, TILE)
+    pid = tl.program_id(0)
+    rn = (pid % grid_n) * TILE + tl.arange(0, TILE)  # column-blocks fastest
+    rm = (pid // grid_n) * TILE + tl.arange(0, TILE)
     rk = tl.arange(0, TILE)
     acc = tl.zeros((TILE, TILE), dtype=tl.float32)
     for k0 in range(0, K, TILE):
         ka = k0 + rk
-        a = tl.load(a_ptr + rm[:, None] * K + ka[None, :],
+        a = tl.load(a_ptr + rm[:, None] * stride_am + ka[None, :] * stride_ak,
                     mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + ka[:, None] * N + rn[None, :],
+        b = tl.load(b_ptr + ka[:, None] * stride_bk + rn[None, :] * stride_bn,
                     mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
         if USE_DOT:
             acc = tl.dot(a, b, acc, input_precision="ieee")
         else:
             acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def prepare(a, b, c, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
-    M, K = a.shape
-    N = b.shape[1]
-    grid = (cdiv(N, tile), cdiv(M, tile))
-    return launcher(matmul_tiled_kernel, grid, (a, b, c, M, N, K), TILE=tile,
+@entry("tiled", "triton")
+def prepare(p, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
+    """p: the shared description of the operands (lab/operands.py)."""
+    grid = (cdiv(p.M, tile) * cdiv(p.N, tile),)
+    return launcher(matmul_tiled_kernel, grid, (*problem_args(p),), TILE=tile,
                     USE_DOT=tile >= 16, num_warps=num_warps, num_stages=num_stages)

@@ -11,49 +11,62 @@ Bottleneck attacked: the per-element edge tests (masks) in every k-step of every
 What Triton does for you that the CUDA stage does by hand: shared-memory staging of the tiles and
 the barriers, register tiling of the TILE x TILE accumulator inside tl.dot, software pipelining
 when num_stages > 1 (default 1, like the CUDA kernel). Specific to this stage: Triton specializes
-integer arguments that are multiples of 16, so with padded sizes (tile 16 or 32) Np and Kp always
-are, and it can prove every tile row is 64-byte aligned and use vector loads without being told
-(the unpadded twin gets this only when N and K happen to be multiples of 16). The masks removed
+integer arguments that are multiples of 16, so where an operand was padded (a row-major copy whose
+row stride is Kp or Np, a multiple of the tile) with tile 16 or 32 that stride always is one, and
+it can prove every tile row is 64-byte aligned and use vector loads without being told (the
+unpadded twin gets this only when its row strides happen to be multiples of 16). The masks removed
 here were lowered to predicated loads, not branches, so expect a small effect otherwise.
 tl.dot needs tiles of at least 16, so tile=8 computes the product as a broadcast multiply and sum.
-Launch: grid (Np/TILE, Mp/TILE), num_warps 4 by default, like the tiled twin (whose K-step is
-TILE and whose block order is Triton's default; the CUDA-only ktile and group parameters have no
-Triton counterpart here).
+Layouts: the kernel takes all six strides, of the padded problem: an operand that needed padding is
+a row-major zero-padded copy; one that did not (its sizes already tile multiples) is used as it is,
+in its own layout (transposed, offset or sliced views included). Triton specializes an integer
+argument equal to 1 as a constant, so the row-major case (stride_ak = stride_bn = stride_cn = 1)
+compiles as it did with plain row-major indexing.
+Launch: a 1-D grid of (Mp/TILE) * (Np/TILE) programs, column-blocks fastest (pid % grid_n is the
+column-block, pid // grid_n the row-block: the order of the former 2-D grid (Np/TILE, Mp/TILE),
+whose second axis stopped at 65535 programs), num_warps 4 by default, like the tiled twin (whose
+K-step is TILE; the CUDA-only ktile and group parameters have no Triton counterpart here).
 """
 
 import triton
 import triton.language as tl
 
 from cuda_kernels.tiled_padded import Padded
-from triton_kernels._common import launcher
+from lab.operands import entry
+from triton_kernels._common import launcher, problem_args
 
 
 @triton.jit
-def matmul_tiled_padded_kernel(a_ptr, b_ptr, c_ptr, Mp, Np, Kp, TILE: tl.constexpr,
+def matmul_tiled_padded_kernel(a_ptr, b_ptr, c_ptr, Mp, Np, Kp, stride_am, stride_ak, stride_bk,
+                               stride_bn, stride_cm, stride_cn, TILE: tl.constexpr,
                                USE_DOT: tl.constexpr):
     # Mp, Np, Kp are multiples of TILE: no load or store needs a mask.
-    rn = tl.program_id(0) * TILE + tl.arange(0, TILE)
-    rm = tl.program_id(1) * TILE + tl.arange(0, TILE)
+    grid_n = Np // TILE
+    pid = tl.program_id(0)
+    rn = (pid % grid_n) * TILE + tl.arange(0, TILE)  # column-blocks fastest
+    rm = (pid // grid_n) * TILE + tl.arange(0, TILE)
     rk = tl.arange(0, TILE)
     acc = tl.zeros((TILE, TILE), dtype=tl.float32)
     for k0 in range(0, Kp, TILE):
         ka = k0 + rk
-        a = tl.load(a_ptr + rm[:, None] * Kp + ka[None, :])
-        b = tl.load(b_ptr + ka[:, None] * Np + rn[None, :])
+        a = tl.load(a_ptr + rm[:, None] * stride_am + ka[None, :] * stride_ak)
+        b = tl.load(b_ptr + ka[:, None] * stride_bk + rn[None, :] * stride_bn)
         if USE_DOT:
             acc = tl.dot(a, b, acc, input_precision="ieee")
         else:
             acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
-    tl.store(c_ptr + rm[:, None] * Np + rn[None, :], acc)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc)
 
 
-def prepare(a, b, c, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
-    p = Padded(a, b, c, tile)  # K padded to a multiple of TILE: the twin's K-step
-    grid = (p.Np // tile, p.Mp // tile)
-    kernel = launcher(matmul_tiled_padded_kernel, grid, (p.a, p.b, p.cpad, p.Mp, p.Np, p.Kp),
-                      TILE=tile, USE_DOT=tile >= 16, num_warps=num_warps, num_stages=num_stages)
-    launch = p.with_crop(kernel)
+@entry("tiled_padded", "triton")
+def prepare(p, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
+    """p: the shared description of the operands (lab/operands.py)."""
+    pad = Padded(p, tile)  # K padded to a multiple of TILE: the twin's K-step
+    grid = ((pad.Mp // tile) * (pad.Np // tile),)
+    kernel = launcher(matmul_tiled_padded_kernel, grid, (*problem_args(pad.problem),), TILE=tile,
+                      USE_DOT=tile >= 16, num_warps=num_warps, num_stages=num_stages)
+    launch = pad.with_crop(kernel)
     launch.resources = kernel.resources
-    launch.setup_ms = p.setup_ms
-    launch.padded_shape = (p.Mp, p.Np, p.Kp)
+    launch.setup_ms = pad.setup_ms
+    launch.padded_shape = (pad.Mp, pad.Np, pad.Kp)
     return launch

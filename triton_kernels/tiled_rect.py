@@ -20,37 +20,50 @@ tl.dot needs every dimension >= 16, so rows 4 and 8 use a broadcast multiply and
 ROWS x KSTEP x COLS product small (<= 2048 elements, 16 per thread at 4 warps, so it stays in
 registers) the fallback walks K in steps of KSTEP = min(COLS, 2048 / (ROWS*COLS)) (8 at the
 default 8 x 32): each program still loads the same A and B elements, in narrower K slices.
-Launch: grid (ceil(N/COLS), ceil(M/ROWS)), num_warps 4 by default (a CUDA block of rows*cols
-threads; 8 x 32 = 256 threads = 8 warps).
+Layouts: the kernel takes all six strides (A, B and C may be row-major, transposed, offset or
+sliced views; nothing is copied). Triton specializes an integer argument equal to 1 as a constant
+and one divisible by 16 as such, so for row-major operands (stride_ak = stride_bn = stride_cn = 1)
+the kernel compiles as it did with plain row-major indexing. The "full 128-byte rows" above are a
+row-major operand's; for a transposed one the tile's contiguous lines run along the other
+dimension, and the compiler coalesces along those instead.
+Launch: a 1-D grid of ceil(M/ROWS) * ceil(N/COLS) programs, column-blocks fastest (pid % grid_n is
+the column-block, pid // grid_n the row-block: the order of the former 2-D grid (ceil(N/COLS),
+ceil(M/ROWS)), whose second axis stopped at 65535 programs), num_warps 4 by default (a CUDA block
+of rows*cols threads; 8 x 32 = 256 threads = 8 warps).
 """
 
 import triton
 import triton.language as tl
 
 from cuda_kernels.tiled_rect import validate
-from triton_kernels._common import cdiv, launcher
+from lab.operands import entry
+from triton_kernels._common import cdiv, launcher, problem_args
 
 FALLBACK_MAX_ELEMENTS = 2048
 
 
 @triton.jit
-def matmul_tiled_rect_kernel(a_ptr, b_ptr, c_ptr, M, N, K, ROWS: tl.constexpr, COLS: tl.constexpr,
-                             KSTEP: tl.constexpr, USE_DOT: tl.constexpr):
-    rn = tl.program_id(0) * COLS + tl.arange(0, COLS)
-    rm = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
+def matmul_tiled_rect_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                             stride_bn, stride_cm, stride_cn, ROWS: tl.constexpr,
+                             COLS: tl.constexpr, KSTEP: tl.constexpr, USE_DOT: tl.constexpr):
+    grid_n = tl.cdiv(N, COLS)
+    pid = tl.program_id(0)
+    rn = (pid % grid_n) * COLS + tl.arange(0, COLS)  # column-blocks fastest
+    rm = (pid // grid_n) * ROWS + tl.arange(0, ROWS)
     rk = tl.arange(0, KSTEP)
     acc = tl.zeros((ROWS, COLS), dtype=tl.float32)
     for k0 in range(0, K, KSTEP):
         ka = k0 + rk
-        a = tl.load(a_ptr + rm[:, None] * K + ka[None, :],
+        a = tl.load(a_ptr + rm[:, None] * stride_am + ka[None, :] * stride_ak,
                     mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + ka[:, None] * N + rn[None, :],
+        b = tl.load(b_ptr + ka[:, None] * stride_bk + rn[None, :] * stride_bn,
                     mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
         if USE_DOT:
             acc = tl.dot(a, b, acc, input_precision="ieee")
         else:
             acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
-    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def k_step(rows: int, cols: int) -> int:
@@ -60,11 +73,11 @@ def k_step(rows: int, cols: int) -> int:
     return max(1, min(cols, FALLBACK_MAX_ELEMENTS // (rows * cols)))
 
 
-def prepare(a, b, c, rows: int = 8, cols: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
+@entry("tiled_rect", "triton")
+def prepare(p, rows: int = 8, cols: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
+    """p: the shared description of the operands (lab/operands.py)."""
     validate(rows, cols)
-    M, K = a.shape
-    N = b.shape[1]
-    grid = (cdiv(N, cols), cdiv(M, rows))
-    return launcher(matmul_tiled_rect_kernel, grid, (a, b, c, M, N, K), ROWS=rows, COLS=cols,
+    grid = (cdiv(p.M, rows) * cdiv(p.N, cols),)
+    return launcher(matmul_tiled_rect_kernel, grid, (*problem_args(p),), ROWS=rows, COLS=cols,
                     KSTEP=k_step(rows, cols), USE_DOT=rows >= 16 and cols >= 16,
                     num_warps=num_warps, num_stages=num_stages)
