@@ -58,9 +58,9 @@ def collect(mode: str, seed: int) -> dict[str, object]:
         "cupy": _version("cupy-cuda13x") or _version("cupy-cuda12x") or _version("cupy"),
         "cuda_bindings": _version("cuda-bindings"),
         "numpy": _version("numpy"),
-        # The device machine gets a copy of the tree without .git: scripts/gpu_run.sh passes
-        # LAB_COMMIT along instead.
-        "commit": _git("rev-parse", "HEAD") or os.environ.get("LAB_COMMIT"),
+        # A copy of the tree (as on a remote GPU machine) may have no .git, or a .git whose HEAD
+        # is not the code that runs: LAB_COMMIT, when set, names the code and wins.
+        "commit": os.environ.get("LAB_COMMIT") or _git("rev-parse", "HEAD"),
         "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
     }
     try:
