@@ -24,8 +24,6 @@ def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None, **p
     parameters (e.g. tile=16), checked against the registry. Returns C. Like torch.matmul, the
     call is asynchronous on a GPU (it returns once the kernel is queued on the current stream).
     """
-    import os
-
     import torch
 
     from lab.operands import Needs, check_operands, dtypes_of
@@ -45,7 +43,8 @@ def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None, **p
             raise LabError(f"stage {spec.name} ({backend}) has no parameter {name!r} (its "
                            f"parameters: {known})")
         prm = declared[name]
-        if isinstance(value, bool) is not isinstance(prm.default, bool) or value not in prm.choices:
+        if (isinstance(value, bool) is not isinstance(prm.default, bool)
+                or not isinstance(value, type(prm.default)) or value not in prm.choices):
             raise LabError(f"parameter {name} of stage {spec.name} takes one of "
                            f"{', '.join(map(str, prm.choices))}, not {value!r}")
         values[name] = value
@@ -62,7 +61,7 @@ def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None, **p
     on_cpu = a.device.type == "cpu"
     check_operands(a, b, out, where, needs, device="cuda" if backend == "cuda" else "any")
     if backend == "triton" and on_cpu:
-        _interpreter_for_cpu_tensors(spec, where, os)
+        _interpreter_for_cpu_tensors(where)
     module = spec.module(backend)
     if backend == "triton" and on_cpu:
         _refuse_compiled_kernels(module, where)
@@ -71,11 +70,21 @@ def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None, **p
     return out
 
 
-def _interpreter_for_cpu_tensors(spec, where: str, os) -> None:
+def _interpreter_for_cpu_tensors(where: str) -> None:
     """CPU tensors through a Triton stage need the Triton interpreter, which must be on before the
-    stage's @triton.jit kernel is imported."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        os.environ["TRITON_INTERPRET"] = "1"
+    stage's @triton.jit kernel is imported. Without a GPU the lab switches it on (as its CPU mode
+    does); with one, it would turn every Triton kernel of the process into a slow interpreted one,
+    so the user has to ask for it."""
+    import os
+
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    if torch.cuda.is_available():
+        raise LabError(f"{where} runs CPU tensors only under the Triton interpreter; move them to "
+                       f"the GPU with .cuda(), or set TRITON_INTERPRET=1 before importing the lab")
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 def _refuse_compiled_kernels(module, where: str) -> None:

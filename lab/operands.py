@@ -251,6 +251,15 @@ def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None 
     if a.device.type not in ("cuda", "cpu"):
         raise LabError(f"{where} runs on CUDA (or, for Triton, on CPU tensors under the "
                        f"interpreter), not on {a.device.type} tensors")
+    if a.device.type == "cuda":
+        import torch
+
+        current = torch.cuda.current_device()
+        if a.device.index is not None and a.device.index != current:
+            raise LabError(f"{where}: the tensors are on {a.device} but the current CUDA device "
+                           f"is cuda:{current}, where the kernel would be launched; call "
+                           f"torch.cuda.set_device({a.device.index}) or use "
+                           f"`with torch.cuda.device({a.device.index}):`")
 
 
 def check_index_range(name: str, rows: int, cols: int, s0: int, s1: int, where: str) -> None:
@@ -367,6 +376,8 @@ def entry(stage: str, backend: str, needs: Needs | None = None):
                 return _Launch(lambda: None)
             if K == 0:  # an empty sum: C is zero, as torch.matmul gives
                 return _Launch(c.zero_)
+            # autograd plays no part here (and DLPack refuses tensors that require grad)
+            a, b, c = a.detach(), b.detach(), c.detach()
             p = describe(a, b, c, needs)
             launch = inner(p, **params)
             if p.copy_back is not None:

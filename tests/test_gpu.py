@@ -66,15 +66,24 @@ def test_stage_on_offset_sliced_and_strided_views(stage, backend):
         "sliced": (torch.empty(M, K + 5, device="cuda")[:, 2:K + 2].copy_(a0),
                    torch.empty(K + 1, N + 8, device="cuda")[1:, :N].copy_(b0)),
         "strided": (torch.empty(2 * M, 2 * K, device="cuda")[::2, ::2].copy_(a0), b0),
+        "broadcast": (a0[:1].expand(M, K), b0),  # stride 0: every row of A is row 0
     }
     for kind, (a, b) in cases.items():
         big = torch.full((M + 2, N + 9), -1.0, device="cuda")
         c = big[1:M + 1, 4:N + 4]
-        result = chk.check(module.prepare(a, b, c, **params), c, ref, K)
+        expected = chk.reference(a, b) if kind == "broadcast" else ref
+        result = chk.check(module.prepare(a, b, c, **params), c, expected, K)
         assert result.passed, f"{kind}: {result.reason}"
         outside = torch.ones_like(big, dtype=torch.bool)
         outside[1:M + 1, 4:N + 4] = False
         assert (big[outside] == -1.0).all(), f"{kind}: wrote outside the sliced C"
+    # a C with no unit stride (every other column of a wider matrix) and inputs requiring grad
+    big = torch.full((M, 2 * N), -1.0, device="cuda")
+    c = big[:, ::2]
+    a = a0.clone().requires_grad_(True)
+    result = chk.check(module.prepare(a, b0, c, **params), c, ref, K)
+    assert result.passed, f"C with no unit stride: {result.reason}"
+    assert (big[:, 1::2] == -1.0).all(), "wrote between the columns of a strided C"
 
 
 @pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])

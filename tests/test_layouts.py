@@ -149,6 +149,8 @@ def test_unknown_stage_backend_and_parameters_are_one_sentence():
     for kwargs, words in [(dict(stage="nope"), "unknown stage"),
                           (dict(stage="tiled", backend="hip"), "unknown backend"),
                           (dict(stage="tiled", backend="triton", tile=7), "takes one of"),
+                          (dict(stage="tiled", backend="triton", tile=16.0), "takes one of"),
+                          (dict(stage="tiled", backend="cuda", unroll=1), "takes one of"),
                           (dict(stage="tiled", backend="triton", BM=64), "no parameter"),
                           (dict(stage="tiled", backend="cuda", num_warps=4), "no parameter")]:
         with pytest.raises(LabError) as info:
@@ -185,6 +187,22 @@ def test_the_api_writes_into_a_sliced_out_and_leaves_the_rest_alone():
     mask = torch.ones_like(big, dtype=torch.bool)
     mask[2:22, 3:15] = False
     assert (big[mask] == -1.0).all()
+
+
+def test_broadcast_inputs_and_tensors_that_require_grad():
+    """expand()ed A and B (stride 0: one row or column shared) are legal inputs; autograd flags
+    do not matter to a kernel."""
+    row = torch.randn(1, 24)
+    a = row.expand(10, 24)  # every row of A is the same
+    b = torch.randn(24, 1).expand(24, 7).requires_grad_(False)
+    ref = a.double() @ b.double()
+    for stage in ("naive", "tiled", "vectorized"):
+        c = matmul(a, b, stage=stage, backend="triton")
+        assert chk.compare(c, ref, 24).passed, stage
+    g = torch.randn(9, 5, requires_grad=True)
+    c = matmul(g, torch.randn(5, 4), stage="blocktile_1d", backend="triton", BM=32, BN=32, BK=16,
+               num_warps=4)
+    assert c.shape == (9, 4) and not c.requires_grad
 
 
 # ------------------------------------------------------------------ every Triton stage
