@@ -7,8 +7,8 @@ A kernel left of the ridge point is memory-bound (more bytes per FLOP than DRAM 
 compute speed); right of it, compute-bound. "% of roof" is achieved FLOP/s over the attainable
 FLOP/s at the kernel's own intensity: how much of what the hardware allows at that intensity it gets.
 
-Pure functions, no GPU needed. The peaks are parameters; the defaults are the anchors measured on
-the lent H100 SXM (80GB HBM3, 132 SMs), recorded in ../shared/DESIGN.md:
+Pure functions, no GPU needed. The peaks are parameters; the defaults are the figures of the NVIDIA
+H100 80GB HBM3 (SXM, 132 SMs) the results/ files were measured on (2026-11-22):
 
 - FP32 SIMT peak: 132 SMs x 128 FP32 lanes x 2 FLOP (one FFMA) x 1.98 GHz = 66.9 TFLOP/s.
   On a GPU, `device_peaks()` recomputes it as SM count x lanes per SM x 2 x max SM clock.
@@ -26,7 +26,7 @@ H100_SMS = 132
 H100_SM_CLOCK_HZ = 1.98e9
 FP32_LANES_PER_SM = 128  # Hopper, Ada, Blackwell; Ampere GA100 (A100) has 64
 H100_FP32_PEAK = H100_SMS * FP32_LANES_PER_SM * 2 * H100_SM_CLOCK_HZ  # 66.9e12 FLOP/s
-H100_DRAM_BW = 3.0e12  # byte/s, measured device copy (DESIGN.md anchor)
+H100_DRAM_BW = 3.0e12  # byte/s, a device-to-device copy measured on that H100
 
 # FP32 lanes per SM by compute capability (major, minor); anything unlisted is taken as 128.
 _LANES = {(8, 0): 64, (7, 0): 64, (6, 0): 64}

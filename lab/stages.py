@@ -155,7 +155,7 @@ STAGES: tuple[Stage, ...] = (
             *SWITCHES, num_warps(), num_stages(),
         ),
     ),
-    # The divergence and occupancy ladder of seed 000 (variants of tiled).
+    # The divergence and occupancy variants of tiled (docs/stages/tiled_padded.md, tiled_rect.md).
     Stage(
         "tiled_padded",
         "tiled on zero-padded operands (padded once, outside the timing): no bounds checks, no "
@@ -213,7 +213,7 @@ BY_NAME = {s.name: s for s in STAGES}
 
 def get_stage(name: str) -> Stage:
     try:
-        return BY_NAME[name]
+        return BY_NAME[name.strip().lower()]
     except KeyError:
         raise LabError(
             f"unknown stage {name!r}; valid stages are: {', '.join(BY_NAME)} (or 'all')"
@@ -246,7 +246,7 @@ def parse_variants(specs: list[str]) -> list[Variant]:
 
     variants: list[Variant] = []
     for name, assignments in items:
-        if name == "all":
+        if name.lower() == "all":
             if assignments:
                 raise LabError("'all' takes no parameters; name a stage to set parameters")
             variants += [Variant(s, s.defaults()) for s in STAGES]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Before/after timing in one device call: the same lab.compare run on an earlier tree (its files
+# Before/after timing in one command on a GPU machine: the same lab.compare run on an earlier tree (its files
 # unpacked into DIR, e.g. `git archive <commit> | tar -x -C DIR`) and on this one, alternated
 # ROUNDS times so that both see the same clocks. Writes $OUT/before-<i>.csv and $OUT/after-<i>.csv
 # (with their .env.json) and appends both runs' output to $OUT/ab.log.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call that checks and times many stages: GPU tests, then lab.compare with a CSV.
-# Usage (on the lent H100, from the repo root):
+# One command that checks and times many stages on a GPU machine: GPU tests, then lab.compare
+# with a CSV. Usage (on the GPU machine, from the repo root):
 #   bash scripts/gpu_run.sh "<stages>" "<sizes>" [extra lab.compare args]
 # Writes everything under $OUT (or ./out): pytest log, compare log, CSV + env JSON.
 # The device's copy of the tree has no .git: put the commit into the command you send, e.g.

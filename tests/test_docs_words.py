@@ -1,0 +1,124 @@
+"""The user-facing docs speak to the lab's users, not to the people who built it.
+
+README.md, every docs/**/*.md and results/README.md are scanned for words that only mean something
+inside the project's own process: "the issue" / "issue 3" / "the issue's target" (a task of the
+project, not a reference a reader can open), "seed 002" (a task-list name), "run 03" (say the file:
+results/2026-11-22-h100/03-....csv), "lent" (say which GPU: NVIDIA H100 80GB HBM3), "the lead" /
+"lead's" (say what the file records), and "public ladder" without naming it (siboehm/SGEMM_CUDA,
+https://github.com/siboehm/SGEMM_CUDA, on the same or a neighbouring line), plus paths outside this
+repository (../shared/...). Each hit is reported as file:line.
+
+Allowed on purpose: "issue" as a verb or in "issue slots" (the GPU issues instructions), "seed" as
+the random seed (`--seed 3`, "seed 0"), "target" in any sense (the profiler's `--_target` child,
+a compile target). File names that contain `issue2` (03-ladder-issue2-3.csv) are names, not prose.
+CPU only.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Nouns after "the issue" that make it the GPU's instruction issue, not a task of the project.
+_ISSUE_NOUNS = r"slots?|rates?|width|ports?|stalls?|queues?|bandwidth|logic|stage|cycles?|limits?"
+# Words after "issue <number>" / "run <number>" that make the number a count, not a name.
+_COUNTED = (r"instructions?|loads?|stores?|warps?|FFMAs?|FMAs?|requests?|LDS\S*|LDG\S*|STS\S*|"
+            r"STG\S*|wavefronts?|times|repetitions|reps|rounds|iterations|per\b|x\b|ms\b|s\b|"
+            r"seconds|minutes|%")
+
+RULES: list[tuple[str, re.Pattern]] = [
+    ("'the issue' / 'this issue' (a project task; name the source instead)",
+     re.compile(rf"\b(?:the|this)\s+issue\b(?!\s+(?:{_ISSUE_NOUNS})\b)(?!'s)", re.I)),
+    ("'issue's' (a project task's goal; state the fact and its source)",
+     re.compile(r"\bissue[’']s\b", re.I)),
+    ("'issue <number>' (a project task; say what it was)",
+     re.compile(rf"(?<!-)\bissue(?:\s+#?\s*|\s*#\s*|-)\d+\b(?!\s+(?:{_COUNTED}))", re.I)),
+    ("'seed 0NN' (a task-list name, not the random seed)",
+     re.compile(r"\bseed[\s_-]?0\d\d\b", re.I)),
+    ("'run NN' (name the results file instead)",
+     re.compile(rf"\brun\s+\d\d\b(?!\s*(?:{_COUNTED}))", re.I)),
+    ("'lent' (name the GPU: NVIDIA H100 80GB HBM3)",
+     re.compile(r"\blent\b", re.I)),
+    ("'the lead' / 'lead's' (say what the file records)",
+     re.compile(r"\bthe\s+lead\b(?!\s+(?:over|shrinks|grows|narrows|widens)\b)|\blead[’']s\b", re.I)),
+    ("a path outside this repository",
+     re.compile(r"\.\./shared/", re.I)),
+]
+PUBLIC_LADDER = re.compile(r"\bpublic\s+(?:SGEMM\s+)?ladder", re.I)
+NAMES_IT = re.compile(r"SGEMM_CUDA", re.I)
+
+
+def doc_files() -> list[Path]:
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "results" / "README.md"]
+    return [f for f in files if f.is_file()]
+
+
+def hits_in(text: str, name: str) -> list[str]:
+    """'name:line: rule: the line' for every internal word in `text`."""
+    found = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        for rule, pattern in RULES:
+            if pattern.search(line):
+                found.append(f"{name}:{i + 1}: {rule}: {line.strip()}")
+        if PUBLIC_LADDER.search(line):
+            near = " ".join(lines[max(0, i - 1): i + 2])
+            if not NAMES_IT.search(near):
+                found.append(f"{name}:{i + 1}: 'public ladder' without naming it "
+                             f"(siboehm/SGEMM_CUDA) on this or a neighbouring line: {line.strip()}")
+    return found
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_speak_to_users(path):
+    hits = hits_in(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    assert not hits, "internal words in user docs:\n" + "\n".join(hits)
+
+
+def test_the_scanned_files_include_the_docs():
+    names = {str(p.relative_to(ROOT)) for p in doc_files()}
+    assert {"README.md", "results/README.md", "docs/ARCHITECTURE.md",
+            "docs/stages/naive.md"} <= names
+
+
+@pytest.mark.parametrize("text", [
+    "This beats the issue's target (>= 34%).",
+    "and the issue's >= 34 / 51 / 62% targets",
+    "as the issue asks",
+    "closed by this issue",
+    "see issue 3",
+    "Issue #12 fixed it",
+    "the issue-4 pages",
+    "Seed 002 profiles a matmul",
+    "`tiled` was at 18.2% in run 03.",
+    "Measured on the lent H100",
+    "a typo of the lead's",
+    "as the lead asked",
+    "recorded in `../shared/DESIGN.md`",
+    "the public ladder's 2D blocktiling is at 50.3%",
+])
+def test_the_rules_catch_internal_words(text):
+    assert hits_in(text, "x.md"), text
+
+
+@pytest.mark.parametrize("text", [
+    "An H100 SM issues 4 warp-FFMAs per clock",
+    "a warp issues 36 shared loads",
+    "lets the compiler issue the unrolled iterations' loads back to back",
+    "and spends issue slots on the loop counter",
+    "the issue rate of the FMA pipe",
+    "the scheduler can issue 1 instruction per clock",
+    "`results/2026-11-22-h100/03-ladder-issue2-3.csv`",
+    "`11-issue2-done.csv`",
+    "python -m lab.compare --stage coalesced --seed 3",
+    "Python 3.12.3, seed 0. Every row",
+    "the child process, the *target* (`python -m lab.profile --_target cuda`)",
+    "run 10 times",
+    "the CUDA kernel leads at every size; the lead over Triton shrinks at 1025",
+    "SGEMM_CUDA's 1D-to-2D step; the public ladder\nof siboehm",
+    "above the 33.4% of siboehm/SGEMM_CUDA's 1D-blocktiling kernel",
+])
+def test_the_rules_allow_ordinary_uses(text):
+    assert not hits_in(text, "x.md"), hits_in(text, "x.md")
