@@ -5,6 +5,7 @@
     python -m lab.compare --stage tiled:tile=16 --backend cuda
     python -m lab.compare --stage vectorized --layout nn,nt,tn,tt
     python -m lab.compare --list
+    python -m lab.compare --stage tiled --wide           # + resource columns (docs/COLUMNS.md)
 
 Exit status: 0 when every row passed, 1 when a row failed its check or could not be built or run
 (the other rows are still reported), 2 for a usage error (one sentence on stderr, no traceback).
@@ -29,9 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default=",".join(BACKENDS),
                    help=f"comma list of backends (default {','.join(BACKENDS)}); cuBLAS always runs "
                         "on a GPU as the baseline")
-    p.add_argument("--sizes", default=None,
-                   help="comma list of N (square) or MxNxK (default on a GPU: "
-                        "1024,1025,2048,4096,4096x2048x1000; in CPU mode: 64,65,17x33x129)")
+    p.add_argument("--sizes", action="append", metavar="SIZES",
+                   help="comma list of N (square) or MxNxK, repeatable (default on a GPU: "
+                        "1024,1025,2048,4096,4096x2048x1000; in CPU mode: 64,65,17x33x129; CPU mode "
+                        "runs Triton rows up to M*N*K = 256^3 and compiles CUDA rows at any size)")
     p.add_argument("--precision", default="fp32",
                    help=f"arithmetic precision (supported: {', '.join(PRECISIONS)})")
     p.add_argument("--layout", default="nn",
@@ -48,14 +50,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-transfers", action="store_true",
                    help="GPU only: also time the host-to-host path (copy A and B to the GPU, "
                         "run, copy C back) next to the kernel alone")
-    p.add_argument("--list", action="store_true", help="list the stages and their parameters")
+    p.add_argument("--list", action="store_true",
+                   help="list the stages and their parameters (only those named by --stage, if "
+                        "given)")
+    p.add_argument("--wide", action="store_true",
+                   help="also show the resource columns (p20-p80, registers, shared memory, "
+                        "spills, threads, occupancy, blocks/SM, setup ms); every column is "
+                        "explained in docs/COLUMNS.md")
     return p
 
 
-def list_stages() -> str:
+def list_stages(names: list[str] | None = None) -> str:
     lines = []
-    width = max(len(s.name) for s in STAGES)
-    for s in STAGES:
+    stages = [s for s in STAGES if not names or s.name in names]
+    width = max(len(s.name) for s in stages)
+    for s in stages:
         lines.append(f"{s.name:<{width}}  {s.title}")
         for prm in s.params:
             only = "" if len(prm.backends) > 1 else f" [{prm.backends[0]} only]"
@@ -91,27 +100,38 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    if args.list:
-        print(list_stages())
-        return 0
     from lab.shapes import CPU_SIZES, GPU_SIZES, parse_sizes
     from lab.stages import parse_variants
 
+    if args.list:
+        names = [v.stage.name for v in parse_variants(args.stage)] if args.stage else None
+        print(list_stages(names))
+        return 0
     variants = parse_variants(args.stage or [])
     backends = parse_backends(args.backend)
-    if args.precision not in PRECISIONS:
+    precision = args.precision.strip().lower()
+    if precision not in PRECISIONS:
         raise LabError(f"precision {args.precision!r} is not supported; choose from "
                        f"{', '.join(PRECISIONS)}")
-    if args.rep_ms <= 0:
-        raise LabError("--rep-ms must be positive")
+    if not args.rep_ms > 0:
+        raise LabError("--rep-ms must be a positive number of milliseconds")
+    if args.sizes is not None and any(not s.strip() for s in args.sizes):
+        raise LabError("--sizes is empty; give sizes such as 1024,1025,512x768x333")
+    csv_paths = None
+    if args.csv:  # before any work: a long GPU run must not end in an unwritable path
+        from lab.cli import check_writable
+
+        csv_paths = check_writable(args.csv)
 
     from lab.run import Plan, detect_mode, validate
 
     mode = detect_mode(args.mode)
-    shapes = parse_sizes(args.sizes or (GPU_SIZES if mode == "gpu" else CPU_SIZES))
-    plan = Plan(variants, backends, shapes, args.precision, args.seed, mode, args.rep_ms,
+    shapes = parse_sizes(",".join(args.sizes) if args.sizes else
+                         (GPU_SIZES if mode == "gpu" else CPU_SIZES))
+    plan = Plan(variants, backends, shapes, precision, args.seed, mode, args.rep_ms,
                 transfers=args.include_transfers, layouts=parse_layouts(args.layout))
     validate(plan)  # say what is wrong before printing anything else (execute() checks again)
+    from lab.run import cpu_skips
 
     from rich.console import Console
 
@@ -125,17 +145,23 @@ def _main(argv: list[str] | None) -> int:
         err.print("[yellow]No CUDA GPU: CPU mode.[/yellow] Triton stages run under the Triton "
                   "interpreter and are checked against torch.matmul; CUDA stages are compiled "
                   "with NVRTC for sm_90 and report their resources. Nothing is timed.")
+        skipped = cpu_skips(plan)
+        if skipped:
+            err.print(f"Triton rows at {', '.join(map(str, skipped))} are skipped: the interpreter "
+                      f"runs up to M*N*K = 256^3 (CUDA rows are compiled at every size).")
     rows = _execute_with_progress(plan, err)
     report.finalize(rows)
-    report.render(rows, mode, console)
+    report.render(rows, mode, console, wide=args.wide)
     if args.csv:
         from lab import env
 
-        csv_path, env_path = report.write_csv(rows, args.csv, env.collect(mode, args.seed))
+        csv_path, env_path = report.write_csv(rows, csv_paths[0], env.collect(mode, args.seed))
         console.print(f"wrote {csv_path} and {env_path}")
     failed = [r for r in rows if r.status not in report.OK_STATUSES]
-    ok = len(rows) - len(failed)
-    console.print(f"{ok} rows ok, {len(failed)} failed ({mode} mode)")
+    skipped = sum(r.status == "skipped" for r in rows)
+    ok = len(rows) - len(failed) - skipped
+    console.print(f"{ok} rows ok, {len(failed)} failed" + (f", {skipped} skipped" if skipped else "")
+                  + f" ({mode} mode)")
     return 1 if failed else 0
 
 

@@ -47,6 +47,9 @@ import math
 import sys
 from dataclasses import dataclass, replace
 
+from lab.cli import ArgumentParser, guarded
+from lab.errors import LabError
+
 LIMITERS = ("warps", "registers", "shared memory", "blocks")
 
 
@@ -261,22 +264,47 @@ def from_device(device: int | None = None) -> DeviceLimits:
 # ------------------------------------------------------------------------------------------ CLI
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="lab.occupancy",
-                                description="Theoretical occupancy of one launch configuration.")
+def gpu_visible() -> bool:
+    """Whether torch sees a CUDA GPU (a broken driver or no torch counts as none)."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # pragma: no cover - torch missing or a broken driver
+        return False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="lab.occupancy",
+                       description="Theoretical occupancy of one launch configuration.")
     p.add_argument("threads", type=int, help="threads per block")
     p.add_argument("registers", type=int, help="registers per thread (ptxas's 'Used N registers')")
     p.add_argument("smem", type=int, nargs="?", default=0,
                    help="shared memory per block in bytes (static + dynamic; default 0)")
     p.add_argument("--arch", default="sm_90", choices=(*BY_ARCH, "device"),
-                   help="device limits to use (default sm_90; 'device' reads the current GPU)")
-    args = p.parse_args(argv)
-    limits = from_device() if args.arch == "device" else BY_ARCH[args.arch]
+                   help="device limits to use (default sm_90; 'device' reads the current GPU "
+                        "and needs one)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return guarded(_main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.arch == "device":
+        if not gpu_visible():
+            raise LabError("--arch device reads the limits of the current GPU, but torch sees no "
+                           "CUDA GPU here; name the architecture instead, e.g. --arch sm_90 "
+                           f"(choices: {', '.join(BY_ARCH)})")
+        limits = from_device()
+    else:
+        limits = BY_ARCH[args.arch]
     try:
         occ = occupancy(args.threads, args.registers, args.smem, limits)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise LabError(str(exc)) from None
     none = "no limit"
     print(f"{limits.name}: {occ.threads_per_block} threads ({occ.warps_per_block} warps), "
           f"{occ.registers_per_thread} regs ({occ.regs_per_warp}/warp), {occ.smem_per_block} B smem "

@@ -5,6 +5,7 @@
     python -m lab.profile --stage tiled --dry-run                # print the ncu command lines
     python -m lab.profile --stage tiled --sass --backend cuda    # SASS + instruction mix (no GPU)
     python -m lab.profile --stage tiled --ptx                    # PTX (CUDA: NVRTC; Triton: its compiler)
+    python -m lab.profile --stage tiled --sass --csv mix.csv     # ... and the mix as a CSV
 
 Profiling runs each kernel in a child process ("the target"): the target allocates the inputs,
 prepares the launcher, launches once to warm up, then launches once more inside an NVTX range
@@ -12,8 +13,12 @@ prepares the launcher, launches once to warm up, then launches once more inside 
 only the metrics the table needs and never touching the clocks (--clock-control none). cuBLAS
 (torch.matmul, TF32 off) is profiled the same way as the reference.
 
-Exit status: 0 when every kernel was profiled, 1 when some kernel could not be (the others are
-still shown), 2 for a usage or environment error (one sentence on stderr, no traceback).
+Without a CUDA GPU nothing can be profiled: the command says so in one line on stderr, shows the
+static view instead and exits 0 (EPILOG below, which --help prints, says what that view holds and
+what --csv writes then).
+
+Exit status: 0 when every kernel was profiled (or shown), 1 when some kernel could not be (the
+others are still shown), 2 for a usage or environment error (one sentence on stderr, no traceback).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from lab.cli import ArgumentParser, guarded
@@ -34,18 +40,39 @@ from lab.errors import LabError
 REPO = Path(__file__).resolve().parent.parent
 CUBLAS_KERNELS = "regex:gemm|Gemm|GEMM|cutlass|nvjet|xmma|Kernel"
 CHECK_FAILED = "lab.profile target: check failed"
+EPILOG = """\
+without a GPU:
+  nothing can be profiled; one line on stderr says so, then the static view is shown instead
+  (each kernel compiled for sm_90, never run: resources, theoretical occupancy, SASS instruction
+  mix; cuBLAS has none) and the exit status is 0; --csv then writes the mix CSV below.
+
+--sass, --ptx:
+  need no GPU and run no ncu (so --dry-run, --reports, --filter, --peak-* and --timeout are
+  refused with them); both together print the PTX, then the SASS, of each kernel.
+
+the mix CSV (--csv with --sass/--ptx, or without a GPU), one row per kernel:
+  stage, backend, params, M, N, K, kernel, compiled_for, threads, grid_blocks, registers,
+  smem_static, smem_dynamic (bytes), local_bytes (per thread), blocks_per_sm, occupancy_pct,
+  occupancy_limiter (theoretical: the GPU's limits, sm_90's without one), then one column per
+  counted instruction: sass:<label> (sass:FFMA, sass:LDG.E, ..., sass:total) with --sass or in
+  the static view, ptx:<label> (ptx:fma.rn.f32, ...) with --ptx. Counts are static (instructions
+  in the listing, an unrolled loop once per copy), not executed instructions.
+"""
 WARMUP = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="lab.profile", description=__doc__.split("\n\n")[0],
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stage", action="append", metavar="NAME[:k=v,...]",
                    help="stage(s): a name, a comma list, 'all', or a variant such as tiled:tile=16")
     p.add_argument("--backend", default="cuda,triton",
                    help="comma list of backends (default cuda,triton)")
     p.add_argument("--size", default="4096", help="one shape: N (square) or MxNxK (default 4096)")
-    p.add_argument("--csv", metavar="PATH", help="write one row per profiled kernel to PATH")
+    p.add_argument("--csv", metavar="PATH",
+                   help="write one row per kernel to PATH: the ncu table when profiling; the mix "
+                        "CSV (resources and instruction counts, below) with --sass/--ptx or "
+                        "without a GPU")
     p.add_argument("--no-cublas", action="store_true", help="do not profile cuBLAS for reference")
     p.add_argument("--dry-run", action="store_true",
                    help="print the ncu command lines instead of running them (no GPU needed)")
@@ -62,9 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds one ncu run may take (default 600)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--sass", action="store_true",
-                   help="print each kernel's SASS and an instruction mix instead of profiling")
+                   help="print each kernel's SASS and an instruction mix instead of profiling "
+                        "(no GPU needed; combine with --ptx for both listings)")
     p.add_argument("--ptx", action="store_true",
-                   help="print each kernel's PTX instead of profiling")
+                   help="print each kernel's PTX and a PTX mix instead of profiling (no GPU "
+                        "needed)")
     # internal: the child process ncu and compute-sanitizer run
     p.add_argument("--_target", dest="target", choices=("cuda", "triton", "cublas"),
                    help=argparse.SUPPRESS)
@@ -99,15 +128,50 @@ def _main(argv: list[str] | None) -> int:
 
     variants = parse_variants(args.stage or [])
     backends = parse_backends(args.backend)
+    if args.csv and not args.dry_run:  # an unwritable path is refused before anything compiles
+        from lab.cli import check_writable
+
+        check_writable(args.csv)
     if args.sass or args.ptx:
-        return show_listings(variants, backends, shape, sass=args.sass, ptx=args.ptx)
+        refuse_profiling_options(args)
+        return show_listings(variants, backends, shape, sass=args.sass, ptx=args.ptx,
+                             csv=args.csv)
     if args.peak_bw <= 0 or (args.peak_tflops is not None and args.peak_tflops <= 0):
         raise LabError("--peak-bw and --peak-tflops must be positive")
+    if args.dry_run and args.csv:
+        raise LabError("--dry-run only prints the ncu command lines and profiles nothing, so "
+                       "--csv would have no rows to write; drop --csv (or --dry-run)")
+    if not args.dry_run:
+        try:
+            require_gpu()
+        except NoGpu:
+            return static_view(variants, backends, shape, args)
     targets = plan(variants, backends, shape, args)
     if args.dry_run:
         print_dry_run(targets, args)
         return 0
     return profile_all(targets, shape, args)
+
+
+# options that only mean something to an ncu run: (dest, flag)
+PROFILING_ONLY = (("dry_run", "--dry-run"), ("reports", "--reports"), ("filter", "--filter"),
+                  ("peak_tflops", "--peak-tflops"), ("peak_bw", "--peak-bw"),
+                  ("timeout", "--timeout"))
+
+
+def refuse_profiling_options(args) -> None:
+    """--sass/--ptx compile and print; an ncu option given with them would be silently ignored."""
+    defaults = build_parser()
+    given = [flag for dest, flag in PROFILING_ONLY
+             if getattr(args, dest) != defaults.get_default(dest)]
+    if given:
+        both = args.sass and args.ptx
+        listing = "--sass and --ptx" if both else ("--sass" if args.sass else "--ptx")
+        runs, it = (("run", "they compile and print") if both
+                    else ("runs", "it compiles and prints"))
+        raise LabError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to "
+                       f"profiling with ncu, and {listing} {runs} no ncu ({it} without a GPU, "
+                       f"launching nothing); drop {', '.join(given)}")
 
 
 # ------------------------------------------------------------------------------------ targets
@@ -325,13 +389,17 @@ def profile_one(t: Target, ncu: str, report_dir: Path, args, log) -> tuple[objec
     return kernels[0], dropped
 
 
+class NoGpu(LabError):
+    """Torch sees no CUDA GPU: nothing can be profiled (the static view is shown instead)."""
+
+
 def require_gpu() -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise LabError("profiling with Nsight Compute needs a CUDA GPU and torch sees none; "
-                       "--sass and --ptx work without a GPU, and --dry-run prints the ncu "
-                       "command lines to run on one")
+        raise NoGpu("profiling with Nsight Compute needs a CUDA GPU and torch sees none; "
+                    "--sass and --ptx work without a GPU, and --dry-run prints the ncu "
+                    "command lines to run on one")
 
 
 def peaks_for(args):
@@ -529,13 +597,24 @@ class _FakeDriver:
         return torch.device("cpu")
 
 
+class TritonInterpreted(LabError):
+    """TRITON_INTERPRET=1: the Triton kernels of this process are interpreted, never compiled."""
+
+
 def triton_compiled(variant, shape):
+    """(compiled kernel, where it was compiled for): see _triton_compile."""
+    compiled, where, _ = _triton_compile(variant, shape)
+    return compiled, where
+
+
+def _triton_compile(variant, shape):
     """Compile a Triton stage for this shape exactly as its launcher would, without launching.
 
     The stage's prepare() runs with its `launcher` swapped for a recorder, which captures the
     kernel, grid, arguments and meta-parameters; then JITFunction.warmup compiles them. With a
     GPU the inputs are real (uninitialised) tensors and the device's target is used; without one
-    they are 'meta' tensors (shape only) and the target is sm_90 (the lent H100)."""
+    they are 'meta' tensors (shape only) and the target is sm_90 (the H100). Returns
+    (compiled, where, grid)."""
     import warnings
 
     import torch
@@ -579,8 +658,8 @@ def triton_compiled(variant, shape):
     from triton_kernels._common import interpreted
 
     if interpreted(kernel):
-        raise LabError("TRITON_INTERPRET=1 is set, so Triton kernels are interpreted and have no "
-                       "PTX or SASS; unset it")
+        raise TritonInterpreted("TRITON_INTERPRET=1 is set, so Triton kernels are interpreted and "
+                                "have no PTX or SASS; unset it")
     from triton.runtime import driver
 
     previous = driver._active if not gpu else None
@@ -603,7 +682,7 @@ def triton_compiled(variant, shape):
     finally:
         if not gpu:
             driver._active = previous
-    return compiled, where
+    return compiled, where, captured["grid"]
 
 
 PTX_MIX = (
@@ -620,52 +699,298 @@ PTX_MIX = (
 )
 
 
-def ptx_mix(ptx: str) -> str:
+def ptx_counts(ptx: str) -> dict[str, int]:
+    """Static counts of the PTX_MIX instructions in a PTX listing."""
     import re
 
-    counts = []
+    counts = {}
     for label, pattern in PTX_MIX:
         rx = re.compile(pattern)
-        n = sum(1 for ln in ptx.splitlines() if rx.match(ln))
-        if n or label in ("fma.rn.f32", "ld.shared", "bar.sync"):
-            counts.append(f"{label} {n}")
-    return "PTX mix (static count in the listing): " + ", ".join(counts)
+        counts[label] = sum(1 for ln in ptx.splitlines() if rx.match(ln))
+    return counts
 
 
-def show_listings(variants, backends, shape, sass: bool, ptx: bool) -> int:
+def ptx_mix(ptx: str) -> str:
+    counts = ptx_counts(ptx)
+    shown = [f"{label} {n}" for label, n in counts.items()
+             if n or label in ("fma.rn.f32", "ld.shared", "bar.sync")]
+    return "PTX mix (static count in the listing): " + ", ".join(shown)
+
+
+@dataclass
+class Listing:
+    """One kernel compiled (never launched) for this shape: its listings, resources and mixes."""
+
+    label: str
+    backend: str  # cuda | triton
+    params: str
+    kernel: str
+    compiled_for: str  # e.g. "sm_90 (NVRTC)"
+    head: str  # the banner line over a listing
+    ptx: str | None = None
+    sass: str | None = None
+    # threads, grid_blocks, registers, smem_static, smem_dynamic, local_bytes
+    resources: dict | None = None
+    occupancy: object | None = None  # lab.occupancy.Occupancy
+
+    @cached_property
+    def sass_mix(self) -> dict[str, int] | None:
+        from lab.ncu import instruction_mix
+
+        return None if self.sass is None else instruction_mix(self.sass)
+
+
+def cubin_usage(cubin: bytes, kernel: str) -> dict[str, int]:
+    """`cuobjdump --dump-resource-usage` of one function: REG, SHARED (static, including the
+    1 KiB the driver reserves), LOCAL (bytes per thread: stack and spills)."""
+    import re
+
+    from lab.ncu import require_tool
+
+    tool = require_tool("cuobjdump", "it is needed to read a kernel's resource usage")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        res = subprocess.run([tool, "--dump-resource-usage", str(path)], capture_output=True,
+                             text=True)
+    text = res.stdout or ""
+    usage: dict[str, int] = {}
+    current = None
+    for line in text.splitlines():
+        head = re.match(r"\s*Function\s+([^:\s]+)\s*:", line)
+        if head:
+            current = head.group(1)
+            continue
+        if current is not None and (current == kernel or not usage):
+            fields = dict(re.findall(r"([A-Z]+(?:\[\d+\])?):(\d+)", line))
+            if "REG" in fields:
+                usage = {k: int(v) for k, v in fields.items()}
+                if current == kernel:
+                    break
+    if res.returncode != 0 or "REG" not in usage:
+        raise LabError(f"cuobjdump could not read the resource usage of {kernel} (exit status "
+                       f"{res.returncode})")
+    return usage
+
+
+def compile_listing(v, backend: str, shape, sass: bool, ptx: bool,
+                    resources: bool = False) -> Listing:
+    """Compile one stage variant for one backend at this shape, as its launcher would, without a
+    GPU if need be (CUDA: NVRTC for the device or sm_90; Triton: see _triton_compile).
+    resources=True also reads the registers, shared and local memory, and the theoretical
+    occupancy on this GPU's limits (sm_90's without one)."""
+    from lab.occupancy import from_device, from_resources
+
+    params = ",".join(f"{k}={val}" for k, val in v.params_for(backend).items())
+    if backend == "cuda":
+        from cuda_kernels._build import resources as cuda_resources
+
+        module = v.stage.module("cuda")
+        prm = v.params_for("cuda")
+        build = module.build(**prm)
+        item = Listing(v.label, "cuda", params, build.kernel, f"{build.arch} (NVRTC)",
+                       f"{v.label} cuda {build.kernel} ({build.arch}, NVRTC)")
+        if ptx:
+            from cuda_kernels._ptx import ptx as ptx_of_build
+
+            item.ptx = ptx_of_build(build)
+        if sass:
+            item.sass = _cuda_sass(build)
+        if resources:
+            res = cuda_resources(build, *module.geometry(*shape, **prm))
+            usage = cubin_usage(build.cubin, build.kernel)
+            item.resources = {**res, "local_bytes": usage.get("LOCAL", 0)}
+    else:
+        compiled, where, grid = _triton_compile(v, shape)
+        name = getattr(compiled.metadata, "name", v.label)
+        target = getattr(compiled.metadata, "target", None)
+        arch = f"sm_{target.arch}" if getattr(target, "arch", None) else "?"
+        item = Listing(v.label, "triton", params, name, f"{arch} (Triton)",
+                       f"{v.label} triton {name} (Triton, {where}, specialised for {shape})")
+        if ptx:
+            item.ptx = compiled.asm.get("ptx")
+        cubin = compiled.asm.get("cubin") if (sass or resources) else None
+        if (sass or resources) and not cubin:
+            raise LabError(f"Triton produced no cubin for {v.label}")
+        if sass:
+            from lab.ncu import sass_of_cubin
+
+            item.sass = sass_of_cubin(cubin)
+        if resources:
+            usage = cubin_usage(cubin, name)
+            blocks = 1
+            for g in grid:
+                blocks *= int(g)
+            item.resources = {
+                "registers": usage["REG"],
+                "smem_static": 0,  # Triton allocates all shared memory dynamically
+                "smem_dynamic": int(getattr(compiled.metadata, "shared", 0)),
+                "threads": int(getattr(compiled.metadata, "num_warps", 4)) * 32,
+                "grid_blocks": blocks,
+                "local_bytes": usage.get("LOCAL", 0),
+            }
+    if item.resources is not None:
+        try:
+            item.occupancy = from_resources(item.resources, from_device())
+        except ValueError:  # a configuration no launch could have: leave it blank
+            item.occupancy = None
+    return item
+
+
+def mix_csv_rows(items: list[Listing], shape) -> list[dict]:
+    """One row per kernel: identity, resources, occupancy, then sass:* and ptx:* counts."""
+    from lab.ncu import MIX_ROWS
+
+    rows = []
+    for it in items:
+        res = it.resources or {}
+        occ = it.occupancy
+        row = {"stage": it.label, "backend": it.backend, "params": it.params,
+               "M": shape.M, "N": shape.N, "K": shape.K, "kernel": it.kernel,
+               "compiled_for": it.compiled_for}
+        for key in ("threads", "grid_blocks", "registers", "smem_static", "smem_dynamic",
+                    "local_bytes"):
+            row[key] = res.get(key)
+        row["blocks_per_sm"] = occ.blocks_per_sm if occ else None
+        row["occupancy_pct"] = round(100 * occ.occupancy, 2) if occ else None
+        row["occupancy_limiter"] = occ.limiter if occ else None
+        mix = it.sass_mix
+        if mix is not None:
+            row.update({f"sass:{label}": mix[label] for label, _, _ in MIX_ROWS})
+            row["sass:total"] = mix["total"]
+        if it.ptx is not None:
+            row.update({f"ptx:{label}": n for label, n in ptx_counts(it.ptx).items()})
+        rows.append(row)
+    return rows
+
+
+def write_mix_csv(items: list[Listing], shape, path: str) -> Path:
+    import pandas as pd
+
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(mix_csv_rows(items, shape)).to_csv(out, index=False)
+    except OSError as exc:
+        raise LabError(f"cannot write {out}: {exc.strerror}") from None
+    return out
+
+
+def show_listings(variants, backends, shape, sass: bool, ptx: bool,
+                  csv: str | None = None) -> int:
     from lab.ncu import format_mix, instruction_mix
 
+    items = []
     for v in variants:
         for backend in backends:
-            if backend == "cuda":
-                from cuda_kernels._ptx import ptx as ptx_of_build
-
-                build = v.stage.module("cuda").build(**v.params_for("cuda"))
-                head = f"{v.label} cuda {build.kernel} ({build.arch}, NVRTC)"
-                ptx_text = ptx_of_build(build) if ptx else None
-                sass_text = _cuda_sass(build) if sass else None
-            else:
-                compiled, where = triton_compiled(v, shape)
-                name = getattr(compiled.metadata, "name", v.label)
-                head = f"{v.label} triton {name} (Triton, {where}, specialised for {shape})"
-                ptx_text = compiled.asm.get("ptx") if ptx else None
-                sass_text = None
-                if sass:
-                    from lab.ncu import sass_of_cubin
-
-                    cubin = compiled.asm.get("cubin")
-                    if not cubin:
-                        raise LabError(f"Triton produced no cubin for {v.label}")
-                    sass_text = sass_of_cubin(cubin)
-            if ptx_text is not None:
-                print(f"// ===== PTX: {head} =====")
-                print(ptx_text.rstrip())
-                print(f"// {ptx_mix(ptx_text)}")
-            if sass_text is not None:
-                print(f"// ===== SASS: {head} =====")
-                print(sass_text.rstrip())
-                print(f"// {format_mix(instruction_mix(sass_text))}")
+            item = compile_listing(v, backend, shape, sass, ptx, resources=bool(csv))
+            items.append(item)
+            if item.ptx is not None:
+                print(f"// ===== PTX: {item.head} =====")
+                print(item.ptx.rstrip())
+                print(f"// {ptx_mix(item.ptx)}")
+            if item.sass is not None:
+                print(f"// ===== SASS: {item.head} =====")
+                print(item.sass.rstrip())
+                print(f"// {format_mix(instruction_mix(item.sass))}")
+            sys.stdout.flush()
+    if csv:
+        # stderr: the mix stays the last line of stdout (`| tail -1` shows it)
+        print(f"wrote {write_mix_csv(items, shape, csv)}", file=sys.stderr)
     return 0
+
+
+# ------------------------------------------------------------------ the static view (no GPU)
+
+
+def _kib(n) -> str:
+    return "n/a" if n is None else (f"{n / 1024:g} KiB" if n >= 1024 else f"{n} B")
+
+
+def render_static(items: list[Listing], shape, cublas: bool, console=None) -> None:
+    """One table, one column per kernel: what the compiler says, without running anything."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from lab.ncu import MIX_ROWS
+
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=240)
+    caption = ("static counts: instructions in the SASS listing (an unrolled loop counts once "
+               "per copy), not executed ones; occupancy is theoretical, on sm_90's limits")
+    if cublas:
+        caption += "; cuBLAS has no static view (it picks its kernel at run time)"
+    table = Table(title=f"Static view, {shape} fp32: compiled, never run (no GPU here)",
+                  caption=caption, header_style="bold")
+    table.add_column("", justify="left")
+    for it in items:
+        table.add_column(f"{it.label}\n{it.backend}", justify="right")
+
+    def res(it, key):
+        return None if it.resources is None else it.resources.get(key)
+
+    def occ(it):
+        o = it.occupancy
+        if o is None:
+            return "n/a"
+        return f"{100 * o.occupancy:.1f}% ({o.blocks_per_sm} blocks/SM, {o.limiter})"
+
+    rows = [
+        ("kernel", lambda it: it.kernel),
+        ("compiled for", lambda it: it.compiled_for),
+        ("threads / block", lambda it: str(res(it, "threads"))),
+        ("blocks in the grid", lambda it: str(res(it, "grid_blocks"))),
+        ("registers / thread", lambda it: str(res(it, "registers"))),
+        ("shared memory / block",
+         lambda it: _kib((res(it, "smem_static") or 0) + (res(it, "smem_dynamic") or 0))),
+        ("local memory / thread (stack, spills)", lambda it: _kib(res(it, "local_bytes"))),
+        ("theoretical occupancy", occ),
+    ]
+    mixes = [it.sass_mix or {} for it in items]
+    for label, _, _ in MIX_ROWS:
+        if any(m.get(label) for m in mixes) or label in ("FFMA", "LDG.E", "LDS", "STS", "STG",
+                                                          "BAR"):
+            rows.append((f"SASS {label}",
+                         (lambda lb: lambda it: str((it.sass_mix or {}).get(lb, "n/a")))(label)))
+    rows.append(("SASS instructions (NOPs excluded)",
+                 lambda it: str((it.sass_mix or {}).get("total", "n/a"))))
+    for title, cell in rows:
+        table.add_row(title, *(cell(it) for it in items))
+    console.print(table)
+
+
+def static_view(variants, backends, shape, args) -> int:
+    """No GPU: say that nothing is profiled, then show what the compilers say (exit 0)."""
+    from lab import ncu as N
+
+    ncu = "" if N.find_tool("ncu") else " (and ncu, not found here either)"
+    print(f"note: profiling with Nsight Compute needs a CUDA GPU{ncu} and torch sees none; "
+          "below is the static view instead: each kernel compiled for sm_90, never run",
+          file=sys.stderr, flush=True)
+    items, failures, interpreted = [], [], []
+    for v in variants:
+        for backend in backends:
+            try:
+                items.append(compile_listing(v, backend, shape, sass=True, ptx=False,
+                                             resources=True))
+            except TritonInterpreted:
+                interpreted.append(v.label)
+            except LabError as exc:
+                failures.append((v.label, backend, str(exc)))
+    if interpreted:
+        print(f"note: Triton kernels ({', '.join(interpreted)}) are left out: TRITON_INTERPRET=1 "
+              "is set, so they are interpreted and have no SASS; unset it to see them",
+              file=sys.stderr)
+    if items:
+        render_static(items, shape, cublas=not args.no_cublas)
+    if args.csv and items:
+        print(f"wrote {write_mix_csv(items, shape, args.csv)} (the static view; ncu's counters "
+              "need a GPU)")
+    for label, backend, msg in failures:
+        print(f"error: {label} {backend}: {msg}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Results are structured rows, written by one writer: the table, the CSV and its environment file.
 
-GFLOPS (2*M*N*K / t) and % of cuBLAS (cuBLAS time / this time, same precision and shape) are
-computed here from the measured rows, never by a stage.
+GFLOPS (2*M*N*K / t) and % of cuBLAS (100 * cuBLAS time / this time, same precision, layout and
+shape) are computed here from the measured rows, never by a stage. Every column of the CSV and of
+the table is explained in docs/COLUMNS.md (tests/test_table.py checks that each Row field is).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from pathlib import Path
 from lab.errors import LabError
 
 # Statuses: pass (checked, and timed on a GPU), fail (wrong values; not timed), error (could not
-# build or run), compiled (CPU mode: CUDA source compiled, resources reported, not run).
-OK_STATUSES = ("pass", "compiled")
+# build or run), compiled (CPU mode: CUDA source compiled, resources reported, not run), skipped
+# (CPU mode: a Triton row larger than the interpreter's limit; `detail` says so).
+OK_STATUSES = ("pass", "compiled", "skipped")
 
 
 @dataclass
@@ -98,10 +100,22 @@ def finalize(rows: list[Row]) -> list[Row]:
     return rows
 
 
+# Integer columns: pandas' nullable Int64 in the frame, so that a column with empty cells (None)
+# is still written as 29, not 29.0. Every Row field annotated `int` or `int | None`.
+INT_COLUMNS = tuple(f.name for f in fields(Row) if f.type in ("int", "int | None"))
+
+
 def to_frame(rows: list[Row]):
+    """The rows as a DataFrame, one column per Row field; integer fields are nullable Int64."""
     import pandas as pd
 
-    return pd.DataFrame([asdict(r) for r in rows], columns=[f.name for f in fields(Row)])
+    df = pd.DataFrame([asdict(r) for r in rows], columns=[f.name for f in fields(Row)])
+    for col in INT_COLUMNS:
+        try:
+            df[col] = pd.to_numeric(df[col]).astype("Int64")
+        except (TypeError, ValueError):  # a non-integral value: write it as it is, never lose it
+            pass
+    return df
 
 
 def write_csv(rows: list[Row], path: str | Path, env: dict) -> tuple[Path, Path]:
@@ -117,65 +131,241 @@ def write_csv(rows: list[Row], path: str | Path, env: dict) -> tuple[Path, Path]
     return path, env_path
 
 
+def read_csv(path: str | Path):
+    """A CSV written by write_csv, with Row's types: integer columns as nullable Int64 (an empty
+    cell is <NA>; plain pandas.read_csv reads a column with empty cells as float), text columns
+    with "" for an empty cell. Also reads older CSVs (29.0 becomes 29; missing columns stay
+    missing)."""
+    import pandas as pd
+
+    df = pd.read_csv(path)
+    text = [f.name for f in fields(Row) if f.type.startswith("str")]
+    for col in df.columns:
+        if col in INT_COLUMNS:
+            df[col] = pd.to_numeric(df[col]).astype("Int64")
+        elif col in text:
+            df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
+    return df
+
+
+# ------------------------------------------------------------------------------------- the table
+
 def _num(value, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return format(value, fmt)
 
 
-def render(rows: list[Row], mode: str, console=None) -> None:
-    """Print the rows as a table (rich)."""
+def _sig(value, digits: int) -> str:
+    """`digits` significant digits, trailing zeros kept (31.0, 14.20), '-' for no value."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    text = format(value, f"#.{digits}g")
+    return text[:-1] if text.endswith(".") else text
+
+
+def _size(r: Row) -> str:
+    return f"{r.M}x{r.N}x{r.K}"
+
+
+def _smem(r: Row) -> int | None:
+    if r.smem_static is None and r.smem_dynamic is None:
+        return None
+    return (r.smem_static or 0) + (r.smem_dynamic or 0)
+
+
+def _blocks(r: Row) -> str:
+    if r.blocks_per_sm is None:
+        return "-"
+    api = f" (api {r.api_blocks_per_sm})" if r.api_blocks_per_sm is not None else ""
+    return f"{r.blocks_per_sm}{api}"
+
+
+# Table columns: header -> (cell of a row, justification). Headers and units: docs/COLUMNS.md.
+_COLUMNS = {
+    "stage": (lambda r: r.stage, "left"),
+    "backend": (lambda r: r.backend, "left"),
+    "prec": (lambda r: r.precision, "left"),
+    "layout": (lambda r: r.layout, "left"),
+    "size": (_size, "left"),
+    "median ms": (lambda r: _sig(r.median_ms, 4), "right"),
+    "p20-p80 ms": (lambda r: "-" if r.p20_ms is None or r.p80_ms is None
+                   else f"{_sig(r.p20_ms, 4)}-{_sig(r.p80_ms, 4)}", "right"),
+    "TFLOPS": (lambda r: _sig(None if r.gflops is None else r.gflops / 1000, 3), "right"),
+    "% cuBLAS": (lambda r: _num(r.pct_cublas, ".1f"), "right"),
+    "rel err": (lambda r: _num(r.rel_err, ".1e"), "right"),
+    "status": (lambda r: r.status, "left"),
+    "regs": (lambda r: _num(r.registers, "d"), "right"),
+    "smem B": (lambda r: _num(_smem(r), "d"), "right"),
+    "spill B": (lambda r: _num(r.spill_bytes, "d"), "right"),
+    "threads": (lambda r: _num(r.threads, "d"), "right"),
+    "setup ms": (lambda r: _sig(r.setup_ms, 3), "right"),
+    "e2e ms": (lambda r: _sig(r.e2e_ms, 4), "right"),
+    "xfer %": (lambda r: _num(100 * r.transfer_ms / r.e2e_ms, ".0f")
+               if r.e2e_ms and r.transfer_ms is not None else "-", "right"),
+    "occ %": (lambda r: _num(None if r.occupancy is None else 100 * r.occupancy, ".0f"), "right"),
+    "limited by": (lambda r: r.occupancy_limiter or "-", "left"),
+    "blk/SM": (_blocks, "right"),
+}
+# Shown only when some row has a value (in the tables that offer them).
+_WHEN_FILLED = ("setup ms", "e2e ms", "xfer %", "occ %", "limited by", "blk/SM")
+# CPU mode has no times, so its narrow table has room for what NVRTC reports of the CUDA rows.
+CPU_RESOURCES = ("regs", "smem B", "spill B")
+# No vertical lines and a rule under each header (not across the gaps), so that neighbouring
+# headers read as separate words even one space apart.
+_BOX = (
+    "    \n"  # top
+    "    \n"  # header row
+    " ─  \n"  # under the header
+    "    \n"  # between rows (not drawn)
+    "    \n"  # row
+    "    \n"  # above a footer (none)
+    "    \n"  # footer
+    "    \n"  # bottom
+)
+_STYLES = {"pass": "green", "compiled": "cyan", "skipped": "yellow", "fail": "red", "error": "red"}
+
+
+def columns(rows: list[Row], mode: str, wide: bool = False) -> list[str]:
+    """The table's column headers for these rows, in order.
+
+    Narrow (the default): stage, backend, size, and on a GPU median ms, TFLOPS and % cuBLAS; then
+    rel err and status (CPU mode adds regs, smem B and spill B, which fit where the times would
+    be). Precision and layout get a column only when the rows differ in them (otherwise the title
+    says which). wide=True adds the resource columns; CPU mode never shows a time column.
+    """
+    gpu = mode == "gpu"
+    cols = ["stage", "backend"]
+    if len({r.precision for r in rows}) > 1:
+        cols.append("prec")
+    if len({r.layout for r in rows}) > 1:
+        cols.append("layout")
+    cols.append("size")
+    if gpu:
+        cols += ["median ms", *(["p20-p80 ms"] if wide else []), "TFLOPS", "% cuBLAS"]
+    cols += ["rel err", "status"]
+    if wide:
+        cols += ["regs", "smem B", "spill B", "threads"]
+        if gpu:
+            cols += ["setup ms", "e2e ms", "xfer %"]
+        cols += ["occ %", "limited by", "blk/SM"]
+    elif not gpu:
+        cols += list(CPU_RESOURCES)
+    return [c for c in cols
+            if c not in _WHEN_FILLED or any(_COLUMNS[c][0](r) != "-" for r in rows)]
+
+
+def _title(rows: list[Row], mode: str) -> str:
+    same = []
+    precisions, layouts = {r.precision for r in rows}, {r.layout for r in rows}
+    if len(precisions) == 1:
+        same.append(next(iter(precisions)))
+    if len(layouts) == 1 and layouts != {"nn"}:
+        same.append(f"layout {next(iter(layouts))}")
+    what = "".join(f", {s}" for s in same)
+    if mode == "gpu":
+        return f"GPU run{what}: median of L2-flushed repetitions"
+    return (f"CPU mode{what}: Triton under the interpreter, CUDA compiled with NVRTC for sm_90 "
+            f"(no times)")
+
+
+# Where a cell may wrap when its column must narrow: after these characters. Other cells wrap
+# nowhere of their own (only rich's last-resort fold, when nothing else fits).
+_BREAKS = {"stage": ":,", "limited by": "+ ", "blk/SM": " ", "p20-p80 ms": "-"}
+
+
+def _pieces(text: str, breaks: str) -> list[str]:
+    """`text` cut after each character in `breaks`: 'tiled_rect:rows=16,cols=64' with ':,' gives
+    'tiled_rect:', 'rows=16,', 'cols=64'."""
+    pieces, start = [], 0
+    for i, ch in enumerate(text):
+        if ch in breaks:
+            pieces.append(text[start:i + 1])
+            start = i + 1
+    if start < len(text):
+        pieces.append(text[start:])
+    return pieces or [text]
+
+
+def wrap_cell(text: str, width: int, breaks: str = ":,") -> str:
+    """Wrap `text` onto lines of at most `width` characters, breaking only after a character in
+    `breaks` (a single piece longer than `width` stays whole here; the table folds it)."""
+    lines: list[str] = []
+    for piece in _pieces(text, breaks):
+        if lines and len(lines[-1].rstrip()) + len(piece.rstrip()) <= width:
+            lines[-1] += piece
+        else:
+            lines.append(piece)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _fit(cols: list[str], cells: list[list[str]], max_width: int) -> tuple[list[int], int]:
+    """Column widths and the gap between columns that fit `max_width`.
+
+    The natural widths (the widest cell or header) with two spaces between columns if they fit,
+    else with one; else the stage column narrows first (its labels wrap after ':' and ','), then
+    the widest of the others, each no narrower than its widest unbreakable piece (a header may
+    wrap between words), then the stage column again, folding inside a name. When even that is
+    too wide, rich folds the other cells too (Column overflow='fold'), never an ellipsis.
+    """
+    n = len(cols)
+    natural = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(cols)]
+    for gap in (2, 1):
+        if sum(natural) + gap * (n - 1) <= max_width:
+            return natural, gap
+    least = [max([*(len(w) for w in c.split()),
+                  *(len(p.rstrip()) for row in cells for p in _pieces(row[i], _BREAKS.get(c, "")))])
+             for i, c in enumerate(cols)]
+    widths = list(natural)
+    excess = sum(widths) + (n - 1) - max_width
+    s = cols.index("stage")
+    cut = min(excess, widths[s] - least[s])
+    widths[s] -= cut
+    excess -= cut
+    while excess > 0:
+        slack = [i for i in range(n) if widths[i] > least[i]]
+        if not slack:
+            break
+        widest = max(slack, key=lambda i: widths[i])
+        widths[widest] -= 1
+        excess -= 1
+    if excess > 0:  # the stage column folds inside a name before any other cell is cut
+        widths[s] -= min(excess, widths[s] - len("stage"))
+    return widths, 1
+
+
+def render(rows: list[Row], mode: str, console=None, wide: bool = False) -> None:
+    """Print the rows as a table (rich), fitted to the console's width (rich reads COLUMNS).
+
+    The stage column is the one that gives way: a long variant label wraps after a ':' or ','.
+    In the narrow table every other cell keeps its natural width; if the table still cannot fit,
+    cells wrap onto more lines, never an ellipsis. Every column is explained in docs/COLUMNS.md.
+    """
+    from rich.box import Box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     console = console or Console()
-    gpu = mode == "gpu"
-    title = ("GPU run: median of L2-flushed repetitions" if gpu else
-             "CPU mode: Triton under the interpreter, CUDA compiled with NVRTC for sm_90 "
-             "(no timings)")
-    table = Table(title=title, header_style="bold")
-    optional = {  # shown only when some row has a value
-        "setup ms": lambda r: _num(r.setup_ms, ".3g"),
-        "e2e ms": lambda r: _num(r.e2e_ms, ".4g"),
-        "xfer %": lambda r: (_num(100 * r.transfer_ms / r.e2e_ms, ".0f")
-                             if r.e2e_ms and r.transfer_ms is not None else "-"),
-        "occ %": lambda r: (_num(100 * r.occupancy, ".0f") + (f" {r.occupancy_limiter}"
-                            if r.occupancy_limiter else "") if r.occupancy is not None else "-"),
-        "blk/SM": lambda r: (_num(r.blocks_per_sm, "d") + (f" (api {r.api_blocks_per_sm})"
-                             if r.api_blocks_per_sm is not None else "")
-                             if r.blocks_per_sm is not None else "-"),
-    }
-    shown = {k: f for k, f in optional.items() if any(f(r) != "-" for r in rows)}
-    layouts = any(r.layout != "nn" for r in rows)  # the layout column, when there is a choice
-    cols = ["stage", "backend", "prec", *(["layout"] if layouts else []), "M", "N", "K"]
-    if gpu:
-        cols += ["median ms", "p20-p80 ms", "GFLOPS", "% cuBLAS"]
-    cols += ["rel err", "status", "regs", "smem B", "spill B", "threads", *shown]
-    for c in cols:
-        table.add_column(c, justify="left" if c in ("stage", "backend", "prec", "layout", "status")
-                         else "right")
-    for r in rows:
-        status = r.status
-        style = {"pass": "green", "compiled": "cyan", "fail": "red", "error": "red"}.get(status, "")
-        cells = [r.stage, r.backend, r.precision, *([r.layout] if layouts else []), str(r.M),
-                 str(r.N), str(r.K)]
-        if gpu:
-            spread = ("-" if r.p20_ms is None else f"{r.p20_ms:.4g}-{r.p80_ms:.4g}")
-            cells += [_num(r.median_ms, ".4g"), spread, _num(r.gflops, ",.0f"),
-                      _num(r.pct_cublas, ".1f")]
-        smem = None
-        if r.smem_static is not None or r.smem_dynamic is not None:
-            smem = (r.smem_static or 0) + (r.smem_dynamic or 0)
-        cells += [_num(r.rel_err, ".1e"), f"[{style}]{status}[/{style}]" if style else status,
-                  _num(r.registers, "d"), _num(smem, "d"), _num(r.spill_bytes, "d"),
-                  _num(r.threads, "d")]
-        cells += [f(r) for f in shown.values()]
-        table.add_row(*cells)
+    cols = columns(rows, mode, wide)
+    cells = [[_COLUMNS[c][0](r) for c in cols] for r in rows]
+    widths, gap = _fit(cols, cells, console.width)
+    caption = ("every column: docs/COLUMNS.md" if wide else
+               "--wide adds the resource columns; every column: docs/COLUMNS.md")
+    table = Table(title=_title(rows, mode), caption=caption, header_style="bold",
+                  box=Box(_BOX), show_edge=False, pad_edge=False, padding=(0, gap - 1, 0, 0))
+    for c, w in zip(cols, widths):
+        table.add_column(c, justify=_COLUMNS[c][1], width=w, overflow="fold")
+    for r, row in zip(rows, cells):
+        texts = []
+        for c, cell, w in zip(cols, row, widths):
+            if len(cell) > w and c in _BREAKS:
+                cell = wrap_cell(cell, w, _BREAKS[c])
+            texts.append(Text(cell, style=_STYLES.get(r.status, "") if c == "status" else ""))
+        table.add_row(*texts)
     console.print(table)
-    problems = [r for r in rows if r.status not in OK_STATUSES]
-    from rich.markup import escape
-
-    for r in problems:
-        console.print(f"[red]{r.status}[/red] {escape(r.stage)} {r.backend} {r.layout} "
-                      f"{r.M}x{r.N}x{r.K}: "
-                      f"{escape(r.detail)}", highlight=False)
+    for r in rows:  # why a row failed, in full, below the table
+        if r.status not in OK_STATUSES:
+            console.print(f"[red]{r.status}[/red] {escape(r.stage)} {r.backend} {r.layout} "
+                          f"{_size(r)}: {escape(r.detail)}", highlight=False)

@@ -70,6 +70,9 @@ def test_list_shows_every_stage():
     (["--stage", "tiled", "--backend", "opencl"], "unknown backend opencl"),
     (["--stage", "tiled", "--layout", "nx"], "unknown layout nx"),
     (["--stage", "tiled", "--layout", ","], "unknown layout"),
+    (["--stage", "tiled", "--sizes", ""], "--sizes is empty"),
+    (["--stage", "tiled", "--sizes", " "], "--sizes is empty"),
+    (["--stage", "tiled", "--rep-ms", "nan"], "--rep-ms must be a positive"),
     (["--stage", "tiled:tile=7"], "takes one of"),
     (["--stage", "tiled", "--bogus-flag"], "unrecognized arguments"),
     (["--stage", "tiled", "--seed", "x"], "invalid int value"),
@@ -96,9 +99,51 @@ def test_include_transfers_needs_a_gpu():
 
 
 @cpu_only
-def test_cpu_mode_refuses_sizes_the_interpreter_cannot_handle():
-    r = run("--stage", "tiled", "--sizes", "4096")
-    assert r.returncode == 2 and "too large for CPU mode" in r.stderr
+def test_cpu_mode_compiles_cuda_at_any_size_and_skips_large_triton_rows(tmp_path):
+    out = tmp_path / "big.csv"
+    r = run("--stage", "tiled", "--sizes", "4096,17x33x65", "--csv", str(out))
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "Triton rows at 4096x4096x4096 are skipped" in r.stderr and "256^3" in r.stderr
+    df = pd.read_csv(out)
+    status = {(row.backend, row.M): row.status for row in df.itertuples()}
+    assert status == {("cuda", 4096): "compiled", ("triton", 4096): "skipped",
+                      ("cuda", 17): "compiled", ("triton", 17): "pass"}
+    assert "skipped" in r.stdout
+
+
+@cpu_only
+def test_names_are_case_insensitive_sizes_accumulate_and_list_filters(tmp_path):
+    out = tmp_path / "case.csv"
+    r = run("--stage", "Tiled", "--precision", "FP32", "--backend", "CUDA", "--sizes", "8",
+            "--sizes", "9x10x11", "--csv", str(out))
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(out)
+    assert list(zip(df.M, df.N, df.K)) == [(8, 8, 8), (9, 10, 11)] and set(df.stage) == {"tiled"}
+    r = run("--list", "--stage", "tiled,naive")
+    assert r.returncode == 0
+    names = [line.split()[0] for line in r.stdout.splitlines() if not line.startswith(" ")]
+    assert names == ["naive", "tiled"]
+
+
+@pytest.mark.parametrize("path_kind,words", [
+    ("under_a_file", "is a file, not a folder"),
+    ("a_folder", "it is a folder"),
+])
+def test_a_bad_csv_path_is_refused_before_any_work(tmp_path, path_kind, words):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    path = {"under_a_file": afile / "run.csv", "a_folder": tmp_path}[path_kind]
+    r = run("--stage", "tiled", "--sizes", "8", "--csv", str(path))
+    assert r.returncode == 2 and words in r.stderr
+    assert "CPU mode" not in r.stderr  # refused before the run started
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_missing_csv_folder_is_created(tmp_path):
+    from lab.cli import check_writable
+
+    csv, env = check_writable(str(tmp_path / "new" / "deeper" / "run.csv"))
+    assert csv.parent.is_dir() and not csv.exists() and env.name == "run.env.json"
 
 
 @cpu_only

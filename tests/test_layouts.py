@@ -290,3 +290,29 @@ def test_cuda_stage_on_every_layout_emulated(emulator, stage, layout):
         ok, out = emulator.run(build, grid, block, M, N, K, lda, ldb, ldc)
         assert ok, f"{stage.name} {layout} {M}x{N}x{K}:\n{out}"
         assert re.search(r"rel_err=\d", out)
+
+
+CASES = [(s, b) for s in STAGES for b in ("cuda", "triton")]
+
+
+@pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])
+def test_every_prepare_refuses_bad_operands_before_writing(stage, backend):
+    """Each stage's own prepare() (not only lab.matmul) goes through the shared check: one
+    sentence, and C untouched."""
+    module = stage.module(backend)
+    params = Variant(stage, stage.defaults()).params_for(backend)
+    a = torch.randn(100, 70)
+    c = torch.full((100, 100), 7.0)
+    bad = [
+        ((a, a, c), "inner dimensions"),  # 100x70 @ 100x70
+        ((a, torch.randn(70, 90), c), "must be 100x90"),
+        ((a.double(), torch.randn(70, 100).double(), c), "float32"),
+        ((a, torch.randn(70, 100), c[:, :99]), "must be 100x100"),
+        ((a[0], torch.randn(70, 100), c), "2-D"),
+    ]
+    for args, words in bad:
+        with pytest.raises(LabError) as info:
+            module.prepare(*args, **params)
+        _one_sentence(str(info.value))
+        assert words in str(info.value), (words, str(info.value))
+    assert (c == 7.0).all()

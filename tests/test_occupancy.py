@@ -21,7 +21,7 @@ def test_sm90_limits():
     assert SM90.warp_size == 32 and SM90.warp_alloc_granularity == 4
 
 
-# tiled:tile=32 (seed 000's 32x32 block): 1024 threads, 32 registers, 8 KiB static smem.
+# tiled:tile=32 (a 32x32 block): 1024 threads, 32 registers, 8 KiB static smem.
 #   warps/block     = 1024 / 32                     = 32
 #   by warps        = floor(64 / 32)                = 2
 #   regs/warp       = 32 * 32 = 1024 (a multiple of 256, no rounding)
@@ -326,3 +326,62 @@ def test_matches_cuda_occupancy_h(tmp_path):
     for (d, t, r, s), (err, blocks) in zip(cases, zip(out[::2], out[1::2])):
         assert err == "0", (d.name, t, r, s)
         assert occupancy(t, r, s, d).blocks_per_sm == int(blocks), (d.name, t, r, s)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def _occupancy_cli(*args):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([sys.executable, "-m", "lab.occupancy", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_prints_the_limits():
+    r = _occupancy_cli("1024", "32", "16384")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("sm_90: 1024 threads (32 warps), 32 regs")
+    assert "2 blocks/SM, 64/64 warps (100.0%), limited by warps+registers" in r.stdout
+
+
+@pytest.mark.parametrize("args,words", [
+    (["abc", "32"], "argument threads: invalid int value: 'abc'"),
+    ([], "the following arguments are required: threads, registers"),
+    (["256", "32", "--arch", "sm_70"], "invalid choice: 'sm_70'"),
+    (["2000", "32"], "threads_per_block is 2000"),
+    (["256", "300"], "registers_per_thread is 300"),
+])
+def test_cli_errors_are_one_sentence_and_exit_2(args, words):
+    r = _occupancy_cli(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout == "" and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0]
+
+
+def _gpu_visible():
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(_gpu_visible(), reason="checks the no-GPU message")
+def test_cli_arch_device_without_a_gpu_says_so():
+    r = _occupancy_cli("--arch", "device", "256", "32")
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "no CUDA GPU" in lines[0] and "--arch sm_90" in lines[0]
+
+
+@pytest.mark.gpu
+def test_cli_arch_device_on_a_gpu_reads_it():
+    r = _occupancy_cli("--arch", "device", "256", "32")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("sm_")

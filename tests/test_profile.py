@@ -31,7 +31,7 @@ from lab.errors import LabError
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 SYNTHETIC = DATA / "ncu_synthetic.csv"  # hand-made, see the module docstring
-REAL = DATA / "ncu_tiled_4096.csv"  # recorded on the H100 by the lead, when present
+REAL = DATA / "ncu_tiled_4096.csv"  # a raw ncu recording on the H100, when present
 HAS_GPU = torch.cuda.is_available()
 
 # What the synthetic file says, worked out by hand (M = N = K = 4096).
@@ -422,6 +422,66 @@ def test_ptx_of_a_cuda_stage_works_without_a_gpu():
     assert "PTX mix" in r.stdout
 
 
+def test_sass_csv_writes_the_instruction_mix_one_row_per_kernel(tmp_path):
+    import pandas as pd
+
+    from cuda_kernels import tiled
+
+    out = tmp_path / "mix.csv"
+    r = run_cli("--stage", "naive,tiled", "--sass", "--backend", "cuda", "--csv", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("// instruction mix")  # still last
+    assert r.stderr.strip() == f"wrote {out}"
+    df = pd.read_csv(out)
+    assert df.stage.tolist() == ["naive", "tiled"] and df.kernel.tolist() == ["matmul_naive",
+                                                                              "matmul_tiled"]
+    mixes = [ln for ln in r.stdout.splitlines() if ln.startswith("// instruction mix")]
+    for (_, row), line in zip(df.iterrows(), mixes):  # the CSV says what the listing says
+        assert f"FFMA {row['sass:FFMA']}," in line and f"; {row['sass:total']} instructions" in line
+    build = tiled.build()
+    row = df.iloc[1]
+    assert (row.registers, row.smem_static, row.threads) == (build.registers, build.smem_static,
+                                                             1024)
+    assert not any(c.startswith("ptx:") for c in df.columns)
+
+
+def test_ptx_csv_writes_the_ptx_mix(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "ptx.csv"
+    r = run_cli("--stage", "tiled", "--ptx", "--backend", "cuda", "--csv", str(out))
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(out)
+    assert len(df) == 1 and df["ptx:fma.rn.f32"].iloc[0] > 0 and df["ptx:bar.sync"].iloc[0] == 2
+    assert not any(c.startswith("sass:") for c in df.columns)
+
+
+def test_sass_and_ptx_together_print_both_listings_per_kernel():
+    r = run_cli("--stage", "naive,tiled", "--sass", "--ptx", "--backend", "cuda")
+    assert r.returncode == 0, r.stderr
+    heads = [ln.split(":")[0] for ln in r.stdout.splitlines() if ln.startswith("// =====")]
+    assert heads == ["// ===== PTX", "// ===== SASS"] * 2
+    assert r.stdout.count("// PTX mix") == 2 and r.stdout.count("// instruction mix") == 2
+
+
+@pytest.mark.parametrize("args,flags", [
+    (["--sass", "--dry-run"], "--dry-run"),
+    (["--ptx", "--dry-run"], "--dry-run"),
+    (["--sass", "--ptx", "--dry-run"], "--dry-run"),
+    (["--sass", "--reports", "REPORTS"], "--reports"),
+    (["--ptx", "--peak-bw", "2", "--filter", "skip"], "--filter, --peak-bw"),
+])
+def test_listings_refuse_profiling_options(tmp_path, args, flags):
+    args = [str(tmp_path / "r") if a == "REPORTS" else a for a in args]
+    out = tmp_path / "x.csv"
+    r = run_cli("--stage", "tiled", "--backend", "cuda", "--csv", str(out), *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout == "" and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and f"drop {flags}" in lines[0]
+    assert not out.exists() and not (tmp_path / "r").exists()
+
+
 def test_triton_sass_compiles_for_sm90_or_says_why_not():
     """Nice-to-have: Triton compiled for sm_90 with no GPU. Either it works, or it fails with one
     sentence (exit 2) that says a GPU is needed."""
@@ -453,12 +513,97 @@ def test_usage_errors_are_one_line_and_exit_2(args, words):
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0]
 
 
-@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
-def test_profiling_without_a_gpu_says_so():
-    r = run_cli("--stage", "tiled", "--size", "64")
-    assert r.returncode == 2 and "Traceback" not in r.stderr
+def test_dry_run_refuses_csv(tmp_path):
+    """--dry-run profiles nothing, so a --csv beside it would silently write nothing."""
+    out = tmp_path / "p.csv"
+    r = run_cli("--stage", "tiled", "--dry-run", "--csv", str(out))
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "GPU" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("error: --dry-run") and "drop --csv" in lines[0]
+    assert not out.exists()
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU fallback")
+def test_profiling_without_a_gpu_says_so_and_shows_the_static_view():
+    """The README's example, from a plain shell (no TRITON_INTERPRET): one line saying why nothing
+    is profiled, then both kernels compiled for sm_90 with their resources and instruction mix."""
+    r = run_cli("--stage", "tiled", "--size", "4096", drop=("TRITON_INTERPRET",))
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("note: ") and "Nsight Compute" in lines[0] and "GPU" in lines[0]
+    assert "Traceback" not in r.stderr
+    out = r.stdout
+    assert "Static view" in out and "matmul_tiled " in out and "matmul_tiled_kernel" in out
+    assert "SASS FFMA" in out and "theoretical occupancy" in out and "sm_90" in out
+    assert "cuBLAS has no static view" in out
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU fallback")
+def test_profiling_without_a_gpu_writes_the_mix_csv(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "sub" / "static.csv"
+    r = run_cli("--stage", "naive,tiled", "--size", "4096", "--csv", str(out),
+                drop=("TRITON_INTERPRET",))
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {out}" in r.stdout
+    df = pd.read_csv(out)
+    assert list(zip(df.stage, df.backend)) == [("naive", "cuda"), ("naive", "triton"),
+                                               ("tiled", "cuda"), ("tiled", "triton")]
+    assert (df["sass:FFMA"] > 0).all() and (df["sass:total"] > df["sass:FFMA"]).all()
+    assert not any(c.startswith("ptx:") for c in df.columns)
+    tiled = df[(df.stage == "tiled") & (df.backend == "cuda")].iloc[0]
+    assert tiled.kernel == "matmul_tiled" and tiled.threads == 1024 and tiled.M == 4096
+    assert tiled["sass:BAR"] >= 2 and tiled.occupancy_pct > 0
+    naive = df[(df.stage == "naive") & (df.backend == "cuda")].iloc[0]
+    assert naive["sass:LDS"] + naive["sass:STS"] == 0
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU fallback")
+def test_profiling_without_a_gpu_under_the_interpreter_shows_cuda_and_says_why_not_triton(tmp_path):
+    out = tmp_path / "static.csv"
+    r = run_cli("--stage", "tiled", "--size", "256", "--csv", str(out),
+                env_extra={"TRITON_INTERPRET": "1"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2 and "Nsight Compute" in lines[0]
+    assert "TRITON_INTERPRET=1" in lines[1] and "unset it" in lines[1]
+    assert "matmul_tiled" in r.stdout and "matmul_tiled_kernel" not in r.stdout
+    import pandas as pd
+
+    assert pd.read_csv(out).backend.tolist() == ["cuda"]
+
+
+def test_gpu_without_ncu_is_still_one_sentence(monkeypatch, capsys):
+    """With a GPU but no ncu the command refuses, as before (the static view is for no GPU)."""
+    import lab.profile as P
+
+    monkeypatch.setattr(P, "require_gpu", lambda: None)
+    monkeypatch.setenv("LAB_NCU", "/nonexistent/ncu")
+    assert P.main(["--stage", "tiled", "--backend", "cuda", "--no-cublas"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ncu was not found")
+
+
+def test_static_view_is_taken_when_torch_sees_no_gpu(monkeypatch, capsys, tmp_path):
+    """In process: require_gpu raising NoGpu leads to the static view, never to ncu."""
+    import lab.profile as P
+
+    def no_gpu():
+        raise P.NoGpu("no GPU")
+
+    def no_ncu(*a, **k):
+        raise AssertionError("ncu must not run without a GPU")
+
+    monkeypatch.setattr(P, "require_gpu", no_gpu)
+    monkeypatch.setattr(P, "profile_all", no_ncu)
+    out = tmp_path / "s.csv"
+    assert P.main(["--stage", "tiled", "--backend", "cuda", "--size", "64", "--csv",
+                   str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "Nsight Compute" in captured.err and "matmul_tiled" in captured.out
+    assert out.exists()
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
