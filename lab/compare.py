@@ -61,16 +61,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def list_stages(names: list[str] | None = None) -> str:
+    """The stages (those named, or all) and their parameters, wrapped to the terminal's width."""
+    import shutil
+    import textwrap
+
+    width_total = max(60, shutil.get_terminal_size((100, 24)).columns)
     lines = []
     stages = [s for s in STAGES if not names or s.name in names]
     width = max(len(s.name) for s in stages)
     for s in stages:
-        lines.append(f"{s.name:<{width}}  {s.title}")
+        lines += textwrap.wrap(s.title, width_total, initial_indent=f"{s.name:<{width}}  ",
+                               subsequent_indent=" " * (width + 2))
         for prm in s.params:
             only = "" if len(prm.backends) > 1 else f" [{prm.backends[0]} only]"
             choices = "|".join(str(int(c)) if isinstance(c, bool) else str(c) for c in prm.choices)
             default = int(prm.default) if isinstance(prm.default, bool) else prm.default
-            lines.append(f"{'':<{width}}    {prm.name}={choices} (default {default}){only}: {prm.help}")
+            lines += textwrap.wrap(f"{prm.name}={choices} (default {default}){only}: {prm.help}",
+                                   width_total, initial_indent=" " * (width + 4),
+                                   subsequent_indent=" " * (width + 8))
     return "\n".join(lines)
 
 
