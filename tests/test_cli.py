@@ -109,6 +109,8 @@ def test_cpu_mode_compiles_cuda_at_any_size_and_skips_large_triton_rows(tmp_path
     assert status == {("cuda", 4096): "compiled", ("triton", 4096): "skipped",
                       ("cuda", 17): "compiled", ("triton", 17): "pass"}
     assert "skipped" in r.stdout
+    # progress when stderr is not a terminal: one line per finished row
+    assert "tiled                    triton  nn 17x33x65: pass" in r.stderr
 
 
 @cpu_only
