@@ -6,9 +6,12 @@
     python -m lab.compare --stage vectorized --layout nn,nt,tn,tt
     python -m lab.compare --list
     python -m lab.compare --stage tiled --wide           # + resource columns (docs/COLUMNS.md)
+    python -m lab.compare --stage all --sizes sweep --csv new.csv --baseline old.csv \
+        --fail-on-regression 5 --plot plots/         # vs an earlier run; exit 1 if 5 % slower
 
 Exit status: 0 when every row passed, 1 when a row failed its check or could not be built or run
-(the other rows are still reported), 2 for a usage error (one sentence on stderr, no traceback).
+(the other rows are still reported) or, with --fail-on-regression, was slower than its baseline
+by more than the given percentage, 2 for a usage error (one sentence on stderr, no traceback).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 
 from lab.cli import ArgumentParser, guarded
 from lab.errors import LabError
+from lab.shapes import PRESETS
 from lab.stages import BACKENDS, PRECISIONS, STAGES
 
 
@@ -31,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma list of backends (default {','.join(BACKENDS)}); cuBLAS always runs "
                         "on a GPU as the baseline")
     p.add_argument("--sizes", action="append", metavar="SIZES",
-                   help="comma list of N (square) or MxNxK, repeatable (default on a GPU: "
+                   help="comma list of N (square) or MxNxK, repeatable; 'sweep' in the list "
+                        f"stands for {PRESETS['sweep']} (default on a GPU: "
                         "1024,1025,2048,4096,4096x2048x1000; in CPU mode: 64,65,17x33x129; CPU mode "
                         "runs Triton rows up to M*N*K = 256^3 and compiles CUDA rows at any size)")
     p.add_argument("--precision", default="fp32",
@@ -57,6 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also show the resource columns (p20-p80, registers, shared memory, "
                         "spills, threads, occupancy, blocks/SM, setup ms); every column is "
                         "explained in docs/COLUMNS.md")
+    p.add_argument("--baseline", metavar="OLD.csv",
+                   help="compare each row's time with the matching row (same stage label, "
+                        "backend, size, precision, layout and params) of an earlier run's CSV: "
+                        "the vs base column, positive = slower (vs_baseline_pct in the CSV)")
+    p.add_argument("--fail-on-regression", type=float, metavar="PCT",
+                   help="with --baseline: exit 1 when a matched row is more than PCT percent "
+                        "slower than its baseline (the rows are named below the table)")
+    p.add_argument("--plot", metavar="DIR",
+                   help="after the run, draw the plots of its CSV into DIR (without --csv the "
+                        "CSV is written to DIR/run.csv)")
     return p
 
 
@@ -107,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    from pathlib import Path
+
     args = build_parser().parse_args(argv)
     from lab.shapes import CPU_SIZES, GPU_SIZES, parse_sizes
     from lab.stages import parse_variants
@@ -125,11 +142,28 @@ def _main(argv: list[str] | None) -> int:
         raise LabError("--rep-ms must be a positive number of milliseconds")
     if args.sizes is not None and any(not s.strip() for s in args.sizes):
         raise LabError("--sizes is empty; give sizes such as 1024,1025,512x768x333")
+    if args.fail_on_regression is not None:
+        if not args.baseline:
+            raise LabError("--fail-on-regression compares with an earlier run and needs "
+                           "--baseline OLD.csv")
+        if not args.fail_on_regression >= 0:
+            raise LabError(f"--fail-on-regression must be a percentage of 0 or more, not "
+                           f"{args.fail_on_regression:g}")
+    from lab.cli import check_writable
+
     csv_paths = None
     if args.csv:  # before any work: a long GPU run must not end in an unwritable path
-        from lab.cli import check_writable
-
         csv_paths = check_writable(args.csv)
+    plotter = None
+    if args.plot:  # the folder, and that plotting can be imported, before any work
+        plot_csv = check_writable(str(Path(args.plot) / "run.csv"))
+        csv_paths = csv_paths or plot_csv
+        plotter = _plotter()
+    baseline = None
+    if args.baseline:
+        from lab import baseline as base_mod
+
+        baseline = base_mod.load(args.baseline)
 
     from lab.run import Plan, detect_mode, validate
 
@@ -142,6 +176,7 @@ def _main(argv: list[str] | None) -> int:
     from lab.run import cpu_skips
 
     from rich.console import Console
+    from rich.markup import escape
 
     from lab import report
 
@@ -159,18 +194,48 @@ def _main(argv: list[str] | None) -> int:
                       f"runs up to M*N*K = 256^3 (CUDA rows are compiled at every size).")
     rows = _execute_with_progress(plan, err)
     report.finalize(rows)
+    matched = base_mod.apply(rows, baseline) if baseline is not None else 0
     report.render(rows, mode, console, wide=args.wide)
-    if args.csv:
+    if csv_paths:
         from lab import env
 
         csv_path, env_path = report.write_csv(rows, csv_paths[0], env.collect(mode, args.seed))
         console.print(f"wrote {csv_path} and {env_path}")
+    if plotter is not None:
+        drawn = plotter.draw([csv_path], args.plot)
+        console.print(escape(f"wrote {len(drawn)} plot{'s' if len(drawn) != 1 else ''} to "
+                             f"{args.plot}" + (": " + ", ".join(Path(p).name for p in drawn)
+                                               if drawn else "")), highlight=False)
+    if baseline is not None:
+        console.print(escape(f"compared with {args.baseline}: {matched} of {len(rows)} rows "
+                             f"matched a timed row")
+                      + ("" if mode == "gpu" else " (CPU mode times nothing)"), highlight=False)
     failed = [r for r in rows if r.status not in report.OK_STATUSES]
     skipped = sum(r.status == "skipped" for r in rows)
     ok = len(rows) - len(failed) - skipped
     console.print(f"{ok} rows ok, {len(failed)} failed" + (f", {skipped} skipped" if skipped else "")
                   + f" ({mode} mode)")
-    return 1 if failed else 0
+    slower = []
+    if args.fail_on_regression is not None:
+        slower = base_mod.regressed(rows, args.fail_on_regression)
+        if slower:
+            console.print(f"[red]regressed[/red] by more than {args.fail_on_regression:g}% "
+                          f"against {escape(args.baseline)}: "
+                          + escape(", ".join(base_mod.describe(r) for r in slower)),
+                          highlight=False)
+    return 1 if failed or slower else 0
+
+
+def _plotter():
+    """lab.plot, imported only when --plot asks for it (it brings in matplotlib)."""
+    import importlib
+
+    try:
+        return importlib.import_module("lab.plot")
+    except ImportError as exc:
+        hint = ("; install it with python -m pip install -e \".[dev]\""
+                if (exc.name or "").startswith("matplotlib") else "")
+        raise LabError(f"--plot cannot import lab.plot ({exc}){hint}") from None
 
 
 def _execute_with_progress(plan, err):

@@ -38,6 +38,7 @@ class Row:
     reps: int | None = None
     gflops: float | None = None
     pct_cublas: float | None = None
+    vs_baseline_pct: float | None = None  # --baseline: 100 * (t / t_baseline - 1), + = slower
     rel_err: float | None = None
     max_err_k: float | None = None
     setup_ms: float | None = None  # one-time work in prepare() worth knowing (e.g. padding)
@@ -193,6 +194,8 @@ _COLUMNS = {
                    else f"{_sig(r.p20_ms, 4)}-{_sig(r.p80_ms, 4)}", "right"),
     "TFLOPS": (lambda r: _sig(None if r.gflops is None else r.gflops / 1000, 3), "right"),
     "% cuBLAS": (lambda r: _num(r.pct_cublas, ".1f"), "right"),
+    "vs base": (lambda r: "-" if r.vs_baseline_pct is None else f"{r.vs_baseline_pct:+.1f}%",
+                "right"),
     "rel err": (lambda r: _num(r.rel_err, ".1e"), "right"),
     "status": (lambda r: r.status, "left"),
     "regs": (lambda r: _num(r.registers, "d"), "right"),
@@ -208,7 +211,7 @@ _COLUMNS = {
     "blk/SM": (_blocks, "right"),
 }
 # Shown only when some row has a value (in the tables that offer them).
-_WHEN_FILLED = ("setup ms", "e2e ms", "xfer %", "occ %", "limited by", "blk/SM")
+_WHEN_FILLED = ("vs base", "setup ms", "e2e ms", "xfer %", "occ %", "limited by", "blk/SM")
 # CPU mode has no times, so its narrow table has room for what NVRTC reports of the CUDA rows.
 CPU_RESOURCES = ("regs", "smem B", "spill B")
 # No vertical lines and a rule under each header (not across the gaps), so that neighbouring
@@ -229,10 +232,11 @@ _STYLES = {"pass": "green", "compiled": "cyan", "skipped": "yellow", "fail": "re
 def columns(rows: list[Row], mode: str, wide: bool = False) -> list[str]:
     """The table's column headers for these rows, in order.
 
-    Narrow (the default): stage, backend, size, and on a GPU median ms, TFLOPS and % cuBLAS; then
-    rel err and status (CPU mode adds regs, smem B and spill B, which fit where the times would
-    be). Precision and layout get a column only when the rows differ in them (otherwise the title
-    says which). wide=True adds the resource columns; CPU mode never shows a time column.
+    Narrow (the default): stage, backend, size, and on a GPU median ms, TFLOPS and % cuBLAS (and
+    vs base when a row was compared with a --baseline run); then rel err and status (CPU mode
+    adds regs, smem B and spill B, which fit where the times would be). Precision and layout get
+    a column only when the rows differ in them (otherwise the title says which). wide=True adds
+    the resource columns; CPU mode never shows a time column.
     """
     gpu = mode == "gpu"
     cols = ["stage", "backend"]
@@ -242,7 +246,7 @@ def columns(rows: list[Row], mode: str, wide: bool = False) -> list[str]:
         cols.append("layout")
     cols.append("size")
     if gpu:
-        cols += ["median ms", *(["p20-p80 ms"] if wide else []), "TFLOPS", "% cuBLAS"]
+        cols += ["median ms", *(["p20-p80 ms"] if wide else []), "TFLOPS", "% cuBLAS", "vs base"]
     cols += ["rel err", "status"]
     if wide:
         cols += ["regs", "smem B", "spill B", "threads"]

@@ -30,13 +30,21 @@ TEST_SHAPES = (Shape(1, 1, 1), Shape(17, 33, 129), Shape(65, 64, 63), Shape(3, 1
                Shape(64, 64, 64))
 GPU_TEST_SHAPES = (*TEST_SHAPES, Shape(1, 1025, 17), Shape(1025, 1025, 1025),
                    Shape(1000, 1500, 257), Shape(256, 384, 1024))
-
+# Named size sets --sizes takes in its comma list. sweep: the powers of two 256..8192 and, next to
+# them, one more (odd, so no tile divides it: the unaligned edge each kernel must handle).
+PRESETS = {
+    "sweep": "256,257,512,1024,1025,2048,2049,4096,4097,8192",
+}
 
 
 def parse_sizes(text: str) -> list[Shape]:
-    """'1024,1025,512x768x333' -> shapes. A plain number is square; MxNxK names all three."""
+    """'1024,1025,512x768x333' -> shapes. A plain number is square; MxNxK names all three; a
+    preset name (sweep) stands for its sizes, in place. Repeated shapes count once."""
     shapes: list[Shape] = []
+    tokens = []
     for token in (t.strip().lower() for t in text.split(",")):
+        tokens += PRESETS[token].split(",") if token in PRESETS else [token]
+    for token in tokens:
         if not token:
             continue
         parts = token.split("x")
@@ -46,7 +54,8 @@ def parse_sizes(text: str) -> list[Shape]:
             dims = [int(p) for p in parts]
         except ValueError:
             raise LabError(
-                f"size {token!r} must be whole numbers, one (square) or MxNxK, e.g. 512x768x333"
+                f"size {token!r} must be whole numbers, one (square) or MxNxK, e.g. 512x768x333, "
+                f"or a preset ({', '.join(PRESETS)})"
             ) from None
         if any(d < 1 for d in dims):
             raise LabError(f"size {token!r} must be positive: every dimension needs M, N, K >= 1")

@@ -41,10 +41,11 @@ def readme_python() -> str:
 
 
 def _run(args: list[str], tmp_path) -> subprocess.CompletedProcess:
+    """From the repository root, as the README's commands are written (their files go to out/,
+    which git ignores)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
     env.pop("TRITON_INTERPRET", None)  # a fresh shell, as a reader would have
-    return subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
 def test_the_readme_shows_commands():

@@ -1,0 +1,366 @@
+"""lab.plot: the figures drawn from committed results (CPU only, no GPU, a few seconds).
+
+Each figure is checked through its matplotlib objects (panels, bars, lines, points, titles), and the
+written files are checked to be PNGs. The CLI's mistakes are one `error:` sentence and exit 2.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lab import plot
+from lab.report import read_csv
+from lab.stages import STAGES
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "results" / "2026-11-22-h100"
+FINAL = RUN / "08-final-all.csv"  # 1024^3, 1025^3, 2048^3, 4096^3, 4096x2048x1000
+LAYOUTS = RUN / "15-layouts-4096-all.csv"  # 4096^3, layouts nn, nt, tn, tt
+PROFILE = RUN / "05-profile-ladder-ncu.csv"  # lab.profile, no .env.json beside it
+GPU = "NVIDIA H100 80GB HBM3"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def figs():
+    """figures(...) and close nothing by hand: clear them after the test."""
+    made = []
+
+    def make(paths):
+        out = plot.figures([str(p) for p in paths])
+        made.extend(out.values())
+        return out
+
+    yield make
+    for f in made:
+        f.clear()
+
+
+def bars(ax) -> dict:
+    """{"stage/backend": height} of a ladder panel."""
+    return {p.get_gid(): p.get_height() for p in ax.patches if p.get_gid()}
+
+
+def by_gid(ax, gid):
+    return [line for line in ax.get_lines() if line.get_gid() == gid]
+
+
+def title(fig) -> str:
+    return fig.get_suptitle()
+
+
+# ------------------------------------------------------------------------------------ files
+
+
+def test_draw_writes_a_png_per_supported_plot(tmp_path, capsys):
+    written = plot.draw([FINAL, PROFILE], tmp_path / "plots")
+    names = sorted(p.name for p in written)
+    assert names == ["ladder.png", "occupancy.png", "roofline.png", "sweep.png"]
+    for p in written:
+        assert p.parent == tmp_path / "plots"
+        data = p.read_bytes()
+        assert data.startswith(PNG_SIGNATURE) and len(data) > 20_000
+    assert capsys.readouterr().err == ""  # nothing skipped, nothing left out
+
+
+def test_draw_skips_what_the_data_cannot_support_in_one_line(tmp_path, capsys):
+    written = plot.draw([LAYOUTS], tmp_path)
+    assert sorted(p.name for p in written) == ["ladder.png", "occupancy.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ladder.png", "occupancy.png"]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "sweep (1 size" in err and "roofline (no lab.profile CSV" in err
+    assert "layout nt, tn, tt left out" in err
+
+
+def test_profile_csv_alone_draws_only_the_roofline(tmp_path, capsys):
+    written = plot.draw([PROFILE], tmp_path)
+    assert [p.name for p in written] == ["roofline.png"]
+    err = capsys.readouterr().err
+    assert "ladder (no lab.compare CSV given)" in err
+
+
+# ----------------------------------------------------------------------------------- ladder
+
+
+def test_ladder_has_a_panel_per_size_and_a_bar_per_stage_and_backend(figs):
+    fig = figs([FINAL])["ladder"]
+    df = read_csv(FINAL)
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == ["1024³", "1025³", "2048³", "4096³",
+                                               "4096x2048x1000"]
+    ran = df[(df.backend != "cublas") & (df.status == "pass")]
+    expected = {f"{s}/{b}" for s, b in zip(ran.stage, ran.backend)}
+    assert len(expected) == 16  # 8 stages x CUDA and Triton
+    for ax in axes:
+        M, N, K = ((4096, 2048, 1000) if "x" in ax.get_title()
+                   else (int(ax.get_title()[:-1]),) * 3)
+        heights = bars(ax)
+        assert set(heights) == expected
+        rows = ran[(ran.M == M) & (ran.N == N) & (ran.K == K)]
+        for s, b, pct in zip(rows.stage, rows.backend, rows.pct_cublas):
+            assert heights[f"{s}/{b}"] == pytest.approx(pct)
+        (line,) = by_gid(ax, "cublas-100")
+        assert list(line.get_ydata()) == [100, 100]
+        assert ax.get_ylim()[1] > 100
+    assert "%" in axes[0].get_ylabel()
+    for piece in (GPU, "fp32", "2026-11-22", "commit 4140691"):
+        assert piece in title(fig)
+
+
+def test_ladder_stages_follow_the_registry(figs):
+    ax = figs([FINAL])["ladder"].axes[-1]  # a bottom panel: it shows the stage names
+    names = [t.get_text() for t in ax.get_xticklabels()]
+    registry = [s.name for s in STAGES]
+    assert names == [n for n in registry if n in names]
+    assert set(names) == set(read_csv(FINAL).stage) - {"cublas"}
+
+
+def test_ladder_marks_sgemm_cuda_at_4096_only(figs):
+    fig = figs([FINAL])["ladder"]
+    for ax in fig.axes:
+        markers = by_gid(ax, "sgemm_cuda")
+        if ax.get_title() != "4096³":
+            assert markers == []
+            continue
+        (m,) = markers
+        assert m.get_label() == "siboehm/SGEMM_CUDA (H100, 2026-11-22)"
+        assert list(m.get_ydata()) == [1.0, 12.4, 17.9, 33.4, 50.3, 61.5]
+        # each marker sits on its stage's CUDA bar
+        cuda_x = {p.get_gid(): p.get_x() + p.get_width() / 2 for p in ax.patches if p.get_gid()}
+        stages = ["naive", "coalesced", "tiled", "blocktile_1d", "blocktile_2d", "vectorized"]
+        assert list(m.get_xdata()) == pytest.approx([cuda_x[f"{s}/cuda"] for s in stages])
+    legend = fig.legends[0]
+    assert "siboehm/SGEMM_CUDA (H100, 2026-11-22)" in [t.get_text() for t in legend.texts]
+
+
+def test_ladder_keeps_nn_rows_when_a_csv_has_them(figs):
+    fig = figs([LAYOUTS])["ladder"]
+    (ax,) = fig.axes
+    assert ax.get_title() == "4096³"
+    df = read_csv(LAYOUTS)
+    nn = df[(df.layout == "nn") & (df.backend == "cuda") & (df.stage == "vectorized")]
+    assert bars(ax)["vectorized/cuda"] == pytest.approx(nn.pct_cublas.iloc[0])
+    assert len(by_gid(ax, "sgemm_cuda")) == 1
+    assert "commit dceb35d" in title(fig)
+
+
+def test_ladder_of_a_csv_without_nn_has_a_panel_per_layout(tmp_path, figs):
+    df = read_csv(LAYOUTS)
+    path = tmp_path / "other-layouts.csv"
+    df[df.layout != "nn"].to_csv(path, index=False)
+    fig = figs([path])["ladder"]
+    assert [ax.get_title() for ax in fig.axes] == ["4096³ (layout nt)", "4096³ (layout tn)",
+                                                   "4096³ (layout tt)"]
+    for ax in fig.axes:
+        assert len(bars(ax)) == 16 and by_gid(ax, "sgemm_cuda") == []
+    # no environment file beside it: no GPU, date or commit in the title, the precision stays
+    assert GPU not in title(fig) and "commit" not in title(fig) and "fp32" in title(fig)
+
+
+def test_ladder_picks_at_most_six_panels_preferring_4096_and_1025(tmp_path, figs):
+    df = read_csv(FINAL)
+    cube = df[(df.M == df.N) & (df.N == df.K)]
+    frames = [cube]
+    for n in (64, 128, 256, 512):  # four more (small) sizes: nine in all
+        small = cube[cube.M == 1024].copy()
+        small[["M", "N", "K"]] = n
+        frames.append(small)
+    import pandas as pd
+
+    path = tmp_path / "many.csv"
+    pd.concat(frames).to_csv(path, index=False)
+    fig = figs([path])["ladder"]
+    assert len(fig.axes) == plot.MAX_PANELS
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "4096³" in titles and "1025³" in titles and "64³" not in titles
+    assert titles == ["256³", "512³", "1024³", "1025³", "2048³", "4096³"]
+
+
+# ------------------------------------------------------------------------------------ sweep
+
+
+def test_sweep_has_a_line_per_stage_and_backend_and_cublas(figs):
+    fig = figs([FINAL])["sweep"]
+    (ax,) = fig.axes
+    lines = {line.get_gid(): line for line in ax.get_lines()
+             if line.get_gid() and "/" in line.get_gid()}
+    df = read_csv(FINAL)
+    ran = df[df.backend != "cublas"]
+    assert set(lines) == {f"{s}/{b}" for s, b in zip(ran.stage, ran.backend)}
+    for gid, line in lines.items():
+        stage, backend = gid.split("/")
+        assert line.get_linestyle() == ("-" if backend == "cuda" else "--")
+        assert len(line.get_xdata()) == 5  # every size
+        twin = lines[f"{stage}/{'triton' if backend == 'cuda' else 'cuda'}"]
+        assert line.get_color() == twin.get_color()
+    (cublas,) = by_gid(ax, "cublas")
+    assert cublas.get_color() == "black" and cublas.get_linewidth() >= 3
+    assert sorted(cublas.get_ydata()) == pytest.approx(
+        sorted(df[df.backend == "cublas"].gflops / 1000))
+    assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
+    # x: M for squares, the cube root of M*N*K otherwise
+    assert sorted(cublas.get_xdata()) == pytest.approx(
+        sorted([1024, 1025, 2048, 4096, (4096 * 2048 * 1000) ** (1 / 3)]))
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert "1024³ / 1025³" in ticks and "4096³" in ticks
+    assert "TFLOP/s" in ax.get_ylabel() and "size" in ax.get_xlabel()
+    assert GPU in title(fig) and "fp32" in title(fig)
+
+
+def test_sweep_needs_three_sizes(figs):
+    assert "sweep" not in figs([LAYOUTS])
+
+
+# --------------------------------------------------------------------------------- roofline
+
+
+def test_roofline_has_both_roofs_and_a_point_per_kernel(figs):
+    fig = figs([PROFILE])["roofline"]
+    (ax,) = fig.axes
+    df = read_csv(PROFILE)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    (dram,) = by_gid(ax, "roof-dram")
+    (compute,) = by_gid(ax, "roof-compute")
+    peak, bw = df.peak_tflops.iloc[0], df.peak_bw_tbs.iloc[0]
+    assert list(compute.get_ydata()) == pytest.approx([peak, peak])
+    x0, x1 = dram.get_xdata()
+    assert dram.get_ydata()[0] == pytest.approx(x0 * bw)
+    assert x1 == pytest.approx(peak / bw) == pytest.approx(compute.get_xdata()[0])  # the ridge
+    points = {}
+    for s, b in zip(df.stage, df.backend):
+        (pt,) = by_gid(ax, f"{s}/{b}")
+        points[f"{s}/{b}"] = (pt.get_xdata()[0], pt.get_ydata()[0])
+    assert len(points) == len(df) == 9
+    row = df[(df.stage == "tiled") & (df.backend == "triton")].iloc[0]
+    assert points["tiled/triton"] == pytest.approx((row.intensity, row.achieved_tflops))
+    labels = {t.get_text() for t in ax.texts}
+    assert {"tiled/triton", "naive/cuda", "cuBLAS"} <= labels
+    assert {"FP32 compute roof: 66.9 TFLOP/s", "DRAM roof: 3.00 TB/s \u00d7 intensity",
+            "ridge 22.3 FLOP/B"} <= labels
+    assert "FLOP" in ax.get_xlabel() and "TFLOP/s" in ax.get_ylabel()
+    # no .env.json: the GPU comes from the peaks lab.profile read off the device
+    assert GPU in title(fig) and "commit" not in title(fig)
+
+
+# -------------------------------------------------------------------------------- occupancy
+
+
+def test_occupancy_has_a_point_per_gpu_row_with_both(figs):
+    fig = figs([FINAL])["occupancy"]
+    ax = fig.axes[0]
+    df = read_csv(FINAL)
+    rows = df[df.occupancy.notna() & df.gflops.notna() & (df.backend != "cublas")]
+    got = {}
+    for coll in ax.collections:
+        got[coll.get_gid()] = coll.get_offsets()
+    assert set(got) == {"occupancy/cuda", "occupancy/triton"}
+    assert sum(len(v) for v in got.values()) == len(rows) == 80
+    cuda = rows[rows.backend == "cuda"]
+    want = sorted(zip(100 * cuda.occupancy.astype(float), cuda.gflops / 1000))
+    assert np.allclose(sorted(map(tuple, got["occupancy/cuda"])), want)
+    assert ax.get_xlim()[1] > 100 and "%" in ax.get_xlabel() and "TFLOP/s" in ax.get_ylabel()
+    labels = {t.get_text() for t in ax.texts}
+    assert "vectorized/cuda" in labels and "naive/triton" in labels
+    assert "occupancy" in title(fig).lower() and GPU in title(fig)
+
+
+# --------------------------------------------------------------------------------- the CLI
+
+
+def cli(*args):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "lab.plot", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_writes_the_pngs_and_says_what_it_skipped(tmp_path):
+    r = cli(LAYOUTS, "-o", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"wrote {tmp_path / 'out' / 'ladder.png'}",
+                                     f"wrote {tmp_path / 'out' / 'occupancy.png'}"]
+    assert r.stderr.startswith("plots skipped: sweep") and r.stderr.count("\n") == 1
+
+
+def one_sentence_error(capsys, argv) -> str:
+    assert plot.main(argv) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    err = out.err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_cli_missing_csv(tmp_path, capsys):
+    err = one_sentence_error(capsys, [str(FINAL), str(tmp_path / "nope.csv"), "-o",
+                                      str(tmp_path / "out")])
+    assert "nope.csv" in err and "no such file" in err
+    assert not (tmp_path / "out").exists()  # nothing created
+
+
+def test_cli_csv_that_is_not_a_lab_results_file(tmp_path, capsys):
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    err = one_sentence_error(capsys, [str(other), "-o", str(tmp_path / "o")])
+    assert "is not a lab results file" in err
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert "is not a lab results file" in one_sentence_error(
+        capsys, [str(empty), "-o", str(tmp_path / "o")])
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(bytes(range(256)) * 4)
+    assert "is not a lab results file" in one_sentence_error(
+        capsys, [str(binary), "-o", str(tmp_path / "o")])
+    assert not (tmp_path / "o" / "ladder.png").exists()
+
+
+def test_cli_unwritable_output_folder(tmp_path, capsys):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    err = one_sentence_error(capsys, [str(FINAL), "-o", str(a_file)])
+    assert "it is a file, not a folder" in err
+    err = one_sentence_error(capsys, [str(FINAL), "-o", str(a_file / "sub")])
+    assert "is a file, not a folder" in err
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        try:
+            assert "cannot write plots into" in one_sentence_error(
+                capsys, [str(FINAL), "-o", str(locked)])
+        finally:
+            locked.chmod(0o700)
+
+
+def test_cli_usage_errors(tmp_path, capsys):
+    assert "--help" in one_sentence_error(capsys, [str(FINAL)])  # no -o
+    assert "--help" in one_sentence_error(capsys, ["-o", str(tmp_path)])  # no CSV
+
+
+def test_env_file_is_read_beside_the_csv(tmp_path, figs):
+    csv = tmp_path / "run.csv"
+    shutil.copy(LAYOUTS, csv)
+    (tmp_path / "run.env.json").write_text(json.dumps(
+        {"gpu": "Some GPU", "timestamp": "2027-01-02T03:04:05+00:00", "commit": None}))
+    t = title(figs([csv])["ladder"])
+    assert "Some GPU" in t and "2027-01-02" in t and "commit" not in t
+
+
+def test_nothing_to_draw_writes_nothing(tmp_path, capsys):
+    """A CPU-mode CSV (no times): no figure, one line saying why, and no error."""
+    df = read_csv(FINAL)
+    df["status"] = df["status"].where(df.backend == "triton", "compiled")
+    for col in ("median_ms", "gflops", "pct_cublas"):
+        df[col] = None
+    path = tmp_path / "cpu.csv"
+    df.to_csv(path, index=False)
+    assert plot.draw([str(path)], str(tmp_path / "out")) == []
+    assert list((tmp_path / "out").iterdir()) == []
+    err = capsys.readouterr().err
+    assert err.startswith("plots skipped: ladder (no passing GPU row with a % of cuBLAS)")
+    assert err.count("\n") == 1
