@@ -17,6 +17,7 @@ by more than the given percentage, 2 for a usage error (one sentence on stderr, 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from lab.cli import ArgumentParser, guarded
@@ -181,8 +182,8 @@ def _main(argv: list[str] | None) -> int:
     from lab import report
 
     console = Console()
-    if not console.is_terminal:  # a log file or pipe: do not squeeze the table into 80 columns
-        console = Console(width=220)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=220)  # a log file or pipe: room for --wide, unless COLUMNS says
     err = Console(stderr=True)
     if mode == "cpu":
         err.print("[yellow]No CUDA GPU: CPU mode.[/yellow] Triton stages run under the Triton "
