@@ -98,24 +98,26 @@ def list_stages(names: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
-def parse_backends(text: str) -> list[str]:
-    names = [b.strip().lower() for b in text.split(",") if b.strip()]
-    bad = [b for b in names if b not in BACKENDS]
+def parse_choices(text: str, valid: tuple, what: str, hint: str) -> list[str]:
+    """A comma list of names from `valid` (case-insensitive, duplicates dropped), or one sentence
+    naming the unknown ones."""
+    names = [x.strip().lower() for x in text.split(",") if x.strip()]
+    bad = [x for x in names if x not in valid]
     if bad or not names:
-        raise LabError(f"unknown backend {', '.join(bad) or repr(text)}; choose from "
-                       f"{', '.join(BACKENDS)} (comma list)")
+        raise LabError(f"unknown {what} {', '.join(bad) or repr(text)}; choose from "
+                       f"{', '.join(valid)} ({hint})")
     return list(dict.fromkeys(names))
+
+
+def parse_backends(text: str) -> list[str]:
+    return parse_choices(text, BACKENDS, "backend", "comma list")
 
 
 def parse_layouts(text: str) -> list[str]:
     from lab.run import LAYOUTS
 
-    names = [x.strip().lower() for x in text.split(",") if x.strip()]
-    bad = [x for x in names if x not in LAYOUTS]
-    if bad or not names:
-        raise LabError(f"unknown layout {', '.join(bad) or repr(text)}; choose from "
-                       f"{', '.join(LAYOUTS)} (first letter A, second B; t = stored transposed)")
-    return list(dict.fromkeys(names))
+    return parse_choices(text, LAYOUTS, "layout",
+                         "first letter A, second B; t = stored transposed")
 
 
 def main(argv: list[str] | None = None) -> int:
