@@ -206,6 +206,9 @@ STAGES: tuple[Stage, ...] = (
             *block_tile(128), *thread_tile(), group(16), *SWITCHES, num_warps(8), num_stages(),
         ),
     ),
+    # -- bank_conflicts entry --
+    # -- warptiling entry --
+    # -- double_buffered entry --
 )
 
 BY_NAME = {s.name: s for s in STAGES}
