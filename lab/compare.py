@@ -8,6 +8,11 @@
     python -m lab.compare --stage tiled --wide           # + resource columns (docs/COLUMNS.md)
     python -m lab.compare --stage all --sizes sweep --csv new.csv --baseline old.csv \
         --fail-on-regression 5 --plot plots/         # vs an earlier run; exit 1 if 5 % slower
+    python -m lab.compare --stage tiled,vectorized --sizes 1025,4096 --repeat 5   # noise bars
+
+On a GPU every stage row is timed beside its own cuBLAS call (interleaved batches, lab/timing.py),
+with the SM clock, power and throttle reasons sampled through NVML while it runs, and its % of the
+GPU's peak at that clock (a row above the peak is marked invalid). docs/TRUST.md says why.
 
 Exit status: 0 when every row passed, 1 when a row failed its check or could not be built or run
 (the other rows are still reported) or, with --fail-on-regression, was slower than its baseline
@@ -53,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto (default): gpu if CUDA is visible, else cpu")
     p.add_argument("--rep-ms", type=float, default=100.0,
                    help="timing budget per row in ms (at least 5 repetitions; default 100)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run the whole plan N times with fresh inputs (seed, seed+1, ...); the "
+                        "table shows each row's median over the repeats and the spread of its %% "
+                        "of cuBLAS, the CSV keeps every repeat (default 1)")
+    p.add_argument("--cublas-timing", choices=("adjacent", "once"), default="adjacent",
+                   help="adjacent (default): time cuBLAS beside each row, interleaved, for its %% "
+                        "of cuBLAS; once: one cuBLAS row per shape, timed before the stages (the "
+                        "older protocol, kept to measure the difference)")
     p.add_argument("--include-transfers", action="store_true",
                    help="GPU only: also time the host-to-host path (copy A and B to the GPU, "
                         "run, copy C back) next to the kernel alone")
@@ -143,6 +156,8 @@ def _main(argv: list[str] | None) -> int:
                        f"{', '.join(PRECISIONS)}")
     if not args.rep_ms > 0:
         raise LabError("--rep-ms must be a positive number of milliseconds")
+    if args.repeat < 1:
+        raise LabError(f"--repeat must be 1 or more, not {args.repeat}")
     if args.sizes is not None and any(not s.strip() for s in args.sizes):
         raise LabError("--sizes is empty; give sizes such as 1024,1025,512x768x333")
     if args.fail_on_regression is not None:
@@ -174,7 +189,8 @@ def _main(argv: list[str] | None) -> int:
     shapes = parse_sizes(",".join(args.sizes) if args.sizes else
                          (GPU_SIZES if mode == "gpu" else CPU_SIZES))
     plan = Plan(variants, backends, shapes, precision, args.seed, mode, args.rep_ms,
-                transfers=args.include_transfers, layouts=parse_layouts(args.layout))
+                transfers=args.include_transfers, layouts=parse_layouts(args.layout),
+                repeat=args.repeat, cublas_timing=args.cublas_timing)
     validate(plan)  # say what is wrong before printing anything else (execute() checks again)
     from lab.run import cpu_skips
 
@@ -198,7 +214,11 @@ def _main(argv: list[str] | None) -> int:
     rows = _execute_with_progress(plan, err)
     report.finalize(rows)
     matched = base_mod.apply(rows, baseline) if baseline is not None else 0
-    report.render(rows, mode, console, wide=args.wide)
+    shown = report.summarize_repeats(rows) if args.repeat > 1 else rows
+    report.render(shown, mode, console, wide=args.wide, spread=args.repeat > 1)
+    conditions = report.conditions_line(rows)
+    if conditions:
+        console.print(escape(conditions), highlight=False)
     if csv_paths:
         from lab import env
 

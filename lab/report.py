@@ -15,8 +15,9 @@ from pathlib import Path
 from lab.errors import LabError
 
 # Statuses: pass (checked, and timed on a GPU), fail (wrong values; not timed), error (could not
-# build or run), compiled (CPU mode: CUDA source compiled, resources reported, not run), skipped
-# (CPU mode: a Triton row larger than the interpreter's limit; `detail` says so).
+# build or run), invalid (timed faster than the GPU's peak for its precision at the measured clock:
+# not a speed, see lab/peaks.py), compiled (CPU mode: CUDA source compiled, resources reported,
+# not run), skipped (CPU mode: a Triton row larger than the interpreter's limit; `detail` says so).
 OK_STATUSES = ("pass", "compiled", "skipped")
 
 
@@ -38,6 +39,20 @@ class Row:
     reps: int | None = None
     gflops: float | None = None
     pct_cublas: float | None = None
+    pct_cublas_lo: float | None = None  # the noise band of pct_cublas: from p20/p80 of the row and
+    pct_cublas_hi: float | None = None  # of its adjacent cuBLAS timing (min/max over --repeat)
+    cublas_ms: float | None = None  # median of the cuBLAS call timed beside this row (adjacent)
+    cublas_timing: str = ""  # adjacent (interleaved with this row) | once (one row per shape)
+    peak_gflops: float | None = None  # the GPU's peak for this precision at sm_mhz_max
+    pct_peak: float | None = None  # 100 * gflops / peak_gflops
+    sm_mhz_mean: float | None = None  # SM clock sampled by NVML while the row was timed
+    sm_mhz_min: float | None = None
+    sm_mhz_max: float | None = None
+    power_w: float | None = None  # mean board power over the same samples
+    temp_c: float | None = None  # highest GPU temperature over the same samples
+    throttle: str = ""  # clock-event reasons NVML reported in any sample ('+'-joined)
+    clock_samples: int | None = None
+    repeat: int | None = None  # --repeat: which repetition of the plan (0-based)
     vs_baseline_pct: float | None = None  # --baseline: 100 * (t / t_baseline - 1), + = slower
     rel_err: float | None = None
     max_err_k: float | None = None
@@ -66,6 +81,13 @@ class Row:
             if key in ROW_FIELDS:
                 setattr(self, key, value)
 
+    def set_conditions(self, cond) -> None:
+        """Copy a lab.clocks.Conditions (what NVML sampled while the row was timed)."""
+        self.sm_mhz_mean, self.sm_mhz_min, self.sm_mhz_max = (cond.sm_mhz_mean, cond.sm_mhz_min,
+                                                              cond.sm_mhz_max)
+        self.power_w, self.temp_c, self.throttle = cond.power_w, cond.temp_c, cond.throttle
+        self.clock_samples = cond.samples or None
+
 
 ROW_FIELDS = {f.name for f in fields(Row)}
 
@@ -85,9 +107,14 @@ def pct_of(baseline_ms: float, ms: float) -> float:
 
 
 def finalize(rows: list[Row]) -> list[Row]:
-    """Fill the computed columns: GFLOPS for every timed row, % of cuBLAS at the same precision."""
+    """Fill the computed columns of every timed row: GFLOPS, % of cuBLAS at the same precision
+    (against the cuBLAS call timed beside the row when there is one, else against the shape's
+    cuBLAS row of the same repetition) with its noise band, and % of the GPU's peak. A row faster
+    than the peak at its measured clock is marked invalid: its time is not a speed."""
+    from lab.peaks import MARGIN
+
     baseline = {
-        (r.precision, r.layout, r.M, r.N, r.K): r.median_ms
+        (r.precision, r.layout, r.M, r.N, r.K, r.repeat): r
         for r in rows
         if r.backend == "cublas" and r.median_ms is not None
     }
@@ -95,10 +122,100 @@ def finalize(rows: list[Row]) -> list[Row]:
         if r.median_ms is None:
             continue
         r.gflops = gflops(r.M, r.N, r.K, r.median_ms)
-        base = baseline.get((r.precision, r.layout, r.M, r.N, r.K))
-        if base is not None:
-            r.pct_cublas = pct_of(base, r.median_ms)
+        if r.peak_gflops:
+            r.pct_peak = 100.0 * r.gflops / r.peak_gflops
+            if r.gflops > MARGIN * r.peak_gflops and r.status == "pass":
+                r.status = "invalid"
+                clock = f" at {r.sm_mhz_max:.0f} MHz" if r.sm_mhz_max else ""
+                r.detail = (f"{r.gflops / 1e3:.1f} TFLOPS is {r.pct_peak:.0f}% of the GPU's "
+                            f"{r.precision} peak ({r.peak_gflops / 1e3:.1f} TFLOPS{clock}): not a "
+                            f"speed; the kernel skipped work or the timer missed it")
+        if r.backend == "cublas":
+            r.pct_cublas = 100.0
+            continue
+        if r.cublas_ms is not None:
+            base_ms = r.cublas_ms
+            base_p20 = base_p80 = None
+        else:
+            base_row = baseline.get((r.precision, r.layout, r.M, r.N, r.K, r.repeat))
+            if base_row is None:
+                continue
+            base_ms, base_p20, base_p80 = base_row.median_ms, base_row.p20_ms, base_row.p80_ms
+        r.pct_cublas = pct_of(base_ms, r.median_ms)
+        if r.pct_cublas_lo is None and None not in (base_p20, base_p80, r.p20_ms, r.p80_ms):
+            r.pct_cublas_lo = pct_of(base_p20, r.p80_ms)
+            r.pct_cublas_hi = pct_of(base_p80, r.p20_ms)
     return rows
+
+
+def within_noise(r: Row) -> bool:
+    """True when the row's claim against cuBLAS (faster or slower) is smaller than its noise:
+    its % of cuBLAS band (p20/p80 of both timings, or min..max over repeats) contains 100."""
+    return (r.pct_cublas_lo is not None and r.pct_cublas_hi is not None
+            and r.pct_cublas_lo <= 100.0 <= r.pct_cublas_hi)
+
+
+def time_spread_pct(r: Row) -> float | None:
+    """The row's time spread, p20..p80 (min..max over repeats), as a % of its median."""
+    if r.p20_ms is None or r.p80_ms is None or not r.median_ms:
+        return None
+    return 100.0 * (r.p80_ms - r.p20_ms) / r.median_ms
+
+
+def baseline_within_noise(r: Row) -> bool:
+    """True when a --baseline difference is smaller than the row's own time spread."""
+    spread = time_spread_pct(r)
+    return r.vs_baseline_pct is not None and spread is not None and abs(r.vs_baseline_pct) < spread
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+# The key that says two rows of different repeats are the same measurement.
+def repeat_key(r: Row) -> tuple:
+    return (r.stage, r.backend, r.precision, r.layout, r.M, r.N, r.K, r.params)
+
+
+def summarize_repeats(rows: list[Row]) -> list[Row]:
+    """One row per measurement over the repeats of a `--repeat N` run, for the table: median of
+    the repeats' medians (time, GFLOPS, % cuBLAS, % peak), and as the spread min..max of the
+    medians (p20_ms/p80_ms hold the time's, pct_cublas_lo/hi the % of cuBLAS's). A measurement
+    that failed in any repeat shows that repeat's row. The CSV keeps every repeat's row."""
+    from dataclasses import replace
+
+    groups: dict[tuple, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(repeat_key(r), []).append(r)
+    out = []
+    for group in groups.values():
+        bad = [r for r in group if r.status not in OK_STATUSES]
+        timed = [r for r in group if r.median_ms is not None]
+        if bad or len(group) == 1 or not timed:
+            out.append(bad[0] if bad else group[0])
+            continue
+        first = group[0]
+        ms = [r.median_ms for r in timed]
+        s = replace(first, median_ms=_median(ms), p20_ms=min(ms), p80_ms=max(ms), reps=sum(
+            r.reps or 0 for r in timed), repeat=None)
+        s.gflops = gflops(s.M, s.N, s.K, s.median_ms)
+        pct = [r.pct_cublas for r in timed if r.pct_cublas is not None]
+        if pct:
+            s.pct_cublas, s.pct_cublas_lo, s.pct_cublas_hi = _median(pct), min(pct), max(pct)
+        peak = [r.pct_peak for r in timed if r.pct_peak is not None]
+        s.pct_peak = _median(peak) if peak else None
+        clocks = [r.sm_mhz_mean for r in timed if r.sm_mhz_mean is not None]
+        s.sm_mhz_mean = sum(clocks) / len(clocks) if clocks else None
+        mins = [r.sm_mhz_min for r in timed if r.sm_mhz_min is not None]
+        s.sm_mhz_min = min(mins) if mins else None
+        s.throttle = "+".join(dict.fromkeys(x for r in timed for x in r.throttle.split("+") if x))
+        base = [r.vs_baseline_pct for r in timed if r.vs_baseline_pct is not None]
+        s.vs_baseline_pct = _median(base) if base else None
+        s.detail = f"median of {len(timed)} repeats"
+        out.append(s)
+    return out
 
 
 # Integer columns: pandas' nullable Int64 in the frame, so that a column with empty cells (None)
@@ -193,9 +310,16 @@ _COLUMNS = {
     "p20-p80 ms": (lambda r: "-" if r.p20_ms is None or r.p80_ms is None
                    else f"{_sig(r.p20_ms, 4)}-{_sig(r.p80_ms, 4)}", "right"),
     "TFLOPS": (lambda r: _sig(None if r.gflops is None else r.gflops / 1000, 3), "right"),
-    "% cuBLAS": (lambda r: _num(r.pct_cublas, ".1f"), "right"),
-    "vs base": (lambda r: "-" if r.vs_baseline_pct is None else f"{r.vs_baseline_pct:+.1f}%",
-                "right"),
+    "% cuBLAS": (lambda r: _num(r.pct_cublas, ".1f") + ("~" if within_noise(r) else ""), "right"),
+    "% cuB range": (lambda r: "-" if r.pct_cublas_lo is None or r.pct_cublas_hi is None
+                    else f"{r.pct_cublas_lo:.1f}-{r.pct_cublas_hi:.1f}", "right"),
+    "% peak": (lambda r: _num(r.pct_peak, ".1f"), "right"),
+    "vs base": (lambda r: "-" if r.vs_baseline_pct is None else f"{r.vs_baseline_pct:+.1f}%"
+                + ("~" if baseline_within_noise(r) else ""), "right"),
+    "MHz": (lambda r: _num(r.sm_mhz_mean, ".0f"), "right"),
+    "min MHz": (lambda r: _num(r.sm_mhz_min, ".0f"), "right"),
+    "W": (lambda r: _num(r.power_w, ".0f"), "right"),
+    "throttle": (lambda r: r.throttle or "-", "left"),
     "rel err": (lambda r: _num(r.rel_err, ".1e"), "right"),
     "status": (lambda r: r.status, "left"),
     "regs": (lambda r: _num(r.registers, "d"), "right"),
@@ -211,7 +335,7 @@ _COLUMNS = {
     "blk/SM": (_blocks, "right"),
 }
 # Shown only when some row has a value (in the tables that offer them).
-_WHEN_FILLED = ("vs base", "setup ms", "e2e ms", "xfer %", "occ %", "limited by", "blk/SM")
+_WHEN_FILLED = ("vs base", "% peak", "% cuB range", "MHz", "min MHz", "W", "throttle", "setup ms", "e2e ms", "xfer %", "occ %", "limited by", "blk/SM")
 # CPU mode has no times, so its narrow table has room for what NVRTC reports of the CUDA rows.
 CPU_RESOURCES = ("regs", "smem B", "spill B")
 # No vertical lines and a rule under each header (not across the gaps), so that neighbouring
@@ -226,17 +350,20 @@ _BOX = (
     "    \n"  # footer
     "    \n"  # bottom
 )
-_STYLES = {"pass": "green", "compiled": "cyan", "skipped": "yellow", "fail": "red", "error": "red"}
+_STYLES = {"pass": "green", "compiled": "cyan", "skipped": "yellow", "fail": "red", "error": "red",
+           "invalid": "red"}
 
 
-def columns(rows: list[Row], mode: str, wide: bool = False) -> list[str]:
+def columns(rows: list[Row], mode: str, wide: bool = False, spread: bool = False) -> list[str]:
     """The table's column headers for these rows, in order.
 
     Narrow (the default): stage, backend, size, and on a GPU median ms, TFLOPS and % cuBLAS (and
     vs base when a row was compared with a --baseline run); then rel err and status (CPU mode
     adds regs, smem B and spill B, which fit where the times would be). Precision and layout get
     a column only when the rows differ in them (otherwise the title says which). wide=True adds
-    the resource columns; CPU mode never shows a time column.
+    the resource columns, the noise band of % cuBLAS and the clock, power and throttle columns;
+    spread=True (a --repeat run) shows the band in the narrow table too. CPU mode never shows a
+    time column.
     """
     gpu = mode == "gpu"
     cols = ["stage", "backend"]
@@ -246,17 +373,45 @@ def columns(rows: list[Row], mode: str, wide: bool = False) -> list[str]:
         cols.append("layout")
     cols.append("size")
     if gpu:
-        cols += ["median ms", *(["p20-p80 ms"] if wide else []), "TFLOPS", "% cuBLAS", "vs base"]
+        cols += ["median ms", *(["p20-p80 ms"] if wide else []), "TFLOPS", "% cuBLAS",
+                 *(["% cuB range"] if wide or spread else []), "% peak", "vs base"]
     cols += ["rel err", "status"]
     if wide:
         cols += ["regs", "smem B", "spill B", "threads"]
         if gpu:
-            cols += ["setup ms", "e2e ms", "xfer %"]
+            cols += ["setup ms", "e2e ms", "xfer %", "MHz", "min MHz", "W", "throttle"]
         cols += ["occ %", "limited by", "blk/SM"]
     elif not gpu:
         cols += list(CPU_RESOURCES)
     return [c for c in cols
             if c not in _WHEN_FILLED or any(_COLUMNS[c][0](r) != "-" for r in rows)]
+
+
+def conditions_line(rows: list[Row]) -> str | None:
+    """One line on the GPU's conditions over the timed rows: SM clock range, power, temperature
+    and the throttle reasons seen (None when nothing was sampled, e.g. CPU mode or no NVML)."""
+    timed = [r for r in rows if r.sm_mhz_mean is not None]
+    if not timed:
+        return None
+    lo = min(r.sm_mhz_min for r in timed if r.sm_mhz_min is not None)
+    hi = max((r.sm_mhz_max or r.sm_mhz_mean) for r in timed)
+    power = [r.power_w for r in timed if r.power_w is not None]
+    temps = [r.temp_c for r in timed if r.temp_c is not None]
+    reasons: dict[str, int] = {}
+    for r in timed:
+        for x in filter(None, r.throttle.split("+")):
+            reasons[x] = reasons.get(x, 0) + 1
+    text = f"SM clock {lo:.0f}-{hi:.0f} MHz over {len(timed)} timed rows (NVML samples)"
+    if power:
+        text += f", board power up to {max(power):.0f} W"
+    if temps:
+        text += f", up to {max(temps):.0f} C"
+    if reasons:
+        text += "; clock held down by " + ", ".join(f"{k} in {v} row{'s' * (v != 1)}"
+                                                   for k, v in reasons.items())
+    else:
+        text += "; no throttle reason reported"
+    return text
 
 
 def _title(rows: list[Row], mode: str) -> str:
@@ -275,7 +430,8 @@ def _title(rows: list[Row], mode: str) -> str:
 
 # Where a cell may wrap when its column must narrow: after these characters. Other cells wrap
 # nowhere of their own (only rich's last-resort fold, when nothing else fits).
-_BREAKS = {"stage": ":,", "limited by": "+ ", "blk/SM": " ", "p20-p80 ms": "-"}
+_BREAKS = {"stage": ":,", "limited by": "+ ", "blk/SM": " ", "p20-p80 ms": "-",
+           "% cuB range": "-", "throttle": "+"}
 
 
 def _pieces(text: str, breaks: str) -> list[str]:
@@ -338,7 +494,8 @@ def _fit(cols: list[str], cells: list[list[str]], max_width: int) -> tuple[list[
     return widths, 1
 
 
-def render(rows: list[Row], mode: str, console=None, wide: bool = False) -> None:
+def render(rows: list[Row], mode: str, console=None, wide: bool = False,
+           spread: bool = False) -> None:
     """Print the rows as a table (rich), fitted to the console's width (rich reads COLUMNS).
 
     The stage column is the one that gives way: a long variant label wraps after a ':' or ','.
@@ -352,11 +509,13 @@ def render(rows: list[Row], mode: str, console=None, wide: bool = False) -> None
     from rich.text import Text
 
     console = console or Console()
-    cols = columns(rows, mode, wide)
+    cols = columns(rows, mode, wide, spread)
     cells = [[_COLUMNS[c][0](r) for c in cols] for r in rows]
     widths, gap = _fit(cols, cells, console.width)
     caption = ("every column: docs/COLUMNS.md" if wide else
-               "--wide adds the resource columns; every column: docs/COLUMNS.md")
+               "--wide adds the resource and clock columns; every column: docs/COLUMNS.md")
+    if any(within_noise(r) or baseline_within_noise(r) for r in rows):
+        caption = "~ = the difference is within the row's noise (docs/TRUST.md); " + caption
     table = Table(title=_title(rows, mode), caption=caption, header_style="bold",
                   box=Box(_BOX), show_edge=False, pad_edge=False, padding=(0, gap - 1, 0, 0))
     for c, w in zip(cols, widths):

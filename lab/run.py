@@ -25,6 +25,9 @@ from lab.stages import Variant
 CPU_MAX_WORK = 256**3
 # Operand layouts, BLAS naming: first letter A, second B; n = row-major, t = stored transposed.
 LAYOUTS = ("nn", "nt", "tn", "tt")
+# How each stage row's cuBLAS baseline is timed (lab/timing.py's header): adjacent = interleaved
+# with the row's own repetitions; once = the shape's cuBLAS row, timed before every stage.
+CUBLAS_TIMINGS = ("adjacent", "once")
 
 
 @dataclass
@@ -40,11 +43,13 @@ class Plan:
     transfers: bool = False  # also time host -> device -> host around each launch
     layouts: list[str] = field(default_factory=lambda: ["nn"])  # BLAS names: nn, nt, tn, tt
     notes: list[str] = field(default_factory=list)
+    repeat: int = 1  # run the whole plan this many times (fresh inputs: seed + repeat index)
+    cublas_timing: str = "adjacent"  # adjacent: cuBLAS timed beside each row | once: per shape
 
     @property
     def n_rows(self) -> int:
         per_shape = len(self.variants) * len(self.backends) + (self.mode == "gpu" and self.cublas)
-        return per_shape * len(self.shapes) * len(self.layouts)
+        return per_shape * len(self.shapes) * len(self.layouts) * self.repeat
 
 
 def detect_mode(requested: str = "auto") -> str:
@@ -74,6 +79,11 @@ def validate(plan: Plan) -> None:
             check_params = getattr(v.stage.module(backend), "validate", None)
             if check_params is not None:
                 check_params(**v.params_for(backend))
+    if not isinstance(plan.repeat, int) or plan.repeat < 1:
+        raise LabError(f"--repeat must be a whole number of 1 or more, not {plan.repeat}")
+    if plan.cublas_timing not in CUBLAS_TIMINGS:
+        raise LabError(f"unknown cuBLAS timing {plan.cublas_timing!r}; choose from "
+                       f"{', '.join(CUBLAS_TIMINGS)}")
     if plan.transfers and plan.mode != "gpu":
         raise LabError("--include-transfers times host<->device copies and needs a CUDA GPU; "
                        "run it on a GPU machine")
@@ -132,8 +142,6 @@ def _error_row(row: Row, exc: BaseException) -> Row:
 
 
 def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row]:
-    import torch
-
     from lab.occupancy import SM90, from_device
 
     validate(plan)
@@ -148,39 +156,84 @@ def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row
         if on_row:
             on_row(row)
 
-    for shape in plan.shapes:
-        M, N, K = shape
-        # CPU mode beyond the interpreter's size: Triton rows are skipped, CUDA rows only compile,
-        # so no inputs are made (a 4096^3 float64 reference would take the CPU a while).
-        runs = plan.mode == "gpu" or interpretable(shape)
-        for layout in plan.layouts:
-            a, b = chk.make_inputs(M, N, K, plan.seed, device, layout=layout) if runs else (None,) * 2
-            ref = chk.reference(a, b) if runs else None
-            host = (a.cpu(), b.cpu(), torch.empty((M, N))) if plan.transfers else None
-            base = dict(precision=plan.precision, M=M, N=N, K=K, mode=plan.mode, seed=plan.seed,
-                        layout=layout)
-            if plan.mode == "gpu" and plan.cublas:
-                emit(_run_cublas(a, b, ref, plan, base, host))
-            for variant in plan.variants:
-                for backend in plan.backends:
-                    row = Row(stage=variant.label, backend=backend,
-                              params=_params(variant, backend), **base)
-                    try:
-                        if plan.mode == "cpu" and backend == "cuda":
-                            _compile_only(row, variant, shape, layout)
-                        elif not runs:
-                            row.status = "skipped"
-                            row.detail = (f"CPU mode runs Triton under its interpreter only up to "
-                                          f"M*N*K = 256^3; {shape} is larger (run it on a GPU)")
-                        else:
-                            _run_stage(row, variant, backend, a, b, ref, plan, host)
-                    except Exception as exc:  # the row fails; the run goes on
-                        _error_row(row, exc)
-                    emit(row)
-            del a, b, ref
-            if device == "cuda":
-                torch.cuda.empty_cache()
+    gpu = _GpuInfo.read() if plan.mode == "gpu" else None
+    for repeat in range(plan.repeat):
+        for shape in plan.shapes:
+            _run_shape(plan, shape, repeat, device, gpu, emit)
     return rows
+
+
+def _run_shape(plan: Plan, shape: Shape, repeat: int, device: str, gpu, emit) -> None:
+    import torch
+
+    M, N, K = shape
+    seed = plan.seed + repeat  # fresh inputs in each repeat, reproducible from the seed
+    # CPU mode beyond the interpreter's size: Triton rows are skipped, CUDA rows only compile,
+    # so no inputs are made (a 4096^3 float64 reference would take the CPU a while).
+    runs = plan.mode == "gpu" or interpretable(shape)
+    for layout in plan.layouts:
+        a, b = chk.make_inputs(M, N, K, seed, device, layout=layout) if runs else (None,) * 2
+        ref = chk.reference(a, b) if runs else None
+        host = (a.cpu(), b.cpu(), torch.empty((M, N))) if plan.transfers else None
+        base = dict(precision=plan.precision, M=M, N=N, K=K, mode=plan.mode, seed=seed,
+                    layout=layout, repeat=repeat if plan.repeat > 1 else None)
+        cublas = None  # the checked cuBLAS launch, timed beside each stage row (adjacent)
+        if plan.mode == "gpu" and plan.cublas:
+            row, cublas = _run_cublas(a, b, ref, plan, base, host, gpu)
+            emit(row)
+        for variant in plan.variants:
+            for backend in plan.backends:
+                row = Row(stage=variant.label, backend=backend,
+                          params=_params(variant, backend), **base)
+                try:
+                    if plan.mode == "cpu" and backend == "cuda":
+                        _compile_only(row, variant, shape, layout)
+                    elif not runs:
+                        row.status = "skipped"
+                        row.detail = (f"CPU mode runs Triton under its interpreter only up to "
+                                      f"M*N*K = 256^3; {shape} is larger (run it on a GPU)")
+                    else:
+                        _run_stage(row, variant, backend, a, b, ref, plan, host, cublas, gpu)
+                except Exception as exc:  # the row fails; the run goes on
+                    _error_row(row, exc)
+                emit(row)
+        del a, b, ref, cublas
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+@dataclass
+class _GpuInfo:
+    """What the peak of a row needs: compute capability, SM count, and the clock to assume when
+    NVML gives no samples (the maximum SM clock)."""
+
+    capability: tuple[int, int]
+    sms: int
+    max_mhz: float | None
+
+    @classmethod
+    def read(cls) -> "_GpuInfo":
+        import torch
+
+        from lab import clocks
+
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        max_mhz = clocks.max_sm_mhz()
+        if max_mhz is None:
+            try:
+                import cupy
+
+                max_mhz = cupy.cuda.Device().attributes["ClockRate"] / 1000.0
+            except Exception:
+                max_mhz = None
+        return cls((props.major, props.minor), props.multi_processor_count, max_mhz)
+
+    def set_peak(self, row: Row) -> None:
+        from lab.peaks import peak
+
+        clock = row.sm_mhz_max or self.max_mhz
+        p = peak(row.precision, self.capability, self.sms, clock) if clock else None
+        row.peak_gflops = p.gflops if p else None
 
 
 def _fill_occupancy(row: Row, limits) -> None:
@@ -213,21 +266,23 @@ def _cublas_fp32_ieee():
         matmul.allow_tf32 = False
 
 
-def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None) -> Row:
+def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None, gpu=None):
+    """The shape's cuBLAS row, and its launch (None if it failed) for the adjacent baselines."""
     import torch
 
-    row = Row(stage="cublas", backend="cublas", **base)
+    row = Row(stage="cublas", backend="cublas", cublas_timing=plan.cublas_timing, **base)
     try:
         _cublas_fp32_ieee()
         c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=torch.float32)
         launch = lambda: torch.matmul(a, b, out=c)  # noqa: E731
-        _check_and_time(row, launch, a, b, c, ref, plan, host)
+        _check_and_time(row, launch, a, b, c, ref, plan, host, gpu=gpu)
     except Exception as exc:
         _error_row(row, exc)
-    return row
+    return row, (launch if row.status == "pass" else None)
 
 
-def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, host) -> None:
+def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, host,
+               cublas=None, gpu=None) -> None:
     import torch
 
     module = variant.stage.module(backend)
@@ -244,7 +299,7 @@ def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, 
 
         row.api_blocks_per_sm = occupancy_blocks_per_sm(launch.build, row.threads,
                                                         row.smem_dynamic or 0)
-    _check_and_time(row, launch, a, b, c, ref, plan, host)
+    _check_and_time(row, launch, a, b, c, ref, plan, host, cublas, gpu)
 
 
 def _apply_check(row: Row, result: chk.CheckResult) -> bool:
@@ -254,12 +309,31 @@ def _apply_check(row: Row, result: chk.CheckResult) -> bool:
     return result.passed
 
 
-def _check_and_time(row: Row, launch, a, b, c, ref, plan: Plan, host=None) -> None:
-    from lab.timing import bench
+def _check_and_time(row: Row, launch, a, b, c, ref, plan: Plan, host=None, cublas=None,
+                    gpu=None) -> None:
+    """Check, then (only if correct) time: beside the cuBLAS launch `cublas` when the plan times
+    baselines adjacent to each row and one is given, alone otherwise; NVML samples the clock,
+    power and throttle reasons throughout (lab/clocks.py)."""
+    from lab.clocks import Sampler
+    from lab.timing import bench, bench_adjacent
 
     if not _apply_check(row, chk.check(launch, c, ref, row.K, plan.precision)):
         return
-    t = bench(launch, rep_ms=plan.rep_ms)
+    with Sampler() as sampler:
+        if cublas is not None and plan.cublas_timing == "adjacent":
+            t, base = bench_adjacent(launch, cublas, rep_ms=plan.rep_ms)
+            row.cublas_ms = base.median_ms
+            row.pct_cublas_lo = 100.0 * base.p20_ms / t.p80_ms
+            row.pct_cublas_hi = 100.0 * base.p80_ms / t.p20_ms
+        else:
+            t = bench(launch, rep_ms=plan.rep_ms)
+        import torch
+
+        torch.cuda.synchronize()
+    row.cublas_timing = plan.cublas_timing
+    row.set_conditions(sampler.conditions)
+    if gpu is not None:
+        gpu.set_peak(row)
     row.median_ms, row.p20_ms, row.p80_ms, row.reps = t.median_ms, t.p20_ms, t.p80_ms, t.reps
     if host is not None:
         a_h, b_h, c_h = host

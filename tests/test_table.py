@@ -189,7 +189,8 @@ def test_csv_writes_integers_as_integers(tmp_path):
 def test_int_columns_are_the_integer_fields():
     expected = {"M", "N", "K", "reps", "registers", "smem_static", "smem_dynamic", "spill_bytes",
                 "threads", "grid_blocks", "blocks_by_warps", "blocks_by_regs", "blocks_by_smem",
-                "blocks_per_sm", "api_blocks_per_sm", "seed"}
+                "blocks_per_sm", "api_blocks_per_sm", "seed", "repeat",
+                    "clock_samples"}
     assert set(INT_COLUMNS) == expected
 
 
