@@ -151,8 +151,8 @@ def finalize(rows: list[Row]) -> list[Row]:
 def within_noise(r: Row) -> bool:
     """True when the row's claim against cuBLAS (faster or slower) is smaller than its noise:
     its % of cuBLAS band (p20/p80 of both timings, or min..max over repeats) contains 100."""
-    return (r.pct_cublas_lo is not None and r.pct_cublas_hi is not None
-            and r.pct_cublas_lo <= 100.0 <= r.pct_cublas_hi)
+    return (r.backend != "cublas" and r.pct_cublas_lo is not None
+            and r.pct_cublas_hi is not None and r.pct_cublas_lo <= 100.0 <= r.pct_cublas_hi)
 
 
 def time_spread_pct(r: Row) -> float | None:
@@ -202,8 +202,10 @@ def summarize_repeats(rows: list[Row]) -> list[Row]:
             r.reps or 0 for r in timed), repeat=None)
         s.gflops = gflops(s.M, s.N, s.K, s.median_ms)
         pct = [r.pct_cublas for r in timed if r.pct_cublas is not None]
-        if pct:
+        if pct and first.backend != "cublas":
             s.pct_cublas, s.pct_cublas_lo, s.pct_cublas_hi = _median(pct), min(pct), max(pct)
+        elif pct:
+            s.pct_cublas = 100.0
         peak = [r.pct_peak for r in timed if r.pct_peak is not None]
         s.pct_peak = _median(peak) if peak else None
         clocks = [r.sm_mhz_mean for r in timed if r.sm_mhz_mean is not None]
