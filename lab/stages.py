@@ -68,13 +68,20 @@ class Stage:
 
 @dataclass(frozen=True)
 class Variant:
-    """A stage with concrete parameter values: one row per backend and size."""
+    """A stage with concrete parameter values: one row per backend and size.
+
+    `auto` (written `stage:auto`) asks for the autotuner's cached winner for each row's GPU, shape,
+    layout and backend (lab.autotune.concrete); until it is resolved `params` holds the defaults,
+    which are also what runs when no tuned configuration is cached."""
 
     stage: Stage
     params: dict = field(default_factory=dict, hash=False)
+    auto: bool = False
 
     @property
     def label(self) -> str:
+        if self.auto:
+            return f"{self.stage.name}:auto"
         changed = {k: v for k, v in self.params.items() if self.stage.defaults().get(k) != v}
         if not changed:
             return self.stage.name
@@ -228,8 +235,16 @@ def parse_variants(specs: list[str]) -> list[Variant]:
 
     Each value is a comma list of `stage` or `stage:param=value` items; a `param=value` item with no
     stage name continues the previous item's parameters, so `tiled_rect:rows=8,cols=32,naive` works.
-    `all` means every registered stage with its defaults.
+    `all` means every registered stage with its defaults. `stage:auto` is a variant flagged `auto`
+    (label `stage:auto`): each row runs the autotuner's cached winner (lab.autotune), or the
+    defaults when none is cached; it takes no explicit parameters.
     """
+    def no_auto_with_params(name: str, assignments: list[str]) -> None:
+        explicit = ",".join(a.strip() for a in assignments if a.strip().lower() != "auto")
+        raise LabError(f"{name}:auto picks its parameters from the autotuner's cache, so it cannot "
+                       f"be combined with explicit ones ({explicit}); use {name}:auto or "
+                       f"{name}:{explicit}")
+
     items: list[tuple[str, list[str]]] = []
     for spec in specs:
         for piece in (p.strip() for p in spec.split(",")):
@@ -238,6 +253,10 @@ def parse_variants(specs: list[str]) -> list[Variant]:
             if ":" in piece:
                 name, first = piece.split(":", 1)
                 items.append((name.strip(), [first] if first else []))
+            elif piece.lower() == "auto":
+                if items and items[-1][1]:
+                    no_auto_with_params(items[-1][0], items[-1][1] + ["auto"])
+                raise LabError("'auto' follows a stage name, as in vectorized:auto")
             elif "=" in piece:
                 if not items:
                     raise LabError(f"parameter {piece!r} must follow a stage name, as in tiled:{piece}")
@@ -256,6 +275,13 @@ def parse_variants(specs: list[str]) -> list[Variant]:
             continue
         stage = get_stage(name)
         params = stage.defaults()
+        if any(a.strip().lower() == "auto" for a in assignments):
+            if len(assignments) > 1:
+                no_auto_with_params(name, assignments)
+            variant = Variant(stage, params, auto=True)
+            if all(v.label != variant.label for v in variants):
+                variants.append(variant)
+            continue
         specs_by_name = {p.name: p for p in stage.params}
         for assignment in assignments:
             key, sep, value = assignment.partition("=")
