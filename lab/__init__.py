@@ -15,18 +15,21 @@ from lab.errors import CompileError, LabError
 __all__ = ["matmul", "LabError", "CompileError"]
 
 
-def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None, **params):
+def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None,
+           precision: str | None = None, **params):
     """C = A @ B computed by one stage of the lab (`python -m lab.compare --list` lists them).
 
     a: M x K, b: K x N float32 tensors on one device (a CUDA GPU; Triton stages also run CPU
     tensors under the Triton interpreter, TRITON_INTERPRET=1). out: an M x N float32 tensor to
-    write (any strides, not overlapping a or b), or None for a new one. params: the stage's
-    parameters (e.g. tile=16), checked against the registry. Returns C. Like torch.matmul, the
+    write (any strides, not overlapping a or b), or None for a new one. precision: fp32, tf32,
+    3xtf32, bf16 or fp16 where the stage supports it (lab/stages.py); None takes it from the
+    dtype (float32 -> fp32, bfloat16 -> bf16, float16 -> fp16; C has the operands' dtype).
+    params: the stage's parameters (e.g. tile=16), checked against the registry. Returns C. Like torch.matmul, the
     call is asynchronous on a GPU (it returns once the kernel is queued on the current stream).
     """
     import torch
 
-    from lab.operands import Needs, check_operands, dtypes_of
+    from lab.operands import DTYPE_NAMES, Needs, check_operands, precision_for
     from lab.stages import BACKENDS, Variant, get_stage
 
     if not isinstance(stage, str):
@@ -57,7 +60,8 @@ def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None, **p
             out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
         else:  # let the shared check say what is wrong with the shapes
             out = a.new_empty((0, 0))
-    needs = Needs(blas=backend == "cuda", dtypes=dtypes_of(spec))
+    precision = precision_for(a, precision, where, spec.precisions_for(backend))
+    needs = Needs(blas=backend == "cuda", dtypes=(DTYPE_NAMES[precision],))
     on_cpu = a.device.type == "cpu"
     check_operands(a, b, out, where, needs, device="cuda" if backend == "cuda" else "any")
     if backend == "triton" and on_cpu:
@@ -65,7 +69,8 @@ def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None, **p
     module = spec.module(backend)
     if backend == "triton" and on_cpu:
         _refuse_compiled_kernels(module, where)
-    launch = module.prepare(a, b, out, **Variant(spec, values).params_for(backend))
+    launch = module.prepare(a, b, out, precision=precision,
+                            **Variant(spec, values).params_for(backend))
     launch()
     return out
 

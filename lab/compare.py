@@ -46,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "1024,1025,2048,4096,4096x2048x1000; in CPU mode: 64,65,17x33x129; CPU mode "
                         "runs Triton rows up to M*N*K = 256^3 and compiles CUDA rows at any size)")
     p.add_argument("--precision", default="fp32",
-                   help=f"arithmetic precision (supported: {', '.join(PRECISIONS)})")
+                   help=f"comma list of precisions ({', '.join(PRECISIONS)}; default fp32): each "
+                        "is its own set of rows, compared with cuBLAS at the same precision "
+                        "(3xtf32 with cuBLAS fp32); a stage x backend runs only the precisions "
+                        "it supports (--list says which)")
     p.add_argument("--layout", default="nn",
                    help="comma list of operand layouts, BLAS naming (first letter A, second B; "
                         "t = stored transposed, i.e. a column-major view): nn (default), nt, tn, "
@@ -101,6 +104,9 @@ def list_stages(names: list[str] | None = None) -> str:
     for s in stages:
         lines += textwrap.wrap(s.title, width_total, initial_indent=f"{s.name:<{width}}  ",
                                subsequent_indent=" " * (width + 2))
+        lines += textwrap.wrap("precisions: " + "; ".join(
+            f"{b} {', '.join(s.precisions_for(b)) or 'none'}" for b in BACKENDS), width_total,
+            initial_indent=" " * (width + 4), subsequent_indent=" " * (width + 8))
         for prm in s.params:
             only = "" if len(prm.backends) > 1 else f" [{prm.backends[0]} only]"
             choices = "|".join(str(int(c)) if isinstance(c, bool) else str(c) for c in prm.choices)
@@ -150,10 +156,7 @@ def _main(argv: list[str] | None) -> int:
         return 0
     variants = parse_variants(args.stage or [])
     backends = parse_backends(args.backend)
-    precision = args.precision.strip().lower()
-    if precision not in PRECISIONS:
-        raise LabError(f"precision {args.precision!r} is not supported; choose from "
-                       f"{', '.join(PRECISIONS)}")
+    precision = parse_choices(args.precision, PRECISIONS, "precision", "comma list")
     if not args.rep_ms > 0:
         raise LabError("--rep-ms must be a positive number of milliseconds")
     if args.repeat < 1:
@@ -211,6 +214,10 @@ def _main(argv: list[str] | None) -> int:
         if skipped:
             err.print(f"Triton rows at {', '.join(map(str, skipped))} are skipped: the interpreter "
                       f"runs up to M*N*K = 256^3 (CUDA rows are compiled at every size).")
+    not_run = plan.unsupported()
+    if not_run:
+        err.print(escape(f"Not run (the stage does not compute in that precision): "
+                         f"{', '.join(not_run)}."), highlight=False)
     rows = _execute_with_progress(plan, err)
     report.finalize(rows)
     matched = base_mod.apply(rows, baseline) if baseline is not None else 0

@@ -37,12 +37,35 @@ from lab.errors import LabError
 
 INDEX_LIMIT = 2**31 - 1  # 32-bit signed offsets
 INDEX_MARGIN = 256  # rows/columns past the edge an edge tile may form an address for
-DTYPE_NAMES = {"fp32": "float32"}  # precision -> torch dtype name of the operands
+# precision -> torch dtype name of A, B and C (C is written in the operands' dtype, as
+# torch.matmul does; the accumulation is fp32 in every precision)
+DTYPE_NAMES = {"fp32": "float32", "tf32": "float32", "3xtf32": "float32", "bf16": "bfloat16",
+               "fp16": "float16"}
+# the precision a dtype means when none is named (float32 tensors: IEEE fp32)
+PRECISION_OF_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def dtypes_of(stage) -> tuple[str, ...]:
+def dtypes_of(stage, backend: str | None = None) -> tuple[str, ...]:
     """The operand dtypes a registered stage takes (from its precisions)."""
-    return tuple(dict.fromkeys(DTYPE_NAMES[p] for p in stage.precisions if p in DTYPE_NAMES))
+    precisions = stage.precisions_for(backend) if backend else stage.all_precisions()
+    return tuple(dict.fromkeys(DTYPE_NAMES[p] for p in precisions if p in DTYPE_NAMES))
+
+
+def precision_for(a, precision: str | None, where: str, supported: tuple[str, ...]) -> str:
+    """The precision of a call: the one named, or the one A's dtype implies (float32 -> fp32,
+    bfloat16 -> bf16, float16 -> fp16); LabError (one sentence) if the stage cannot compute in it."""
+    if precision is None:
+        dt = str(getattr(a, "dtype", "")).removeprefix("torch.")
+        precision = PRECISION_OF_DTYPE.get(dt)
+        if precision is None or precision not in supported:
+            takes = " or ".join(dict.fromkeys(DTYPE_NAMES[p] for p in supported))
+            raise LabError(f"{where} takes {takes} tensors, but A is {dt or type(a).__name__}")
+        return precision
+    if precision not in DTYPE_NAMES:
+        raise LabError(f"unknown precision {precision!r}; choose from {', '.join(DTYPE_NAMES)}")
+    if precision not in supported:
+        raise LabError(f"{where} computes in {', '.join(supported)}, not {precision}")
+    return precision
 
 
 def span(rows: int, cols: int, s0: int, s1: int) -> int:
@@ -145,6 +168,7 @@ class Problem:
     b: Operand
     c: Operand
     setup_ms: float = 0.0  # one-time copies made here, outside the timed call
+    precision: str = "fp32"  # fp32 | tf32 | 3xtf32 | bf16 | fp16 (lab/stages.py PRECISIONS)
     swapped: bool = False  # computing C^T = B^T A^T (C was column-major)
     copy_back: object = None  # (buffer, user C): the kernel writes buffer, then C <- buffer
 
@@ -161,7 +185,7 @@ class Needs:
     layout per operand); False: any strides (Triton kernels take all six strides)."""
 
     blas: bool = True
-    dtypes: tuple[str, ...] = ("float32",)
+    dtypes: tuple[str, ...] = ("float32",)  # what A, B and C may be (one precision's dtype)
 
 
 CUDA = Needs(blas=True)
@@ -351,6 +375,15 @@ def _copy_back(kernel, buf, user_c) -> _Launch:
     return launch
 
 
+def _supported(stage: str, backend: str) -> tuple[str, ...]:
+    """The precisions the registry lists for this stage x backend (fp32 for a kernel that is not
+    registered, such as a test's)."""
+    from lab.stages import BY_NAME
+
+    spec = BY_NAME.get(stage)
+    return spec.precisions_for(backend) if spec is not None else ("fp32",)
+
+
 def entry(stage: str, backend: str, needs: Needs | None = None):
     """Decorator for a stage's `prepare(problem, **params)`: the public `prepare(a, b, c,
     **params)` checks the operands, handles empty problems, describes the operands (fitting them
@@ -363,12 +396,14 @@ def entry(stage: str, backend: str, needs: Needs | None = None):
 
     def wrap(inner: Callable) -> Callable:
         @functools.wraps(inner)
-        def prepare(a, b, c, **params):
+        def prepare(a, b, c, precision: str | None = None, **params):
             validate = inner.__globals__.get("validate")  # the stage's parameter check first
             if callable(validate):
                 validate(**params)
+            precision = precision_for(a, precision, where, _supported(stage, backend))
+            call_needs = replace(needs, dtypes=(DTYPE_NAMES[precision],))
             interpreting = os.environ.get("TRITON_INTERPRET") == "1"
-            check_operands(a, b, c, where, needs,
+            check_operands(a, b, c, where, call_needs,
                            device or ("any" if interpreting else "cuda"))
             M, K = a.shape
             N = b.shape[1]
@@ -379,6 +414,7 @@ def entry(stage: str, backend: str, needs: Needs | None = None):
             # autograd plays no part here (and DLPack refuses tensors that require grad)
             a, b, c = a.detach(), b.detach(), c.detach()
             p = describe(a, b, c, needs)
+            p.precision = precision
             launch = inner(p, **params)
             if p.copy_back is not None:
                 launch = _copy_back(launch, *p.copy_back)

@@ -30,6 +30,7 @@ class Row:
     N: int
     K: int
     layout: str = "nn"  # BLAS naming: first letter A, second B; t = stored transposed
+    dtype: str = "float32"  # torch dtype of A, B and C (fp32 accumulation in every precision)
     status: str = "pass"
     detail: str = ""
     mode: str = "gpu"

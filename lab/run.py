@@ -35,7 +35,7 @@ class Plan:
     variants: list[Variant]
     backends: list[str]
     shapes: list[Shape]
-    precision: str = "fp32"
+    precision: str | list[str] = "fp32"  # one precision or a list (lab/stages.py PRECISIONS)
     seed: int = 0
     mode: str = "gpu"
     rep_ms: float = 100.0
@@ -47,9 +47,26 @@ class Plan:
     cublas_timing: str = "adjacent"  # adjacent: cuBLAS timed beside each row | once: per shape
 
     @property
+    def precisions(self) -> list[str]:
+        return [self.precision] if isinstance(self.precision, str) else list(self.precision)
+
+    def runs(self, variant: Variant, backend: str, precision: str) -> bool:
+        """Whether this stage x backend computes in `precision` (others are not run: see
+        unsupported())."""
+        return precision in variant.stage.precisions_for(backend)
+
+    def unsupported(self) -> list[str]:
+        """'stage backend precision' for each combination of the plan that is not run."""
+        return [f"{v.label} {b} {p}" for p in self.precisions for v in self.variants
+                for b in self.backends if not self.runs(v, b, p)]
+
+    @property
     def n_rows(self) -> int:
-        per_shape = len(self.variants) * len(self.backends) + (self.mode == "gpu" and self.cublas)
-        return per_shape * len(self.shapes) * len(self.layouts) * self.repeat
+        rows = 0
+        for p in self.precisions:
+            rows += sum(self.runs(v, b, p) for v in self.variants for b in self.backends)
+            rows += self.mode == "gpu" and self.cublas
+        return rows * len(self.shapes) * len(self.layouts) * self.repeat
 
 
 def detect_mode(requested: str = "auto") -> str:
@@ -69,12 +86,17 @@ def detect_mode(requested: str = "auto") -> str:
 
 def validate(plan: Plan) -> None:
     """Everything that can be said about a plan before anything is allocated or compiled."""
+    from lab.stages import PRECISIONS
+
+    for p in plan.precisions:
+        if p not in PRECISIONS:
+            raise LabError(f"unknown precision {p!r}; choose from {', '.join(PRECISIONS)}")
     for v in plan.variants:
-        if plan.precision not in v.stage.precisions:
-            raise LabError(
-                f"stage {v.stage.name} supports precision {', '.join(v.stage.precisions)}, "
-                f"not {plan.precision}"
-            )
+        if not any(plan.runs(v, b, p) for b in plan.backends for p in plan.precisions):
+            offered = "; ".join(f"{b}: {', '.join(v.stage.precisions_for(b)) or 'none'}"
+                                for b in plan.backends)
+            raise LabError(f"stage {v.stage.name} computes in none of the precisions asked for "
+                           f"({', '.join(plan.precisions)}); it offers {offered}")
         for backend in plan.backends:  # a launcher's own parameter constraints, if it has any
             check_params = getattr(v.stage.module(backend), "validate", None)
             if check_params is not None:
@@ -166,40 +188,54 @@ def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row
 def _run_shape(plan: Plan, shape: Shape, repeat: int, device: str, gpu, emit) -> None:
     import torch
 
-    M, N, K = shape
     seed = plan.seed + repeat  # fresh inputs in each repeat, reproducible from the seed
     # CPU mode beyond the interpreter's size: Triton rows are skipped, CUDA rows only compile,
     # so no inputs are made (a 4096^3 float64 reference would take the CPU a while).
     runs = plan.mode == "gpu" or interpretable(shape)
     for layout in plan.layouts:
-        a, b = chk.make_inputs(M, N, K, seed, device, layout=layout) if runs else (None,) * 2
-        ref = chk.reference(a, b) if runs else None
-        host = (a.cpu(), b.cpu(), torch.empty((M, N))) if plan.transfers else None
-        base = dict(precision=plan.precision, M=M, N=N, K=K, mode=plan.mode, seed=seed,
-                    layout=layout, repeat=repeat if plan.repeat > 1 else None)
-        cublas = None  # the checked cuBLAS launch, timed beside each stage row (adjacent)
-        if plan.mode == "gpu" and plan.cublas:
-            row, cublas = _run_cublas(a, b, ref, plan, base, host, gpu)
-            emit(row)
-        for variant in plan.variants:
-            for backend in plan.backends:
-                row = Row(stage=variant.label, backend=backend,
-                          params=_params(variant, backend), **base)
-                try:
-                    if plan.mode == "cpu" and backend == "cuda":
-                        _compile_only(row, variant, shape, layout)
-                    elif not runs:
-                        row.status = "skipped"
-                        row.detail = (f"CPU mode runs Triton under its interpreter only up to "
-                                      f"M*N*K = 256^3; {shape} is larger (run it on a GPU)")
-                    else:
-                        _run_stage(row, variant, backend, a, b, ref, plan, host, cublas, gpu)
-                except Exception as exc:  # the row fails; the run goes on
-                    _error_row(row, exc)
-                emit(row)
-        del a, b, ref, cublas
+        for precision in plan.precisions:
+            _run_precision(plan, shape, layout, precision, seed, repeat, runs, gpu, emit)
         if device == "cuda":
             torch.cuda.empty_cache()
+
+
+def _run_precision(plan: Plan, shape: Shape, layout: str, precision: str, seed: int, repeat: int,
+                   runs: bool, gpu, emit) -> None:
+    import torch
+
+    from lab.operands import DTYPE_NAMES
+
+    M, N, K = shape
+    device = "cuda" if plan.mode == "gpu" else "cpu"
+    dtype = getattr(torch, DTYPE_NAMES[precision])
+    a, b = chk.make_inputs(M, N, K, seed, device, dtype=dtype, layout=layout) if runs \
+        else (None,) * 2
+    ref = chk.reference(a, b) if runs else None  # float64 of the operands the kernel receives
+    host = (a.cpu(), b.cpu(), torch.empty((M, N), dtype=dtype)) if plan.transfers else None
+    base = dict(precision=precision, M=M, N=N, K=K, mode=plan.mode, seed=seed, layout=layout,
+                repeat=repeat if plan.repeat > 1 else None, dtype=DTYPE_NAMES[precision])
+    cublas = None  # the checked cuBLAS launch, timed beside each stage row (adjacent)
+    if plan.mode == "gpu" and plan.cublas:
+        row, cublas = _run_cublas(a, b, ref, plan, base, host, gpu)
+        emit(row)
+    for variant in plan.variants:
+        for backend in plan.backends:
+            if not plan.runs(variant, backend, precision):
+                continue
+            row = Row(stage=variant.label, backend=backend,
+                      params=_params(variant, backend), **base)
+            try:
+                if plan.mode == "cpu" and backend == "cuda":
+                    _compile_only(row, variant, shape, layout, precision)
+                elif not runs:
+                    row.status = "skipped"
+                    row.detail = (f"CPU mode runs Triton under its interpreter only up to "
+                                  f"M*N*K = 256^3; {shape} is larger (run it on a GPU)")
+                else:
+                    _run_stage(row, variant, backend, a, b, ref, plan, host, cublas, gpu)
+            except Exception as exc:  # the row fails; the run goes on
+                _error_row(row, exc)
+            emit(row)
 
 
 @dataclass
@@ -257,24 +293,50 @@ def _params(variant: Variant, backend: str) -> str:
 
 def _cublas_fp32_ieee():
     """Turn TF32 off for cuBLAS fp32 (like-for-like with IEEE fp32 kernels)."""
+    _cublas_mode("fp32")
+
+
+def _cublas_mode(precision: str) -> None:
+    """Set torch's cuBLAS switches for a baseline at `precision`, like for like with the lab's
+    kernels: fp32 and 3xtf32 (which stands in for fp32) with TF32 off; tf32 with TF32 on; bf16
+    and fp16 with fp32 accumulation throughout (no reduced-precision reductions in split-K)."""
     import torch
 
     matmul = torch.backends.cuda.matmul
+    tf32 = precision == "tf32"
     if hasattr(matmul, "fp32_precision"):
-        matmul.fp32_precision = "ieee"
+        matmul.fp32_precision = "tf32" if tf32 else "ieee"
     else:  # pragma: no cover - older torch
-        matmul.allow_tf32 = False
+        matmul.allow_tf32 = tf32
+    for flag in ("allow_bf16_reduced_precision_reduction",
+                 "allow_fp16_reduced_precision_reduction"):
+        if hasattr(matmul, flag):
+            setattr(matmul, flag, False)
+
+
+# What the cuBLAS row of each precision runs (its detail).
+CUBLAS_AT = {
+    "fp32": "cuBLAS fp32, TF32 off",
+    "tf32": "cuBLAS with TF32 allowed",
+    "3xtf32": "cuBLAS fp32 (TF32 off): the precision 3xtf32 stands in for",
+    "bf16": "cuBLAS bf16 operands and output, fp32 accumulation",
+    "fp16": "cuBLAS fp16 operands and output, fp32 accumulation",
+}
 
 
 def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None, gpu=None):
     """The shape's cuBLAS row, and its launch (None if it failed) for the adjacent baselines."""
     import torch
 
-    row = Row(stage="cublas", backend="cublas", cublas_timing=plan.cublas_timing, **base)
+    precision = base["precision"]
+    row = Row(stage="cublas", backend="cublas", cublas_timing=plan.cublas_timing,
+              detail=CUBLAS_AT[precision], **base)
     try:
-        _cublas_fp32_ieee()
-        c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=torch.float32)
-        launch = lambda: torch.matmul(a, b, out=c)  # noqa: E731
+        c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)
+
+        def launch():  # the switches are process-wide: set them on every call
+            _cublas_mode(precision)
+            torch.matmul(a, b, out=c)
         _check_and_time(row, launch, a, b, c, ref, plan, host, gpu=gpu)
     except Exception as exc:
         _error_row(row, exc)
@@ -286,12 +348,12 @@ def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, 
     import torch
 
     module = variant.stage.module(backend)
-    c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=torch.float32)
-    launch = module.prepare(a, b, c, **variant.params_for(backend))
+    c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)
+    launch = module.prepare(a, b, c, precision=row.precision, **variant.params_for(backend))
     row.set_resources(getattr(launch, "resources", None))
     row.setup_ms = getattr(launch, "setup_ms", None)
     if plan.mode == "cpu":
-        result = chk.check(launch, c, ref, a.shape[1], plan.precision)
+        result = chk.check(launch, c, ref, a.shape[1], row.precision)
         _apply_check(row, result)
         return
     if backend == "cuda" and getattr(launch, "build", None) is not None and row.threads:
@@ -317,7 +379,7 @@ def _check_and_time(row: Row, launch, a, b, c, ref, plan: Plan, host=None, cubla
     from lab.clocks import Sampler
     from lab.timing import bench, bench_adjacent
 
-    if not _apply_check(row, chk.check(launch, c, ref, row.K, plan.precision)):
+    if not _apply_check(row, chk.check(launch, c, ref, row.K, row.precision)):
         return
     with Sampler() as sampler:
         if cublas is not None and plan.cublas_timing == "adjacent":
@@ -349,13 +411,18 @@ def _check_and_time(row: Row, launch, a, b, c, ref, plan: Plan, host=None, cubla
         row.transfer_ms = e2e.median_ms - t.median_ms
 
 
-def _compile_only(row: Row, variant: Variant, shape: Shape, layout: str = "nn") -> None:
+def _compile_only(row: Row, variant: Variant, shape: Shape, layout: str = "nn",
+                  precision: str = "fp32") -> None:
     """CPU mode, CUDA backend: compile with NVRTC for sm_90 and report resources."""
+    import inspect
+
     from cuda_kernels._build import resources
 
     module = variant.stage.module("cuda")
     params = variant.params_for("cuda")
-    build = module.build(**params, layout=layout)
+    extra = ({"precision": precision}
+             if "precision" in inspect.signature(module.build).parameters else {})
+    build = module.build(**params, layout=layout, **extra)
     row.set_resources(resources(build, *module.geometry(*shape, **params)))
     row.status = "compiled"
     row.detail = f"built for {build.arch} by NVRTC; not run (no GPU)"

@@ -18,7 +18,14 @@ from types import ModuleType
 from lab.errors import LabError
 
 BACKENDS = ("cuda", "triton")
-PRECISIONS = ("fp32",)  # the precisions the harness can check and baseline; stages pick a subset
+# The precisions the harness can check and baseline; each stage x backend supports a subset.
+#   fp32    IEEE fp32 operands and arithmetic (CUDA cores; cuBLAS with TF32 off)
+#   tf32    fp32 operands rounded to TF32 (10-bit mantissa) on the tensor cores, fp32 accumulation
+#   3xtf32  fp32 operands split into a TF32 high part and a TF32 residual, three TF32 products:
+#           near-fp32 accuracy on the tensor cores (compared with cuBLAS fp32, which it stands in for)
+#   bf16    bfloat16 operands and output, fp32 accumulation
+#   fp16    float16 operands and output, fp32 accumulation
+PRECISIONS = ("fp32", "tf32", "3xtf32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -54,8 +61,19 @@ class Param:
 class Stage:
     name: str
     title: str
-    precisions: tuple[str, ...] = ("fp32",)
+    precisions: tuple[str, ...] | dict = ("fp32",)  # for both backends, or {backend: (...)}
     params: tuple[Param, ...] = ()
+
+    def precisions_for(self, backend: str) -> tuple[str, ...]:
+        """The precisions this stage's `backend` kernel computes in."""
+        if isinstance(self.precisions, dict):
+            return tuple(self.precisions.get(backend, ()))
+        return tuple(self.precisions)
+
+    def all_precisions(self) -> tuple[str, ...]:
+        if isinstance(self.precisions, dict):
+            return tuple(dict.fromkeys(p for ps in self.precisions.values() for p in ps))
+        return tuple(self.precisions)
 
     def module(self, backend: str) -> ModuleType:
         """The launcher module of this stage for a backend (cuda_kernels.<name> / triton_kernels.<name>)."""
@@ -71,7 +89,7 @@ class Variant:
     """A stage with concrete parameter values: one row per backend and size.
 
     `auto` (written `stage:auto`) asks for the autotuner's cached winner for each row's GPU, shape,
-    layout and backend (lab.autotune.concrete); until it is resolved `params` holds the defaults,
+    layout and backend (lab.autotune.resolve_variant); until then `params` holds the defaults,
     which are also what runs when no tuned configuration is cached."""
 
     stage: Stage
@@ -135,6 +153,10 @@ def thread_tile() -> tuple[Param, ...]:
     )
 
 
+# CUDA stages on the CUDA cores compute in fp32; a Triton twin whose tl.dot takes the precision
+# as one argument (triton_kernels/_common.py DOT_PRECISION) offers all of them.
+TRITON_DOT = {"cuda": ("fp32",), "triton": ("fp32", "tf32", "3xtf32", "bf16", "fp16")}
+
 STAGES: tuple[Stage, ...] = (
     Stage(
         "naive",
@@ -155,6 +177,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "tiled",
         "shared-memory tiling (TILE 32): each loaded element is reused TILE times from shared memory",
+        precisions=TRITON_DOT,
         params=(
             Param("tile", 32, (8, 16, 32), "tile edge: TILE x TILE threads and tiles"),
             Param("ktile", 2, (1, 2, 4), "K depth staged per barrier, in units of TILE", ("cuda",)),
@@ -209,6 +232,7 @@ STAGES: tuple[Stage, ...] = (
         "vectorized",
         "blocktile_2d with float4 (128-bit) global loads/stores and a transposed A tile in shared "
         "memory, so A and B fragments are read with LDS.128 too",
+        precisions=TRITON_DOT,
         params=(
             *block_tile(128), *thread_tile(), group(16), *SWITCHES, num_warps(8), num_stages(),
         ),
@@ -216,6 +240,7 @@ STAGES: tuple[Stage, ...] = (
     # -- bank_conflicts entry --
     # -- warptiling entry --
     # -- double_buffered entry --
+    # -- mma entry --
 )
 
 BY_NAME = {s.name: s for s in STAGES}

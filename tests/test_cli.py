@@ -66,7 +66,7 @@ def test_list_shows_every_stage():
     (["--stage", "bogus"], "unknown stage 'bogus'"),
     (["--stage", "tiled", "--sizes", "0"], "positive"),
     (["--stage", "tiled", "--sizes", "12x"], "MxNxK"),
-    (["--stage", "tiled", "--precision", "fp8"], "precision 'fp8' is not supported"),
+    (["--stage", "tiled", "--precision", "fp8"], "unknown precision fp8"),
     (["--stage", "tiled", "--backend", "opencl"], "unknown backend opencl"),
     (["--stage", "tiled", "--layout", "nx"], "unknown layout nx"),
     (["--stage", "tiled", "--layout", ","], "unknown layout"),

@@ -17,6 +17,31 @@ def interpreted(kernel) -> bool:
     return isinstance(kernel, InterpretedFunction)
 
 
+# ------------------------------------------------------------------- precisions of tl.dot
+
+# tl.dot's input_precision for each of the lab's precisions (lab/stages.py PRECISIONS): fp32
+# operands as IEEE fp32, TF32, or 3xTF32 ("tf32x3": the operands split into a TF32 high part and
+# a TF32 residual, three products); bf16/fp16 operands go to the tensor cores as they are (the
+# argument only applies to fp32 operands). The accumulator is fp32 in every case.
+DOT_PRECISION = {"fp32": "ieee", "tf32": "tf32", "3xtf32": "tf32x3", "bf16": "ieee",
+                 "fp16": "ieee"}
+# The precisions a Triton twin gains by passing DOT_PRECISION to tl.dot (and loading the operands
+# in their own dtype): the twins whose registry entry offers them.
+TL_DOT_PRECISIONS = ("fp32", "tf32", "3xtf32", "bf16", "fp16")
+
+
+def dot_meta(kernel, p) -> dict:
+    """The constexprs INPUT_PRECISION and UPCAST of a kernel for problem p (its p.precision).
+
+    UPCAST: the Triton interpreter multiplies bf16 tiles as raw 16-bit integers (a relative error
+    of ~1e9 in Triton 3.9's interpreter), so under the interpreter bf16 tiles are converted to fp32
+    before tl.dot. The products of two bf16 values are exact in fp32, so this computes what the
+    tensor cores compute (fp32 products, fp32 accumulation); compiled kernels never upcast."""
+    precision = getattr(p, "precision", "fp32")
+    return {"INPUT_PRECISION": DOT_PRECISION[precision],
+            "UPCAST": interpreted(kernel) and precision == "bf16"}
+
+
 def compiled_resources(compiled, grid) -> dict[str, int]:
     meta = compiled.metadata
     num_warps = int(getattr(meta, "num_warps", 4))

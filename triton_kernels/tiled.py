@@ -27,12 +27,14 @@ import triton
 import triton.language as tl
 
 from lab.operands import entry
-from triton_kernels._common import cdiv, launcher, problem_args
+from lab.errors import LabError
+from triton_kernels._common import cdiv, dot_meta, launcher, problem_args
 
 
 @triton.jit
 def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        stride_cm, stride_cn, TILE: tl.constexpr, USE_DOT: tl.constexpr):
+                        stride_cm, stride_cn, TILE: tl.constexpr, USE_DOT: tl.constexpr,
+                        INPUT_PRECISION: tl.constexpr = "ieee", UPCAST: tl.constexpr = False):
     grid_n = tl.cdiv(N, TILE)
     pid = tl.program_id(0)
     rn = (pid % grid_n) * TILE + tl.arange(0, TILE)  # column-blocks fastest
@@ -46,7 +48,9 @@ def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
         b = tl.load(b_ptr + ka[:, None] * stride_bk + rn[None, :] * stride_bn,
                     mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
         if USE_DOT:
-            acc = tl.dot(a, b, acc, input_precision="ieee")
+            if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)
+                a, b = a.to(tl.float32), b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         else:
             acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
@@ -56,6 +60,10 @@ def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
 @entry("tiled", "triton")
 def prepare(p, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
     """p: the shared description of the operands (lab/operands.py)."""
+    if tile < 16 and p.precision != "fp32":
+        raise LabError(f"tiled (triton) with tile={tile} multiplies without tl.dot, on the CUDA "
+                       f"cores in fp32, so it cannot compute in {p.precision}; use tile=16 or 32")
     grid = (cdiv(p.M, tile) * cdiv(p.N, tile),)
     return launcher(matmul_tiled_kernel, grid, (*problem_args(p),), TILE=tile,
-                    USE_DOT=tile >= 16, num_warps=num_warps, num_stages=num_stages)
+                    USE_DOT=tile >= 16, **dot_meta(matmul_tiled_kernel, p),
+                    num_warps=num_warps, num_stages=num_stages)

@@ -48,14 +48,17 @@ import triton
 import triton.language as tl
 
 from lab.operands import entry
-from triton_kernels._common import block_k, cdiv, launcher, problem_args, validate_block_tile
+from triton_kernels._common import (block_k, cdiv, dot_meta, launcher, problem_args,
+                                    validate_block_tile)
 
 
 @triton.jit
 def matmul_vectorized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                              stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, VEC_A: tl.constexpr,
-                             VEC_B: tl.constexpr, VEC_C: tl.constexpr, EVEN_K: tl.constexpr):
+                             VEC_B: tl.constexpr, VEC_C: tl.constexpr, EVEN_K: tl.constexpr,
+                             INPUT_PRECISION: tl.constexpr = "ieee",
+                             UPCAST: tl.constexpr = False):
     grid_n = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     # Offsets of this program's rows and columns: runs of BLOCK consecutive values starting at a
@@ -110,7 +113,9 @@ def matmul_vectorized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
                 in_k_b = tl.max_constancy(in_k_b, [4, 1])
             a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
             b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
+        if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)
+            a, b = a.to(tl.float32), b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     tl.store(c_ptr + c_m[:, None] + c_n[None, :], acc, mask=in_m & in_n)
@@ -142,4 +147,5 @@ def prepare(p, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8, nu
     grid = (cdiv(p.M, BM) * cdiv(p.N, BN),)
     return launcher(matmul_vectorized_kernel, grid, (*problem_args(p),), BLOCK_M=BM, BLOCK_N=BN,
                     BLOCK_K=block_k(BK), EVEN_K=p.K % block_k(BK) == 0, **vector_flags(p),
-                    num_warps=num_warps, num_stages=num_stages)
+                    **dot_meta(matmul_vectorized_kernel, p), num_warps=num_warps,
+                    num_stages=num_stages)

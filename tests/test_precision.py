@@ -1,0 +1,146 @@
+"""The precision axis: fp32, tf32, 3xtf32, bf16, fp16 as data (registry, operands, thresholds,
+plan expansion, CLI), and the Triton twins whose tl.dot takes the precision as one argument."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab import LabError, matmul
+from lab import check as chk
+from lab.run import Plan
+from lab.shapes import Shape
+from lab.stages import PRECISIONS, STAGES, get_stage, parse_variants
+
+ROOT = Path(__file__).resolve().parent.parent
+DTYPE = {"fp32": torch.float32, "tf32": torch.float32, "3xtf32": torch.float32,
+         "bf16": torch.bfloat16, "fp16": torch.float16}
+TWINS = [s.name for s in STAGES if "bf16" in s.precisions_for("triton")]
+
+
+def test_every_registered_precision_has_a_threshold_a_dtype_and_a_peak_rate():
+    from lab.operands import DTYPE_NAMES
+    from lab.peaks import rate
+
+    for p in PRECISIONS:
+        assert chk.tolerance(p, 4096) > 0
+        assert p in DTYPE_NAMES
+        assert rate(p, (9, 0)) is not None
+    for s in STAGES:
+        for backend in ("cuda", "triton"):
+            assert set(s.precisions_for(backend)) <= set(PRECISIONS), s.name
+
+
+def test_thresholds_order_the_precisions_and_keep_fp32_accumulation_growth():
+    t = {p: chk.tolerance(p, 4096) for p in PRECISIONS}
+    assert t["fp32"] == t["3xtf32"] < t["tf32"] < t["fp16"] < t["bf16"]
+    # every precision accumulates in fp32: the threshold grows like sqrt(K) only beyond the floor
+    assert chk.tolerance("tf32", 2**40) > chk.tolerance("tf32", 4096)
+    assert chk.tolerance("bf16", 1_000_000) == chk.tolerance("bf16", 64)
+
+
+def test_a_tf32_result_fails_the_fp32_check_and_passes_the_tf32_one():
+    """TF32 compared with fp32 is the classic mislabel: the fp32 check must see it."""
+    a, b = chk.make_inputs(128, 96, 512, 0, "cpu")
+    ref = chk.reference(a, b)
+
+    def tf32(x):  # round to 10 mantissa bits, nearest
+        bits = x.view(torch.int32)
+        return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+    c = (tf32(a).double() @ tf32(b).double()).float()
+    assert not chk.compare(c, ref, 512, "fp32").passed
+    assert chk.compare(c, ref, 512, "tf32").passed
+
+
+def test_a_bf16_rounded_output_passes_bf16_but_a_dropped_k_tile_fails():
+    a, b = chk.make_inputs(64, 80, 256, 1, "cpu", dtype=torch.bfloat16)
+    ref = chk.reference(a, b)
+    good = ref.to(torch.bfloat16)
+    assert chk.compare(good, ref, 256, "bf16").passed
+    dropped = (a[:, 16:].double() @ b[16:].double()).to(torch.bfloat16)  # one 16-wide k tile lost
+    assert not chk.compare(dropped, ref, 256, "bf16").passed
+
+
+def test_plan_runs_only_the_supported_combinations_and_says_which_are_not():
+    plan = Plan(parse_variants(["naive,tiled"]), ["cuda", "triton"], [Shape(32, 32, 32)],
+                ["fp32", "bf16"], mode="cpu")
+    assert plan.unsupported() == ["naive cuda bf16", "naive triton bf16", "tiled cuda bf16"]
+    assert plan.n_rows == 4 + 1  # fp32: 2 stages x 2 backends; bf16: tiled triton
+
+
+def test_a_stage_with_none_of_the_precisions_is_one_sentence():
+    from lab.run import validate
+
+    plan = Plan(parse_variants(["naive"]), ["cuda", "triton"], [Shape(32, 32, 32)], ["bf16"],
+                mode="cpu")
+    with pytest.raises(LabError, match="naive computes in none of the precisions asked for"):
+        validate(plan)
+
+
+def test_cli_unknown_precision_and_unsupported_stage_exit_2_with_one_sentence():
+    for argv, words in ((["--stage", "tiled", "--precision", "fp64"], "unknown precision fp64"),
+                        (["--stage", "naive", "--precision", "tf32"], "computes in none")):
+        proc = subprocess.run([sys.executable, "-m", "lab.compare", *argv], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert words in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_lists_each_stage_backend_precisions():
+    proc = subprocess.run([sys.executable, "-m", "lab.compare", "--list", "--stage", "tiled"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "precisions: cuda fp32; triton fp32, tf32, 3xtf32, bf16, fp16" in proc.stdout
+
+
+def test_the_api_takes_the_precision_from_the_dtype_or_by_name():
+    a, b = chk.make_inputs(33, 17, 40, 2, "cpu", dtype=torch.bfloat16)
+    c = matmul(a, b, stage="tiled", backend="triton")
+    assert c.dtype == torch.bfloat16
+    assert chk.compare(c, chk.reference(a, b), 40, "bf16").passed
+    with pytest.raises(LabError, match=r"stage tiled \(cuda\) takes float32 tensors, but A is "
+                                       r"bfloat16"):
+        matmul(a, b, stage="tiled", backend="cuda")
+    with pytest.raises(LabError, match=r"computes in fp32, not tf32"):
+        matmul(a.float(), b.float(), stage="naive", backend="triton", precision="tf32")
+    with pytest.raises(LabError, match="unknown precision"):
+        matmul(a.float(), b.float(), stage="tiled", backend="triton", precision="fp8")
+    with pytest.raises(LabError, match="takes bfloat16 tensors, but A is float32"):
+        matmul(a.float(), b, stage="tiled", backend="triton", precision="bf16")
+    with pytest.raises(LabError, match="tile=8 multiplies without tl.dot"):
+        matmul(a, b, stage="tiled", backend="triton", tile=8)
+    c32 = matmul(a.float(), b.float(), stage="tiled", backend="triton", precision="3xtf32")
+    assert c32.dtype == torch.float32
+
+
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32", "bf16", "fp16"])
+@pytest.mark.parametrize("stage", TWINS)
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_triton_twins_compute_every_precision_in_every_layout(stage, precision, layout):
+    a, b = chk.make_inputs(33, 17, 40, 3, "cpu", dtype=DTYPE[precision], layout=layout)
+    module = get_stage(stage).module("triton")
+    c = torch.empty((33, 17), dtype=DTYPE[precision])
+    launch = module.prepare(a, b, c, precision=precision)
+    assert launch.problem.precision == precision
+    result = chk.check(launch, c, chk.reference(a, b), 40, precision)
+    assert result.passed, result.reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32", "bf16", "fp16"])
+@pytest.mark.parametrize("stage", TWINS)
+def test_triton_twins_on_the_gpu_in_every_precision(stage, precision):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    for layout in ("nn", "tt"):
+        a, b = chk.make_inputs(257, 129, 1000, 4, "cuda", dtype=DTYPE[precision], layout=layout)
+        c = torch.empty((257, 129), dtype=DTYPE[precision], device="cuda")
+        launch = get_stage(stage).module("triton").prepare(a, b, c, precision=precision)
+        result = chk.check(launch, c, chk.reference(a, b), 1000, precision)
+        assert result.passed, (layout, result.reason)
+        if precision == "3xtf32":  # near fp32's accuracy, far below TF32's
+            assert result.rel_err < 1e-5
+        if precision == "tf32":  # TF32 really is in use on the GPU (not IEEE fp32)
+            assert result.rel_err > 1e-5
