@@ -35,8 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="lab.compare", description=__doc__.split("\n\n")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stage", action="append", metavar="NAME[:k=v,...]",
-                   help="stage(s) to run: a name, a comma list, 'all', or a variant such as "
-                        "tiled:tile=16 (repeatable; see --list)")
+                   help="stage(s) to run: a name, a comma list, 'all', a variant such as "
+                        "tiled:tile=16, or NAME:auto for the configuration python -m lab.autotune "
+                        "cached for this GPU and shape (repeatable; see --list)")
     p.add_argument("--backend", default=",".join(BACKENDS),
                    help=f"comma list of backends (default {','.join(BACKENDS)}); cuBLAS always runs "
                         "on a GPU as the baseline")
@@ -155,6 +156,10 @@ def _main(argv: list[str] | None) -> int:
         print(list_stages(names))
         return 0
     variants = parse_variants(args.stage or [])
+    if any(v.auto for v in variants):  # an unreadable tuning cache is said before any work
+        from lab.autotune import load_cache
+
+        load_cache()
     backends = parse_backends(args.backend)
     precision = parse_choices(args.precision, PRECISIONS, "precision", "comma list")
     if not args.rep_ms > 0:
@@ -223,6 +228,10 @@ def _main(argv: list[str] | None) -> int:
     matched = base_mod.apply(rows, baseline) if baseline is not None else 0
     shown = report.summarize_repeats(rows) if args.repeat > 1 else rows
     report.render(shown, mode, console, wide=args.wide, spread=args.repeat > 1)
+    for r in shown:  # which configuration each stage:auto row ran
+        if r.stage.endswith(":auto") and r.status in report.OK_STATUSES:
+            console.print(escape(f"{r.stage} {r.backend} {r.layout} {r.M}x{r.N}x{r.K} ran "
+                                 f"{r.params or 'the defaults'} ({r.detail})"), highlight=False)
     conditions = report.conditions_line(rows)
     if conditions:
         console.print(escape(conditions), highlight=False)

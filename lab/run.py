@@ -218,11 +218,18 @@ def _run_precision(plan: Plan, shape: Shape, layout: str, precision: str, seed: 
     if plan.mode == "gpu" and plan.cublas:
         row, cublas = _run_cublas(a, b, ref, plan, base, host, gpu)
         emit(row)
-    for variant in plan.variants:
+    from lab.autotune import resolve_variant
+
+    for listed in plan.variants:
         for backend in plan.backends:
-            if not plan.runs(variant, backend, precision):
+            if not plan.runs(listed, backend, precision):
                 continue
-            row = Row(stage=variant.label, backend=backend,
+            try:  # stage:auto -> the tuner's cached winner for this GPU, shape and layout
+                variant, auto_note = resolve_variant(listed, backend, M, N, K, layout, precision,
+                                                     mode=plan.mode)
+            except LabError as exc:  # an unreadable cache: say so, run the defaults
+                variant, auto_note = listed, f"auto: {exc}; the defaults run"
+            row = Row(stage=listed.label, backend=backend,
                       params=_params(variant, backend), **base)
             try:
                 if plan.mode == "cpu" and backend == "cuda":
@@ -235,6 +242,8 @@ def _run_precision(plan: Plan, shape: Shape, layout: str, precision: str, seed: 
                     _run_stage(row, variant, backend, a, b, ref, plan, host, cublas, gpu)
             except Exception as exc:  # the row fails; the run goes on
                 _error_row(row, exc)
+            if auto_note:
+                row.detail = f"{auto_note}; {row.detail}" if row.detail else auto_note
             emit(row)
 
 

@@ -1,0 +1,1240 @@
+"""python -m lab.autotune: search a stage's parameter space on this GPU, for one shape, and cache
+the winner so that `--stage <stage>:auto` rows of lab.compare run it.
+
+    python -m lab.autotune --stage vectorized --sizes 4096
+    python -m lab.autotune --stage vectorized,blocktile_2d --backend cuda --sizes 1025,4096 \
+        --budget-s 300 --max-configs 200
+    python -m lab.autotune --stage vectorized --sizes 4096 --dry-run   # no GPU needed
+    python -m lab.autotune --show                                      # the cache
+
+The search (docs/AUTOTUNE.md has the whole story):
+
+1. The space is the Cartesian product of the `choices` of every Param the registry (lab/stages.py)
+   declares for the backend, minus the switches that change the numerics (NUMERICS: fast_math is
+   pinned to False, so a tuned row is checked and compared like any other fp32 row). A product
+   larger than ENUMERATE_LIMIT is sampled (a fixed random generator, the defaults always in).
+2. Validate-prune: the launcher module's `validate(**params)` rejects what cannot compile or launch
+   (a LabError = pruned, never tried).
+3. The candidates are tried in this order: the defaults first; then, two picks out of three, the
+   untried one-parameter neighbours of the best configuration so far (nearest choices first), and
+   every third pick (or when the best has no untried neighbour left) the next configuration of a
+   fixed shuffled order of the rest. The order depends on nothing but the timings, so the same
+   timings give the same search.
+4. Resource-prune, per candidate: a CUDA candidate is compiled (NVRTC, cheap) and dropped if ptxas
+   reports spills or its block does not fit an SM (threads, registers, shared memory: lab.occupancy
+   with this GPU's limits); a Triton candidate is dropped after its compile if it spills.
+5. Correct before timed: the output is poisoned with NaN, the kernel runs once and is compared with
+   the float64 reference (lab.check); a wrong configuration is discarded and listed.
+6. Short timing (lab.timing.bench with SHORT_REP_MS of repetitions). The search stops taking new
+   candidates when EXPLORE_FRACTION of --budget-s is spent, when --max-configs candidates have been
+   launched, or on Ctrl-C.
+7. Refinement: the TOP fastest and the defaults are timed again with LONG_REP_MS, REFINE_ROUNDS
+   times in turn; the lowest of a configuration's medians is its time, and the fastest wins (a tie
+   goes to the one found first).
+
+Nothing here imports torch or a kernel until it is needed; every piece that touches the GPU is a
+plain function handed to `search` (launch factory, checker, timer, resource probe), so the tests
+drive the whole search on the CPU with fakes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import itertools
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from lab.cli import ArgumentParser, guarded
+from lab.errors import LabError
+
+# Switches that change the numerics are never searched: they stay at these values.
+NUMERICS = {"fast_math": False}
+DEFAULT_BUDGET_S = 120.0
+SHORT_REP_MS = 25.0  # timing budget of one candidate during the search (at least 5 repetitions)
+LONG_REP_MS = 200.0  # ... and of a finalist during the refinement
+TOP = 3  # finalists refined (plus the defaults)
+REFINE_ROUNDS = 2  # the finalists are timed this many times in turn; the lowest median counts
+EXPLORE_FRACTION = 0.8  # of the budget spent searching; the rest is left for the refinement
+ENUMERATE_LIMIT = 50_000  # a larger product is sampled down to this many configurations
+NEIGHBOUR_PICKS = 2  # of every NEIGHBOUR_PICKS + 1 picks, this many are neighbours of the best
+ORDER_RNG = 0  # the fixed state of the random generator that shuffles (and samples) the space
+CACHE_ENV = "LAB_TUNE_CACHE"
+DEFAULT_CACHE = "~/.cache/matmul-lab/autotune.json"
+CACHE_FORMAT = "matmul-lab autotune cache"
+CACHE_VERSION = 1
+
+
+# ------------------------------------------------------------------------------------ the space
+
+
+@dataclass(frozen=True)
+class Space:
+    """The parameters of one stage x backend the tuner searches, and those it pins."""
+
+    stage: object  # lab.stages.Stage
+    backend: str
+    searched: tuple  # Params with more than one choice, in registry order
+    pinned: dict  # name -> value: NUMERICS, and Params with a single choice
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.searched)
+
+    @property
+    def size(self) -> int:
+        return math.prod(len(p.choices) for p in self.searched)
+
+    @property
+    def default(self) -> dict:
+        return self.full({p.name: p.default for p in self.searched})
+
+    def full(self, values: dict) -> dict:
+        """Every parameter of this backend, in registry order: `values`, else pinned, else the
+        default."""
+        out = {}
+        for p in self.stage.params:
+            if self.backend in p.backends:
+                out[p.name] = values.get(p.name, self.pinned.get(p.name, p.default))
+        return out
+
+    def key(self, params: dict) -> tuple:
+        return tuple(params[n] for n in self.names)
+
+    def describe(self) -> str:
+        dims = " x ".join(f"{p.name} {len(p.choices)}" for p in self.searched) or "nothing"
+        pins = ", ".join(f"{k}={_fmt(v)}" for k, v in self.pinned.items())
+        return f"{self.size} configurations ({dims})" + (f"; pinned: {pins}" if pins else "")
+
+    def enumerate(self, limit: int = ENUMERATE_LIMIT) -> tuple[list[dict], bool]:
+        """The configurations to consider (the defaults first) and whether they are a sample."""
+        default = self.default
+        if self.size <= limit:
+            out = [default] + [self.full(dict(zip(self.names, values)))
+                               for values in itertools.product(*(p.choices for p in self.searched))]
+            return _unique(out, self.key), False
+        rng = random.Random(ORDER_RNG)
+        seen = {self.key(default)}
+        out = [default]
+        tries = 0
+        while len(out) < limit and tries < 20 * limit:
+            tries += 1
+            values = {p.name: rng.choice(p.choices) for p in self.searched}
+            k = self.key(values)
+            if k not in seen:
+                seen.add(k)
+                out.append(self.full(values))
+        return out, True
+
+    def neighbours(self, params: dict) -> Iterable[dict]:
+        """Configurations that differ from `params` in one parameter: parameters in registry order,
+        nearest choices first (index distance, the lower one first on a tie)."""
+        for p in self.searched:
+            i = p.choices.index(params[p.name]) if params[p.name] in p.choices else 0
+            others = sorted((j for j in range(len(p.choices)) if j != i),
+                            key=lambda j: (abs(j - i), j))
+            for j in others:
+                yield {**params, p.name: p.choices[j]}
+
+
+def space_of(stage, backend: str) -> Space:
+    """The search space of a registered stage (or stage name) for a backend."""
+    from lab.stages import BACKENDS, get_stage
+
+    stage = get_stage(stage) if isinstance(stage, str) else stage
+    if backend not in BACKENDS:
+        raise LabError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    searched, pinned = [], {}
+    for p in stage.params:
+        if backend not in p.backends:
+            continue
+        if p.name in NUMERICS:
+            pinned[p.name] = NUMERICS[p.name]
+        elif len(p.choices) <= 1:
+            pinned[p.name] = p.default
+        else:
+            searched.append(p)
+    return Space(stage, backend, tuple(searched), pinned)
+
+
+def _unique(items: list[dict], key: Callable) -> list[dict]:
+    seen, out = set(), []
+    for it in items:
+        k = key(it)
+        if k not in seen:
+            seen.add(k)
+            out.append(it)
+    return out
+
+
+def _fmt(value: object) -> str:
+    return str(int(value)) if isinstance(value, bool) else str(value)
+
+
+def params_text(params: dict) -> str:
+    return ",".join(f"{k}={_fmt(v)}" for k, v in params.items())
+
+
+# ------------------------------------------------------------------------------------- pruning
+
+
+def validator(module) -> Callable[[dict], str | None]:
+    """params -> None if the launcher module's validate() accepts them, else its sentence."""
+    check = getattr(module, "validate", None)
+
+    def why_not(params: dict) -> str | None:
+        if check is None:
+            return None
+        try:
+            check(**params)
+        except LabError as exc:
+            return str(exc)
+        return None
+
+    return why_not
+
+
+def resource_problem(res: dict | None, limits=None) -> str | None:
+    """Why a launch with these resources (the `resources` dict launchers attach: registers,
+    smem_static, smem_dynamic, spill_bytes, threads) is not worth timing, or None: spills, or a
+    block that does not fit one SM of `limits` (lab.occupancy; sm_90 by default)."""
+    from lab.occupancy import SM90, from_resources
+
+    if not res:
+        return None
+    spills = int(res.get("spill_bytes") or 0)
+    if spills:
+        return f"{spills} bytes of register spills"
+    if res.get("threads") is None or res.get("registers") is None:
+        return None
+    limits = limits or SM90
+    try:
+        occ = from_resources(res, limits)
+    except ValueError as exc:
+        return str(exc)
+    if occ.blocks_per_sm < 1:
+        return f"no block fits on one {limits.name} SM (limited by {occ.limiter})"
+    return None
+
+
+def cuda_probe(module, M: int, N: int, K: int, layout: str = "nn") -> Callable[[dict], dict]:
+    """params -> the resources of the CUDA build (NVRTC, no GPU needed) at this shape."""
+    from cuda_kernels._build import resources
+
+    def probe(params: dict) -> dict:
+        build = module.build(**params, layout=layout)
+        return resources(build, *module.geometry(M, N, K, **params))
+
+    return probe
+
+
+# -------------------------------------------------------------------------------------- search
+
+
+@dataclass
+class Trial:
+    params: dict
+    order: int  # position in the search (0 = the defaults when they are valid)
+    status: str = "new"  # timed | wrong | error | pruned
+    ms: float | None = None  # median of the short timing
+    refined_ms: float | None = None  # lowest median of the long timings (finalists only)
+    detail: str = ""
+    resources: dict | None = None
+    how: str = ""  # default | neighbour | shuffled
+
+    @property
+    def best_ms(self) -> float | None:
+        return self.refined_ms if self.refined_ms is not None else self.ms
+
+
+@dataclass
+class Result:
+    stage: str
+    backend: str
+    M: int
+    N: int
+    K: int
+    layout: str
+    precision: str
+    space: str  # Space.describe()
+    space_size: int
+    sampled: bool
+    considered: int  # configurations enumerated (all, or the sample)
+    valid: int  # ... that validate() accepted
+    invalid: list[tuple[dict, str]]
+    trials: list[Trial]
+    stopped: str  # "" (all tried), "budget", "max-configs", "interrupted"
+    default: dict
+    elapsed_s: float
+    extra: int = 0  # trials outside a sampled space (neighbours of the best)
+    winner: Trial | None = None
+    default_trial: Trial | None = None
+    finalists: list[Trial] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(t.status == status for t in self.trials)
+
+    @property
+    def not_reached(self) -> int:
+        return max(0, self.valid - (len(self.trials) - self.extra))
+
+    @property
+    def ranked(self) -> list[Trial]:
+        """Timed trials, fastest first (refined time where there is one, then search order)."""
+        timed = [t for t in self.trials if t.status == "timed"]
+        return sorted(timed, key=lambda t: (t.refined_ms is None, t.best_ms, t.order))
+
+
+Progress = Callable[[str, int, int, "Trial | None", "Trial | None"], None]
+
+
+def search(space: Space, *, launch_factory: Callable[[dict], Callable],
+           checker: Callable[[Callable], object], timer: Callable[[dict, Callable, float], float],
+           validate: Callable[[dict], str | None] | None = None,
+           probe: Callable[[dict], dict | None] | None = None, limits=None,
+           budget_s: float = DEFAULT_BUDGET_S, max_configs: int | None = None,
+           clock: Callable[[], float] = time.monotonic, on_progress: Progress | None = None,
+           shape: tuple[int, int, int] = (0, 0, 0), layout: str = "nn", precision: str = "fp32",
+           short_rep_ms: float = SHORT_REP_MS, long_rep_ms: float = LONG_REP_MS, top: int = TOP,
+           refine_rounds: int = REFINE_ROUNDS, enumerate_limit: int = ENUMERATE_LIMIT) -> Result:
+    """Search `space` (see the module's doc for the steps) and return every trial and the winner.
+
+    launch_factory(params) -> launch: a no-argument callable (prepare()); it may carry `resources`.
+    checker(launch) -> an object with `passed` and `reason` (lab.check.CheckResult) or a bool.
+    timer(params, launch, rep_ms) -> median milliseconds.
+    validate(params) -> None, or the sentence why the launcher refuses them.
+    probe(params) -> the resources before launching (CUDA: the NVRTC build), or None.
+    on_progress(phase, done, total, trial, best): phase "search" after each trial, "refine" after
+    each long timing.
+    """
+    start = clock()
+    validate = validate or (lambda params: None)
+    configs, sampled = space.enumerate(enumerate_limit)
+    verdicts: dict[tuple, str | None] = {}
+
+    def why_invalid(params: dict) -> str | None:
+        k = space.key(params)
+        if k not in verdicts:
+            verdicts[k] = validate(params)
+        return verdicts[k]
+
+    valid = [c for c in configs if why_invalid(c) is None]
+    invalid = [(c, why_invalid(c)) for c in configs if why_invalid(c) is not None]
+    rng = random.Random(ORDER_RNG)
+    shuffled = valid[1:] if valid and space.key(valid[0]) == space.key(space.default) else valid[:]
+    rng.shuffle(shuffled)
+    default_key = space.key(space.default)
+    queue_default = [valid[0]] if valid and space.key(valid[0]) == default_key else []
+
+    tried: dict[tuple, Trial] = {}
+    trials: list[Trial] = []
+    launches: dict[tuple, Callable] = {}  # kept only for the current finalists and the defaults
+    launched = 0
+    stopped = ""
+    next_shuffled = 0
+    total = len(valid)
+    valid_keys = {space.key(c) for c in valid}
+    extra = 0  # trials outside a sampled space (neighbours of the best)
+
+    def best() -> Trial | None:
+        timed = [t for t in trials if t.status == "timed"]
+        return min(timed, key=lambda t: (t.ms, t.order)) if timed else None
+
+    def keep_launches() -> None:
+        timed = sorted((t for t in trials if t.status == "timed"), key=lambda t: (t.ms, t.order))
+        keep = {space.key(t.params) for t in timed[:top]} | {default_key}
+        for k in list(launches):
+            if k not in keep:
+                del launches[k]
+
+    def pick() -> tuple[dict, str] | None:
+        nonlocal next_shuffled
+        if queue_default:
+            return queue_default.pop(), "default"
+        want_neighbour = len(trials) % (NEIGHBOUR_PICKS + 1) != NEIGHBOUR_PICKS
+        b = best()
+        if want_neighbour and b is not None:
+            for n in space.neighbours(b.params):
+                k = space.key(n)
+                if k not in tried and why_invalid(n) is None:
+                    return space.full(n), "neighbour"
+        while next_shuffled < len(shuffled):
+            c = shuffled[next_shuffled]
+            next_shuffled += 1
+            if space.key(c) not in tried:
+                return c, "shuffled"
+        if b is not None:  # the shuffled list is used up: neighbours of the best that remain
+            for n in space.neighbours(b.params):
+                k = space.key(n)
+                if k not in tried and why_invalid(n) is None:
+                    return space.full(n), "neighbour"
+        return None
+
+    try:
+        while True:
+            if max_configs is not None and launched >= max_configs:
+                stopped = "max-configs"
+                break
+            if trials and clock() - start >= EXPLORE_FRACTION * budget_s:
+                stopped = "budget"
+                break
+            picked = pick()
+            if picked is None:
+                break
+            params, how = picked
+            trial = Trial(dict(params), len(trials), how=how)
+            tried[space.key(params)] = trial
+            trials.append(trial)
+            if space.key(params) not in valid_keys:  # a neighbour outside the sample
+                extra += 1
+            _evaluate(trial, space, launch_factory, checker, timer, probe, limits, short_rep_ms,
+                      launches)
+            if trial.status != "pruned":
+                launched += 1
+            keep_launches()
+            if on_progress:
+                on_progress("search", len(trials), total + extra, trial, best())
+    except KeyboardInterrupt:
+        stopped = "interrupted"
+        if trials and trials[-1].status == "new":
+            trials[-1].status, trials[-1].detail = "error", "interrupted"
+
+    result = Result(
+        stage=space.stage.name, backend=space.backend, M=shape[0], N=shape[1], K=shape[2],
+        layout=layout, precision=precision, space=space.describe(), space_size=space.size,
+        sampled=sampled, considered=len(configs), valid=len(valid), invalid=invalid, trials=trials,
+        stopped=stopped, default=space.default, elapsed_s=0.0, extra=extra,
+    )
+    if result.not_reached == 0 and stopped != "interrupted":
+        result.stopped = ""  # the limit came when nothing was left anyway
+    _refine(result, space, timer, launches, long_rep_ms, top, refine_rounds, on_progress)
+    result.elapsed_s = clock() - start
+    return result
+
+
+def _evaluate(trial: Trial, space: Space, launch_factory, checker, timer, probe, limits,
+              rep_ms: float, launches: dict) -> None:
+    params = trial.params
+    try:
+        res = probe(params) if probe else None
+        problem = resource_problem(res, limits)
+        if problem:
+            trial.status, trial.detail, trial.resources = "pruned", problem, res
+            return
+        launch = launch_factory(params)
+        launched_res = getattr(launch, "resources", None)
+        problem = resource_problem(launched_res, limits)
+        trial.resources = launched_res or res
+        if problem:
+            trial.status, trial.detail = "pruned", problem
+            return
+        verdict = checker(launch)
+        passed = verdict if isinstance(verdict, bool) else bool(verdict.passed)
+        if not passed:
+            reason = "" if isinstance(verdict, bool) else getattr(verdict, "reason", "")
+            trial.status, trial.detail = "wrong", reason or "wrong result"
+            return
+        trial.ms = float(timer(params, launch, rep_ms))
+        trial.status = "timed"
+        launches[space.key(params)] = launch
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a compile error or a launcher bug: this trial fails, the rest go on
+        text = str(exc).strip().splitlines()
+        first = text[0] if text else ""
+        if type(exc).__name__ == "OutOfResources":  # Triton: shared memory or registers
+            trial.status, trial.detail = "pruned", first
+            return
+        trial.status = "error"
+        trial.detail = first if isinstance(exc, LabError) else f"{type(exc).__name__}: {first}"
+
+
+def _refine(result: Result, space: Space, timer, launches: dict, rep_ms: float, top: int,
+            rounds: int, on_progress) -> None:
+    timed = sorted((t for t in result.trials if t.status == "timed"), key=lambda t: (t.ms, t.order))
+    finalists = timed[:top]
+    default_key = space.key(space.default)
+    result.default_trial = next((t for t in result.trials if space.key(t.params) == default_key),
+                                None)
+    d = result.default_trial
+    if d is not None and d.status == "timed" and d not in finalists:
+        finalists.append(d)
+    finalists = [t for t in finalists if space.key(t.params) in launches]
+    result.finalists = finalists
+    total = len(finalists) * rounds
+    done = 0
+    try:
+        for _ in range(rounds):
+            for t in finalists:
+                try:
+                    ms = float(timer(t.params, launches[space.key(t.params)], rep_ms))
+                    t.refined_ms = ms if t.refined_ms is None else min(t.refined_ms, ms)
+                except KeyboardInterrupt:
+                    raise
+                except Exception as exc:  # keep the other finalists' times
+                    t.detail = f"refinement failed: {type(exc).__name__}: {exc}".splitlines()[0]
+                done += 1
+                if on_progress:
+                    on_progress("refine", done, total, t, None)
+    except KeyboardInterrupt:
+        result.stopped = "interrupted"
+    ranked = [t for t in finalists if t.refined_ms is not None] or timed[:1]
+    if ranked:
+        result.winner = min(ranked, key=lambda t: (t.best_ms, t.order))
+
+
+# --------------------------------------------------------------------------------------- cache
+
+
+def cache_path(path: str | os.PathLike | None = None) -> Path:
+    """--cache PATH, else $LAB_TUNE_CACHE, else ~/.cache/matmul-lab/autotune.json."""
+    chosen = path or os.environ.get(CACHE_ENV) or DEFAULT_CACHE
+    return Path(os.path.expanduser(str(chosen)))
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def alignment(M: int, N: int, K: int) -> str:
+    """a128: M, N and K are all multiples of 128 (no partial tiles for tiles up to 128);
+    a4: all multiples of 4 (every row of A, B and C starts on a 16-byte boundary in every layout,
+    so float4 paths apply); a1: anything else."""
+    if all(x % 128 == 0 for x in (M, N, K)):
+        return "a128"
+    if all(x % 4 == 0 for x in (M, N, K)):
+        return "a4"
+    return "a1"
+
+
+def bucket(M: int, N: int, K: int) -> str:
+    """The shape bucket of the cache key: M, N and K each rounded up to a power of two, and the
+    alignment flag, e.g. 4096x4096x4096:a128 (4096^3), 2048x2048x2048:a1 (1025^3)."""
+    return f"{next_pow2(M)}x{next_pow2(N)}x{next_pow2(K)}:{alignment(M, N, K)}"
+
+
+def cache_key(gpu: str, stage: str, backend: str, M: int, N: int, K: int, precision: str = "fp32",
+              layout: str = "nn") -> str:
+    """GPU name | stage | backend | bucket | precision | layout."""
+    return "|".join((gpu, stage, backend, bucket(M, N, K), precision, layout))
+
+
+class CacheError(LabError):
+    """The cache file exists but is not a readable autotune cache."""
+
+
+def load_cache(path: str | os.PathLike | None = None) -> dict[str, dict]:
+    """The cache's entries by key; {} when the file does not exist. A file that cannot be read or
+    is not an autotune cache raises CacheError (one sentence); it is never overwritten here."""
+    p = cache_path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise CacheError(f"cannot read the autotune cache {p}: {exc.strerror or exc}") from None
+    return _parse_cache(text, p)
+
+
+def _parse_cache(text: str, p: Path) -> dict[str, dict]:
+    hint = (f"move it aside or delete it (python -m lab.autotune backs it up before writing), or "
+            f"point {CACHE_ENV} elsewhere")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" (line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise CacheError(f"the autotune cache {p} is not valid JSON{where}; {hint}") from None
+    if (not isinstance(data, dict) or data.get("format") != CACHE_FORMAT
+            or not isinstance(data.get("entries"), dict)
+            or not all(isinstance(e, dict) and isinstance(e.get("params"), dict)
+                       for e in data["entries"].values())):
+        raise CacheError(f"{p} is not an autotune cache (no '{CACHE_FORMAT}' format with entries "
+                         f"that hold params); {hint}")
+    if data.get("version") != CACHE_VERSION:
+        raise CacheError(f"the autotune cache {p} has format version {data.get('version')!r} and "
+                         f"this lab reads version {CACHE_VERSION}; {hint}")
+    return data["entries"]
+
+
+def backup_name(p: Path) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    candidate = p.with_name(f"{p.name}.corrupt-{stamp}")
+    n = 1
+    while candidate.exists():
+        candidate = p.with_name(f"{p.name}.corrupt-{stamp}-{n}")
+        n += 1
+    return candidate
+
+
+def store(entry: dict, path: str | os.PathLike | None = None) -> str:
+    """Add (or replace) `entry` under entry["key"] and write the cache atomically (a temporary file
+    in the same folder, then a rename). A corrupted cache is first renamed to
+    <name>.corrupt-<time> and a new one started; the returned sentence says so ("" otherwise)."""
+    p = cache_path(path)
+    note = ""
+    try:
+        entries = load_cache(p)
+    except CacheError as exc:
+        if not p.is_file():
+            raise
+        kept = backup_name(p)
+        os.replace(p, kept)
+        entries = {}
+        note = f"{exc.args[0].split(';')[0]}; kept it as {kept} and started a new cache"
+    entries[entry["key"]] = entry
+    write_cache(entries, p)
+    return note
+
+
+def write_cache(entries: dict[str, dict], path: str | os.PathLike | None = None) -> Path:
+    p = cache_path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as exc:
+        raise LabError(f"cannot write the autotune cache {p}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"format": CACHE_FORMAT, "version": CACHE_VERSION,
+                       "entries": dict(sorted(entries.items()))}, f, indent=1, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return p
+
+
+def source_hash(stage, backend: str) -> str | None:
+    """A short hash of the stage's kernel files for this backend (the launcher module, and the .cu
+    for CUDA): an entry tuned for other sources still resolves, and the row's note says so."""
+    import hashlib
+
+    from lab.stages import get_stage
+
+    stage = get_stage(stage) if isinstance(stage, str) else stage
+    package = {"cuda": "cuda_kernels", "triton": "triton_kernels"}[backend]
+    root = Path(__file__).resolve().parent.parent / package
+    files = [root / f"{stage.name}.py"] + ([root / f"{stage.name}.cu"] if backend == "cuda" else [])
+    digest = hashlib.sha256()
+    try:
+        for f in files:
+            digest.update(f.read_bytes())
+    except OSError:
+        return None
+    return digest.hexdigest()[:12]
+
+
+def versions() -> dict[str, str | None]:
+    out = {}
+    for name in ("torch", "triton", "cupy"):
+        try:
+            out[name] = __import__(name).__version__
+        except Exception:  # not installed, or broken: recorded as unknown
+            out[name] = None
+    return out
+
+
+def make_entry(result: Result, gpu: str, *, budget_s: float, cublas_ms: float | None = None,
+               now: _dt.datetime | None = None, versions_: dict | None = None) -> dict:
+    """The cache record of a finished search (its winner must exist)."""
+    w, d = result.winner, result.default_trial
+    default_ms = d.best_ms if d is not None and d.status == "timed" else None
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return {
+        "key": cache_key(gpu, result.stage, result.backend, result.M, result.N, result.K,
+                         result.precision, result.layout),
+        "gpu": gpu, "stage": result.stage, "backend": result.backend,
+        "bucket": bucket(result.M, result.N, result.K), "precision": result.precision,
+        "layout": result.layout, "shape": [result.M, result.N, result.K],
+        "params": dict(w.params), "median_ms": w.best_ms,
+        "default_params": dict(result.default), "default_ms": default_ms,
+        "speedup": (default_ms / w.best_ms) if default_ms and w.best_ms else None,
+        "cublas_ms": cublas_ms,
+        "configs_tried": result.count("timed"), "configs_wrong": result.count("wrong"),
+        "configs_error": result.count("error"), "configs_pruned": result.count("pruned"),
+        "configs_valid": result.valid, "space_size": result.space_size,
+        "stopped": result.stopped or None, "budget_s": budget_s,
+        "elapsed_s": round(result.elapsed_s, 3),
+        "source": source_hash(result.stage, result.backend),
+        "date": now.isoformat(timespec="seconds"),
+        **(versions_ if versions_ is not None else versions()),
+    }
+
+
+# ---------------------------------------------------------------------------------- the GPU side
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken driver or no torch: no GPU
+        return False
+
+
+def gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+class GpuBench:
+    """Inputs, reference and output of one shape on the GPU, and the real launch factory, checker
+    and timer for `search`."""
+
+    def __init__(self, stage, backend: str, M: int, N: int, K: int, layout: str = "nn",
+                 precision: str = "fp32", seed: int = 0):
+        import torch
+
+        from lab import check as chk
+        from lab.operands import DTYPE_NAMES
+
+        self.module = stage.module(backend)
+        self.K, self.precision = K, precision
+        dtype = getattr(torch, DTYPE_NAMES.get(precision, "float32"))
+        self.a, self.b = chk.make_inputs(M, N, K, seed, "cuda", dtype=dtype, layout=layout)
+        self.ref = chk.reference(self.a, self.b)
+        self.c = torch.empty((M, N), device="cuda", dtype=dtype)
+
+    def launch(self, params: dict):
+        # fp32 is what float32 operands mean; other precisions are named (tf32, 3xtf32 take
+        # float32 operands too)
+        named = {} if self.precision == "fp32" else {"precision": self.precision}
+        return self.module.prepare(self.a, self.b, self.c, **named, **params)
+
+    def check(self, launch):
+        from lab.check import check
+
+        return check(launch, self.c, self.ref, self.K, self.precision)
+
+    @staticmethod
+    def time(params: dict, launch, rep_ms: float) -> float:
+        from lab.timing import bench
+
+        return bench(launch, warmup_ms=min(25.0, rep_ms), rep_ms=rep_ms).median_ms
+
+    def cublas_ms(self, rep_ms: float = LONG_REP_MS) -> float | None:
+        """cuBLAS (torch.matmul, TF32 off) on the same operands, for the % of cuBLAS line."""
+        import torch
+
+        from lab.timing import bench
+
+        matmul = torch.backends.cuda.matmul
+        tf32 = self.precision == "tf32"  # 3xtf32 stands in for fp32, and is compared with it
+        if hasattr(matmul, "fp32_precision"):
+            matmul.fp32_precision = "tf32" if tf32 else "ieee"
+        else:  # pragma: no cover - older torch
+            matmul.allow_tf32 = tf32
+        c = torch.empty_like(self.c)
+        try:
+            return bench(lambda: torch.matmul(self.a, self.b, out=c), rep_ms=rep_ms).median_ms
+        except Exception:  # the baseline is a convenience here, not a result
+            return None
+
+    def release(self) -> None:
+        import torch
+
+        del self.a, self.b, self.ref, self.c
+        torch.cuda.empty_cache()
+
+
+@dataclass
+class Outcome:
+    entry: dict | None  # the cache record (new or cached); None when nothing passed
+    result: Result | None  # None when the cache answered
+    cached: bool
+    note: str = ""  # a sentence about the cache file (e.g. a corrupted one kept aside)
+
+
+def precisions_of(stage, backend: str) -> tuple[str, ...]:
+    """The precisions the registry lists for this stage x backend."""
+    if hasattr(stage, "precisions_for"):
+        return tuple(stage.precisions_for(backend))
+    return tuple(stage.precisions)
+
+
+def _check_request(stage, backend: str, precision: str, layout: str):
+    from lab.run import LAYOUTS
+    from lab.stages import BACKENDS, get_stage
+
+    stage = get_stage(stage) if isinstance(stage, str) else stage
+    if backend not in BACKENDS:
+        raise LabError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    supported = precisions_of(stage, backend)
+    if precision not in supported:
+        raise LabError(f"stage {stage.name} ({backend}) supports precision "
+                       f"{', '.join(supported)}, not {precision}")
+    if layout not in LAYOUTS:
+        raise LabError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
+    return stage
+
+
+def tune(stage, backend: str, M: int, N: int, K: int, *, layout: str = "nn",
+         precision: str = "fp32", budget_s: float = DEFAULT_BUDGET_S,
+         max_configs: int | None = None, retune: bool = False, cache=None, gpu: str | None = None,
+         launch_factory=None, checker=None, timer=None, probe=None, limits=None,
+         clock: Callable[[], float] = time.monotonic, on_progress: Progress | None = None,
+         cublas: bool = True, store_result: bool = True) -> Outcome:
+    """The cached entry for this key, or (with `retune`, or when there is none) a new search whose
+    winner is stored. Without injected launch_factory/checker/timer it needs a CUDA GPU."""
+    stage = _check_request(stage, backend, precision, layout)
+    fakes = launch_factory is not None and checker is not None and timer is not None
+    if not fakes and not gpu_available():
+        raise LabError("tuning times kernels and needs a CUDA GPU, and torch sees none here "
+                       "(python -m lab.autotune --dry-run shows the search space without one)")
+    gpu = gpu or (gpu_name() if gpu_available() else "no GPU")
+    key = cache_key(gpu, stage.name, backend, M, N, K, precision, layout)
+    note = ""
+    if not retune:
+        try:
+            hit = load_cache(cache).get(key)
+        except CacheError as exc:
+            hit, note = None, str(exc)
+        if hit is not None:
+            return Outcome(hit, None, True, note)
+    space = space_of(stage, backend)
+    module = stage.module(backend)
+    bench = None
+    cublas_ms = None
+    if not fakes:
+        from lab.occupancy import from_device
+
+        bench = GpuBench(stage, backend, M, N, K, layout, precision)
+        launch_factory, checker, timer = bench.launch, bench.check, bench.time
+        limits = limits or from_device()
+        if probe is None and backend == "cuda":
+            probe = cuda_probe(module, M, N, K, layout)
+    try:
+        result = search(space, launch_factory=launch_factory, checker=checker, timer=timer,
+                        validate=validator(module), probe=probe, limits=limits, budget_s=budget_s,
+                        max_configs=max_configs, clock=clock, on_progress=on_progress,
+                        shape=(M, N, K), layout=layout, precision=precision)
+        if bench is not None and cublas and result.winner is not None:
+            cublas_ms = bench.cublas_ms()
+    finally:
+        if bench is not None:
+            bench.release()
+    if result.winner is None:
+        return Outcome(None, result, False, note)
+    entry = make_entry(result, gpu, budget_s=budget_s, cublas_ms=cublas_ms)
+    if store_result:
+        note = store(entry, cache) or note
+    return Outcome(entry, result, False, note)
+
+
+# ------------------------------------------------------------------------- stage:auto resolution
+
+
+def lookup(stage, backend: str, M: int, N: int, K: int, layout: str = "nn",
+           precision: str = "fp32", *, tune_if_missing: bool = False, mode: str = "gpu",
+           cache=None, gpu: str | None = None,
+           budget_s: float = DEFAULT_BUDGET_S) -> tuple[dict | None, str]:
+    """(the cached winner's parameters for this backend, every one of them, or None; and one
+    sentence for the row's detail saying which configuration runs and why)."""
+    from lab.stages import get_stage
+
+    stage = get_stage(stage) if isinstance(stage, str) else stage
+    if gpu is None:
+        if mode != "gpu" or not gpu_available():
+            return None, ("auto: no GPU to look up a tuned configuration for, so the defaults "
+                          "run")
+        gpu = gpu_name()
+    where = f"{bucket(M, N, K)} {layout} on {gpu}"
+    entry = load_cache(cache).get(cache_key(gpu, stage.name, backend, M, N, K, precision, layout))
+    how = "cached"
+    if entry is None and tune_if_missing and mode == "gpu":
+        outcome = tune(stage, backend, M, N, K, layout=layout, precision=precision, cache=cache,
+                       gpu=gpu, budget_s=budget_s)
+        entry, how = outcome.entry, "tuned now"
+    if entry is None:
+        return None, (f"auto: no tuned configuration for {where}, so the defaults run (python -m "
+                      f"lab.autotune --stage {stage.name} --backend {backend} --sizes {M}x{N}x{K} "
+                      f"--layout {layout})")
+    problem = _stale(stage, backend, entry["params"])
+    if problem:
+        return None, (f"auto: the cached configuration for {where} no longer fits the registry "
+                      f"({problem}), so the defaults run; tune again with --retune")
+    params = space_of(stage, backend).full({})
+    params.update({k: v for k, v in entry["params"].items() if k in params})
+    speed = entry.get("speedup")
+    changed = entry.get("source") not in (None, source_hash(stage, backend))
+    return params, (f"auto: {how} winner for {where} ({entry.get('configs_tried', '?')} configs"
+                    + (f", {speed:.2f}x the defaults" if speed else "")
+                    + f", {str(entry.get('date', ''))[:10]})"
+                    + ("; the kernel's files changed since it was tuned (--retune)" if changed
+                       else ""))
+
+
+def _stale(stage, backend: str, params: dict) -> str:
+    declared = {p.name: p for p in stage.params if backend in p.backends}
+    for name, value in params.items():
+        p = declared.get(name)
+        if p is None:
+            return f"{stage.name} has no {backend} parameter {name}"
+        if value not in p.choices or isinstance(value, bool) is not isinstance(p.default, bool):
+            return f"{name}={_fmt(value)} is not a choice of {stage.name}"
+    why = validator(stage.module(backend))({**space_of(stage, backend).full({}), **params})
+    return why or ""
+
+
+def resolve(stage, backend: str, M: int, N: int, K: int, layout: str = "nn",
+            precision: str = "fp32", *, tune_if_missing: bool = False, mode: str = "gpu",
+            cache=None, gpu: str | None = None, budget_s: float = DEFAULT_BUDGET_S) -> dict | None:
+    """The cached winner's parameters for a `stage:auto` row (all of this backend's parameters),
+    or None: then the caller runs the defaults and says so (lookup() gives the sentence)."""
+    return lookup(stage, backend, M, N, K, layout, precision, tune_if_missing=tune_if_missing,
+                  mode=mode, cache=cache, gpu=gpu, budget_s=budget_s)[0]
+
+
+def resolve_variant(variant, backend: str, M: int, N: int, K: int, layout: str = "nn",
+                    precision: str = "fp32", *, mode: str = "gpu", tune_if_missing: bool = False,
+                    cache=None, gpu: str | None = None, budget_s: float = DEFAULT_BUDGET_S):
+    """(the Variant a row runs, a sentence for its detail). A normal variant comes back unchanged
+    with ""; a `stage:auto` one as a plain Variant holding the cached winner's parameters for this
+    backend (or the defaults), and the sentence saying which."""
+    from lab.stages import Variant
+
+    if not getattr(variant, "auto", False):
+        return variant, ""
+    params, note = lookup(variant.stage, backend, M, N, K, layout, precision,
+                          tune_if_missing=tune_if_missing, mode=mode, cache=cache, gpu=gpu,
+                          budget_s=budget_s)
+    return Variant(variant.stage, {**variant.stage.defaults(), **(params or {})}), note
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from lab.stages import BACKENDS
+
+    p = ArgumentParser(prog="lab.autotune", description=__doc__.split("\n\n")[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="The search, the cache and the output: docs/AUTOTUNE.md.")
+    p.add_argument("--stage", metavar="NAME[,NAME]",
+                   help="stage(s) to tune, a comma list of registry names or 'all'")
+    p.add_argument("--backend", default=",".join(BACKENDS),
+                   help=f"comma list of backends (default {','.join(BACKENDS)})")
+    p.add_argument("--sizes", action="append", metavar="SIZES",
+                   help="comma list of N (square) or MxNxK, repeatable; each is tuned for its "
+                        "own bucket (M, N, K rounded up to powers of two, plus an alignment flag)")
+    p.add_argument("--layout", default="nn", help="comma list of operand layouts: nn (default), "
+                                                  "nt, tn, tt")
+    p.add_argument("--precision", default="fp32",
+                   help="comma list of precisions (default fp32); each is its own search and "
+                        "cache entry, for the stage x backend pairs that compute in it")
+    p.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
+                   help=f"seconds per stage, backend, size and layout (default "
+                        f"{DEFAULT_BUDGET_S:g}); {int(EXPLORE_FRACTION * 100)}%% searching, the "
+                        f"rest refining the {TOP} fastest")
+    p.add_argument("--max-configs", type=int, metavar="N",
+                   help="launch at most N configurations (the defaults first)")
+    p.add_argument("--retune", action="store_true",
+                   help="search again even when the cache has an entry (the new one replaces it)")
+    p.add_argument("--cache", metavar="PATH",
+                   help=f"the cache file (default ${CACHE_ENV}, else {DEFAULT_CACHE})")
+    p.add_argument("--dry-run", action="store_true",
+                   help="no GPU needed: show the space, what validate() prunes and (CUDA) what "
+                        "the NVRTC builds prune, and the first candidates in order; time nothing")
+    p.add_argument("--show", action="store_true",
+                   help="print the cache's entries (those of --stage, if given) and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return guarded(_main, argv)
+
+
+def _parse_stages(text: str | None) -> list:
+    from lab.stages import STAGES, get_stage
+
+    if not text or not text.strip():
+        raise LabError("no stage given; use --stage NAME (see python -m lab.compare --list)")
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    out = []
+    for name in names:
+        if ":" in name or "=" in name:
+            raise LabError(f"--stage {name!r}: the tuner searches the parameters itself, so give "
+                           f"stage names only, such as vectorized")
+        for s in (STAGES if name.lower() == "all" else (get_stage(name),)):
+            if s not in out:
+                out.append(s)
+    return out
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.show:
+        return _show(args)
+    if not args.dry_run and not gpu_available():
+        raise LabError("tuning times kernels and needs a CUDA GPU, and torch sees none here "
+                       "(--dry-run shows the search space and its pruning without one)")
+    from lab.compare import parse_backends, parse_layouts
+    from lab.shapes import parse_sizes
+    from lab.stages import PRECISIONS
+
+    stages = _parse_stages(args.stage)
+    backends = parse_backends(args.backend)
+    layouts = parse_layouts(args.layout)
+    precisions = list(dict.fromkeys(x.strip().lower() for x in args.precision.split(",")
+                                    if x.strip()))
+    bad = [x for x in precisions if x not in PRECISIONS]
+    if bad or not precisions:
+        raise LabError(f"precision {', '.join(bad) or repr(args.precision)} is not supported; "
+                       f"choose from {', '.join(PRECISIONS)}")
+    if not args.sizes or any(not s.strip() for s in args.sizes):
+        raise LabError("--sizes is missing or empty; give the shapes to tune, such as 4096 or "
+                       "1025,7919x6007x3001")
+    shapes = parse_sizes(",".join(args.sizes))
+    if not args.budget_s > 0:
+        raise LabError("--budget-s must be a positive number of seconds")
+    if args.max_configs is not None and args.max_configs < 1:
+        raise LabError("--max-configs must be 1 or more")
+    for s in stages:
+        for be in backends:
+            for precision in precisions:
+                if precision not in precisions_of(s, be):
+                    raise LabError(f"stage {s.name} ({be}) supports precision "
+                                   f"{', '.join(precisions_of(s, be))}, not {precision}; name the "
+                                   f"backends and precisions it has with --backend, --precision")
+    # One search per bucket: a second size in a bucket already searched would overwrite it.
+    jobs, seen = [], {}
+    for shape in shapes:
+        b = bucket(*shape)
+        if b in seen:
+            print(f"{shape} shares the bucket {b} with {seen[b]}; tuned once, for {seen[b]}",
+                  file=sys.stderr)
+            continue
+        seen[b] = shape
+        jobs += [(st, be, shape, lay, pr) for st in stages for be in backends for lay in layouts
+                 for pr in precisions]
+    if args.dry_run:
+        seen_spaces = set()
+        for st, be, shape, lay, _pr in jobs:  # the space does not depend on the precision
+            if (st.name, be, shape, lay) not in seen_spaces:
+                seen_spaces.add((st.name, be, shape, lay))
+                _dry_run(st, be, shape, lay, args.max_configs)
+        return 0
+    path = cache_path(args.cache)
+    if path.is_dir():
+        raise LabError(f"the cache {path} is a folder; give a file name such as "
+                       f"{path / 'autotune.json'}")
+    try:
+        load_cache(path)
+    except CacheError as exc:
+        print(f"warning: {exc.args[0].split(';')[0]}; it is kept aside under a .corrupt name "
+              f"before the first new entry is written", file=sys.stderr)
+    status = 0
+    gpu = gpu_name()
+    print(f"tuning on {gpu}; cache {path}")
+    for st, be, shape, lay, precision in jobs:
+        code, interrupted = _tune_one(st, be, shape, lay, precision, args, path, gpu)
+        status = max(status, code)
+        if interrupted:  # Ctrl-C ends this search (its best so far is kept) and the command
+            print("interrupted: the remaining searches were not started", file=sys.stderr)
+            return 130
+    return status
+
+
+def _reporter(title: str):
+    """A progress callback and a closer: a rich bar on a terminal, plain lines otherwise."""
+    try:
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+        console = Console(stderr=True)
+        terminal = console.is_terminal
+    except ImportError:  # rich is a dependency, but plain text works without it
+        terminal = False
+    if not terminal:
+        return plain_progress(title, sys.stderr), lambda: None
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=console, transient=True)
+    bar.start()
+    task = bar.add_task(title, total=None)
+
+    def on_progress(phase, done, total, trial, best):
+        text = f"{title} {phase}" + (f", best {best.ms:.3f} ms" if best and best.ms else "")
+        bar.update(task, completed=done, total=total, description=text)
+
+    return on_progress, bar.stop
+
+
+def plain_progress(title: str, stream) -> Progress:
+    """One line per trial (logs and pipes)."""
+
+    def on_progress(phase, done, total, trial, best):
+        if trial is None:
+            return
+        what = {"timed": f"{trial.ms:.3f} ms" if trial.ms is not None else "",
+                "wrong": "WRONG: " + trial.detail, "error": "error: " + trial.detail,
+                "pruned": "pruned: " + trial.detail}.get(trial.status, trial.status)
+        if phase == "refine":
+            what = f"refined {trial.refined_ms:.3f} ms"
+        print(f"  {title} {phase} [{done}/{total}] {params_text(trial.params)}: {what}",
+              file=stream, flush=True)
+
+    return on_progress
+
+
+def _tune_one(stage, backend, shape, layout, precision, args, path, gpu) -> tuple[int, bool]:
+    M, N, K = shape
+    title = f"{stage.name} {backend} {layout} {M}x{N}x{K}" + (
+        f" {precision}" if precision != "fp32" else "")
+    on_progress, close = _reporter(title)
+    try:
+        outcome = tune(stage, backend, M, N, K, layout=layout, precision=precision,
+                       budget_s=args.budget_s, max_configs=args.max_configs, retune=args.retune,
+                       cache=path, gpu=gpu, on_progress=on_progress)
+    finally:
+        close()
+    for line in report_lines(outcome, title):
+        print(line)
+    interrupted = outcome.result is not None and outcome.result.stopped == "interrupted"
+    return (0 if outcome.entry is not None else 1), interrupted
+
+
+def report_lines(outcome: Outcome, title: str) -> list[str]:
+    """What the CLI prints for one search (or cache hit); docs/AUTOTUNE.md explains each line."""
+    lines = [f"{title}:"]
+    if outcome.note:
+        lines.append(f"  note: {outcome.note}")
+    e, r = outcome.entry, outcome.result
+    if outcome.cached:
+        lines.append(f"  cached ({e.get('date', '?')[:10]}, {e.get('configs_tried', '?')} configs; "
+                     f"--retune searches again): {params_text(e['params'])}")
+        lines.append("  " + _times_line(e))
+        return lines
+    invalid = len(r.invalid)
+    lines.append(f"  space {r.space}" + (f"; sampled {r.considered}" if r.sampled else ""))
+    lines.append(f"  {r.valid} pass validate ({invalid} rejected); tried {len(r.trials)}: "
+                 f"{r.count('timed')} timed, {r.count('pruned')} pruned by resources, "
+                 f"{r.count('wrong')} wrong, {r.count('error')} errors; "
+                 f"{r.not_reached} not reached"
+                 + (f" (stopped: {r.stopped})" if r.stopped else "") + f"; {r.elapsed_s:.0f} s")
+    ranked = r.ranked[:TOP + 2]
+    if ranked:
+        d_ms = r.default_trial.best_ms if r.default_trial and r.default_trial.status == "timed" \
+            else None
+        lines.append(f"  {'rank':>4} {'search ms':>10} {'refined ms':>10} {'vs default':>10}  "
+                     f"params")
+        for i, t in enumerate(ranked, 1):
+            refined = f"{t.refined_ms:.3f}" if t.refined_ms is not None else "-"
+            vs = f"{d_ms / t.best_ms:.2f}x" if d_ms and t.best_ms else "-"
+            mark = " (defaults)" if r.default_trial is t else ""
+            lines.append(f"  {i:>4} {t.ms:>10.3f} {refined:>10} {vs:>10}  "
+                         f"{params_text(t.params)}{mark}")
+    for t in r.trials:
+        if t.status == "wrong":
+            lines.append(f"  WRONG (discarded): {params_text(t.params)}: {t.detail}")
+    errors = [t for t in r.trials if t.status == "error"]
+    for t in errors[:3]:
+        lines.append(f"  error: {params_text(t.params)}: {t.detail}")
+    if len(errors) > 3:
+        lines.append(f"  ... and {len(errors) - 3} more errors")
+    if e is None:
+        lines.append("  no configuration passed its check; nothing cached")
+        return lines
+    lines.append(f"  winner: {params_text(e['params'])}")
+    lines.append("  " + _times_line(e))
+    lines.append(f"  cached as {e['key']}")
+    return lines
+
+
+def _times_line(e: dict) -> str:
+    text = f"{e['median_ms']:.3f} ms"
+    if e.get("default_ms"):
+        text += f", defaults {e['default_ms']:.3f} ms ({e['default_ms'] / e['median_ms']:.2f}x)"
+    if e.get("cublas_ms"):
+        text += f", cuBLAS {e['cublas_ms']:.3f} ms ({100 * e['cublas_ms'] / e['median_ms']:.1f}% " \
+                f"of cuBLAS)"
+    return text
+
+
+def _show(args) -> int:
+    path = cache_path(args.cache)
+    entries = load_cache(path)
+    wanted = {s.name for s in _parse_stages(args.stage)} if args.stage else None
+    rows = [e for e in entries.values() if wanted is None or e.get("stage") in wanted]
+    print(f"{path}: {len(rows)} entr{'y' if len(rows) == 1 else 'ies'}"
+          + ("" if wanted is None else f" for {', '.join(sorted(wanted))}"))
+    for e in rows:
+        print(f"  {e.get('key')}")
+        print(f"    {params_text(e['params'])}")
+        print(f"    {_times_line(e) if e.get('median_ms') else '?'}; "
+              f"{e.get('configs_tried', '?')} configs, {str(e.get('date', '?'))[:10]}")
+    return 0
+
+
+def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None) -> None:
+    """The space and its pruning without a GPU: validate(), and for CUDA the NVRTC builds for sm_90
+    (spills, fit), in the order the search takes them while the defaults stay the fastest (the
+    real order follows the timings). `search` itself runs, with a stand-in for the GPU."""
+    from lab.occupancy import SM90, from_resources
+
+    M, N, K = shape
+    space = space_of(stage, backend)
+    module = stage.module(backend)
+    default_key = space.key(space.default)
+    if max_configs is None and backend != "cuda":
+        max_configs = 10  # nothing is compiled: the first few show the order
+    print(f"{stage.name} {backend} {layout} {M}x{N}x{K} (bucket {bucket(M, N, K)}):")
+
+    def stand_in(params):  # launches nothing
+        return lambda: None
+
+    def timer(params, launch, rep_ms):  # the defaults stay the fastest
+        return 1.0 if space.key(params) == default_key else 2.0
+
+    r = search(space, launch_factory=stand_in, checker=lambda launch: True, timer=timer,
+               validate=validator(module),
+               probe=cuda_probe(module, M, N, K, layout) if backend == "cuda" else None,
+               limits=SM90, budget_s=math.inf, max_configs=max_configs, shape=(M, N, K),
+               layout=layout, refine_rounds=0)
+    print(f"  space {r.space}" + (f"; sampled {r.considered}" if r.sampled else ""))
+    print(f"  {r.valid} pass validate, {len(r.invalid)} rejected")
+    if backend == "cuda":
+        print("  resources (NVRTC, sm_90), in search order:")
+    else:
+        print("  resources: a Triton kernel's registers and spills are known only after it "
+              "compiles on the GPU (those that spill are pruned there); the search order:")
+    for i, t in enumerate(r.trials, 1):
+        head = f"  {i:>4}. {params_text(t.params)}"
+        if t.status == "pruned":
+            print(f"{head}: pruned: {t.detail}")
+        elif t.status == "error":
+            print(f"{head}: error: {t.detail}")
+        elif t.resources:
+            res = t.resources
+            occ = from_resources(res, SM90)
+            print(f"{head}: {res['registers']} regs, "
+                  f"{(res['smem_static'] or 0) + (res['smem_dynamic'] or 0)} B smem, "
+                  f"{res['threads']} threads, {occ.blocks_per_sm} blocks/SM "
+                  f"({100 * occ.occupancy:.0f}%)")
+        else:
+            print(head)
+    if backend == "cuda":
+        print(f"  {r.count('timed')} fit, {r.count('pruned')} pruned by resources, "
+              f"{r.count('error')} errors"
+              + (f"; {r.not_reached} not compiled (--max-configs)" if r.not_reached else ""))
+    elif r.not_reached:
+        print(f"  ... and {r.not_reached} more")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
