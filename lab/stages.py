@@ -237,8 +237,48 @@ STAGES: tuple[Stage, ...] = (
             *block_tile(128), *thread_tile(), group(16), *SWITCHES, num_warps(8), num_stages(),
         ),
     ),
-    # -- bank_conflicts entry --
-    # -- warptiling entry --
+    Stage(
+        "bank_conflicts",
+        "vectorized with a conflict-free shared layout for the transposing store: the float4 of "
+        "A scattered down 4 rows of As hits 32 distinct banks at every BK (padding per group of "
+        "4 rows, or an XOR swizzle)",
+        params=(
+            *block_tile(128), *thread_tile(),
+            Param("fix", "pad", ("none", "pad", "swizzle", "raw"),
+                  "shared layout of the scattered tile: none (vectorized's rows + 4), pad "
+                  "(128/BK floats per 4 rows), swizzle (column XOR (k/4)*(128/BK)), raw "
+                  "(unpadded: conflicted control)", ("cuda",)),
+            group(16), *SWITCHES, num_warps(8), num_stages(),
+        ),
+    ),
+    Stage(
+        "warptiling",
+        "block tile -> warp tile -> thread tile: each warp computes a compact WM x WN region "
+        "from one-wavefront LDS.128 fragments, double-buffered in registers; split-K for shapes "
+        "with few output tiles",
+        params=(
+            Param("BM", 128, (64, 128, 256), "block tile rows", ("cuda",)),
+            Param("BN", 128, (64, 128, 256), "block tile columns", ("cuda",)),
+            Param("BK", 16, (8, 16, 32), "k-step of the shared tiles", ("cuda",)),
+            Param("WM", 64, (32, 64, 128), "warp tile rows (BM/WM x BN/WN warps)", ("cuda",)),
+            Param("WN", 64, (32, 64, 128), "warp tile columns", ("cuda",)),
+            Param("WNITER", 4, (1, 2, 4, 8), "warp subtiles across a warp tile's columns",
+                  ("cuda",)),
+            Param("TM", 8, (4, 8), "rows of a thread's tile in one warp subtile", ("cuda",)),
+            Param("TN", 4, (4, 8), "columns of a thread's tile in one warp subtile", ("cuda",)),
+            Param("frags", 2, (1, 2), "fragment register sets (2: k+1 loaded while k computes)",
+                  ("cuda",)),
+            group(16), *SWITCHES,
+            Param("splitk", 1, (1, 2, 3, 4, 6, 8, 16, 32),
+                  "K splits: partial tiles into a workspace, then a fixed-order sum (2 kernels)"),
+            Param("BLOCK_M", 128, (32, 64, 128, 256), "Triton block tile rows", ("triton",)),
+            Param("BLOCK_N", 128, (32, 64, 128, 256), "Triton block tile columns", ("triton",)),
+            Param("BLOCK_K", 32, (16, 32, 64), "Triton k-step", ("triton",)),
+            Param("GROUP_M", 8, (1, 4, 8, 16), "Triton tile-rows walked together (L2 reuse)",
+                  ("triton",)),
+            num_warps(8), num_stages(3),
+        ),
+    ),
     # -- double_buffered entry --
     # -- mma entry --
 )

@@ -1,0 +1,191 @@
+"""Launcher for cuda_kernels/warptiling.cu: block tile -> warp tile -> thread tile, and split-K.
+
+Geometry: block 32 * (BM/WM) * (BN/WN) threads (1-D; 128 at the defaults, 4 warps of 64 x 64);
+grid (ceil(M/BM) * ceil(N/BN), splitk): x is the tile, ordered by block_tile() in common.cuh
+(group), y the K split; static shared memory (BK*(BM+4) + BK*BN) * 4 bytes (16.25 KiB at the
+defaults; a transposed B pads the rows of Bs by 4 floats), no dynamic shared memory.
+
+Derived sizes (warptiling.cu): WMITER = WM*WN / (32*TM*TN*WNITER) subtiles down a warp tile,
+WSUBM = WM/WMITER, WSUBN = WN/WNITER, and the 32 lanes of a subtile form TR = WSUBM/TM rows by
+TC = WSUBN/TN columns. validate() refuses, in one sentence, every combination that cannot be
+compiled or launched (the tuner prunes with it).
+
+Split-K (splitk = S > 1): prepare() allocates the workspace, S slabs of M x ldw floats (ldw = N
+rounded up to a multiple of 4, so partial tiles are float4 stores; this allocation is setup, in
+launch.setup_ms), and the launch callable runs two kernels: matmul_warptiling (grid y = S, each
+split writes its slab) and splitk_reduce (splitk_reduce.cu: C = slab 0 + ... + slab S-1, always in
+that order, so the result is bitwise reproducible). Both are timed. The resource columns describe
+the first kernel; launch.reduce_build is the second.
+
+Variants per call, as in vectorized.py: the layout (-DTRANS_A / -DTRANS_B) and VEC_A / VEC_B / VEC_C
+(vector_flags: which operands' lines are 16-byte aligned).
+"""
+
+from __future__ import annotations
+
+from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, compile_kernel, first_min_blocks,
+                                 launcher, resources, stage_launcher)
+from cuda_kernels.vectorized import vector_flags
+from lab.errors import LabError
+from lab.operands import entry, timer
+
+MAX_ACC = 128  # accumulators per thread that fit beside the fragments in 255 registers
+REDUCE_THREADS = 256
+# Registers a thread needs besides its accumulators and `frags` sets of fragments, at the least:
+# addresses and loop state. The first MIN_BLOCKS tried leaves that many (first_blocks); fewer
+# blocks are tried until the build has no spills (spill_free).
+REGS_OVERHEAD = 8
+
+
+def shape(BM=128, BN=128, WM=64, WN=64, WNITER=4, TM=8, TN=4, **_) -> dict[str, int]:
+    """The derived sizes of warptiling.cu (only meaningful for a combination validate() passes)."""
+    threads = 32 * (BM // WM) * (BN // WN)
+    wmiter = (WM * WN) // (32 * TM * TN * WNITER) or 1
+    return {"threads": threads, "WMITER": wmiter, "WSUBM": WM // wmiter, "WSUBN": WN // WNITER,
+            "TR": WM // wmiter // TM, "TC": WN // WNITER // TN,
+            "acc": WM * WN // 32, "frag_values": TM * wmiter + TN * WNITER}
+
+
+def threads(BM=128, BN=128, WM=64, WN=64, **_) -> int:
+    return 32 * (BM // WM) * (BN // WN)
+
+
+def smem_bytes(BM: int = 128, BN: int = 128, BK: int = 16, **_) -> int:
+    return (BK * (BM + 4) + BK * BN) * 4  # nn; a transposed B adds 4 floats per row of Bs
+
+
+def validate(BM: int = 128, BN: int = 128, BK: int = 16, WM: int = 64, WN: int = 64,
+             WNITER: int = 4, TM: int = 8, TN: int = 4, splitk: int = 1, frags: int = 2,
+             **_) -> None:
+    """Raise LabError (one sentence) if this combination cannot be compiled or launched."""
+    where = (f"warptiling with BM={BM}, BN={BN}, BK={BK}, WM={WM}, WN={WN}, WNITER={WNITER}, "
+             f"TM={TM}, TN={TN}")
+    if TM % 4 or TN % 4 or BK % 8:
+        raise LabError(f"{where}: TM and TN must be multiples of 4 (float4 groups) and BK a "
+                       f"multiple of 8 (the loaders' 8-k slabs)")
+    if BM % WM or BN % WN:
+        raise LabError(f"{where}: BM must be a multiple of WM and BN a multiple of WN (whole warp "
+                       f"tiles)")
+    t = threads(BM, BN, WM, WN)
+    if t > 1024:
+        raise LabError(f"{where} needs 32*(BM/WM)*(BN/WN) = {t} threads per block, more than "
+                       f"1024; raise WM or WN")
+    if (WM * WN) % (32 * TM * TN * WNITER) or WN % WNITER:
+        raise LabError(f"{where}: the {WM}x{WN} warp tile is not a whole number of WNITER "
+                       f"column subtiles each holding the 32 lanes' {TM}x{TN} thread tiles; change "
+                       f"WNITER, TM or TN")
+    s = shape(BM, BN, WM, WN, WNITER, TM, TN)
+    if s["WSUBM"] % TM or s["WSUBN"] % TN or WM % s["WMITER"]:
+        raise LabError(f"{where}: the {s['WSUBM']}x{s['WSUBN']} warp subtile cannot be split into "
+                       f"{TM}x{TN} thread tiles for 32 lanes; change WNITER, TM or TN")
+    if s["acc"] > MAX_ACC:
+        raise LabError(f"{where} gives each thread WM*WN/32 = {s['acc']} accumulators, more than "
+                       f"the {MAX_ACC} that fit in registers beside the fragments; lower WM or WN")
+    if (BM * BK // 4) % t or BM * BK // 4 < t:
+        raise LabError(f"{where}: the A tile ({BM * BK // 4} float4 chunks) does not split evenly "
+                       f"over {t} threads; raise BK or BM, or use fewer warps (larger WM/WN)")
+    if (BK * BN // 4) % t or BK * BN // 4 < t:
+        raise LabError(f"{where}: the B tile ({BK * BN // 4} float4 chunks) does not split evenly "
+                       f"over {t} threads; raise BK or BN, or use fewer warps (larger WM/WN)")
+    smem = (BK * (BM + 4) + BK * (BN + 4)) * 4  # the larger (transposed B) of the layouts
+    if smem > STATIC_SMEM_LIMIT:
+        raise LabError(f"{where} needs {smem} bytes of static shared memory, more than the 48 KiB "
+                       f"limit; lower BK, BM or BN")
+    if splitk < 1:
+        raise LabError(f"warptiling with splitk={splitk}: splitk must be 1 or more")
+    if frags not in (1, 2):
+        raise LabError(f"warptiling with frags={frags}: frags (fragment register sets) is 1 or 2")
+
+
+def first_blocks(BM=128, BN=128, WM=64, WN=64, WNITER=4, TM=8, TN=4, frags=2, **_) -> int:
+    """Blocks per SM to ask ptxas for first: as many as the thread count allows, but no more than
+    leave accumulators + `frags` fragment sets + REGS_OVERHEAD registers per thread (at the
+    defaults 128 + 2*24 + 8 = 184: 2 blocks of 128 threads; with frags=1, 160: 3 blocks)."""
+    s = shape(BM, BN, WM, WN, WNITER, TM, TN)
+    need = s["acc"] + frags * s["frag_values"] + REGS_OVERHEAD
+    return max(1, min(first_min_blocks(s["threads"]), 65536 // (s["threads"] * need)))
+
+
+def spill_free(defines: dict, first: int, **switches):
+    """Compile with __launch_bounds__(THREADS, MIN_BLOCKS) for MIN_BLOCKS = first, first-1, ...,
+    1: the first build without spills wins. _build.spill_free_build halves MIN_BLOCKS instead;
+    here one block more per SM is worth the extra compile (64x64 tiles: 6 blocks at 80
+    registers, where halving from 7 lands on 3)."""
+    for blocks in range(first, 0, -1):
+        build = compile_kernel("warptiling.cu", "matmul_warptiling",
+                               {**defines, "MIN_BLOCKS": blocks}, **switches)
+        if build.spill_bytes == 0:
+            return build
+    return build
+
+
+def build(BM: int = 128, BN: int = 128, BK: int = 16, WM: int = 64, WN: int = 64,
+          WNITER: int = 4, TM: int = 8, TN: int = 4, frags: int = 2, group: int = 16,
+          splitk: int = 1, fast_math: bool = False, unroll: bool = True, vec_a: bool = True,
+          vec_b: bool = True, vec_c: bool = True, layout: str = "nn", **_):
+    """The main kernel (NVRTC, no GPU needed). splitk > 1 compiles the split-K variant, whose
+    partial tiles go to the workspace (always float4: VEC_OUT in the .cu)."""
+    tile = dict(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, WNITER=WNITER, TM=TM, TN=TN)
+    validate(**tile, splitk=splitk, frags=frags)
+    defines = {**tile, "FRAG_BUFFERS": frags, "GROUP": group, "SPLITK": splitk,
+               "VEC_A": bool(vec_a), "VEC_B": bool(vec_b), "VEC_C": bool(vec_c)}
+    return spill_free(defines, first_blocks(**tile, frags=frags), fast_math=fast_math,
+                      unroll=unroll, layout=layout)
+
+
+def build_reduce(splitk: int = 2, vec_c: bool = True, **_):
+    """The split-K reduction kernel (splitk_reduce.cu) for `splitk` slabs."""
+    return compile_kernel("splitk_reduce.cu", "splitk_reduce",
+                          {"SPLITK": splitk, "VEC_C": bool(vec_c), "RTHREADS": REDUCE_THREADS})
+
+
+def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, WM: int = 64, WN: int = 64,
+             splitk: int = 1, **_):
+    return (cdiv(M, BM) * cdiv(N, BN), splitk, 1), (threads(BM, BN, WM, WN), 1, 1), 0
+
+
+def workspace_ld(N: int) -> int:
+    """Row length of the split-K workspace: N rounded up to a multiple of 4 floats (16 bytes)."""
+    return cdiv(N, 4) * 4
+
+
+def reduce_geometry(M: int, N: int):
+    return (cdiv(M * cdiv(N, 4), REDUCE_THREADS), 1, 1), (REDUCE_THREADS, 1, 1), 0
+
+
+@entry("warptiling", "cuda")
+def prepare(p, splitk: int = 1, **params):
+    """p: the shared description of the operands (lab/operands.py)."""
+    import numpy as np
+    import torch
+
+    validate(**params, splitk=splitk)
+    params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c")}
+    flags = vector_flags(p)
+    main = build(**params, splitk=splitk, **flags, layout=p.layout)
+    grid, block, smem = geometry(p.M, p.N, p.K, **params, splitk=splitk)
+    if splitk == 1:
+        return stage_launcher(main, (grid, block, smem), p)
+
+    clock = timer(p.c.tensor.is_cuda)
+    ldw = workspace_ld(p.N)
+    work = torch.empty(splitk * p.M * ldw, dtype=torch.float32, device=p.c.tensor.device)
+    setup_ms = clock.stop()
+    i32 = np.int32
+    partials = launcher(main, grid, block, (p.a.tensor, p.b.tensor, work, i32(p.M), i32(p.N),
+                                            i32(p.K), i32(p.a.ld), i32(p.b.ld), i32(ldw)))
+    red = build_reduce(splitk, flags["vec_c"])
+    rgrid, rblock, _ = reduce_geometry(p.M, p.N)
+    reduce = launcher(red, rgrid, rblock, (work, p.c.tensor, i32(p.M), i32(p.N), i32(ldw),
+                                           i32(p.c.ld)))
+
+    def launch():
+        partials()
+        reduce()
+
+    launch.resources = resources(main, grid, block, smem)
+    launch.build = main
+    launch.reduce_build = red
+    launch.workspace = work
+    launch.setup_ms = setup_ms
+    return launch

@@ -1,0 +1,484 @@
+"""Tests of the warptiling stage and its split-K variant (CPU; a few `gpu`-marked ones at the end).
+
+(a) split-K in the CUDA emulator: the main kernel (grid y = splitk) and splitk_reduce run one after
+    the other on the CPU (g++, ASan/UBSan, the thread model of tests/cuda_emulator.py) in every
+    layout, VEC variant and for splitk larger than the number of k-tiles. The program checks
+    each split's slab against the float64 partial product over that split's k-range (an empty
+    range must give exact zeros), that nothing is written into the workspace's padding or
+    C's gaps, and that C is bitwise the ordered sum slab 0 + slab 1 + ... (the determinism of
+    the reduction) and within tolerance of the reference;
+(b) the Triton twin under the interpreter: split-K on odd shapes, layouts and views, ragged and
+    even K, other tiles; C bitwise equal to the ordered sum of the workspace slabs, and the same
+    bits on a second launch;
+(c) validate() refusals (one sentence naming the parameters) on both backends;
+(d) NVRTC builds: zero spills for the default build in every layout, for each splitk choice
+    and for the tile shapes worth timing; the reduction kernel for each splitk; the SASS of the
+    default has the one-wavefront LDS.128 fragment reads and no local memory;
+(e) `gpu`: split-K and determinism on the GPU (skipped without one).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import torch
+
+from lab import check as chk
+from lab.errors import CompileError, LabError
+from lab.stages import get_stage, parse_variants
+
+CPU = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
+STAGE = get_stage("warptiling")
+SPLITS = next(p.choices for p in STAGE.params if p.name == "splitk")
+SMALL = dict(BM=64, BN=64, BK=8, WM=32, WN=32, WNITER=1, TM=8, TN=4)  # 4 warps, 32 results each
+
+
+def _params(backend: str, **changes):
+    items = ",".join(f"{k}={v}" for k, v in changes.items())
+    spec = "warptiling" + (":" + items if changes else "")
+    return parse_variants([spec])[0].params_for(backend)
+
+
+# ------------------------------------------------------- (a) split-K in the CUDA emulator
+
+# main(): argv M N K lda ldb ldc(=ldw, the workspace row) ldc_c gx gy bx rgx rbx BK
+SPLITK_MAIN = r"""
+#include KERNEL_FILE
+#include REDUCE_FILE
+
+int main(int argc, char** argv) {
+    if (argc != 14) { std::fprintf(stderr, "usage\n"); return 2; }
+    const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
+    const int lda = atoi(argv[4]), ldb = atoi(argv[5]), ldw = atoi(argv[6]), ldc = atoi(argv[7]);
+    const unsigned gx = atoi(argv[8]), gy = atoi(argv[9]), bx = atoi(argv[10]);
+    const unsigned rgx = atoi(argv[11]), rbx = atoi(argv[12]);
+    const int bk = atoi(argv[13]);
+    std::mt19937 gen(M * 131 + N * 7 + K);
+    std::normal_distribution<float> normal;
+    const size_t a_lines = TRANS_A ? K : M, b_lines = TRANS_B ? N : K;
+    std::vector<float> A(a_lines * lda, NAN), B(b_lines * ldb, NAN), C(size_t(M) * ldc, NAN);
+    std::vector<float> W(size_t(gy) * M * ldw, NAN);
+    auto a_at = [&](int i, int k) -> float& { return A[TRANS_A ? size_t(k) * lda + i : size_t(i) * lda + k]; };
+    auto b_at = [&](int k, int j) -> float& { return B[TRANS_B ? size_t(j) * ldb + k : size_t(k) * ldb + j]; };
+    for (int i = 0; i < M; ++i) for (int k = 0; k < K; ++k) a_at(i, k) = normal(gen);
+    for (int k = 0; k < K; ++k) for (int j = 0; j < N; ++j) b_at(k, j) = normal(gen);
+    auto launch = [&](unsigned grid_x, unsigned grid_y, unsigned threads, auto body) {
+        for (unsigned bid = 0; bid < grid_x * grid_y; ++bid) {
+            std::barrier<> bar(threads);
+            g_barrier = &bar;
+            std::vector<std::thread> team;
+            for (unsigned t = 0; t < threads; ++t)
+                team.emplace_back([&, t] {
+                    threadIdx = {t, 0, 0};
+                    blockIdx = {bid % grid_x, bid / grid_x, 0};
+                    body();
+                });
+            for (auto& th : team) th.join();
+        }
+    };
+    launch(gx, gy, bx, [&] { matmul_warptiling(A.data(), B.data(), W.data(), M, N, K, lda, ldb, ldw); });
+    // Each slab: the float64 product over its split's k-tiles; empty splits exact zeros.
+    const int ktiles = (K + bk - 1) / bk;
+    long slab_bad = 0, pad_writes = 0, empty = 0;
+    double worst = 0;
+    for (unsigned z = 0; z < gy; ++z) {
+        const int k0 = int((long long)z * ktiles / gy) * bk;
+        const int k1 = std::min(K, int((long long)(z + 1) * ktiles / gy) * bk);
+        empty += k1 <= k0;
+        double num = 0, den = 0;
+        for (int i = 0; i < M; ++i)
+            for (int j = 0; j < ldw; ++j) {
+                const float w = W[(size_t(z) * M + i) * ldw + j];
+                if (j >= N) { pad_writes += !std::isnan(w); continue; }
+                double ref = 0;
+                for (int k = k0; k < k1; ++k) ref += double(a_at(i, k)) * b_at(k, j);
+                if (!std::isfinite(w) || (k1 <= k0 && w != 0.0f)) { ++slab_bad; continue; }
+                num += (w - ref) * (w - ref);
+                den += ref * ref;
+            }
+        if (den > 0) worst = std::max(worst, std::sqrt(num / den));
+    }
+    launch(rgx, 1, rbx, [&] { splitk_reduce(W.data(), C.data(), M, N, ldw, ldc); });
+    double num = 0, den = 0;
+    long bad = 0, gaps = 0, unordered = 0;
+    for (int i = 0; i < M; ++i)
+        for (int j = 0; j < ldc; ++j) {
+            const float c = C[size_t(i) * ldc + j];
+            if (j >= N) { gaps += !std::isnan(c); continue; }
+            float sum = W[size_t(i) * ldw + j];  // slab 0 + slab 1 + ..., in fp32, in order
+            for (unsigned z = 1; z < gy; ++z) sum += W[(size_t(z) * M + i) * ldw + j];
+            unordered += std::memcmp(&sum, &c, sizeof c) != 0;
+            double ref = 0;
+            for (int k = 0; k < K; ++k) ref += double(a_at(i, k)) * b_at(k, j);
+            if (!std::isfinite(c)) { ++bad; continue; }
+            num += (c - ref) * (c - ref);
+            den += ref * ref;
+        }
+    const double rel = std::sqrt(num / (den > 0 ? den : 1));
+    std::printf("%dx%dx%d splits=%u empty=%ld slab_err=%.2e slab_bad=%ld pad_writes=%ld "
+                "rel_err=%.2e non-finite=%ld gap-writes=%ld not-ordered-sum=%ld\n", M, N, K, gy,
+                empty, worst, slab_bad, pad_writes, rel, bad, gaps, unordered);
+    return slab_bad == 0 && pad_writes == 0 && worst < 1e-5 && bad == 0 && gaps == 0 &&
+           unordered == 0 && rel < 1e-5 ? 0 : 1;
+}
+"""
+
+LAYOUTS = ("nn", "nt", "tn", "tt")
+# (tile, layout, splitk, (vec_a, vec_b, vec_c)): every layout, every VEC flag on and off, the
+# default tile and a small one, splitk up to 32 (more splits than k-tiles in most shapes below).
+SPLIT_CASES = [
+    ({}, "nn", 3, (1, 1, 1)),
+    ({}, "tt", 16, (1, 1, 1)),
+    (SMALL, "nt", 4, (1, 0, 1)),
+    (SMALL, "tn", 32, (0, 1, 0)),
+    (SMALL, "tt", 2, (0, 0, 0)),
+    (SMALL, "nn", 6, (1, 1, 0)),
+    ({**SMALL, "frags": 1, "BK": 16}, "nt", 8, (0, 1, 1)),
+]
+SPLIT_SHAPES = [(1, 1, 1), (37, 45, 29), (130, 67, 33), (65, 64, 200), (3, 130, 17)]
+
+
+def _cuda_params(tile: dict, splitk: int, flags) -> dict:
+    params = {**_params("cuda", **tile), "splitk": splitk}
+    return {**params, "vec_a": flags[0], "vec_b": flags[1], "vec_c": flags[2]}
+
+
+def _ld(width: int, aligned: bool) -> int:
+    """A leading dimension larger than `width` (NaN in the gap), a multiple of 4 floats or not."""
+    ld = width + 1
+    while (ld % 4 == 0) != bool(aligned):
+        ld += 1
+    return ld
+
+
+@pytest.fixture(scope="module")
+def splitk_programs(tmp_path_factory):
+    """One g++ executable per SPLIT_CASES entry (compiled two at a time): {index: path}."""
+    import concurrent.futures
+    import os
+
+    from cuda_emulator import EMULATOR, KERNELS, compiler, defines_of
+
+    if compiler() is None:
+        pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
+    from cuda_kernels import warptiling
+
+    root = tmp_path_factory.mktemp("splitk")
+    prelude = EMULATOR.split("#include KERNEL_FILE")[0] + "#include <cstring>\n"
+    (root / "splitk.cpp").write_text(prelude + SPLITK_MAIN)
+
+    def compile_case(i):
+        tile, layout, splitk, flags = SPLIT_CASES[i]
+        build = warptiling.build(**_cuda_params(tile, splitk, flags), layout=layout)
+        assert build.spill_bytes == 0
+        defines = {**defines_of(build), "RTHREADS": warptiling.REDUCE_THREADS}
+        exe = root / f"splitk_{i}"
+        cmd = [compiler(), "-std=c++20", "-O1", "-g", "-pthread", "-Wno-unknown-pragmas",
+               "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KERNELS}",
+               f'-DKERNEL_FILE="{KERNELS / "warptiling.cu"}"',
+               f'-DREDUCE_FILE="{KERNELS / "splitk_reduce.cu"}"',
+               *(f"-D{k}={v}" for k, v in defines.items()), str(root / "splitk.cpp"), "-o",
+               str(exe)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode:
+            raise AssertionError(f"g++ failed for case {i}:\n{out.stderr[-3000:]}")
+        return exe
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
+        return dict(zip(range(len(SPLIT_CASES)), pool.map(compile_case, range(len(SPLIT_CASES)))))
+
+
+@CPU
+@pytest.mark.parametrize("case", range(len(SPLIT_CASES)),
+                         ids=[f"{c[1]}-splitk{c[2]}-vec{''.join(map(str, c[3]))}-"
+                              f"{'small' if c[0] else 'default'}" for c in SPLIT_CASES])
+def test_splitk_emulated_on_the_cpu(splitk_programs, case):
+    from cuda_kernels import warptiling
+
+    tile, layout, splitk, flags = SPLIT_CASES[case]
+    params = _cuda_params(tile, splitk, flags)
+    for M, N, K in SPLIT_SHAPES:
+        widths = (M if layout[0] == "t" else K, K if layout[1] == "t" else N, N)
+        lda, ldb, ldc = (_ld(w, f) for w, f in zip(widths, flags))
+        ldw = warptiling.workspace_ld(N)
+        grid, block, _ = warptiling.geometry(M, N, K, **params)
+        assert grid[1] == splitk
+        rgrid, rblock, _ = warptiling.reduce_geometry(M, N)
+        args = [M, N, K, lda, ldb, ldw, ldc, grid[0], grid[1], block[0], rgrid[0], rblock[0],
+                params["BK"]]
+        out = subprocess.run([str(splitk_programs[case]), *map(str, args)], capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, f"{layout} splitk={splitk} {M}x{N}x{K}:\n" + \
+            (out.stdout + out.stderr)[-3000:]
+        if K <= 33 and splitk >= 8:  # more splits than k-tiles: some slabs must be empty
+            assert not re.search(r"empty=0\b", out.stdout), out.stdout
+
+
+# ------------------------------------------------------- (b) the Triton twin, interpreted
+
+
+def _run_triton(a, b, c, K, **changes):
+    module = STAGE.module("triton")
+    launch = module.prepare(a, b, c, **_params("triton", **changes))
+    return launch, chk.check(launch, c, chk.reference(a, b), K)
+
+
+@CPU
+@pytest.mark.parametrize("splitk", [2, 3, 32])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (17, 33, 129), (65, 64, 63), (3, 130, 2),
+                                   (40, 36, 160)], ids=lambda s: "x".join(map(str, s)))
+def test_triton_splitk_is_correct(shape, splitk):
+    M, N, K = shape
+    a, b = chk.make_inputs(M, N, K, seed=M + N + K, device="cpu")
+    _, result = _run_triton(a, b, torch.empty(M, N), K, splitk=splitk, BLOCK_M=32, BLOCK_N=32,
+                            BLOCK_K=16, num_warps=4)
+    assert result.passed, result.reason
+
+
+@CPU
+@pytest.mark.parametrize("kind", ["nt", "tn", "tt", "sliced"])
+def test_triton_splitk_on_layouts_and_views(kind):
+    M, N, K = 19, 35, 41
+    a, b = chk.make_inputs(M, N, K, seed=7, device="cpu", layout=kind if kind != "sliced" else "nn")
+    c = torch.empty(N, M).t() if kind == "tt" else torch.empty(M, N)
+    if kind == "sliced":
+        a = torch.empty(M, K + 5)[:, 2:K + 2].copy_(a)
+        big = torch.full((M + 2, N + 3), -1.0)
+        c = big[1:M + 1, 3:]
+    _, result = _run_triton(a, b, c, K, splitk=4, BLOCK_M=32, BLOCK_N=32, BLOCK_K=16,
+                            num_warps=4)
+    assert result.passed, f"{kind}: {result.reason}"
+    if kind == "sliced":
+        assert (big[0] == -1).all() and (big[:, :3] == -1).all() and (big[-1] == -1).all()
+
+
+@CPU
+@pytest.mark.parametrize("changes,shape", [
+    (dict(), (130, 67, 64)),                                          # EVEN_K, edges in M and N
+    (dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=64, GROUP_M=1), (65, 70, 100)),
+    (dict(BLOCK_M=32, BLOCK_N=64, GROUP_M=4, num_warps=2), (100, 65, 48)),  # 4 tile-rows per group
+    (dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, splitk=6, num_warps=4), (33, 36, 40)),  # VEC flags
+], ids=str)
+def test_triton_twin_variants(changes, shape):
+    M, N, K = shape
+    a, b = chk.make_inputs(M, N, K, seed=11, device="cpu")
+    _, result = _run_triton(a, b, torch.empty(M, N), K, **changes)
+    assert result.passed, result.reason
+
+
+@CPU
+@pytest.mark.parametrize("splitk", [3, 8])
+def test_triton_splitk_reduction_is_the_ordered_sum_and_reproducible(splitk):
+    M, N, K = 37, 45, 300
+    a, b = chk.make_inputs(M, N, K, seed=5, device="cpu")
+    c = torch.empty(M, N)
+    launch, result = _run_triton(a, b, c, K, splitk=splitk, BLOCK_M=32, BLOCK_N=32, BLOCK_K=16,
+                                 num_warps=4)
+    assert result.passed, result.reason
+    slabs = launch.workspace.view(splitk, M, N)
+    ordered = slabs[0].clone()
+    for s in range(1, splitk):
+        ordered += slabs[s]  # fp32, in the order 0, 1, ..., like the kernel
+    assert torch.equal(c, ordered)
+    first = c.clone()
+    c.fill_(float("nan"))
+    launch()
+    assert torch.equal(c, first)  # the same bits on a second launch
+
+
+# ------------------------------------------------------- (c) validate()
+
+CUDA_INVALID = [
+    (dict(BM=64, WM=128), "multiple of WM"),
+    (dict(BM=256, BN=256, WM=32, WN=32), "threads"),                 # 64 warps
+    (dict(WNITER=8), "WNITER"),                                      # 64x64 warp: WMITER = 1/2
+    (dict(TN=8), "thread tiles"),                                     # 8x8x4 per lane too much
+    (dict(WM=128, WN=128, BM=128, BN=128, WNITER=4), "accumulators"),  # 512 per thread
+    (dict(BM=64, BN=128, BK=8, WM=32, WN=32, WNITER=1), "A tile"),   # 128 float4, 256 threads
+    (dict(BK=32, BM=256, BN=256), "shared memory"),                  # 65 KiB
+]
+
+
+@CPU
+@pytest.mark.parametrize("changes,words", CUDA_INVALID, ids=str)
+def test_cuda_validate_refuses_in_one_sentence(changes, words):
+    from cuda_kernels import warptiling
+
+    params = {**_params("cuda"), **changes}
+    with pytest.raises(LabError) as info:
+        warptiling.validate(**params)
+    message = str(info.value)
+    assert "\n" not in message and ". " not in message, message
+    assert words in message, message
+    for key, value in changes.items():
+        assert f"{key}={value}" in message, message
+    with pytest.raises(LabError) as info:  # build() refuses before NVRTC runs
+        warptiling.build(**params)
+    assert not isinstance(info.value, CompileError)
+
+
+@CPU
+def test_triton_validate_refuses_in_one_sentence():
+    module = STAGE.module("triton")
+    module.validate(**_params("triton"))
+    for changes, words in [(dict(BLOCK_M=256, BLOCK_N=256, BLOCK_K=64, num_stages=5),
+                            "shared memory"),
+                           (dict(num_warps=2), "accumulators")]:
+        with pytest.raises(LabError) as info:
+            module.validate(**{**_params("triton"), **changes})
+        message = str(info.value)
+        assert "\n" not in message and words in message, message
+
+
+@CPU
+def test_every_declared_choice_is_valid_somewhere_and_the_space_is_pruned():
+    """Every choice of every CUDA tile parameter appears in some valid combination, and
+    validate() prunes the rest (the tuner's search space is the valid part of the product)."""
+    import itertools
+
+    from cuda_kernels import warptiling
+
+    names = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN")
+    choices = {p.name: p.choices for p in STAGE.params if p.name in names}
+    valid, seen = 0, {n: set() for n in names}
+    for combo in itertools.product(*(choices[n] for n in names)):
+        params = dict(zip(names, combo))
+        try:
+            warptiling.validate(**params)
+        except LabError:
+            continue
+        valid += 1
+        for n in names:
+            seen[n].add(params[n])
+    assert valid >= 50
+    for n in names:
+        assert seen[n] == set(choices[n]), (n, seen[n])
+
+
+# ------------------------------------------------------- (d) NVRTC builds
+
+
+@CPU
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_default_build_is_spill_free_in_every_layout(layout):
+    cuda = STAGE.module("cuda")
+    build = cuda.build(**_params("cuda"), layout=layout)
+    assert build.arch == "sm_90"
+    assert build.spill_bytes == 0 and build.stack_frame == 0
+    assert 0 < build.registers <= 255
+
+
+@CPU
+@pytest.mark.parametrize("splitk", SPLITS)
+def test_each_splitk_builds_without_spills(splitk):
+    from cuda_kernels import warptiling
+
+    build = warptiling.build(**{**_params("cuda"), "splitk": splitk})
+    assert build.spill_bytes == 0 and build.stack_frame == 0
+    assert f"-DSPLITK={splitk}" in build.options
+    if splitk > 1:
+        for vec_c in (True, False):
+            red = warptiling.build_reduce(splitk, vec_c)
+            assert red.spill_bytes == 0 and red.stack_frame == 0, (splitk, vec_c)
+    params = {**_params("cuda"), "splitk": splitk}
+    grid, block, smem = warptiling.geometry(320, 192, 786432, **params)
+    assert grid == (3 * 2, splitk, 1) and block == (128, 1, 1) and smem == 0
+
+
+TIMED_TILES = [  # the tile shapes worth timing on the H100 (docs/stages/warptiling.md)
+    dict(frags=1),
+    dict(WN=32, WNITER=2, frags=1),                      # 128x128, 8 warps
+    dict(BM=64, BN=128, WM=32, WN=64, WNITER=2),         # 64x128, 4 warps
+    dict(BM=128, BN=64, WM=64, WN=32, WNITER=2),
+    dict(BM=64, BN=128, WM=32, WN=32, WNITER=1, frags=1),  # 64x128, 8 warps
+    dict(BM=64, BN=64, WM=32, WN=32, WNITER=1),          # 64x64, split-K shapes
+    dict(BM=256, BN=128, WM=64, WN=64),                  # 8 warps of 64x64
+    dict(BK=8), dict(BK=32),
+]
+
+
+@CPU
+@pytest.mark.parametrize("changes", TIMED_TILES, ids=str)
+def test_tiles_worth_timing_build_without_spills(changes):
+    from cuda_kernels import warptiling
+
+    params = _params("cuda", **changes)
+    warptiling.validate(**params)
+    build = warptiling.build(**params)
+    assert build.spill_bytes == 0, f"{changes}: {build.spill_bytes} spill bytes"
+    assert build.smem_static <= 48 * 1024
+
+
+@CPU
+def test_switches_and_unrolled_off_have_no_local_memory():
+    from cuda_kernels import warptiling
+
+    for changes in (dict(unroll=False), dict(unroll=False, frags=1), dict(fast_math=True)):
+        build = warptiling.build(**{**_params("cuda"), **changes})
+        assert build.spill_bytes == 0 and build.stack_frame == 0, changes
+
+
+@pytest.fixture(scope="module")
+def default_sass():
+    from cuda_kernels import _sass
+
+    if _sass.find_tool("cuobjdump") is None and _sass.find_tool("nvdisasm") is None:
+        pytest.skip("no cuobjdump or nvdisasm (pip install nvidia-cuda-cuobjdump)")
+    return _sass.sass(STAGE.module("cuda").build(**_params("cuda")))
+
+
+@CPU
+def test_default_sass_reads_fragments_with_lds128_only(default_sass):
+    from cuda_kernels import _sass
+
+    mix = _sass.instruction_mix(default_sass)
+    # the unrolled k loop body: 4 k's of 128 FFMA (NVVM unrolls up to 512 FFMA per body), and per
+    # k 2 LDS.128 of A + 4 of B (the first k's also loaded before the loop: +6)
+    assert mix.get("FFMA", 0) == 512
+    assert mix.get("LDS.128", 0) == 4 * 6 + 6
+    assert mix.get("LDS", 0) == 0 and mix.get("LDS.64", 0) == 0
+    assert "LDG.E.128" in default_sass and "STG.E.128" in default_sass
+    assert not re.search(r"\b(LDL|STL)\b", default_sass)
+
+
+# ------------------------------------------------------- (e) on the GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+@pytest.mark.parametrize("splitk", [2, 3, 8, 32])
+def test_splitk_on_the_gpu_is_correct_and_reproducible(backend, splitk):
+    M, N, K = 320, 192, 20000
+    a, b = chk.make_inputs(M, N, K, seed=splitk, device="cuda")
+    ref = chk.reference(a, b)
+    c = torch.empty(M, N, device="cuda")
+    launch = STAGE.module(backend).prepare(a, b, c, **_params(backend, splitk=splitk))
+    result = chk.check(launch, c, ref, K)
+    assert result.passed, result.reason
+    first = c.clone()
+    for _ in range(3):
+        c.fill_(float("nan"))
+        launch()
+        torch.cuda.synchronize()
+        assert torch.equal(c, first)
+    ld = launch.workspace.numel() // (splitk * M)
+    slabs = launch.workspace.view(splitk, M, ld)[:, :, :N]
+    ordered = slabs[0].clone()
+    for s in range(1, splitk):
+        ordered += slabs[s]
+    assert torch.equal(c, ordered)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_splitk_on_every_layout_on_the_gpu(layout):
+    M, N, K = 130, 67, 3001
+    a, b = chk.make_inputs(M, N, K, seed=3, device="cuda", layout=layout)
+    ref = chk.reference(a, b)
+    for backend in ("cuda", "triton"):
+        c = torch.empty(M, N, device="cuda")
+        launch = STAGE.module(backend).prepare(a, b, c, **_params(backend, splitk=6))
+        result = chk.check(launch, c, ref, K)
+        assert result.passed, f"{backend} {layout}: {result.reason}"

@@ -1,0 +1,219 @@
+"""Stage warptiling, Triton twin: the best fp32 (IEEE) Triton GEMM of the ladder, and split-K.
+
+CUDA stage: cuda_kernels/warptiling.cu (block tile -> warp tile -> thread tile, by hand).
+
+What "warp tiling" means in Triton, i.e. what Triton does for you that the CUDA stage does by hand:
+- The warp and thread tiles. A Triton program is one block tile (BLOCK_M x BLOCK_N of C); how the
+  tile is split over num_warps warps and their 32 lanes is the layout the compiler gives the
+  tl.dot accumulator. For fp32 with input_precision="ieee" (no tensor cores: IEEE FMAs, like
+  for like with cuBLAS fp32) it lowers tl.dot to FFMAs on a blocked layout in which every thread
+  owns BLOCK_M*BLOCK_N / (32*num_warps) accumulators (64 at the defaults, 128 x 128 over 8
+  warps), and it loads each k's A and B fragments from shared memory into registers itself. The
+  knobs a user has are num_warps and the tile shape. (num_warps=4 would give the CUDA stage's 128
+  per thread, but compiled here for sm_90 (Triton 3.9) it takes 255 registers and 120 bytes of
+  stack: spills; the default takes 190 and none.)
+- Shared-memory staging, the transposed/swizzled layouts and the barriers, as in the earlier
+  twins, and the 128-bit global loads wherever its alignment analysis (plus the VEC hints below)
+  proves them legal.
+- Software pipelining: with num_stages = s > 1 the compiler keeps s-1 k-tiles of A and B in
+  flight (cp.async into a ring of s shared-memory buffers) while tl.dot works on the current one:
+  the global-load latency that the CUDA stage leaves exposed at every k-tile. Default 3. (Under
+  the interpreter num_stages does nothing.)
+What this file adds over the vectorized twin (the "masks only on edges" GEMM):
+- No masks in the K loop. Rows and columns past the edge of C are wrapped (rm % M, rn % N: they
+  load real elements of A and B, whose products land in rows and columns of C that are never
+  stored), and the loop runs over the full k-tiles only; the last, partial k-tile (K % BLOCK_K
+  != 0) is one masked step after the loop (EVEN_K removes it at compile time). Only the store is
+  masked. A masked load in the loop costs comparisons and selects every k-tile and, worse, keeps
+  the pipeliner from using its unmasked cp.async path.
+- GROUP_M rasterization: programs walk GROUP_M tile-rows column by column (common.cuh's
+  block_tile(), Triton's tutorial order), so resident programs share A and B tiles in L2.
+- Split-K (splitk = S > 1): the 1-D grid holds S copies of the tile grid; program pid works on
+  tile pid % tiles and split pid // tiles, a contiguous range of k-tiles (sizes differing by at
+  most one; empty when there are fewer k-tiles than splits, and then it stores zeros). Each split
+  stores its partial tile into its slab of a workspace of S x M x N floats (allocated in prepare:
+  setup), and splitk_reduce_kernel, a second small Triton kernel, sums the slabs in the fixed
+  order 0, 1, ..., S-1 into C: bitwise reproducible. The launch callable runs both.
+Knobs: BLOCK_M, BLOCK_N, BLOCK_K (default 128 x 128 x 32), GROUP_M (8), num_warps (8),
+num_stages (3), splitk (shared with the CUDA stage; the other knobs are the Triton twin's own, so
+a tuner can pick its tile apart from the CUDA one).
+Launch: a 1-D grid of splitk * ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs (GROUP_M order within a
+split; GROUP_M = 1 is pid_n = pid % grid_n); the reduction a 1-D grid of ceil(M*N / 1024).
+Bottleneck it attacks: latency (pipelining), instruction overhead in the loop (no masks), L2
+reuse (GROUP_M); split-K: idle SMs when M x N has few tiles (320x192x786432).
+"""
+
+import triton
+import triton.language as tl
+
+from lab.errors import LabError
+from lab.operands import entry, timer
+from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
+from triton_kernels.vectorized import vector_flags
+
+REDUCE_BLOCK = 1024
+MAX_ACC = 128  # accumulators per thread (BLOCK_M*BLOCK_N / threads) that fit in registers
+
+
+@triton.jit
+def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                             stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
+                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                             SPLITK: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
+                             VEC_C: tl.constexpr, EVEN_K: tl.constexpr):
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    if SPLITK > 1:  # the split, then the tile within it
+        tiles = grid_m * grid_n
+        split = pid // tiles
+        pid = pid % tiles
+    # GROUP_M order (GROUP_M = 1: row-major order, pid_n = pid % grid_n).
+    width = GROUP_M * grid_n
+    first_m = (pid // width) * GROUP_M
+    rows = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
+
+    # Rows and columns of this tile, wrapped at the edges of C (never out of bounds, so no masks
+    # in the loop; the wrapped rows and columns of the result are not stored).
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    rk = tl.arange(0, BLOCK_K)
+    # Contiguity hints where an operand runs along m or n (a transposed A, a row-major B): the
+    # wrap happens at a multiple of 4 (vector_flags promises M % 4 == 0 or N % 4 == 0), so rm
+    # and rn are made of aligned runs of 4 and the loads can be 128-bit.
+    if VEC_A == "t":
+        rm = tl.max_contiguous(tl.multiple_of(rm, 4), 4)
+    if VEC_B == "n":
+        rn = tl.max_contiguous(tl.multiple_of(rn, 4), 4)
+    a_m = rm * stride_am
+    a_k = rk * stride_ak
+    b_k = rk * stride_bk
+    b_n = rn * stride_bn
+    if VEC_A == "n":  # every row of A starts on a 16-byte boundary
+        a_m = tl.multiple_of(a_m, 4)
+    if VEC_A == "t":  # every column of A does
+        a_k = tl.multiple_of(a_k, 4)
+    if VEC_B == "n":
+        b_k = tl.multiple_of(b_k, 4)
+    if VEC_B == "t":
+        b_n = tl.multiple_of(b_n, 4)
+
+    # This program's k-tiles [kt0, kt1); the full ones are [kt0, full), then at most one partial.
+    ktiles = tl.cdiv(K, BLOCK_K)
+    if SPLITK > 1:
+        kt0 = split * ktiles // SPLITK
+        kt1 = (split + 1) * ktiles // SPLITK
+    else:
+        kt0 = 0
+        kt1 = ktiles
+    if EVEN_K:
+        full = kt1
+    else:
+        full = tl.maximum(tl.minimum(kt1, K // BLOCK_K), kt0)
+    a_ptrs = a_ptr + a_m[:, None] + (kt0 * BLOCK_K * stride_ak + a_k[None, :])
+    b_ptrs = b_ptr + (kt0 * BLOCK_K * stride_bk + b_k[:, None]) + b_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(kt0, full):  # no masks: pipelined with cp.async when num_stages > 1
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if not EVEN_K:
+        if full < kt1:  # the ragged end of K (only in the program that owns the last k-tile)
+            k_left = K - full * BLOCK_K
+            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+
+    cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # unwrapped: the store mask drops the wrap
+    cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    in_m = cm[:, None] < M
+    in_n = cn[None, :] < N
+    if VEC_C == "t":  # M % 4 == 0: the mask is constant over each float4 of a column of C
+        in_m = tl.max_constancy(in_m, [4, 1])
+    if VEC_C == "n":  # N % 4 == 0: ... of a row of C
+        in_n = tl.max_constancy(in_n, [1, 4])
+    mask = in_m & in_n
+    if SPLITK > 1:  # this split's slab of the workspace (row-major M x N, 64-bit slab offset)
+        w_ptrs = c_ptr + split.to(tl.int64) * M * N + cm[:, None] * N + cn[None, :]
+        tl.store(w_ptrs, acc, mask=mask)
+    else:
+        c_m = cm * stride_cm
+        c_n = cn * stride_cn
+        if VEC_C == "n":
+            c_m = tl.multiple_of(c_m, 4)
+        if VEC_C == "t":
+            c_n = tl.multiple_of(c_n, 4)
+        tl.store(c_ptr + c_m[:, None] + c_n[None, :], acc, mask=mask)
+
+
+@triton.jit
+def splitk_reduce_kernel(w_ptr, c_ptr, M, N, stride_cm, stride_cn, SPLITK: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    """C = W[0] + W[1] + ... + W[SPLITK-1] (each W[s] M x N, row-major), summed in that order."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mn = tl.cast(M, tl.int64) * N  # (tl.cast: M == 1 arrives as a constant)
+    mask = offs < mn
+    acc = tl.load(w_ptr + offs, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLITK):  # a fixed order: the same bits every launch
+        acc += tl.load(w_ptr + s * mn + offs, mask=mask, other=0.0)
+    i = offs // N
+    j = offs % N
+    tl.store(c_ptr + i * stride_cm + j * stride_cn, acc, mask=mask)
+
+
+def validate(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_warps: int = 8,
+             num_stages: int = 3, splitk: int = 1, **_) -> None:
+    """Raise LabError (one sentence) for a combination Triton cannot compile well on an H100."""
+    where = (f"warptiling (Triton) with BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
+             f"num_warps={num_warps}, num_stages={num_stages}")
+    smem = max(1, num_stages) * (BLOCK_M + BLOCK_N) * BLOCK_K * 4
+    if smem > SMEM_LIMIT:
+        raise LabError(f"{where} needs about {smem // 1024} KiB of shared memory, more than an "
+                       f"H100's 227 KiB; lower num_stages or BLOCK_K")
+    acc = BLOCK_M * BLOCK_N // (32 * num_warps)
+    if acc > MAX_ACC:
+        raise LabError(f"{where} gives each thread {acc} accumulators, more than the {MAX_ACC} "
+                       f"that fit in registers; raise num_warps or lower BLOCK_M or BLOCK_N")
+    if splitk < 1:
+        raise LabError(f"warptiling (Triton) with splitk={splitk}: splitk must be 1 or more")
+
+
+@entry("warptiling", "triton")
+def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_M: int = 8,
+            num_warps: int = 8, num_stages: int = 3, splitk: int = 1, **_):
+    """p: the shared description of the operands (lab/operands.py)."""
+    import torch
+
+    validate(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps,
+             num_stages=num_stages, splitk=splitk)
+    tiles = cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N)
+    meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+                SPLITK=splitk, EVEN_K=p.K % BLOCK_K == 0, **vector_flags(p),
+                num_warps=num_warps, num_stages=num_stages)
+    args = problem_args(p)
+    if splitk == 1:
+        return launcher(matmul_warptiling_kernel, (tiles,), args, **meta)
+
+    clock = timer(p.c.tensor.is_cuda)
+    work = torch.empty(splitk * p.M * p.N, dtype=torch.float32, device=p.c.tensor.device)
+    setup_ms = clock.stop()
+    # The reduction's launcher first: lab.profile captures the last launcher() call of a
+    # prepare, and the kernel to profile is the GEMM.
+    reduce = launcher(splitk_reduce_kernel, (cdiv(p.M * p.N, REDUCE_BLOCK),),
+                      (work, p.c.tensor, p.M, p.N, p.c.s0, p.c.s1), SPLITK=splitk,
+                      BLOCK=REDUCE_BLOCK, num_warps=4)
+    partials = launcher(matmul_warptiling_kernel, (splitk * tiles,),
+                        (args[0], args[1], work, *args[3:]), **meta)
+
+    def launch():
+        partials()
+        reduce()
+
+    launch.resources = partials.resources
+    launch.workspace = work
+    launch.setup_ms = setup_ms
+    return launch
