@@ -92,6 +92,8 @@ def validate(plan: Plan) -> None:
         if p not in PRECISIONS:
             raise LabError(f"unknown precision {p!r}; choose from {', '.join(PRECISIONS)}")
     for v in plan.variants:
+        if getattr(v, "implicit", False):  # 'all': a stage without these precisions is skipped
+            continue
         if not any(plan.runs(v, b, p) for b in plan.backends for p in plan.precisions):
             offered = "; ".join(f"{b}: {', '.join(v.stage.precisions_for(b)) or 'none'}"
                                 for b in plan.backends)
@@ -101,6 +103,11 @@ def validate(plan: Plan) -> None:
             check_params = getattr(v.stage.module(backend), "validate", None)
             if check_params is not None:
                 check_params(**v.params_for(backend))
+    if not any(plan.runs(v, b, p) for v in plan.variants for b in plan.backends
+               for p in plan.precisions):
+        raise LabError(f"none of the stages asked for computes in {', '.join(plan.precisions)} "
+                       f"on {', '.join(plan.backends)}; python -m lab.compare --list shows each "
+                       f"stage's precisions")
     if not isinstance(plan.repeat, int) or plan.repeat < 1:
         raise LabError(f"--repeat must be a whole number of 1 or more, not {plan.repeat}")
     if plan.cublas_timing not in CUBLAS_TIMINGS:

@@ -95,6 +95,7 @@ class Variant:
     stage: Stage
     params: dict = field(default_factory=dict, hash=False)
     auto: bool = False
+    implicit: bool = False  # listed by 'all' rather than named: skipped where it cannot run
 
     @property
     def label(self) -> str:
@@ -336,7 +337,7 @@ def parse_variants(specs: list[str]) -> list[Variant]:
         if name.lower() == "all":
             if assignments:
                 raise LabError("'all' takes no parameters; name a stage to set parameters")
-            variants += [Variant(s, s.defaults()) for s in STAGES]
+            variants += [Variant(s, s.defaults(), implicit=True) for s in STAGES]
             continue
         stage = get_stage(name)
         params = stage.defaults()

@@ -144,3 +144,14 @@ def test_triton_twins_on_the_gpu_in_every_precision(stage, precision):
             assert result.rel_err < 1e-5
         if precision == "tf32":  # TF32 really is in use on the GPU (not IEEE fp32)
             assert result.rel_err > 1e-5
+
+
+def test_all_runs_the_stages_that_offer_a_precision_and_skips_the_rest():
+    from lab.run import validate
+
+    plan = Plan(parse_variants(["all"]), ["cuda", "triton"], [Shape(32, 32, 32)], ["bf16"],
+                mode="cpu")
+    validate(plan)  # no error: 'all' means every stage that can
+    assert "naive cuda bf16" in plan.unsupported()
+    assert plan.n_rows == sum(1 for s in STAGES for b in ("cuda", "triton")
+                              if "bf16" in s.precisions_for(b))
