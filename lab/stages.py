@@ -280,7 +280,39 @@ STAGES: tuple[Stage, ...] = (
             num_warps(8), num_stages(3),
         ),
     ),
-    # -- double_buffered entry --
+    Stage(
+        "double_buffered",
+        "warp-tiled GEMM whose copies overlap the FMAs: two shared buffers filled through "
+        "registers with one barrier per k-step (pipeline=regs) or a cp.async ring of 2-4 tiles "
+        "(pipeline=cp_async); fragments prefetched a k-step ahead",
+        params=(
+            Param("BM", 128, (64, 128, 256), "block tile rows", ("cuda",)),
+            Param("BN", 128, (64, 128, 256), "block tile columns", ("cuda",)),
+            Param("BK", 16, (8, 16, 32), "k-step of the shared tiles (a multiple of 8)",
+                  ("cuda",)),
+            Param("WM", 64, (32, 64, 128), "warp tile rows (BM/WM x BN/WN warps)", ("cuda",)),
+            Param("WN", 64, (32, 64, 128), "warp tile columns", ("cuda",)),
+            Param("TM", 8, (4, 8, 16),
+                  "rows of a thread's whole register tile ((WM/TM)*(WN/TN) = 32 lanes)",
+                  ("cuda",)),
+            Param("TN", 16, (4, 8, 16), "columns of a thread's whole register tile", ("cuda",)),
+            Param("pipeline", "regs", ("regs", "cp_async"),
+                  "regs: global -> registers -> the other shared buffer, one barrier per k-step; "
+                  "cp_async: global -> shared with cp.async, `stages` tiles in a ring",
+                  ("cuda",)),
+            Param("stages", 2, (2, 3, 4), "cp.async ring depth (pipeline=regs: 2)", ("cuda",)),
+            group(16), *SWITCHES,
+            Param("BLOCK_M", 128, (32, 64, 128, 256), "Triton block tile rows", ("triton",)),
+            Param("BLOCK_N", 128, (32, 64, 128, 256), "Triton block tile columns", ("triton",)),
+            Param("BLOCK_K", 32, (16, 32, 64), "Triton k-step", ("triton",)),
+            Param("GROUP_M", 8, (1, 4, 8, 16), "Triton tile-rows walked together (L2 reuse)",
+                  ("triton",)),
+            num_warps(8),
+            Param("num_stages", 3, (2, 3, 4, 5),
+                  "Triton software-pipeline depth (tiles in flight; no effect when interpreted)",
+                  ("triton",)),
+        ),
+    ),
     # -- mma entry --
 )
 

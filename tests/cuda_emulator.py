@@ -12,11 +12,26 @@ hold NaN: a kernel that reads a gap gets NaN into C, one that writes a gap or pa
 A kernel is compiled with exactly the -D defines its NVRTC build used (read off Build.options), so
 what runs here is what runs on the GPU.
 
-    run(build, grid, block, M, N, K, lda, ldb, ldc) -> (ok, output)
+Dynamic shared memory: `extern __shared__ T name[];` is rewritten (in a copy of the source) into
+a pointer to one buffer per block, allocated with exactly the bytes the launch asks for (run's
+smem_dynamic, else the kernel's own DYNAMIC_SMEM_BYTES macro if it defines one, else 0) and
+filled with NaN, so ASan catches an access past it and a read of a never-written element puts NaN
+into C.
+
+cp.async: a kernel's plain C++ fallback (its `#ifdef __CUDA_ARCH__` else-branch) calls
+lab_cp_async(dst, src, bytes, src_bytes), lab_cp_async_commit() and lab_cp_async_wait(n). They
+keep PTX's semantics with the latest legal timing: a copy fills its destination with NaN when it is
+issued and lands (src_bytes from src, the rest zeros) only when a wait_group covers its group, so
+reading a tile before waiting for it, waiting for too few groups, or refilling a buffer that other
+threads still read, puts NaN into C. Copies must be 4, 8 or 16 bytes, aligned to their size on
+both sides (as on the GPU), and src_bytes at most the copy size.
+
+    run(build, grid, block, M, N, K, lda, ldb, ldc, smem_dynamic=None) -> (ok, output)
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,8 +42,11 @@ EMULATOR = r"""
 #include <algorithm>
 #include <barrier>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -39,9 +57,45 @@ thread_local Dim3 threadIdx, blockIdx;
 std::barrier<>* g_barrier = nullptr;
 inline void __syncthreads() { g_barrier->arrive_and_wait(); }
 struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+inline float2 make_float2(float a, float b) { return {a, b}; }
+// Dynamic shared memory of the running block (extern __shared__ arrays point here).
+unsigned char* lab_dynamic_smem = nullptr;
+// cp.async: copies land when a wait_group covers their group (see the module docstring).
+struct LabCopy { unsigned char* dst; const unsigned char* src; int bytes, src_bytes; long group; };
+thread_local std::vector<LabCopy> lab_copies;
+thread_local long lab_groups = 0;  // groups this thread has committed
+inline void lab_cp_async(void* dst, const void* src, int bytes, int src_bytes) {
+    if ((bytes != 4 && bytes != 8 && bytes != 16) || src_bytes < 0 || src_bytes > bytes) {
+        std::fprintf(stderr, "cp.async of %d bytes with src-size %d\n", bytes, src_bytes);
+        std::abort();
+    }
+    if (reinterpret_cast<std::uintptr_t>(dst) % bytes || reinterpret_cast<std::uintptr_t>(src) % bytes) {
+        std::fprintf(stderr, "misaligned %d-byte cp.async: dst %p src %p\n", bytes, dst, src);
+        std::abort();
+    }
+    const float nan = NAN;  // undefined until waited for
+    for (int i = 0; i < bytes; i += 4) std::memcpy(static_cast<unsigned char*>(dst) + i, &nan, 4);
+    lab_copies.push_back({static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src),
+                          bytes, src_bytes, lab_groups});
+}
+inline void lab_cp_async_commit() { ++lab_groups; }
+inline void lab_cp_async_wait(int n) {  // all but the newest n committed groups are complete
+    std::vector<LabCopy> pending;
+    for (const LabCopy& c : lab_copies) {
+        if (c.group < lab_groups - n) {
+            if (c.src_bytes) std::memcpy(c.dst, c.src, c.src_bytes);
+            std::memset(c.dst + c.src_bytes, 0, c.bytes - c.src_bytes);
+        } else {
+            pending.push_back(c);
+        }
+    }
+    lab_copies.swap(pending);
+}
 #define __global__
 #define __device__
+#define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __restrict__
@@ -49,9 +103,18 @@ inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c,
 #define __align__(n) __attribute__((aligned(n)))
 #include KERNEL_FILE
 
-// argv: M N K lda ldb ldc grid_x grid_y block_x block_y
+// argv: M N K lda ldb ldc grid_x grid_y block_x block_y [dynamic_smem_bytes]
 int main(int argc, char** argv) {
-    if (argc != 11) { std::fprintf(stderr, "usage: M N K lda ldb ldc gx gy bx by\n"); return 2; }
+    if (argc != 11 && argc != 12) {
+        std::fprintf(stderr, "usage: M N K lda ldb ldc gx gy bx by [smem]\n");
+        return 2;
+    }
+#ifdef DYNAMIC_SMEM_BYTES
+    const long kernel_smem = DYNAMIC_SMEM_BYTES;
+#else
+    const long kernel_smem = 0;
+#endif
+    const long smem = argc == 12 ? atol(argv[11]) : kernel_smem;
     const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
     const int lda = atoi(argv[4]), ldb = atoi(argv[5]), ldc = atoi(argv[6]);
     const unsigned gx = atoi(argv[7]), gy = atoi(argv[8]), bx = atoi(argv[9]), by = atoi(argv[10]);
@@ -67,6 +130,10 @@ int main(int argc, char** argv) {
     for (unsigned bid = 0; bid < gx * gy; ++bid) {
         std::barrier<> bar(bx * by);
         g_barrier = &bar;
+        // exactly `smem` bytes (16-byte units, 16-byte aligned), NaN until written
+        std::unique_ptr<float4[]> dynamic(new float4[(smem + 15) / 16]);
+        for (long i = 0; i < (smem + 15) / 16; ++i) dynamic[i] = {NAN, NAN, NAN, NAN};
+        lab_dynamic_smem = reinterpret_cast<unsigned char*>(dynamic.get());
         std::vector<std::thread> team;
         for (unsigned t = 0; t < bx * by; ++t)
             team.emplace_back([&, t] {
@@ -89,8 +156,9 @@ int main(int argc, char** argv) {
             den += ref * ref;
         }
     const double rel = std::sqrt(num / (den > 0 ? den : 1));
-    std::printf("%dx%dx%d lda=%d ldb=%d ldc=%d rel_err=%.2e non-finite=%ld gap-writes=%ld\n", M, N,
-                K, lda, ldb, ldc, rel, bad, gaps);
+    std::printf("%dx%dx%d lda=%d ldb=%d ldc=%d rel_err=%.2e non-finite=%ld gap-writes=%ld "
+                "dynamic_smem=%ld kernel_smem=%ld\n", M, N, K, lda, ldb, ldc, rel, bad, gaps, smem,
+                kernel_smem);
     return bad == 0 && gaps == 0 && rel < 1e-5 ? 0 : 1;
 }
 """
@@ -98,6 +166,20 @@ int main(int argc, char** argv) {
 
 def compiler() -> str | None:
     return shutil.which("g++") or shutil.which("clang++")
+
+
+_EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s*)?(\w+)\s+(\w+)\s*\[\s*\]\s*;")
+
+
+def emulated_source(path: Path) -> str | None:
+    """The kernel source with each `extern __shared__ T name[];` turned into a pointer to the
+    block's dynamic shared memory (same line numbers), or None when it declares none."""
+    text = path.read_text()
+    if not _EXTERN_SHARED.search(text):
+        return None
+    body = _EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(lab_dynamic_smem);", text)
+    return f'#line 1 "{path}"\n' + body
 
 
 def defines_of(build) -> dict[str, str]:
@@ -125,9 +207,14 @@ class Emulator:
         if key in self.exes:
             return key
         exe = self.root / f"{build.kernel}_{len(self.exes)}"
+        source = KERNELS / build.source
+        rewritten = emulated_source(source)
+        if rewritten is not None:  # dynamic shared memory: compile a rewritten copy
+            source = self.root / f"{exe.name}_{Path(build.source).name}"
+            source.write_text(rewritten)
         cmd = [self.cxx, "-std=c++20", "-O1", "-g", "-pthread", "-Wno-unknown-pragmas",
                "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KERNELS}",
-               f'-DKERNEL_FILE="{KERNELS / build.source}"', f"-DKERNEL_NAME={build.kernel}",
+               f'-DKERNEL_FILE="{source}"', f"-DKERNEL_NAME={build.kernel}",
                *(f"-D{k}={v}" for k, v in defines_of(build).items()),
                str(self.root / "emulator.cpp"), "-o", str(exe)]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -145,12 +232,17 @@ class Emulator:
                                  + err[-3000:])
         return exe
 
-    def run(self, build, grid, block, M, N, K, lda, ldb, ldc) -> tuple[bool, str]:
+    def run(self, build, grid, block, M, N, K, lda, ldb, ldc,
+            smem_dynamic: int | None = None) -> tuple[bool, str]:
+        """Run the kernel on one problem. smem_dynamic: the launch's dynamic shared memory in
+        bytes (None: the kernel's DYNAMIC_SMEM_BYTES, or 0)."""
         exe = self.executable(build)
         gx = int(grid[0])
         gy = int(grid[1]) * int(grid[2] if len(grid) > 2 else 1)
         bx, by = int(block[0]), int(block[1]) * int(block[2] if len(block) > 2 else 1)
         args = [M, N, K, lda, ldb, ldc, gx, gy, bx, by]
+        if smem_dynamic is not None:
+            args.append(int(smem_dynamic))
         out = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True,
                              timeout=300)
         return out.returncode == 0, (out.stdout + out.stderr)[-3000:]

@@ -1,0 +1,159 @@
+"""Stage double_buffered, Triton twin: a software-pipelined fp32 GEMM (num_stages = 3).
+
+CUDA stage: cuda_kernels/double_buffered.cu. Each program computes a BLOCK_M x BLOCK_N tile of C
+(128 x 128 by default, 8 warps) with masked, zero-filled tile loads and
+tl.dot(..., input_precision="ieee"): IEEE fp32 FMAs, no TF32, like cuBLAS fp32 (TF32 off).
+
+What Triton does for you that the CUDA stage does by hand:
+- double (multi-) buffering. The CUDA kernel allocates 2 or STAGES shared buffers, issues the
+  copies of tile t+1 (or t+STAGES-1) before the FMAs of tile t, counts cp.async groups, waits and
+  places one barrier per k-step, and every buffer reuse had to be argued race-free. Here the
+  K loop is written as if it were synchronous (load, dot, advance), and `num_stages` asks Triton's
+  software pipeliner to rewrite it: the loads that feed tl.dot become asynchronous copies into a
+  ring of num_stages shared-memory buffers (cp.async on sm_80+, with masks turned into
+  zero-fill; on sm_90 the pipeliner can also use TMA bulk copies where it proves the access
+  pattern suits them), a prologue issues the first num_stages-1 tiles, each iteration waits for
+  the oldest tile, computes on it and issues the copy num_stages-1 tiles ahead, and the
+  barriers and the ring index arithmetic are generated. The CUDA stage's pipeline=cp_async with
+  stages=S is the hand-written version of num_stages=S; its pipeline=regs (registers as the
+  staging area) is what num_stages=1 plus manual prefetching would be, which Triton does not do.
+  The shared memory this costs is num_stages x (BLOCK_M + BLOCK_N) x BLOCK_K x 4 bytes (96 KiB
+  at the defaults: the smem column of the resources reports what the compiled kernel uses).
+- fragment double buffering: tl.dot's lowering reads the A and B fragments of the next k-slice
+  from shared memory while the FMAs of the current one run (the compiler schedules the loads).
+- the warp tiling and thread tiles, the shared layouts, vector loads where alignment is proven
+  (hints as in triton_kernels/vectorized.py: VEC_A / VEC_B / VEC_C), and the grouped block order
+  (GROUP_M, the CUDA stage's `group`: block_tile() in common.cuh).
+Under the Triton interpreter (TRITON_INTERPRET=1, CPU mode) num_stages changes nothing: the
+interpreter runs the K loop one step at a time in NumPy, with no shared memory and no copies to
+overlap; only the numbers (and the launch parameters' validity) are checked there.
+
+Knobs: BLOCK_M, BLOCK_N, BLOCK_K (the tile; BLOCK_K up to 64), GROUP_M, num_warps (8: 256 threads,
+64 accumulators per thread at 128 x 128), num_stages (2..5, default 3).
+Changed from the earlier twins: a pipelined K loop by default (they run num_stages=1, matching
+CUDA kernels that do not prefetch), a 32-deep BLOCK_K, grouped program order, and
+tile parameters of its own (BLOCK_M/BLOCK_N/BLOCK_K) so that the Triton tile can be tuned apart
+from the CUDA one. Bottleneck it attacks (as the CUDA stage): global-memory latency, hidden by
+copies in flight during the FMAs.
+Layouts: all six strides (A, B and C may be row-major, transposed, offset or sliced views;
+nothing is copied); Triton specializes a stride equal to 1 as a constant and one divisible by 16
+as such, so each layout compiles its own kernel.
+Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs. With GROUP_M = 1 the order is
+the other stages' (pid % grid_n is the column-block, pid // grid_n the row-block); with GROUP_M = g
+the programs walk g block-rows column by column, so that the programs resident at one time share
+g block-rows of A and a few block-columns of B in L2.
+"""
+
+import triton
+import triton.language as tl
+
+from lab.errors import LabError
+from lab.operands import entry
+from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
+from triton_kernels.vectorized import vector_flags
+
+
+@triton.jit
+def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                                  stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
+                                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                  GROUP_M: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
+                                  VEC_C: tl.constexpr, EVEN_K: tl.constexpr):
+    # Grouped program order (common.cuh's block_tile): GROUP_M block-rows walked column by column.
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    width = GROUP_M * grid_n  # programs in one group of GROUP_M block-rows
+    first_m = (pid // width) * GROUP_M
+    rows = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
+
+    rm = tl.max_contiguous(tl.multiple_of(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), BLOCK_M),
+                           BLOCK_M)
+    rn = tl.max_contiguous(tl.multiple_of(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), BLOCK_N),
+                           BLOCK_N)
+    rk = tl.max_contiguous(tl.arange(0, BLOCK_K), BLOCK_K)
+    # Each operand's offsets along its two dimensions; the flags (vectorized.py's rule) promise
+    # 16-byte aligned lines along the contiguous one, so its loads can be 128-bit.
+    a_m = rm * stride_am
+    a_k = rk * stride_ak
+    b_k = rk * stride_bk
+    b_n = rn * stride_bn
+    c_m = rm * stride_cm
+    c_n = rn * stride_cn
+    if VEC_A == "n":
+        a_m = tl.multiple_of(a_m, 4)
+    if VEC_A == "t":
+        a_k = tl.multiple_of(a_k, 4)
+    if VEC_B == "n":
+        b_k = tl.multiple_of(b_k, 4)
+    if VEC_B == "t":
+        b_n = tl.multiple_of(b_n, 4)
+    if VEC_C == "n":
+        c_m = tl.multiple_of(c_m, 4)
+    if VEC_C == "t":
+        c_n = tl.multiple_of(c_n, 4)
+    a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
+    b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
+    in_m = rm[:, None] < M
+    in_n = rn[None, :] < N
+    if VEC_A == "t" or VEC_C == "t":  # M % 4 == 0: the M mask is constant per float4
+        in_m = tl.max_constancy(in_m, [4, 1])
+    if VEC_B == "n" or VEC_C == "n":  # N % 4 == 0
+        in_n = tl.max_constancy(in_n, [1, 4])
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # Written as a plain loop: with num_stages > 1 the compiler pipelines it (module docstring).
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:  # every k-step is full: only the M / N edges are masked
+            a = tl.load(a_ptrs, mask=in_m, other=0.0)
+            b = tl.load(b_ptrs, mask=in_n, other=0.0)
+        else:
+            in_k_a = k0 + rk[None, :] < K
+            in_k_b = k0 + rk[:, None] < K
+            if VEC_A == "n":  # K % 4 == 0: the K mask is constant per float4 of A's rows
+                in_k_a = tl.max_constancy(in_k_a, [1, 4])
+            if VEC_B == "t":  # ... and of B's columns
+                in_k_b = tl.max_constancy(in_k_b, [4, 1])
+            a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
+            b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    tl.store(c_ptr + c_m[:, None] + c_n[None, :], acc, mask=in_m & in_n)
+
+
+def smem_bytes(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_stages: int = 3,
+               **_) -> int:
+    """The pipeline's shared-memory ring: num_stages tiles of A and B."""
+    return num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 4
+
+
+def validate(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_warps: int = 8,
+             num_stages: int = 3, **_) -> None:
+    """Raise LabError (one sentence) for a configuration that cannot compile or would spill."""
+    where = (f"double_buffered (Triton) with BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, "
+             f"BLOCK_K={BLOCK_K}, num_warps={num_warps}, num_stages={num_stages}")
+    smem = smem_bytes(BLOCK_M, BLOCK_N, BLOCK_K, num_stages)
+    if smem > SMEM_LIMIT:
+        raise LabError(f"{where} needs about {smem // 1024} KiB of shared memory, more than an "
+                       f"H100's 227 KiB; lower num_stages or BLOCK_K")
+    per_thread = BLOCK_M * BLOCK_N // (32 * num_warps)
+    if per_thread > 128:
+        raise LabError(f"{where} gives each thread {per_thread} accumulators, more than the 128 "
+                       f"that fit in its registers next to the operands; raise num_warps or lower "
+                       f"BLOCK_M/BLOCK_N")
+
+
+@entry("double_buffered", "triton")
+def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_M: int = 8,
+            num_warps: int = 8, num_stages: int = 3, **_):
+    """p: the shared description of the operands (lab/operands.py)."""
+    validate(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps,
+             num_stages=num_stages)
+    grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N),)
+    return launcher(matmul_double_buffered_kernel, grid, (*problem_args(p),), BLOCK_M=BLOCK_M,
+                    BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+                    EVEN_K=p.K % BLOCK_K == 0, **vector_flags(p), num_warps=num_warps,
+                    num_stages=num_stages)
