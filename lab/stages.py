@@ -313,7 +313,43 @@ STAGES: tuple[Stage, ...] = (
                   ("triton",)),
         ),
     ),
-    # -- mma entry --
+    Stage(
+        "mma",
+        "tensor cores: each warp's tile is mma.sync instructions (m16n8k16 bf16/fp16, m16n8k8 "
+        "TF32, 3xTF32 as three TF32 products) fed by ldmatrix from XOR-swizzled shared memory "
+        "and a cp.async ring",
+        # CUDA 3xtf32 is built but not offered: on the H100 its error (2.9e-5 at K = 4096) was
+        # above the fp32 threshold it must meet (results/2026-11-22-h100/28-mma-done.csv).
+        precisions={"cuda": ("tf32", "bf16", "fp16"),
+                    "triton": ("tf32", "3xtf32", "bf16", "fp16")},
+        params=(
+            Param("BM", 128, (64, 128, 256), "block tile rows", ("cuda",)),
+            Param("BN", 128, (64, 128, 256), "block tile columns", ("cuda",)),
+            Param("BK", 0, (0, 16, 32, 64),
+                  "k-step of the shared tiles (0: 64 bytes, i.e. 32 bf16/fp16 or 16 TF32)",
+                  ("cuda",)),
+            Param("WM", 64, (32, 64, 128), "warp tile rows (BM/WM x BN/WN warps)", ("cuda",)),
+            Param("WN", 64, (32, 64, 128), "warp tile columns", ("cuda",)),
+            Param("STAGES", 4, (2, 3, 4), "cp.async ring depth (tiles in shared memory)",
+                  ("cuda",)),
+            Param("frags", 0, (0, 1, 2),
+                  "fragment register sets (2: the next k-step's ldmatrix during this one's mma; "
+                  "0: 2, except 1 for 3xtf32)", ("cuda",)),
+            group(8),
+            Param("BLOCK_M", 128, (64, 128, 256), "Triton block tile rows", ("triton",)),
+            Param("BLOCK_N", 128, (64, 128, 256), "Triton block tile columns", ("triton",)),
+            Param("BLOCK_K", 0, (0, 32, 64, 128),
+                  "Triton k-step (0: 128 bytes, i.e. 64 bf16/fp16 or 32 TF32)", ("triton",)),
+            Param("GROUP_M", 8, (1, 4, 8, 16), "Triton tile-rows walked together (L2 reuse)",
+                  ("triton",)),
+            num_warps(8),
+            Param("num_stages", 3, (2, 3, 4, 5),
+                  "Triton software-pipeline depth (no effect when interpreted)", ("triton",)),
+            Param("kmajor_b", False, (False, True),
+                  "Triton: store an N-major B K-major once in prepare() (setup_ms, not timed); "
+                  "TF32 wgmma reads 32-bit operands K-major only", ("triton",)),
+        ),
+    ),
 )
 
 BY_NAME = {s.name: s for s in STAGES}

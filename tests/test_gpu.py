@@ -6,10 +6,11 @@ from lab import check as chk
 from lab.errors import LabError
 from lab.shapes import GPU_TEST_SHAPES, Shape
 from lab.stages import BACKENDS, STAGES, Variant
+from stage_sets import FP32_CASES, FP32_CUDA, FP32_TRITON  # noqa: F401
 
 pytestmark = pytest.mark.gpu
 
-CASES = [(s, b) for s in STAGES for b in BACKENDS]
+CASES = FP32_CASES
 
 
 @pytest.mark.parametrize("shape", GPU_TEST_SHAPES, ids=str)
@@ -127,7 +128,7 @@ def test_variants_of_each_parameter_are_correct(stage, backend):
             assert result.passed, f"{prm.name}={value}: {result.reason}"
 
 
-@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
+@pytest.mark.parametrize("stage", FP32_CUDA, ids=lambda s: s.name)
 def test_theoretical_occupancy_matches_the_cuda_occupancy_api(stage):
     """lab.occupancy's blocks/SM for the compiled kernel equals cuOccupancyMaxActiveBlocksPerMultiprocessor."""
     import torch

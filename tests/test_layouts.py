@@ -19,6 +19,7 @@ import torch
 from lab import LabError, check as chk, matmul
 from lab.operands import CUDA, TRITON, Operand, check_operands, describe, max_square_side
 from lab.stages import STAGES, Variant
+from stage_sets import FP32_CASES, FP32_CUDA, FP32_TRITON  # noqa: F401
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
 
@@ -236,7 +237,7 @@ KINDS = (*LAYOUTS, "offset", "sliced", "strided")
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
+@pytest.mark.parametrize("stage", FP32_TRITON, ids=lambda s: s.name)
 def test_triton_stage_on_every_layout_and_view(stage, kind):
     M, N, K = 19, 35, 41
     a, b, c, ref = _views(M, N, K, kind, seed=len(kind) + len(stage.name))
@@ -292,7 +293,7 @@ def test_cuda_stage_on_every_layout_emulated(emulator, stage, layout):
         assert re.search(r"rel_err=\d", out)
 
 
-CASES = [(s, b) for s in STAGES for b in ("cuda", "triton")]
+CASES = FP32_CASES
 
 
 @pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])

@@ -22,6 +22,7 @@ import pytest
 
 from lab.ncu import find_tool
 from lab.stages import STAGES, Variant
+from stage_sets import FP32_CASES, FP32_CUDA, FP32_TRITON  # noqa: F401
 
 pytestmark = pytest.mark.gpu
 
@@ -34,7 +35,7 @@ TOOLS = ("memcheck", "racecheck")
 @pytest.mark.skipif(SANITIZER is None, reason="compute-sanitizer not found on PATH, in the venv "
                                               "or in /usr/local/cuda/bin")
 @pytest.mark.parametrize("tool", TOOLS)
-@pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
+@pytest.mark.parametrize("stage", FP32_CUDA, ids=[s.name for s in FP32_CUDA])
 def test_cuda_stage_is_clean_under_compute_sanitizer(stage, tool):
     label = Variant(stage, stage.defaults()).label
     cmd = [SANITIZER, "--tool", tool, "--error-exitcode", "1",

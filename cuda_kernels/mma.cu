@@ -1,0 +1,794 @@
+// Stage: mma. The first tensor-core stage: every warp multiplies its WM x WN tile with the
+// warp-wide matrix instruction mma.sync (inline PTX), fed from XOR-swizzled shared memory by
+// ldmatrix, with a cp.async ring of STAGES tiles in flight.
+//
+// Changed from double_buffered (a warp-tiled SIMT GEMM, cp.async ring, fragments one k-step
+// ahead): the FFMA outer products are gone. A warp's tile is cut into 16 x 8 pieces of C, and
+// each piece is ONE instruction per k-step of 16 (bf16 / fp16: mma.m16n8k16, 2048 multiply-adds)
+// or 8 (tf32: mma.m16n8k8, 1024): the tensor core does in one instruction what 64 warp FFMAs
+// would. Everything else exists to feed it:
+//   1. Operands are 16-bit (bf16, fp16) or TF32. Precision is a compile-time define:
+//        PREC_BF16 / PREC_FP16  A, B, C bfloat16 / float16, fp32 accumulation; C rounded to the
+//                               output type on store (cvt.rn.bf16x2 / f16x2), as cuBLAS does;
+//        PREC_TF32              A, B, C float; each operand rounded to nearest TF32 (10-bit
+//                               mantissa) as it leaves shared memory (tf32_rn below);
+//        PREC_3XTF32            A, B, C float; each operand split into a TF32 head and a TF32
+//                               tail, a = a_hi + a_lo, and acc += a_lo*b_hi + a_hi*b_lo +
+//                               a_hi*b_hi (three mma per piece, small terms first): near-fp32
+//                               accuracy from TF32 tensor cores (CUTLASS's "fast accurate fp32";
+//                               the a_lo*b_lo term is below fp32's rounding and is dropped).
+//   2. Fragments. mma.sync takes its operands in registers spread over the 32 lanes in a fixed
+//      pattern (the "fragment layout", docs/stages/mma.md draws it): lane l = 4g + t holds, of a
+//      16 x 16 bf16 A piece, rows g and g+8 at columns 2t, 2t+1, 2t+8, 2t+9. ldmatrix.x4 reads
+//      four 8 x 8 b16 matrices from shared memory straight into that pattern: lanes 8j..8j+7
+//      give the addresses of the 8 rows (16 bytes each) of matrix j, and every lane receives 2
+//      elements of each. The .trans form delivers the transposed matrix, so an operand stored
+//      M- or N-contiguous (a column-major A, a row-major B) needs no transposing copy.
+//      TF32 (32-bit elements): a K-contiguous tile is read with ldmatrix too (an 8 x 8 b16
+//      matrix is an 8 x 4 float matrix, and lane 4g + t receives float t of row g: exactly the
+//      m16n8k8 fragment); an M/N-contiguous tile cannot be (.trans swaps 16-bit halves, not
+//      floats), so there each fragment element is one LDS.32.
+//   3. Swizzled shared memory. A tile keeps its operand's global layout (cp.async copies bytes,
+//      it cannot transpose) as lines of 16-byte chunks; chunk c of line r is stored at chunk
+//      position c ^ f(r). ldmatrix reads one 16-byte chunk from each of 8 consecutive lines;
+//      unswizzled, lines of 64 or 128 or 256 bytes put those 8 chunks on 2, 1 or 1 distinct
+//      group of 4 banks (a 4- or 8-way conflict); with the XOR they fall on 8 different
+//      groups: one wavefront per 8x8 matrix, the minimum. See SWIZZLE below.
+//   4. The cp.async ring (as double_buffered's pipeline=cp_async): STAGES tiles, STAGES-1 in
+//      flight while one is read, one cp.async group per tile (empty past the last tile), one
+//      barrier per tile. FRAGS = 2: fragments are double-buffered in registers, the next
+//      k-step's ldmatrix is issued before this k-step's mma, and at the last k-step of a tile
+//      the first fragments of the next tile are read right after the barrier. FRAGS = 1 (the
+//      launcher's choice for 3xTF32, whose split operands need the registers): load, then mma.
+//
+// The barrier, and why one per tile is enough. Ring slot (t-1) % STAGES is refilled at the top
+// of tile t; tile t-1 was last read by fragment loads issued before the barrier that ends tile
+// t-1 (its last k-step's fragments are loaded one k-step early, and with one k-step per tile
+// they are loaded right after the barrier ending tile t-2), so every warp is done with it.
+// Read after write: at the end of tile t a thread has committed groups 0 .. t+STAGES-1;
+// wait_group STAGES-2 completes group t+1, and the barrier publishes every thread's copies of
+// tile t+1 before anyone reads it.
+//
+// Launch geometry (mma.py): block (BM/WM)*(BN/WN) warps (128 threads at the defaults), 1-D grid
+// of ceil(M/BM)*ceil(N/BN) blocks ordered by common.cuh's block_tile() (GROUP), dynamic shared
+// memory DYNAMIC_SMEM_BYTES = STAGES * (BM + BN) * BK * element size (64 KiB at the defaults in
+// every precision: BK is 64 bytes of k; the launcher raises the kernel's limit past 48 KiB), no
+// static shared memory.
+// Layouts: TRANS_A / TRANS_B (common.cuh); C row-major. Alignment (mma.py): ALIGN_A / ALIGN_B =
+// 16 (lines start on 16-byte boundaries: 16-byte cp.async.cg), 4 (4-byte cp.async.ca) or 2
+// (16-bit elements at odd addresses: plain loads and stores, synchronous); VEC_C = 1 when C's
+// rows allow the 2-element (4- or 8-byte) stores of a fragment row.
+// Edges: interior blocks on full k-steps copy with no bounds test; other tiles zero-fill
+// what lies outside A or B (cp.async with a source size below the copy size).
+// Bottleneck it attacks: the FP32 SIMT ceiling. double_buffered issues one FFMA (2 flops per
+// lane) per instruction and can at best reach the 67 TFLOPS FP32 peak; an mma.m16n8k16 does
+// 2048 multiply-adds per warp instruction. The new limits are how fast shared memory can feed
+// the tensor cores (hence ldmatrix and swizzling) and, on the H100, mma.sync itself, which runs
+// well below the wgmma rate of Hopper's asynchronous warpgroup MMA (docs/stages/mma.md).
+//
+// CPU emulation (tests/test_mma.py, via tests/cuda_emulator.py's prelude): everything that is
+// PTX has a plain C++ twin under #ifndef __CUDA_ARCH__ that keeps its semantics, including the
+// lanes: ldmatrix and the k-step's mma exchange registers between the lanes of a warp through
+// block-wide scratch arrays and two __syncthreads (every thread calls them in the same order),
+// so the fragment layouts, swizzle, pipeline and edges are all checked on the CPU.
+#include "common.cuh"
+
+// ------------------------------------------------------------------------------ parameters
+
+#ifndef BM
+#define BM 128
+#endif
+#ifndef BN
+#define BN 128
+#endif
+#ifndef BK
+#define BK 32
+#endif
+#ifndef WM
+#define WM 64
+#endif
+#ifndef WN
+#define WN 64
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1
+#endif
+#ifndef ALIGN_A  // bytes every line of A starts on: 16, 4 or 2 (mma.py: alignment)
+#define ALIGN_A 16
+#endif
+#ifndef ALIGN_B
+#define ALIGN_B 16
+#endif
+#ifndef FRAGS  // fragment register sets: 2 = the next k-step's are loaded during this one's mma
+#define FRAGS 2
+#endif
+#ifndef VEC_C  // 1: C's rows allow 2-element stores (pointer and ldc aligned to 2 elements)
+#define VEC_C 1
+#endif
+
+// Precision: 0 tf32, 1 3xtf32, 2 bf16, 3 fp16 (exactly one PREC_* define set to 1).
+#if defined(PREC_BF16) && PREC_BF16
+#define PREC 2
+#elif defined(PREC_FP16) && PREC_FP16
+#define PREC 3
+#elif defined(PREC_3XTF32) && PREC_3XTF32
+#define PREC 1
+#elif defined(PREC_TF32) && PREC_TF32
+#define PREC 0
+#else
+#error "define one of PREC_TF32, PREC_3XTF32, PREC_BF16, PREC_FP16 (to 1)"
+#endif
+#define HALF (PREC >= 2)  // 16-bit operands
+
+#if HALF
+typedef unsigned short elem_t;  // the bits of a bfloat16 / float16 (no cuda_bf16.h needed)
+#define ELEM_BYTES 2
+#define KSTEP 16                // mma.m16n8k16
+#else
+typedef float elem_t;
+#define ELEM_BYTES 4
+#define KSTEP 8                 // mma.m16n8k8 (tf32)
+#endif
+#define CE (16 / ELEM_BYTES)    // elements per 16-byte chunk
+
+#define WARPS_M (BM / WM)
+#define WARPS_N (BN / WN)
+#define THREADS (32 * WARPS_M * WARPS_N)
+#define MI (WM / 16)            // 16-row mma pieces of a warp tile
+#define NJ (WN / 8)             // 8-column mma pieces
+#define KS (BK / KSTEP)         // k-steps per tile
+
+// Tiles in shared memory keep the global layout (see the header): "k-major" lines run along k.
+#define A_KMAJOR (!TRANS_A)     // A row-major: lines are rows of A (m), BK elements each
+#define B_KMAJOR (TRANS_B)      // B column-major: lines are columns of B (n), BK elements each
+#define A_TILE (BM * BK)        // elements
+#define B_TILE (BK * BN)
+#define DYNAMIC_SMEM_BYTES (STAGES * (A_TILE + B_TILE) * ELEM_BYTES)
+
+static_assert(BM % WM == 0 && BN % WN == 0, "whole warp tiles");
+static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tiles are made of 16 x 16 (two 16 x 8) pieces");
+static_assert(BK % KSTEP == 0, "whole k-steps per tile");
+static_assert(THREADS >= 32 && THREADS <= 1024, "a block holds 32..1024 threads");
+static_assert(STAGES >= 2 && STAGES <= 8, "ring depth");
+static_assert(ALIGN_A == 16 || ALIGN_A == 4 || (HALF && ALIGN_A == 2), "ALIGN_A");
+static_assert(ALIGN_B == 16 || ALIGN_B == 4 || (HALF && ALIGN_B == 2), "ALIGN_B");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "mma.m16n8k16 bf16, TF32, cp.async and cvt.rn.bf16x2 need compute capability 8.0 or newer"
+#endif
+
+typedef unsigned int u32;
+
+// ------------------------------------------------------------------------------ swizzle
+// A tile is NL lines of LEN elements, CPL = LEN / CE chunks of 16 bytes per line. Chunk c of
+// line r is stored at chunk position c ^ X(r) of the same line (so cp.async still writes whole,
+// aligned 16-byte chunks, and a warp's 32 consecutive chunks still cover whole 128-byte rows):
+//   Reads of one chunk from each of 8 consecutive lines (ldmatrix, and TF32 k-major fragments
+//   through ldmatrix): X(r) = (r / RPL) % min(8, CPL), RPL = max(1, 8 / CPL) lines per 128-byte
+//   row of banks:
+//     CPL >= 8 (lines of 128 bytes or more): X = r % 8, the 8 lines hit 8 bank groups;
+//     CPL = 4 (64-byte lines, 2 per row): X = (r / 2) % 4, the 4 rows of the 8 lines use 4
+//       different chunk positions, and the 2 lines of a row differ in their half;
+//     CPL = 2 (32-byte lines, bf16 BK = 16): X = (r / 4) % 2, likewise.
+//   TF32 M/N-contiguous fragments (LDS.32, "PAIRS"): lanes 4g + t read line t at elements g,
+//   that is 4 lines x 2 adjacent chunks: X(r) = 2 * (r % 4) puts the 4 lines' chunk pairs on 4
+//   disjoint pairs of bank groups (needs CPL >= 8: BM, BN >= 32 floats).
+// X repeats every 8 lines (4 for PAIRS) and never exceeds 7, so moving 8 lines or 8 chunks away
+// moves the stored position by the same amount: fragment addresses are a few per-lane bases plus
+// compile-time offsets (FragBase below).
+template <int NL, int LEN, bool KMAJOR>
+struct Tile {
+    static constexpr int CPL = LEN / CE;
+    static constexpr bool PAIRS = !HALF && !KMAJOR;  // the TF32 LDS.32 pattern
+    static constexpr int RPL = CPL >= 8 ? 1 : 8 / CPL;
+    static constexpr int MASK = (CPL >= 8 ? 8 : CPL) - 1;
+    static_assert(CPL >= 2 && (CPL & (CPL - 1)) == 0, "lines of a power-of-two count of chunks");
+    static_assert(!PAIRS || CPL >= 8, "TF32 M/N-contiguous tiles need lines of 32+ floats");
+
+    static __device__ __forceinline__ int chunk(int line, int c) {
+        const int x = PAIRS ? (line & 3) << 1 : (line / RPL) & MASK;
+        return line * CPL + (c ^ x);
+    }
+    // Element offset of (line, element along the line) in the tile.
+    static __device__ __forceinline__ int at(int line, int e) {
+        return chunk(line, e / CE) * CE + e % CE;
+    }
+};
+
+// A: row-major -> BM lines (m) of BK; column-major -> BK lines (k) of BM.
+using TileA = Tile<A_KMAJOR ? BM : BK, A_KMAJOR ? BK : BM, A_KMAJOR>;
+// B: column-major -> BN lines (n) of BK; row-major -> BK lines (k) of BN.
+using TileB = Tile<B_KMAJOR ? BN : BK, B_KMAJOR ? BK : BN, B_KMAJOR>;
+
+// ------------------------------------------------------------------------------ cp.async
+// PTX on the GPU; the emulator's deferred copies on the CPU (tests/cuda_emulator.py).
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+#ifdef __CUDA_ARCH__
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
+                 "r"(src_bytes) : "memory");
+#else
+    lab_cp_async(dst, src, 16, src_bytes);
+#endif
+}
+
+__device__ __forceinline__ void cp_async16_full(void* dst, const void* src) {
+#ifdef __CUDA_ARCH__
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+#else
+    lab_cp_async(dst, src, 16, 16);
+#endif
+}
+
+// 4 bytes (.ca: the only cache mode below 16 bytes); src_bytes 0..4, the rest zero-filled.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+#ifdef __CUDA_ARCH__
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src),
+                 "r"(src_bytes) : "memory");
+#else
+    lab_cp_async(dst, src, 4, src_bytes);
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#else
+    lab_cp_async_commit();
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#else
+    lab_cp_async_wait(N);
+#endif
+}
+
+// ------------------------------------------------------------------------------ tile copies
+// One operand's tile as its loader sees it: NL lines of LEN elements along the operand's
+// contiguous dimension, cut into 16-byte chunks. Chunk q = tid + p * THREADS (p < CHUNKS) is
+// line q / CPL, chunk q % CPL; THREADS and CPL are powers of two, so chunk p's line and chunk
+// differ from chunk 0's by compile-time constants (dl, dc): a warp copies 32 consecutive chunks,
+// whole lines of global memory.
+template <int NL, int LEN, int ALIGN, typename TILE>
+struct Loader {
+    static constexpr int CPL = LEN / CE;
+    static constexpr int CHUNKS = NL * CPL / THREADS;
+    static_assert(CHUNKS >= 1 && CHUNKS * THREADS == NL * CPL, "whole chunks per thread");
+
+    const elem_t* base;  // the operand's first element: a harmless address for empty copies
+    const elem_t* g;     // this thread's chunk 0 in the next tile to copy
+    int line, c0;        // chunk 0's line and chunk in the tile
+
+    __device__ __forceinline__ Loader(const elem_t* operand, const elem_t* origin, int ld,
+                                      int tid)
+        : base(operand), line(tid / CPL), c0(tid % CPL) {
+        g = origin + line * ld + c0 * CE;
+    }
+
+    // Copy chunk p of the tile whose (line 0, element 0) is at x0 (line coordinate, limit xlim)
+    // and y0 (along the line, limit ylim) into `tile`.
+    template <bool FULL>
+    __device__ __forceinline__ void copy(elem_t* tile, int ld, int x0, int xlim, int y0,
+                                         int ylim) const {
+        // Unrolled, ptxas keeps a 64-bit source pointer per chunk (plus its shared offset) live
+        // through the whole K loop: 3 registers a chunk, 48 for TF32's 8 + 8 chunks of a
+        // 128 x 32 tile pair, which made the TF32 builds spill. Past 4 chunks per operand, and
+        // on the 4- and 2-byte paths (4 or 8 copies per chunk), the loop stays rolled and
+        // recomputes them (a few integer instructions per 16-byte chunk).
+        if (CHUNKS <= 4 && ALIGN == 16) {
+#pragma unroll
+            for (int p = 0; p < CHUNKS; ++p) chunk_copy<FULL>(p, tile, ld, x0, xlim, y0, ylim);
+        } else {
+#pragma unroll 1
+            for (int p = 0; p < CHUNKS; ++p) chunk_copy<FULL>(p, tile, ld, x0, xlim, y0, ylim);
+        }
+    }
+
+    template <bool FULL>
+    __device__ __forceinline__ void chunk_copy(int p, elem_t* tile, int ld, int x0, int xlim,
+                                               int y0, int ylim) const {
+        const int dl = (p * THREADS) / CPL, dc = (p * THREADS) % CPL;
+        const int l = line + dl, c = c0 + dc;
+        elem_t* d = tile + TILE::chunk(l, c) * CE;
+        const elem_t* s = g + dl * ld + dc * CE;
+        // elements of this chunk inside the operand (0..CE)
+        const int v = FULL ? CE : (x0 + l < xlim ? min(CE, max(0, ylim - (y0 + c * CE))) : 0);
+        if (ALIGN == 16) {
+            if (FULL) cp_async16_full(d, s);
+            else cp_async16(d, v > 0 ? s : base, v * ELEM_BYTES);
+        } else if (ALIGN == 4) {  // 4 units of 4 bytes: 1 float or 2 halves each
+            constexpr int UE = 4 / ELEM_BYTES;
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int ve = min(UE, max(0, v - u * UE));
+                cp_async4(d + u * UE, ve > 0 ? s + u * UE : base, ve * ELEM_BYTES);
+            }
+        } else {  // 16-bit elements on 2-byte boundaries: no cp.async fits; plain copies
+#pragma unroll
+            for (int e = 0; e < CE; ++e) d[e] = e < v ? s[e] : elem_t(0);
+        }
+    }
+
+    __device__ __forceinline__ void advance(int step) { g += step; }
+};
+
+// A: row-major lines are rows (BM lines of BK); column-major lines are columns (BK of BM).
+using LoadA = Loader<A_KMAJOR ? BM : BK, A_KMAJOR ? BK : BM, ALIGN_A, TileA>;
+// B: row-major lines are rows (BK lines of BN); column-major lines are columns (BN of BK).
+using LoadB = Loader<B_KMAJOR ? BN : BK, B_KMAJOR ? BK : BN, ALIGN_B, TileB>;
+
+// ------------------------------------------------------------------------------ lane exchange
+// The CPU twins of ldmatrix and mma need other lanes' registers: each thread publishes its
+// values in a block-wide scratch array, a barrier, each reads its warp's, a barrier (so the
+// scratch may be reused). Every thread of the block calls them in the same order.
+#ifndef __CUDA_ARCH__
+inline u32 lab_bits(float x) {
+    u32 u;
+    __builtin_memcpy(&u, &x, 4);
+    return u;
+}
+inline float lab_float(u32 u) {
+    float x;
+    __builtin_memcpy(&x, &u, 4);
+    return x;
+}
+inline float lab_half_to_float(unsigned short h) {
+#if PREC == 2
+    return lab_float(u32(h) << 16);  // bfloat16: the top half of a float
+#else
+    _Float16 f;
+    __builtin_memcpy(&f, &h, 2);
+    return float(f);
+#endif
+}
+#endif
+
+// ------------------------------------------------------------------------------ ldmatrix
+// Four 8 x 8 matrices of 16-bit elements; this lane gives the address of row (lane % 8) of
+// matrix lane / 8 (16 contiguous bytes) and receives r[j] = elements 2t, 2t+1 of row g of
+// matrix j (g = lane / 4, t = lane % 4, the lower column in the low half); TRANS: elements
+// (2t, g) and (2t+1, g) of matrix j, i.e. of its transpose.
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const elem_t* row) {
+#ifdef __CUDA_ARCH__
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(row));
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+#else
+    static const unsigned char* rows[THREADS];
+    const int tid = threadIdx.x, w = tid & ~31, lane = tid & 31, g = lane / 4, t = lane % 4;
+    if (reinterpret_cast<unsigned long>(row) % 16) {
+        std::fprintf(stderr, "ldmatrix row address %p is not 16-byte aligned\n", (void*)row);
+        std::abort();
+    }
+    rows[tid] = reinterpret_cast<const unsigned char*>(row);
+    __syncthreads();
+    for (int j = 0; j < 4; ++j) {
+        unsigned short lo, hi;
+        if (TRANS) {
+            __builtin_memcpy(&lo, rows[w + 8 * j + 2 * t] + 2 * g, 2);
+            __builtin_memcpy(&hi, rows[w + 8 * j + 2 * t + 1] + 2 * g, 2);
+        } else {
+            __builtin_memcpy(&lo, rows[w + 8 * j + g] + 4 * t, 2);
+            __builtin_memcpy(&hi, rows[w + 8 * j + g] + 4 * t + 2, 2);
+        }
+        r[j] = u32(lo) | (u32(hi) << 16);
+    }
+    __syncthreads();
+#endif
+}
+
+// ------------------------------------------------------------------------------ TF32 rounding
+
+// The tensor core reads the top 19 bits of a TF32 operand register and ignores the low 13: it
+// truncates. Adding half a TF32 unit (0x1000) to the bit pattern first makes the pair round to
+// nearest, ties away from zero: what cvt.rna.tf32.f32 computes, but in one integer add, where
+// cvt.rna is a 4-instruction sequence on sm_90 (FSETP, IADD, LOP3, SEL in this kernel's SASS:
+// 128 of the 491 instructions of a TF32 k-tile loop). CUTLASS calls it round_half_ulp_truncate.
+// (Inf stays Inf after the truncation; a NaN whose top 10 mantissa bits are all 1 would carry
+// into the sign bit: no such NaN comes out of arithmetic, whose NaNs are 0x7fc00000.)
+__device__ __forceinline__ u32 tf32_rn(u32 x) { return x + 0x1000u; }
+// The head of 3xTF32 must be an exact TF32 value (the tail is computed from it): mask as well.
+__device__ __forceinline__ u32 tf32_hi(u32 x) { return (x + 0x1000u) & 0xffffe000u; }
+
+__device__ __forceinline__ u32 f32_sub_bits(u32 a, u32 b) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(__uint_as_float(a) - __uint_as_float(b));
+#else
+    return lab_bits(lab_float(a) - lab_float(b));
+#endif
+}
+
+// ------------------------------------------------------------------------------ mma
+// d += a * b for one 16 x 8 piece: a 16 x KSTEP, b KSTEP x 8, fp32 accumulators
+// (c[0], c[1]) = row g, columns 2t, 2t+1; (c[2], c[3]) = row g + 8, same columns.
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+#if PREC == 2
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#elif PREC == 3
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+#else
+// The CPU twin: lane `tid` computes its 4 elements of the piece from the registers its warp
+// published (xa[lane][set][piece i][r], xb[lane][set][piece j][r]; see mma_step), as the PTX
+// ISA's fragment tables ("Matrix fragments for mma.m16n8k16 / m16n8k8") place them:
+//   16-bit A: a[r] holds (row g + 8 (r % 2), k 2t + 8 (r / 2) + {0, 1}) (low half first);
+//          B: b[r] holds (k 2t + 8 r + {0, 1}, column g);
+//   TF32   A: a[r] holds (row g + 8 (r % 2), k t + 4 (r / 2));  B: b[r] holds (k t + 4 r, g).
+template <typename XA, typename XB>
+inline void lab_mma_piece(float (&c)[4], const XA& xa, const XB& xb, int tid, int i, int j,
+                          int sa, int sb) {
+    const int w = tid & ~31, lane = tid & 31, g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+        double sum = 0;
+        for (int k = 0; k < KSTEP; ++k) {
+            double av, bv;
+#if HALF
+            const u32 ar = xa[w + 4 * (row % 8) + (k % 8) / 2][sa][i][row / 8 + 2 * (k / 8)];
+            const u32 br = xb[w + 4 * col + (k % 8) / 2][sb][j][k / 8];
+            av = lab_half_to_float((unsigned short)(k % 2 ? ar >> 16 : ar & 0xffff));
+            bv = lab_half_to_float((unsigned short)(k % 2 ? br >> 16 : br & 0xffff));
+#else
+            // the tensor core reads the 19 TF32 bits of each operand register
+            av = lab_float(xa[w + 4 * (row % 8) + k % 4][sa][i][row / 8 + 2 * (k / 4)] & 0xffffe000u);
+            bv = lab_float(xb[w + 4 * col + k % 4][sb][j][k / 4] & 0xffffe000u);
+#endif
+            sum += av * bv;
+        }
+        c[e] = float(double(c[e]) + sum);  // products exact, one fp32 rounding per mma
+    }
+}
+#endif
+
+// ------------------------------------------------------------------------------ fragments
+// A warp's registers for one k-step: MI pieces of A (4 registers each), NJ pieces of B (2).
+struct Frags {
+    u32 a[MI][4];
+    u32 b[NJ][2];
+};
+
+// The access patterns (lane = 4g + t = 8 j4 + r8; ldmatrix: this lane addresses row r8 of
+// matrix j4), per tile layout, for piece i (A) / pair of pieces jj (B) at k-step ks:
+//   k-major, ldmatrix:           line = w + 16 i + r8 + 8 (j4 % 2)  [B: 16 jj, 8 (j4 / 2)]
+//                                chunk = 2 ks + j4 / 2               [B: j4 % 2]
+//   16-bit M/N-major, .trans:    line = 16 ks + r8 + 8 (j4 / 2)      [B: j4 % 2]
+//                                element = w + 16 i + 8 (j4 % 2)     [B: 16 jj, j4 / 2]
+//   TF32 M/N-major, LDS.32:      A: line = 8 ks + t + 4 (r / 2), element = w + 16 i + 8 (r % 2) + g
+//                                B: line = 8 ks + t + 4 r, element = w + 16 jj + 8 h + g
+// (w: the warp tile's first row or column). Whatever is a multiple of 8 lines (4 for PAIRS) or
+// 8 chunks is a compile-time offset; the rest is one of a few per-lane bases, kept in registers.
+template <typename TILE, bool IS_A>
+struct FragBase {
+    static constexpr bool KM = IS_A ? A_KMAJOR : B_KMAJOR;
+    static constexpr int PIECES = IS_A ? MI : NJ / 2;  // ldmatrix.x4 (or 4 LDS.32 groups) each
+    static constexpr int LEN = KM ? BK : (IS_A ? BM : BN);  // elements per line
+    // bases: k-major: one per ks % 4; 16-bit M/N-major: one per piece % 4; TF32 M/N-major: one
+    // per (piece % 2, half)
+    static constexpr int NB = KM ? (KS < 4 ? KS : 4)
+                                 : HALF ? (PIECES < 4 ? PIECES : 4) : 2 * (PIECES < 2 ? PIECES : 2);
+    int base[NB];
+
+    __device__ __forceinline__ FragBase(int w, int lane) {
+        const int g = lane / 4, t = lane % 4, r8 = lane % 8, j4 = lane / 8;
+        const int sl = IS_A ? j4 % 2 : j4 / 2, sk = IS_A ? j4 / 2 : j4 % 2;  // line / k selectors
+#pragma unroll
+        for (int c = 0; c < NB; ++c) {
+            if (KM)
+                base[c] = TILE::at(w + r8 + 8 * sl, c * KSTEP + CE * sk);
+            else if (HALF)
+                base[c] = TILE::at(r8 + 8 * sk, w + 16 * c + 8 * sl);
+            else
+                base[c] = TILE::at(t, w + 16 * (c / 2) + 8 * (c % 2) + g);
+        }
+    }
+
+    // ldmatrix paths: the row address of piece p at k-step ks
+    __device__ __forceinline__ int ldsm(int p, int ks) const {
+        if (KM) return base[ks % 4] + 16 * p * LEN + (ks / 4) * 8 * CE;
+        return base[p % 4] + (p / 4) * 8 * CE + 16 * ks * LEN;
+    }
+    // TF32 M/N-major: element (piece p, half h, k row kr = 0..7 of the k-step) at k-step ks
+    __device__ __forceinline__ int lds(int p, int h, int kr, int ks) const {
+        return base[2 * (p % 2) + h] + (p / 2) * 8 * CE + (8 * ks + kr) * LEN;
+    }
+};
+using FragA = FragBase<TileA, true>;
+using FragB = FragBase<TileB, false>;
+
+// Load the fragments of k-step ks of the tiles As, Bs.
+__device__ __forceinline__ void load_frags(Frags& f, const elem_t* As, const elem_t* Bs, int ks,
+                                           const FragA& fa, const FragB& fb) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+        if (A_KMAJOR || HALF) {
+            ldsm_x4<!A_KMAJOR>(f.a[i], As + fa.ldsm(i, ks));
+        } else {  // TF32: a[r] = (row g + 8 (r % 2), k t + 4 (r / 2))
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+                f.a[i][r] = *reinterpret_cast<const u32*>(As + fa.lds(i, r % 2, 4 * (r / 2), ks));
+        }
+    }
+#pragma unroll
+    for (int jj = 0; jj < NJ / 2; ++jj) {
+        if (B_KMAJOR || HALF) {  // matrices: (piece 2jj, k lo), (2jj, k hi), (2jj+1, lo), (2jj+1, hi)
+            u32 r[4];
+            ldsm_x4<!B_KMAJOR>(r, Bs + fb.ldsm(jj, ks));
+            f.b[2 * jj][0] = r[0];
+            f.b[2 * jj][1] = r[1];
+            f.b[2 * jj + 1][0] = r[2];
+            f.b[2 * jj + 1][1] = r[3];
+        } else {  // TF32: b[r] = (k t + 4 r, column g)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    f.b[2 * jj + h][r] = *reinterpret_cast<const u32*>(Bs + fb.lds(jj, h, 4 * r, ks));
+        }
+    }
+#if PREC == 0
+    // TF32: round each operand to nearest rather than let the tensor core truncate it
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) f.a[i][r] = tf32_rn(f.a[i][r]);
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) f.b[j][r] = tf32_rn(f.b[j][r]);
+#endif
+}
+
+// The warp's mma for one k-step.
+__device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], const Frags& f) {
+#ifndef __CUDA_ARCH__
+    // CPU: one register exchange per k-step, not per mma (far fewer barriers to emulate): each
+    // lane publishes its fragments (3xTF32: the split parts, set 0 hi, set 1 lo), then computes
+    // every piece in the order the GPU path issues them.
+    constexpr int SETS = PREC == 1 ? 2 : 1;
+    static u32 xa[THREADS][SETS][MI][4], xb[THREADS][SETS][NJ][2];
+    const int tid = threadIdx.x;
+    for (int i = 0; i < MI; ++i)
+        for (int r = 0; r < 4; ++r) {
+            xa[tid][0][i][r] = PREC == 1 ? tf32_hi(f.a[i][r]) : f.a[i][r];
+            if (SETS == 2) xa[tid][SETS - 1][i][r] = tf32_rn(f32_sub_bits(f.a[i][r], xa[tid][0][i][r]));
+        }
+    for (int j = 0; j < NJ; ++j)
+        for (int r = 0; r < 2; ++r) {
+            xb[tid][0][j][r] = PREC == 1 ? tf32_hi(f.b[j][r]) : f.b[j][r];
+            if (SETS == 2) xb[tid][SETS - 1][j][r] = tf32_rn(f32_sub_bits(f.b[j][r], xb[tid][0][j][r]));
+        }
+    __syncthreads();
+    for (int j = 0; j < NJ; ++j)
+        for (int i = 0; i < MI; ++i) {
+            if (SETS == 2) {  // lo * hi, hi * lo, hi * hi
+                lab_mma_piece(acc[i][j], xa, xb, tid, i, j, SETS - 1, 0);
+                lab_mma_piece(acc[i][j], xa, xb, tid, i, j, 0, SETS - 1);
+            }
+            lab_mma_piece(acc[i][j], xa, xb, tid, i, j, 0, 0);
+        }
+    __syncthreads();
+#elif PREC != 1
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) mma(acc[i][j], f.a[i], f.b[j]);
+#else
+    // 3xTF32: x = hi + lo, hi = tf32(x), lo = tf32(x - hi) (x - hi is exact in fp32; lo is
+    // rounded by tf32_rn + the tensor core's truncation, hi explicitly by tf32_hi). A is split
+    // once per k-step (MI x 8 registers); B one piece at a time, right before its 3 x MI mma, so
+    // that only 4 of its split registers are live: the accumulators leave little room.
+    u32 ah[MI][4], al[MI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            ah[i][r] = tf32_hi(f.a[i][r]);
+            al[i][r] = tf32_rn(f32_sub_bits(f.a[i][r], ah[i][r]));
+        }
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+        u32 bh[2], bl[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            bh[r] = tf32_hi(f.b[j][r]);
+            bl[r] = tf32_rn(f32_sub_bits(f.b[j][r], bh[r]));
+        }
+        // small terms first; each pass runs over the MI independent accumulators
+#pragma unroll
+        for (int i = 0; i < MI; ++i) mma(acc[i][j], al[i], bh);
+#pragma unroll
+        for (int i = 0; i < MI; ++i) mma(acc[i][j], ah[i], bl);
+#pragma unroll
+        for (int i = 0; i < MI; ++i) mma(acc[i][j], ah[i], bh);
+    }
+#endif
+}
+
+// ------------------------------------------------------------------------------ C
+
+// Two adjacent C elements (lo at column col, hi at col + 1) as the output type.
+#if HALF
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+#ifdef __CUDA_ARCH__
+    u32 r;  // cvt.rn.*x2.f32 d, a, b puts a in the upper half
+#if PREC == 2
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+    return r;
+#else
+    auto one = [](float x) -> u32 {
+#if PREC == 2
+        const u32 u = lab_bits(x);
+        if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;   // NaN
+        return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;         // round to nearest even
+#else
+        const _Float16 h = static_cast<_Float16>(x);           // round to nearest even
+        unsigned short s;
+        __builtin_memcpy(&s, &h, 2);
+        return s;
+#endif
+    };
+    return one(lo) | (one(hi) << 16);
+#endif
+}
+#endif
+
+__device__ __forceinline__ void store_pair(elem_t* p, float lo, float hi, bool both) {
+#if HALF
+    const u32 v = pack2(lo, hi);
+    if (VEC_C && both) {
+        *reinterpret_cast<u32*>(p) = v;
+    } else {
+        p[0] = elem_t(v & 0xffffu);
+        if (both) p[1] = elem_t(v >> 16);
+    }
+#else
+    if (VEC_C && both) {
+        *reinterpret_cast<float2*>(p) = make_float2(lo, hi);
+    } else {
+        p[0] = lo;
+        if (both) p[1] = hi;
+    }
+#endif
+}
+
+// ------------------------------------------------------------------------------ the kernel
+
+#define A_COORDS(k0) A_KMAJOR ? m0 : (k0), A_KMAJOR ? M : K, A_KMAJOR ? (k0) : m0, A_KMAJOR ? K : M
+#define B_COORDS(k0) B_KMAJOR ? n0 : (k0), B_KMAJOR ? N : K, B_KMAJOR ? (k0) : n0, B_KMAJOR ? K : N
+#define A_STEP (A_KMAJOR ? BK : BK * lda)
+#define B_STEP (B_KMAJOR ? BK : BK * ldb)
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+matmul_mma(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* __restrict__ C,
+           int M, int N, int K, int lda, int ldb, int ldc) {
+    extern __shared__ __align__(128) elem_t smem[];  // STAGES x (A tile, B tile)
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32, lane = tid % 32;
+    const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
+    int bm, bn;  // this block's tile of C, in block order GROUP (common.cuh): L2 reuse
+    block_tile(CEIL_DIV(M, BM), CEIL_DIV(N, BN), bm, bn);
+    const int m0 = bm * BM, n0 = bn * BN;
+    const bool inside = m0 + BM <= M && n0 + BN <= N;
+    const int tiles = CEIL_DIV(K, BK);
+
+    LoadA load_a(A, A_KMAJOR ? A + m0 * lda : A + m0, lda, tid);
+    LoadB load_b(B, B_KMAJOR ? B + n0 * ldb : B + n0, ldb, tid);
+
+    float acc[MI][NJ][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+    // Copy tile `next` into ring slot `slot` and commit its group (an empty group past the last
+    // tile, so that "all but the newest STAGES-2 groups" always means "tile t+1").
+    int next = 0;
+    auto copy_next = [&](int slot) {
+        if (next < tiles) {
+            elem_t* As = smem + slot * (A_TILE + B_TILE);
+            const int k0 = next * BK;
+            if (inside && k0 + BK <= K) {
+                load_a.copy<true>(As, lda, A_COORDS(k0));
+                load_b.copy<true>(As + A_TILE, ldb, B_COORDS(k0));
+            } else {
+                load_a.copy<false>(As, lda, A_COORDS(k0));
+                load_b.copy<false>(As + A_TILE, ldb, B_COORDS(k0));
+            }
+            load_a.advance(A_STEP);
+            load_b.advance(B_STEP);
+        }
+        ++next;
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) copy_next(s);
+    cp_async_wait<STAGES - 2>();  // tile 0 is in (our copies); the barrier publishes everyone's
+    __syncthreads();
+
+    const FragA fa(wm, lane);
+    const FragB fb(wn, lane);
+    Frags frag[FRAGS];  // FRAGS 2: k-step ks reads frag[ks % 2] while frag[(ks + 1) % 2] loads
+    if (FRAGS == 2) load_frags(frag[0], smem, smem + A_TILE, 0, fa, fb);
+
+    int rd = 0, fill = STAGES - 1;  // ring slots: tile t is read from rd, the next copy goes to fill
+    for (int t = 0; t < tiles; ++t) {
+        copy_next(fill);  // tile t + STAGES - 1 -> the slot of tile t - 1 (free: see the header)
+        fill = fill + 1 == STAGES ? 0 : fill + 1;
+        const int nx = rd + 1 == STAGES ? 0 : rd + 1;
+        const elem_t* As = smem + rd * (A_TILE + B_TILE);
+        const elem_t* An = smem + nx * (A_TILE + B_TILE);
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+            if (FRAGS == 1) {
+                load_frags(frag[0], As, As + A_TILE, ks, fa, fb);
+                mma_step(acc, frag[0]);
+                if (ks + 1 == KS && t + 1 < tiles) {
+                    cp_async_wait<STAGES - 2>();  // our copies of tile t + 1 have landed
+                    __syncthreads();              // everyone's have, and tile t is read
+                }
+                continue;
+            }
+            if (ks + 1 < KS) {
+                load_frags(frag[(ks + 1) % FRAGS], As, As + A_TILE, ks + 1, fa, fb);
+            } else if (t + 1 < tiles) {  // last k-step: hand over to tile t + 1 first
+                cp_async_wait<STAGES - 2>();  // our copies of tile t + 1 have landed
+                __syncthreads();              // everyone's have
+                load_frags(frag[(ks + 1) % FRAGS], An, An + A_TILE, 0, fa, fb);
+            }
+            mma_step(acc, frag[ks % FRAGS]);
+        }
+        if (FRAGS == 2 && KS % 2) frag[0] = frag[FRAGS - 1];  // odd k-steps: next tile starts at 0
+        rd = nx;
+    }
+    cp_async_wait<0>();  // no copy may still be writing when the block exits (empty groups)
+
+    // C: piece (i, j) of this lane is rows g, g + 8 and columns 2t, 2t + 1 (one pair store each)
+    const int g = lane / 4, t4 = lane % 4;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = m0 + wm + 16 * i + g + 8 * h;
+            if (row >= M) continue;
+            elem_t* c_row = C + row * ldc;
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+                const int col = n0 + wn + 8 * j + 2 * t4;
+                if (col < N) store_pair(c_row + col, acc[i][j][2 * h], acc[i][j][2 * h + 1],
+                                        col + 1 < N);
+            }
+        }
+}
