@@ -441,6 +441,18 @@ __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], const u32 
 //   16-bit A: a[r] holds (row g + 8 (r % 2), k 2t + 8 (r / 2) + {0, 1}) (low half first);
 //          B: b[r] holds (k 2t + 8 r + {0, 1}, column g);
 //   TF32   A: a[r] holds (row g + 8 (r % 2), k t + 4 (r / 2));  B: b[r] holds (k t + 4 r, g).
+// The tensor core adds its products to the accumulator and rounds toward zero (truncates), not
+// to nearest (Ootomo and Yokota, "Recovering single precision accuracy from Tensor Cores while
+// surpassing the FP32 theoretical peak performance", IJHPCA 2022): the products are exact here,
+// the one rounding per mma is toward zero. Its error is biased: an accumulator carried through
+// K/8 mma loses about K/16 half-units of its last place, 1.5e-5 relative at K = 4096 (why 3xTF32
+// sums its three products in a fresh accumulator per k-step and adds that in fp32, mma_step).
+inline float lab_round_to_zero(double x) {
+    float f = float(x);
+    if (std::fabs(double(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+    return f;
+}
+
 template <typename XA, typename XB>
 inline void lab_mma_piece(float (&c)[4], const XA& xa, const XB& xb, int tid, int i, int j,
                           int sa, int sb) {
@@ -462,7 +474,7 @@ inline void lab_mma_piece(float (&c)[4], const XA& xa, const XB& xb, int tid, in
 #endif
             sum += av * bv;
         }
-        c[e] = float(double(c[e]) + sum);  // products exact, one fp32 rounding per mma
+        c[e] = lab_round_to_zero(double(c[e]) + sum);
     }
 }
 #endif
@@ -587,11 +599,15 @@ __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], const Frags& f
     __syncthreads();
     for (int j = 0; j < NJ; ++j)
         for (int i = 0; i < MI; ++i) {
-            if (SETS == 2) {  // lo * hi, hi * lo, hi * hi
-                lab_mma_piece(acc[i][j], xa, xb, tid, i, j, SETS - 1, 0);
-                lab_mma_piece(acc[i][j], xa, xb, tid, i, j, 0, SETS - 1);
+            if (SETS == 2) {  // lo * hi, hi * lo, hi * hi into a fresh t, then acc += t in fp32
+                float t[4] = {0.f, 0.f, 0.f, 0.f};
+                lab_mma_piece(t, xa, xb, tid, i, j, SETS - 1, 0);
+                lab_mma_piece(t, xa, xb, tid, i, j, 0, SETS - 1);
+                lab_mma_piece(t, xa, xb, tid, i, j, 0, 0);
+                for (int e = 0; e < 4; ++e) acc[i][j][e] += t[e];
+            } else {
+                lab_mma_piece(acc[i][j], xa, xb, tid, i, j, 0, 0);
             }
-            lab_mma_piece(acc[i][j], xa, xb, tid, i, j, 0, 0);
         }
     __syncthreads();
 #elif PREC != 1
@@ -604,6 +620,10 @@ __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], const Frags& f
     // rounded by tf32_rn + the tensor core's truncation, hi explicitly by tf32_hi). A is split
     // once per k-step (MI x 8 registers); B one piece at a time, right before its 3 x MI mma, so
     // that only 4 of its split registers are live: the accumulators leave little room.
+    // The three products go into a fresh accumulator t (zero), which is then added to acc with
+    // fp32 adds (round to nearest): the tensor core rounds its sums toward zero, and carried
+    // through all K / 8 k-steps that bias alone was 2.9e-5 relative at K = 4096 on the H100, three
+    // times the fp32 threshold (lab_round_to_zero above). Per k-step it is one truncation of t.
     u32 ah[MI][4], al[MI][4];
 #pragma unroll
     for (int i = 0; i < MI; ++i)
@@ -620,13 +640,17 @@ __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], const Frags& f
             bh[r] = tf32_hi(f.b[j][r]);
             bl[r] = tf32_rn(f32_sub_bits(f.b[j][r], bh[r]));
         }
-        // small terms first; each pass runs over the MI independent accumulators
+        // small terms first, into a fresh t per piece (4 registers: the accumulators leave
+        // no room for MI of them); the pieces' chains are independent, so they overlap
 #pragma unroll
-        for (int i = 0; i < MI; ++i) mma(acc[i][j], al[i], bh);
+        for (int i = 0; i < MI; ++i) {
+            float t[4] = {0.f, 0.f, 0.f, 0.f};
+            mma(t, al[i], bh);
+            mma(t, ah[i], bl);
+            mma(t, ah[i], bh);
 #pragma unroll
-        for (int i = 0; i < MI; ++i) mma(acc[i][j], ah[i], bl);
-#pragma unroll
-        for (int i = 0; i < MI; ++i) mma(acc[i][j], ah[i], bh);
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += t[e];
+        }
     }
 #endif
 }
