@@ -5,6 +5,8 @@ the winner so that `--stage <stage>:auto` rows of lab.compare run it.
     python -m lab.autotune --stage vectorized,blocktile_2d --backend cuda --sizes 1025,4096 \
         --budget-s 300 --max-configs 200
     python -m lab.autotune --stage vectorized --sizes 4096 --dry-run   # no GPU needed
+    python -m lab.autotune --stage warptiling:splitk=16|32,BM=64|128 --backend cuda \
+        --sizes 320x192x786432                                         # a restricted space
     python -m lab.autotune --show                                      # the cache
 
 The search (docs/AUTOTUNE.md has the whole story):
@@ -13,16 +15,34 @@ The search (docs/AUTOTUNE.md has the whole story):
    declares for the backend, minus the switches that change the numerics (NUMERICS: fast_math is
    pinned to False, so a tuned row is checked and compared like any other fp32 row). A product
    larger than ENUMERATE_LIMIT is sampled (a fixed random generator, the defaults always in).
+   `--stage stage:name=v1|v2,name=v` restricts parameters to some of their registry choices (one
+   value pins it); the defaults become the registry's with each restricted parameter at its
+   default if allowed, else at its first given value (then the nearest configuration validate()
+   accepts, changing as few parameters as possible).
 2. Validate-prune: the launcher module's `validate(**params)` rejects what cannot compile or launch
    (a LabError = pruned, never tried).
-3. The candidates are tried in this order: the defaults first; then, two picks out of three, the
-   untried one-parameter neighbours of the best configuration so far (nearest choices first), and
-   every third pick (or when the best has no untried neighbour left) the next configuration of a
-   fixed shuffled order of the rest. The order depends on nothing but the timings, so the same
-   timings give the same search.
+3. The candidates are tried in this order: the defaults first; then the split-K seeds (below);
+   then, two picks out of three, the untried one-parameter neighbours of the best configuration so
+   far (nearest choices first), and every third pick (or when the best has no untried neighbour
+   left) the next configuration of a fixed shuffled order of the rest. The order depends on
+   nothing but the timings, so the same timings give the same search.
+   Split-K seeds (splitk_seeds), only for a space with a searched `splitk`: when the defaults'
+   block tile (BM x BN, Triton BLOCK_M x BLOCK_N) gives fewer output tiles than the GPU has SMs
+   (the device's count, else SEED_SMS) and K >= 2 * SEED_MIN_SPLIT_K, then for the defaults' tile
+   and up to SEED_TILES - 1 smaller ones (both edges one choice down each time), the splitk
+   choices whose tiles x splitk lie nearest (in ratio) to 1x, 2x and 4x the SM count, among those
+   that leave every split at least SEED_MIN_SPLIT_K of K; the other parameters are the defaults'.
+   A seed validate() refuses is replaced by the nearest configuration it accepts with the same
+   tile and splitk (fewest parameters changed), if any. A long-K shape with few tiles is where
+   the sampled order rarely reaches a good splitk.
 4. Resource-prune, per candidate: a CUDA candidate is compiled (NVRTC, cheap) and dropped if ptxas
    reports spills or its block does not fit an SM (threads, registers, shared memory: lab.occupancy
    with this GPU's limits); a Triton candidate is dropped after its compile if it spills.
+   Compile ahead (CUDA, --jobs N > 1): while a candidate is checked and timed, a pool of N threads
+   compiles the next 2N candidates the search would pick if the best stayed the best (NVRTC is
+   thread-safe for distinct programs); when the best changes, the queued builds no longer in that
+   plan are dropped. The probe of a candidate waits for its build in flight instead of compiling
+   it twice. Compiling ahead changes what is compiled when, never the order or the result.
 5. Correct before timed: the output is poisoned with NaN, the kernel runs once and is compared with
    the float64 reference (lab.check); a wrong configuration is discarded and listed.
 6. Short timing (lab.timing.bench with SHORT_REP_MS of repetitions). The search stops taking new
@@ -48,8 +68,10 @@ import os
 import random
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -67,6 +89,14 @@ EXPLORE_FRACTION = 0.8  # of the budget spent searching; the rest is left for th
 ENUMERATE_LIMIT = 50_000  # a larger product is sampled down to this many configurations
 NEIGHBOUR_PICKS = 2  # of every NEIGHBOUR_PICKS + 1 picks, this many are neighbours of the best
 ORDER_RNG = 0  # the fixed state of the random generator that shuffles (and samples) the space
+SEED_SMS = 132  # SMs assumed for the split-K seeds when the GPU's count is not known (H100 SXM)
+SEED_TILES = 2  # block tiles seeded: the defaults' and one smaller (at most 3 seeds each)
+SEED_TARGETS = (1, 2, 4)  # tiles x splitk is aimed at these multiples of the SM count
+SEED_MIN_SPLIT_K = 256  # a seed's splitk leaves every split at least this much of K
+TILE_EDGES = {"cuda": ("BM", "BN"), "triton": ("BLOCK_M", "BLOCK_N")}
+NEAREST_VALID_LIMIT = 20_000  # configurations validate() may be asked for a restricted default
+SEED_REPAIR_LIMIT = 2_000  # ... and for a seed it refuses
+COMPILE_AHEAD_PER_JOB = 2  # configurations handed to the compile pool per worker
 CACHE_ENV = "LAB_TUNE_CACHE"
 DEFAULT_CACHE = "~/.cache/matmul-lab/autotune.json"
 CACHE_FORMAT = "matmul-lab autotune cache"
@@ -84,6 +114,9 @@ class Space:
     backend: str
     searched: tuple  # Params with more than one choice, in registry order
     pinned: dict  # name -> value: NUMERICS, and Params with a single choice
+    # name -> the values a restriction allows (registry order); its Params in `searched` carry
+    # those choices and the restricted space's default, a single value is in `pinned`
+    restricted: dict = field(default_factory=dict)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -111,8 +144,12 @@ class Space:
 
     def describe(self) -> str:
         dims = " x ".join(f"{p.name} {len(p.choices)}" for p in self.searched) or "nothing"
-        pins = ", ".join(f"{k}={_fmt(v)}" for k, v in self.pinned.items())
-        return f"{self.size} configurations ({dims})" + (f"; pinned: {pins}" if pins else "")
+        pins = ", ".join(f"{k}={_fmt(v)}" for k, v in self.pinned.items()
+                         if k not in self.restricted)
+        return (f"{self.size} configurations ({dims})"
+                + (f"; restricted: {restriction_text(self.restricted)}" if self.restricted
+                   else "")
+                + (f"; pinned: {pins}" if pins else ""))
 
     def enumerate(self, limit: int = ENUMERATE_LIMIT) -> tuple[list[dict], bool]:
         """The configurations to consider (the defaults first) and whether they are a sample."""
@@ -145,24 +182,112 @@ class Space:
                 yield {**params, p.name: p.choices[j]}
 
 
-def space_of(stage, backend: str) -> Space:
-    """The search space of a registered stage (or stage name) for a backend."""
+def space_of(stage, backend: str, restrict: dict | None = None,
+             validate: Callable[[dict], str | None] | None = None) -> Space:
+    """The search space of a registered stage (or stage name) for a backend.
+
+    `restrict` (name -> allowed values, each one of the registry's choices) narrows parameters of
+    this backend; names the stage declares only for other backends are ignored. A restricted
+    parameter whose registry default is not allowed starts at its first given value, and with
+    `validate`, a default it refuses moves to the nearest configuration it accepts."""
     from lab.stages import BACKENDS, get_stage
 
     stage = get_stage(stage) if isinstance(stage, str) else stage
     if backend not in BACKENDS:
         raise LabError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
-    searched, pinned = [], {}
+    allowed = _check_restriction(stage, restrict or {})
+    searched, pinned, restricted = [], {}, {}
     for p in stage.params:
         if backend not in p.backends:
             continue
-        if p.name in NUMERICS:
+        if p.name in allowed:
+            values = tuple(c for c in p.choices if c in allowed[p.name])
+            restricted[p.name] = values
+            start = p.default if p.default in values else allowed[p.name][0]
+            if p.name in NUMERICS or len(values) == 1:
+                pinned[p.name] = start
+            else:
+                searched.append(replace(p, choices=values, default=start))
+        elif p.name in NUMERICS:
             pinned[p.name] = NUMERICS[p.name]
         elif len(p.choices) <= 1:
             pinned[p.name] = p.default
         else:
             searched.append(p)
-    return Space(stage, backend, tuple(searched), pinned)
+    space = Space(stage, backend, tuple(searched), pinned, restricted)
+    if validate is not None and space.searched and validate(space.default) is not None:
+        nearest = _nearest_valid(space, validate)
+        if nearest is not None:
+            space = replace(space, searched=tuple(replace(p, default=nearest[p.name])
+                                                  for p in space.searched))
+    return space
+
+
+def _check_restriction(stage, restrict: dict) -> dict[str, tuple]:
+    """name -> the allowed values (deduplicated, as given), after checking that each name is a
+    parameter of the stage and each value one of its registry choices (one sentence if not)."""
+    declared = {p.name: p for p in stage.params}
+    out = {}
+    for name, values in restrict.items():
+        p = declared.get(name)
+        if p is None:
+            raise LabError(f"stage {stage.name} has no parameter {name!r}; its parameters are "
+                           f"{', '.join(declared) or 'none'}")
+        values = tuple(values) if isinstance(values, (list, tuple, set, frozenset)) else (values,)
+        kept = []
+        for v in values:
+            if v not in p.choices or isinstance(v, bool) is not isinstance(p.default, bool):
+                raise LabError(f"{name}={_fmt(v)} is not a choice of stage {stage.name}; the "
+                               f"registry's {name} choices are {_choices_text(p)}, and the tuner "
+                               f"searches only those")
+            if v not in kept:
+                kept.append(v)
+        if not kept:
+            raise LabError(f"the restriction of {name} of stage {stage.name} allows no value; "
+                           f"give at least one of {_choices_text(p)}")
+        if name in NUMERICS and kept != [NUMERICS[name]]:
+            raise LabError(f"{name} changes the numerics, so the tuner keeps it at "
+                           f"{_fmt(NUMERICS[name])}; leave it out of the restriction")
+        out[name] = tuple(kept)
+    return out
+
+
+def _nearest_valid(space: Space, validate: Callable[[dict], str | None], start: dict | None = None,
+                   keep: tuple = (), limit: int = NEAREST_VALID_LIMIT) -> dict | None:
+    """The configuration validate() accepts that differs from `start` (the defaults) in the
+    fewest parameters, leaving those in `keep` alone (breadth first over Space.neighbours, so
+    nearer choices and earlier parameters first), or None when none is found within `limit`
+    checks."""
+    start = space.full(start) if start is not None else space.default
+    seen = {space.key(start)}
+    frontier = [start]
+    checks = 0
+    while frontier:
+        following = []
+        for config in frontier:
+            for n in space.neighbours(config):
+                k = space.key(n)
+                if k in seen or any(n[name] != start[name] for name in keep if name in start):
+                    continue
+                seen.add(k)
+                n = space.full(n)
+                if validate(n) is None:
+                    return n
+                checks += 1
+                if checks >= limit:
+                    return None
+                following.append(n)
+        frontier = following
+    return None
+
+
+def restriction_text(restricted: dict) -> str:
+    """splitk=16|32, BM=64|128: a restriction as the command line writes it."""
+    return ", ".join(f"{k}={'|'.join(_fmt(v) for v in vs)}" for k, vs in restricted.items())
+
+
+def _choices_text(p) -> str:
+    return ", ".join(_fmt(c) for c in p.choices)
 
 
 def _unique(items: list[dict], key: Callable) -> list[dict]:
@@ -181,6 +306,59 @@ def _fmt(value: object) -> str:
 
 def params_text(params: dict) -> str:
     return ",".join(f"{k}={_fmt(v)}" for k, v in params.items())
+
+
+# -------------------------------------------------------------------------------- split-K seeds
+
+
+def splitk_seeds(space: Space, M: int, N: int, K: int, sm_count: int | None = None,
+                 validate: Callable[[dict], str | None] | None = None) -> list[dict]:
+    """The split-K seeds of `space` at M x N x K (the module's doc, step 3), in the order they are
+    tried: the defaults' tile first, then the smaller tiles; per tile the splitk nearest 1x, 2x,
+    4x the SM count. [] when the space searches no splitk, has no block tile, or the shape has
+    enough tiles or too short a K. Seeds equal to the defaults are left out."""
+    sms = int(sm_count or SEED_SMS)
+    split = next((p for p in space.searched if p.name == "splitk"), None)
+    edges = TILE_EDGES.get(space.backend, ())
+    default = space.default
+    if split is None or len(edges) != 2 or any(e not in default for e in edges) or K < 1:
+        return []
+    searched = {p.name: p for p in space.searched}
+
+    def sizes(edge: str) -> list:  # the defaults' edge, then the smaller choices, largest first
+        p = searched.get(edge)
+        if p is None:
+            return [default[edge]]
+        return sorted((c for c in p.choices if c <= default[edge]), reverse=True)
+
+    rows, cols = sizes(edges[0]), sizes(edges[1])
+    tiles_tried: list[tuple] = []
+    for step in range(SEED_TILES):
+        t = (rows[min(step, len(rows) - 1)], cols[min(step, len(cols) - 1)])
+        if t not in tiles_tried:
+            tiles_tried.append(t)
+    splits = [s for s in split.choices if s == 1 or K // s >= SEED_MIN_SPLIT_K]
+    first = _cdiv(M, tiles_tried[0][0]) * _cdiv(N, tiles_tried[0][1])
+    if first >= sms or not any(s > 1 for s in splits):
+        return []
+    seeds, keys = [], {space.key(default)}
+    for bm, bn in tiles_tried:
+        tiles = _cdiv(M, bm) * _cdiv(N, bn)
+        for factor in SEED_TARGETS:
+            target = factor * sms
+            s = min(splits, key=lambda s: (abs(math.log(tiles * s / target)), s))
+            seed = space.full({**{n: default[n] for n in space.names}, edges[0]: bm,
+                               edges[1]: bn, "splitk": s})
+            if validate is not None and validate(seed) is not None:
+                seed = _nearest_valid(space, validate, seed, (*edges, "splitk"), SEED_REPAIR_LIMIT)
+            if seed is not None and space.key(seed) not in keys:
+                keys.add(space.key(seed))
+                seeds.append(seed)
+    return seeds
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-int(a) // int(b))
 
 
 # ------------------------------------------------------------------------------------- pruning
@@ -225,15 +403,99 @@ def resource_problem(res: dict | None, limits=None) -> str | None:
     return None
 
 
-def cuda_probe(module, M: int, N: int, K: int, layout: str = "nn") -> Callable[[dict], dict]:
-    """params -> the resources of the CUDA build (NVRTC, no GPU needed) at this shape."""
+def cuda_probe(module, M: int, N: int, K: int, layout: str = "nn",
+               extra: dict | None = None) -> Callable[[dict], dict]:
+    """params -> the resources of the CUDA build (NVRTC, no GPU needed) at this shape. `extra`:
+    what prepare() adds to the build's parameters for the operands at hand (GpuBench.build_extra:
+    the VEC_* / ALIGN_* variants, the precision), so that the probe compiles, and the compile
+    pool compiles ahead, the very build the launch then finds in the per-process cache."""
     from cuda_kernels._build import resources
 
+    extra = dict(extra or {})
+
     def probe(params: dict) -> dict:
-        build = module.build(**params, layout=layout)
-        return resources(build, *module.geometry(M, N, K, **params))
+        build = module.build(**params, **extra, layout=layout)
+        return resources(build, *module.geometry(M, N, K, **params, **extra))
 
     return probe
+
+
+def default_jobs() -> int:
+    """--jobs' default: min(8, the CPU count)."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+class CompileAhead:
+    """Runs `probe` (a CUDA candidate's NVRTC build) for upcoming candidates on a thread pool, so
+    that they compile while the current one is checked and timed.
+
+    `prefetch(upcoming)` takes the configurations the search expects to pick next, most likely
+    first: each one not yet submitted is submitted, and queued ones no longer listed are dropped
+    (a build already running finishes; its result is kept). `probe(params)` is the search's probe:
+    it waits for the build in flight for the same configuration (one compile per configuration,
+    not two), else compiles here. An error raised by a prefetched build is raised by `probe`, as
+    the build would have raised it. NVRTC compiles distinct programs in parallel, and the builds
+    are cached per process (cuda_kernels/_build.py), so the launch that follows reuses them."""
+
+    def __init__(self, probe: Callable[[dict], dict | None], key: Callable[[dict], object],
+                 workers: int | None = None):
+        self._probe = probe
+        self._key = key
+        self.workers = max(1, workers or default_jobs())
+        self._pool = ThreadPoolExecutor(max_workers=self.workers,
+                                        thread_name_prefix="lab-autotune-compile")
+        self._futures: dict[object, Future] = {}
+        self._lock = threading.Lock()
+        self.submitted: list[dict] = []  # every configuration handed to the pool, in order
+        self.dropped = 0  # ... and how many of them were dropped before they started
+
+    @property
+    def lookahead(self) -> int:
+        """How many upcoming configurations the search hands over at a time."""
+        return COMPILE_AHEAD_PER_JOB * self.workers
+
+    def prefetch(self, upcoming: list[dict]) -> None:
+        wanted = {}
+        for params in upcoming:
+            wanted.setdefault(self._key(params), params)
+        with self._lock:
+            for k, fut in list(self._futures.items()):
+                if k not in wanted and fut.cancel():
+                    del self._futures[k]
+                    self.dropped += 1
+            for k, params in wanted.items():
+                if k not in self._futures:
+                    self._futures[k] = self._pool.submit(self._probe, dict(params))
+                    self.submitted.append(dict(params))
+
+    def probe(self, params: dict) -> dict | None:
+        with self._lock:
+            fut = self._futures.get(self._key(params))
+        if fut is None or fut.cancelled():
+            return self._probe(params)
+        return fut.result()
+
+    def close(self) -> None:
+        """Drop the queued builds; those running finish in the background."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "CompileAhead":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _warm_build_caches() -> None:
+    """Fill cuda_kernels._build's per-process lookups (the GPU's architecture, NVRTC's version)
+    on this thread before the compile pool's threads read them."""
+    try:
+        from cuda_kernels._build import device_arch, nvrtc_version
+
+        device_arch()
+        nvrtc_version()
+    except Exception:  # a missing cuda-bindings shows up, as one sentence, at the first build
+        pass
 
 
 # -------------------------------------------------------------------------------------- search
@@ -248,7 +510,7 @@ class Trial:
     refined_ms: float | None = None  # lowest median of the long timings (finalists only)
     detail: str = ""
     resources: dict | None = None
-    how: str = ""  # default | neighbour | shuffled
+    how: str = ""  # default | seed | neighbour | shuffled
 
     @property
     def best_ms(self) -> float | None:
@@ -274,7 +536,10 @@ class Result:
     stopped: str  # "" (all tried), "budget", "max-configs", "interrupted"
     default: dict
     elapsed_s: float
-    extra: int = 0  # trials outside a sampled space (neighbours of the best)
+    extra: int = 0  # trials outside a sampled space (seeds, neighbours of the best)
+    restricted: dict = field(default_factory=dict)  # Space.restricted
+    seeds: list[dict] = field(default_factory=list)  # the split-K seeds (splitk_seeds)
+    sm_count: int = SEED_SMS  # the SM count the seeds aimed at
     winner: Trial | None = None
     default_trial: Trial | None = None
     finalists: list[Trial] = field(default_factory=list)
@@ -304,7 +569,9 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
            clock: Callable[[], float] = time.monotonic, on_progress: Progress | None = None,
            shape: tuple[int, int, int] = (0, 0, 0), layout: str = "nn", precision: str = "fp32",
            short_rep_ms: float = SHORT_REP_MS, long_rep_ms: float = LONG_REP_MS, top: int = TOP,
-           refine_rounds: int = REFINE_ROUNDS, enumerate_limit: int = ENUMERATE_LIMIT) -> Result:
+           refine_rounds: int = REFINE_ROUNDS, enumerate_limit: int = ENUMERATE_LIMIT,
+           sm_count: int | None = None, prefetch: Callable[[list[dict]], None] | None = None,
+           compile_ahead: int = 0) -> Result:
     """Search `space` (see the module's doc for the steps) and return every trial and the winner.
 
     launch_factory(params) -> launch: a no-argument callable (prepare()); it may carry `resources`.
@@ -314,6 +581,13 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
     probe(params) -> the resources before launching (CUDA: the NVRTC build), or None.
     on_progress(phase, done, total, trial, best): phase "search" after each trial, "refine" after
     each long timing.
+    sm_count: the GPU's SMs for the split-K seeds (else `limits.sm_count` if it has one, else
+    SEED_SMS).
+    prefetch(upcoming): called before each candidate is evaluated with the next `compile_ahead`
+    configurations the search would pick if the best stayed the best (CompileAhead.prefetch;
+    fewer when --max-configs leaves fewer launches), and once with [] when the search stops
+    taking candidates; it must not change what `probe` returns, so the search is the same with or
+    without it.
     """
     start = clock()
     validate = validate or (lambda params: None)
@@ -332,17 +606,21 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
     shuffled = valid[1:] if valid and space.key(valid[0]) == space.key(space.default) else valid[:]
     rng.shuffle(shuffled)
     default_key = space.key(space.default)
-    queue_default = [valid[0]] if valid and space.key(valid[0]) == default_key else []
+    sms = int(sm_count or getattr(limits, "sm_count", None) or SEED_SMS)
+    seeds = [c for c in splitk_seeds(space, *shape, sm_count=sms, validate=why_invalid)
+             if why_invalid(c) is None]
+    # where the next pick comes from: the defaults, the seeds, the shuffled order (positions)
+    cursor = {"default": 1 if valid and space.key(valid[0]) == default_key else 0, "seed": 0,
+              "shuffled": 0}
 
     tried: dict[tuple, Trial] = {}
     trials: list[Trial] = []
     launches: dict[tuple, Callable] = {}  # kept only for the current finalists and the defaults
     launched = 0
     stopped = ""
-    next_shuffled = 0
     total = len(valid)
     valid_keys = {space.key(c) for c in valid}
-    extra = 0  # trials outside a sampled space (neighbours of the best)
+    extra = 0  # trials outside a sampled space (seeds, neighbours of the best)
 
     def best() -> Trial | None:
         timed = [t for t in trials if t.status == "timed"]
@@ -355,28 +633,48 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
             if k not in keep:
                 del launches[k]
 
-    def pick() -> tuple[dict, str] | None:
-        nonlocal next_shuffled
-        if queue_default:
-            return queue_default.pop(), "default"
-        want_neighbour = len(trials) % (NEIGHBOUR_PICKS + 1) != NEIGHBOUR_PICKS
-        b = best()
+    def choose(at: dict, taken, count: int, b: Trial | None) -> tuple[dict, str] | None:
+        """The next pick after `count` trials, with the keys in `taken` tried and `b` the best;
+        advances the positions in `at`."""
+        if at["default"]:
+            at["default"] = 0
+            return valid[0], "default"
+        while at["seed"] < len(seeds):
+            c = seeds[at["seed"]]
+            at["seed"] += 1
+            if space.key(c) not in taken:
+                return c, "seed"
+        want_neighbour = count % (NEIGHBOUR_PICKS + 1) != NEIGHBOUR_PICKS
         if want_neighbour and b is not None:
             for n in space.neighbours(b.params):
                 k = space.key(n)
-                if k not in tried and why_invalid(n) is None:
+                if k not in taken and why_invalid(n) is None:
                     return space.full(n), "neighbour"
-        while next_shuffled < len(shuffled):
-            c = shuffled[next_shuffled]
-            next_shuffled += 1
-            if space.key(c) not in tried:
+        while at["shuffled"] < len(shuffled):
+            c = shuffled[at["shuffled"]]
+            at["shuffled"] += 1
+            if space.key(c) not in taken:
                 return c, "shuffled"
         if b is not None:  # the shuffled list is used up: neighbours of the best that remain
             for n in space.neighbours(b.params):
                 k = space.key(n)
-                if k not in tried and why_invalid(n) is None:
+                if k not in taken and why_invalid(n) is None:
                     return space.full(n), "neighbour"
         return None
+
+    def pick() -> tuple[dict, str] | None:
+        return choose(cursor, tried, len(trials), best())
+
+    def upcoming(n: int) -> list[dict]:
+        """The next `n` picks if the best stayed the best (what to compile ahead)."""
+        at, taken, b, out = dict(cursor), set(tried), best(), []
+        while len(out) < n:
+            picked = choose(at, taken, len(trials) + len(out), b)
+            if picked is None:
+                break
+            taken.add(space.key(picked[0]))
+            out.append(picked[0])
+        return out
 
     try:
         while True:
@@ -393,8 +691,14 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
             trial = Trial(dict(params), len(trials), how=how)
             tried[space.key(params)] = trial
             trials.append(trial)
-            if space.key(params) not in valid_keys:  # a neighbour outside the sample
+            if space.key(params) not in valid_keys:  # a seed or neighbour outside the sample
                 extra += 1
+            if prefetch is not None and compile_ahead > 0:
+                ahead = compile_ahead
+                if max_configs is not None:  # no more than the launches left can use
+                    ahead = min(ahead, max_configs - launched - 1)
+                if ahead > 0:
+                    prefetch(upcoming(ahead))
             _evaluate(trial, space, launch_factory, checker, timer, probe, limits, short_rep_ms,
                       launches)
             if trial.status != "pruned":
@@ -406,12 +710,15 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
         stopped = "interrupted"
         if trials and trials[-1].status == "new":
             trials[-1].status, trials[-1].detail = "error", "interrupted"
+    if prefetch is not None and compile_ahead > 0:
+        prefetch([])  # nothing more is wanted: queued builds go before the refinement's timings
 
     result = Result(
         stage=space.stage.name, backend=space.backend, M=shape[0], N=shape[1], K=shape[2],
         layout=layout, precision=precision, space=space.describe(), space_size=space.size,
         sampled=sampled, considered=len(configs), valid=len(valid), invalid=invalid, trials=trials,
         stopped=stopped, default=space.default, elapsed_s=0.0, extra=extra,
+        restricted=dict(space.restricted), seeds=seeds, sm_count=sms,
     )
     if result.not_reached == 0 and stopped != "interrupted":
         result.stopped = ""  # the limit came when nothing was left anyway
@@ -666,7 +973,10 @@ def make_entry(result: Result, gpu: str, *, budget_s: float, cublas_ms: float | 
         "cublas_ms": cublas_ms,
         "configs_tried": result.count("timed"), "configs_wrong": result.count("wrong"),
         "configs_error": result.count("error"), "configs_pruned": result.count("pruned"),
-        "configs_valid": result.valid, "space_size": result.space_size,
+        "configs_valid": result.valid, "space_size": result.space_size, "space": result.space,
+        "restricted": ({k: list(v) for k, v in result.restricted.items()}
+                       if result.restricted else None),
+        "seeds": len(result.seeds),
         "stopped": result.stopped or None, "budget_s": budget_s,
         "elapsed_s": round(result.elapsed_s, 3),
         "source": source_hash(result.stage, result.backend),
@@ -693,6 +1003,17 @@ def gpu_name() -> str:
     return torch.cuda.get_device_name()
 
 
+def gpu_sm_count() -> int | None:
+    """The current GPU's multiprocessor count, or None (no GPU, or torch cannot say)."""
+    try:
+        import torch
+
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device())
+                   .multi_processor_count)
+    except Exception:  # a broken driver or no GPU: the seeds assume SEED_SMS
+        return None
+
+
 class GpuBench:
     """Inputs, reference and output of one shape on the GPU, and the real launch factory, checker
     and timer for `search`."""
@@ -710,6 +1031,26 @@ class GpuBench:
         self.a, self.b = chk.make_inputs(M, N, K, seed, "cuda", dtype=dtype, layout=layout)
         self.ref = chk.reference(self.a, self.b)
         self.c = torch.empty((M, N), device="cuda", dtype=dtype)
+
+    def build_extra(self) -> dict:
+        """What the CUDA launcher's prepare() adds to the parameters of its build for these
+        operands (vector_flags / variant_flags, and a precision other than fp32), for cuda_probe;
+        {} where it cannot be told (the probe then compiles the default variant, as before)."""
+        from lab.operands import describe
+
+        out = {}
+        flags = getattr(self.module, "variant_flags", None) or getattr(self.module,
+                                                                        "vector_flags", None)
+        try:
+            if flags is not None:
+                problem = describe(self.a, self.b, self.c)
+                problem.precision = self.precision
+                out.update(flags(problem))
+        except Exception:  # a convenience for the compile pool, never a reason to fail
+            out = {}
+        if self.precision != "fp32":
+            out["precision"] = self.precision
+        return out
 
     def launch(self, params: dict):
         # fp32 is what float32 operands mean; other precisions are named (tf32, 3xtf32 take
@@ -789,10 +1130,17 @@ def tune(stage, backend: str, M: int, N: int, K: int, *, layout: str = "nn",
          max_configs: int | None = None, retune: bool = False, cache=None, gpu: str | None = None,
          launch_factory=None, checker=None, timer=None, probe=None, limits=None,
          clock: Callable[[], float] = time.monotonic, on_progress: Progress | None = None,
-         cublas: bool = True, store_result: bool = True) -> Outcome:
+         cublas: bool = True, store_result: bool = True, restrict: dict | None = None,
+         jobs: int | None = None, sm_count: int | None = None) -> Outcome:
     """The cached entry for this key, or (with `retune`, or when there is none) a new search whose
-    winner is stored. Without injected launch_factory/checker/timer it needs a CUDA GPU."""
+    winner is stored. Without injected launch_factory/checker/timer it needs a CUDA GPU.
+
+    restrict: name -> allowed values (space_of); the key, and so the cache entry it replaces, is
+    the same as an unrestricted search's. jobs: compile-ahead threads for a probe (the CUDA
+    builds; default min(8, CPUs); 1 = none). sm_count: for the split-K seeds (default: the GPU's,
+    else SEED_SMS)."""
     stage = _check_request(stage, backend, precision, layout)
+    _check_restriction(stage, restrict or {})
     fakes = launch_factory is not None and checker is not None and timer is not None
     if not fakes and not gpu_available():
         raise LabError("tuning times kernels and needs a CUDA GPU, and torch sees none here "
@@ -806,27 +1154,43 @@ def tune(stage, backend: str, M: int, N: int, K: int, *, layout: str = "nn",
         except CacheError as exc:
             hit, note = None, str(exc)
         if hit is not None:
+            if restrict:
+                note = ("the cache already holds this key, so the restricted space was not "
+                        "searched; --retune searches it and replaces the entry")
             return Outcome(hit, None, True, note)
-    space = space_of(stage, backend)
     module = stage.module(backend)
+    space = space_of(stage, backend, restrict, validator(module))
     bench = None
     cublas_ms = None
+    ahead = None
     if not fakes:
         from lab.occupancy import from_device
 
         bench = GpuBench(stage, backend, M, N, K, layout, precision)
         launch_factory, checker, timer = bench.launch, bench.check, bench.time
         limits = limits or from_device()
+        sm_count = sm_count or gpu_sm_count()
         if probe is None and backend == "cuda":
-            probe = cuda_probe(module, M, N, K, layout)
+            probe = cuda_probe(module, M, N, K, layout, bench.build_extra())
+            _warm_build_caches()
+    jobs = default_jobs() if jobs is None else int(jobs)
+    if probe is not None and jobs > 1:
+        ahead = CompileAhead(probe, space.key, jobs)
     try:
         result = search(space, launch_factory=launch_factory, checker=checker, timer=timer,
-                        validate=validator(module), probe=probe, limits=limits, budget_s=budget_s,
-                        max_configs=max_configs, clock=clock, on_progress=on_progress,
-                        shape=(M, N, K), layout=layout, precision=precision)
+                        validate=validator(module), probe=ahead.probe if ahead else probe,
+                        limits=limits, budget_s=budget_s, max_configs=max_configs, clock=clock,
+                        on_progress=on_progress, shape=(M, N, K), layout=layout,
+                        precision=precision, sm_count=sm_count,
+                        prefetch=ahead.prefetch if ahead else None,
+                        compile_ahead=ahead.lookahead if ahead else 0)
+        if ahead is not None:
+            ahead.close()
         if bench is not None and cublas and result.winner is not None:
             cublas_ms = bench.cublas_ms()
     finally:
+        if ahead is not None:
+            ahead.close()
         if bench is not None:
             bench.release()
     if result.winner is None:
@@ -926,8 +1290,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="lab.autotune", description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="The search, the cache and the output: docs/AUTOTUNE.md.")
-    p.add_argument("--stage", metavar="NAME[,NAME]",
-                   help="stage(s) to tune, a comma list of registry names or 'all'")
+    p.add_argument("--stage", metavar="NAME[:P=V|V,...][,NAME]",
+                   help="stage(s) to tune, a comma list of registry names or 'all'; after a "
+                        "colon, name=value or name=v1|v2|... restricts a parameter to some of "
+                        "its registry choices (one value pins it), e.g. "
+                        "warptiling:splitk=16|32,BM=64|128")
     p.add_argument("--backend", default=",".join(BACKENDS),
                    help=f"comma list of backends (default {','.join(BACKENDS)})")
     p.add_argument("--sizes", action="append", metavar="SIZES",
@@ -944,6 +1311,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"rest refining the {TOP} fastest")
     p.add_argument("--max-configs", type=int, metavar="N",
                    help="launch at most N configurations (the defaults first)")
+    p.add_argument("--jobs", type=int, default=default_jobs(), metavar="N",
+                   help=f"CUDA: compile up to N upcoming candidates on N threads while one is "
+                        f"timed (default min(8, CPUs) = {default_jobs()}; 1 compiles one at a "
+                        f"time)")
     p.add_argument("--retune", action="store_true",
                    help="search again even when the cache has an entry (the new one replaces it)")
     p.add_argument("--cache", metavar="PATH",
@@ -960,21 +1331,112 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(_main, argv)
 
 
-def _parse_stages(text: str | None) -> list:
-    from lab.stages import STAGES, get_stage
+def _parse_stages(text: str | None, backends=None) -> list[tuple[object, dict]]:
+    """--stage: [(Stage, restriction)], the restriction name -> allowed values (typed, as given;
+    {} for none). Items are comma-separated; `stage:name=v1|v2` starts a stage's restriction and
+    a following `name=v` item (no stage name) continues it. Each restricted name must be a
+    parameter of the stage for at least one of `backends`."""
+    from lab.stages import BACKENDS, STAGES, get_stage
 
+    backends = tuple(backends or BACKENDS)
     if not text or not text.strip():
         raise LabError("no stage given; use --stage NAME (see python -m lab.compare --list)")
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    out = []
-    for name in names:
-        if ":" in name or "=" in name:
-            raise LabError(f"--stage {name!r}: the tuner searches the parameters itself, so give "
-                           f"stage names only, such as vectorized")
-        for s in (STAGES if name.lower() == "all" else (get_stage(name),)):
-            if s not in out:
-                out.append(s)
+    items: list[tuple[str, list[str]]] = []
+    for piece in (x.strip() for x in text.split(",")):
+        if not piece:
+            continue
+        if ":" in piece:
+            name, first = (x.strip() for x in piece.split(":", 1))
+            if not name:
+                raise LabError(f"--stage {piece!r}: a restriction follows a stage name, as in "
+                               f"warptiling:splitk=16|32")
+            items.append((name, [first]))
+        elif "=" in piece:
+            if not items:
+                raise LabError(f"--stage {piece!r}: a restriction follows a stage name, as in "
+                               f"warptiling:{piece}")
+            items[-1][1].append(piece)
+        else:
+            items.append((piece, []))
+    out: list[tuple[object, dict]] = []
+    for name, assignments in items:
+        if name.lower() == "all":
+            if assignments:
+                raise LabError("'all' takes no restrictions; name the stage whose parameters you "
+                               "restrict, as in warptiling:splitk=16|32")
+            chosen = [(s, {}) for s in STAGES]
+        else:
+            stage = get_stage(name)
+            chosen = [(stage, _parse_restriction(stage, assignments, backends))]
+        for stage, restrict in chosen:
+            same = [r for s, r in out if s is stage]
+            if not same:
+                out.append((stage, restrict))
+            elif same[0] != restrict:
+                raise LabError(f"--stage lists {stage.name} twice with different restrictions; "
+                               f"list it once (one search and cache entry per stage)")
     return out
+
+
+def _parse_restriction(stage, assignments: list[str], backends: tuple) -> dict[str, tuple]:
+    """name=v1|v2 items of one stage -> name -> values, parsed to the type of the Param's default
+    and checked against its registry choices (one sentence for any problem)."""
+    declared = {}
+    for p in stage.params:
+        if any(b in p.backends for b in backends) and p.name not in declared:
+            declared[p.name] = p
+    where = " or ".join(backends)
+    out: dict[str, tuple] = {}
+    for item in assignments:
+        if item.strip().lower() == "auto":
+            raise LabError(f"--stage {stage.name}:auto is for lab.compare rows; the tuner takes a "
+                           f"stage name, or restrictions such as {stage.name}:name=v1|v2")
+        name, sep, text = (x.strip() for x in item.partition("="))
+        if not sep or not name or not text or any(not v.strip() for v in text.split("|")):
+            raise LabError(f"--stage {stage.name}: {item!r} is not a restriction; write "
+                           f"name=value or name=v1|v2|...")
+        p = declared.get(name)
+        if p is None:
+            others = [q for q in stage.params if q.name == name]
+            also = (f" ({name} is a {'/'.join(others[0].backends)} parameter)" if others
+                    else "")
+            raise LabError(f"stage {stage.name} has no {where} parameter {name!r}{also}; its "
+                           f"{where} parameters are {', '.join(declared) or 'none'}")
+        if name in out:
+            raise LabError(f"--stage {stage.name}: {name} is restricted twice; give its values "
+                           f"once, as {name}=v1|v2")
+        values = []
+        for raw in (v.strip() for v in text.split("|")):
+            value = _parse_value(p, raw)
+            if value is None or value not in p.choices:
+                raise LabError(f"{name}={raw} is not a choice of stage {stage.name}; the "
+                               f"registry's {name} choices are {_choices_text(p)}, and the tuner "
+                               f"searches only those")
+            if value not in values:
+                values.append(value)
+        if name in NUMERICS and values != [NUMERICS[name]]:
+            raise LabError(f"{name} changes the numerics, so the tuner keeps it at "
+                           f"{_fmt(NUMERICS[name])}; leave it out of --stage")
+        out[name] = tuple(values)
+    return out
+
+
+def _parse_value(p, text: str):
+    """`text` as the type of p.default (bool: 0/1/true/false/on/off), or None."""
+    kind = type(p.default)
+    if kind is bool:
+        return {"1": True, "true": True, "on": True, "0": False, "false": False,
+                "off": False}.get(text.lower())
+    try:
+        return kind(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _for_backend(stage, backend: str, restrict: dict) -> dict:
+    """The part of a restriction that names parameters of this backend."""
+    mine = {p.name for p in stage.params if backend in p.backends}
+    return {k: v for k, v in restrict.items() if k in mine}
 
 
 def _main(argv: list[str] | None) -> int:
@@ -988,8 +1450,8 @@ def _main(argv: list[str] | None) -> int:
     from lab.shapes import parse_sizes
     from lab.stages import PRECISIONS
 
-    stages = _parse_stages(args.stage)
     backends = parse_backends(args.backend)
+    stages = _parse_stages(args.stage, backends)
     layouts = parse_layouts(args.layout)
     precisions = list(dict.fromkeys(x.strip().lower() for x in args.precision.split(",")
                                     if x.strip()))
@@ -1005,7 +1467,9 @@ def _main(argv: list[str] | None) -> int:
         raise LabError("--budget-s must be a positive number of seconds")
     if args.max_configs is not None and args.max_configs < 1:
         raise LabError("--max-configs must be 1 or more")
-    for s in stages:
+    if args.jobs < 1:
+        raise LabError("--jobs must be 1 or more (1 compiles one candidate at a time)")
+    for s, _restrict in stages:
         for be in backends:
             for precision in precisions:
                 if precision not in precisions_of(s, be):
@@ -1021,14 +1485,14 @@ def _main(argv: list[str] | None) -> int:
                   file=sys.stderr)
             continue
         seen[b] = shape
-        jobs += [(st, be, shape, lay, pr) for st in stages for be in backends for lay in layouts
-                 for pr in precisions]
+        jobs += [(st, _for_backend(st, be, r), be, shape, lay, pr) for st, r in stages
+                 for be in backends for lay in layouts for pr in precisions]
     if args.dry_run:
         seen_spaces = set()
-        for st, be, shape, lay, _pr in jobs:  # the space does not depend on the precision
+        for st, r, be, shape, lay, _pr in jobs:  # the space does not depend on the precision
             if (st.name, be, shape, lay) not in seen_spaces:
                 seen_spaces.add((st.name, be, shape, lay))
-                _dry_run(st, be, shape, lay, args.max_configs)
+                _dry_run(st, be, shape, lay, args.max_configs, r, args.jobs)
         return 0
     path = cache_path(args.cache)
     if path.is_dir():
@@ -1042,8 +1506,8 @@ def _main(argv: list[str] | None) -> int:
     status = 0
     gpu = gpu_name()
     print(f"tuning on {gpu}; cache {path}")
-    for st, be, shape, lay, precision in jobs:
-        code, interrupted = _tune_one(st, be, shape, lay, precision, args, path, gpu)
+    for st, r, be, shape, lay, precision in jobs:
+        code, interrupted = _tune_one(st, be, shape, lay, precision, args, path, gpu, r)
         status = max(status, code)
         if interrupted:  # Ctrl-C ends this search (its best so far is kept) and the command
             print("interrupted: the remaining searches were not started", file=sys.stderr)
@@ -1086,13 +1550,16 @@ def plain_progress(title: str, stream) -> Progress:
                 "pruned": "pruned: " + trial.detail}.get(trial.status, trial.status)
         if phase == "refine":
             what = f"refined {trial.refined_ms:.3f} ms"
+        elif trial.how == "seed":
+            what += " (split-K seed)"
         print(f"  {title} {phase} [{done}/{total}] {params_text(trial.params)}: {what}",
               file=stream, flush=True)
 
     return on_progress
 
 
-def _tune_one(stage, backend, shape, layout, precision, args, path, gpu) -> tuple[int, bool]:
+def _tune_one(stage, backend, shape, layout, precision, args, path, gpu,
+              restrict: dict | None = None) -> tuple[int, bool]:
     M, N, K = shape
     title = f"{stage.name} {backend} {layout} {M}x{N}x{K}" + (
         f" {precision}" if precision != "fp32" else "")
@@ -1100,7 +1567,8 @@ def _tune_one(stage, backend, shape, layout, precision, args, path, gpu) -> tupl
     try:
         outcome = tune(stage, backend, M, N, K, layout=layout, precision=precision,
                        budget_s=args.budget_s, max_configs=args.max_configs, retune=args.retune,
-                       cache=path, gpu=gpu, on_progress=on_progress)
+                       cache=path, gpu=gpu, on_progress=on_progress, restrict=restrict,
+                       jobs=args.jobs)
     finally:
         close()
     for line in report_lines(outcome, title):
@@ -1127,6 +1595,10 @@ def report_lines(outcome: Outcome, title: str) -> list[str]:
                  f"{r.count('wrong')} wrong, {r.count('error')} errors; "
                  f"{r.not_reached} not reached"
                  + (f" (stopped: {r.stopped})" if r.stopped else "") + f"; {r.elapsed_s:.0f} s")
+    if r.seeds:
+        lines.append(f"  split-K seeds (tiles x splitk near 1x, 2x, 4x {r.sm_count} SMs), tried "
+                     f"after the defaults: "
+                     + "; ".join(_seed_text(s, r.backend) for s in r.seeds))
     ranked = r.ranked[:TOP + 2]
     if ranked:
         d_ms = r.default_trial.best_ms if r.default_trial and r.default_trial.status == "timed" \
@@ -1156,6 +1628,12 @@ def report_lines(outcome: Outcome, title: str) -> list[str]:
     return lines
 
 
+def _seed_text(seed: dict, backend: str) -> str:
+    """BM=128,BN=128,splitk=16: what makes a split-K seed."""
+    names = (*TILE_EDGES.get(backend, ()), "splitk")
+    return ",".join(f"{k}={_fmt(seed[k])}" for k in names if k in seed)
+
+
 def _times_line(e: dict) -> str:
     text = f"{e['median_ms']:.3f} ms"
     if e.get("default_ms"):
@@ -1169,7 +1647,7 @@ def _times_line(e: dict) -> str:
 def _show(args) -> int:
     path = cache_path(args.cache)
     entries = load_cache(path)
-    wanted = {s.name for s in _parse_stages(args.stage)} if args.stage else None
+    wanted = {s.name for s, _r in _parse_stages(args.stage)} if args.stage else None
     rows = [e for e in entries.values() if wanted is None or e.get("stage") in wanted]
     print(f"{path}: {len(rows)} entr{'y' if len(rows) == 1 else 'ies'}"
           + ("" if wanted is None else f" for {', '.join(sorted(wanted))}"))
@@ -1181,15 +1659,17 @@ def _show(args) -> int:
     return 0
 
 
-def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None) -> None:
+def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None,
+             restrict: dict | None = None, jobs: int = 1) -> None:
     """The space and its pruning without a GPU: validate(), and for CUDA the NVRTC builds for sm_90
-    (spills, fit), in the order the search takes them while the defaults stay the fastest (the
-    real order follows the timings). `search` itself runs, with a stand-in for the GPU."""
+    (spills, fit; `jobs` threads compile ahead), in the order the search takes them while the
+    defaults stay the fastest (the real order follows the timings). `search` itself runs, with a
+    stand-in for the GPU, and the split-K seeds aim at SEED_SMS SMs."""
     from lab.occupancy import SM90, from_resources
 
     M, N, K = shape
-    space = space_of(stage, backend)
     module = stage.module(backend)
+    space = space_of(stage, backend, restrict, validator(module))
     default_key = space.key(space.default)
     if max_configs is None and backend != "cuda":
         max_configs = 10  # nothing is compiled: the first few show the order
@@ -1201,20 +1681,34 @@ def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None) -
     def timer(params, launch, rep_ms):  # the defaults stay the fastest
         return 1.0 if space.key(params) == default_key else 2.0
 
-    r = search(space, launch_factory=stand_in, checker=lambda launch: True, timer=timer,
-               validate=validator(module),
-               probe=cuda_probe(module, M, N, K, layout) if backend == "cuda" else None,
-               limits=SM90, budget_s=math.inf, max_configs=max_configs, shape=(M, N, K),
-               layout=layout, refine_rounds=0)
+    probe = cuda_probe(module, M, N, K, layout) if backend == "cuda" else None
+    ahead = None
+    if probe is not None and jobs > 1:
+        _warm_build_caches()
+        ahead = CompileAhead(probe, space.key, jobs)
+    try:
+        r = search(space, launch_factory=stand_in, checker=lambda launch: True, timer=timer,
+                   validate=validator(module), probe=ahead.probe if ahead else probe,
+                   limits=SM90, budget_s=math.inf, max_configs=max_configs, shape=(M, N, K),
+                   layout=layout, refine_rounds=0, sm_count=SEED_SMS,
+                   prefetch=ahead.prefetch if ahead else None,
+                   compile_ahead=ahead.lookahead if ahead else 0)
+    finally:
+        if ahead is not None:
+            ahead.close()
     print(f"  space {r.space}" + (f"; sampled {r.considered}" if r.sampled else ""))
     print(f"  {r.valid} pass validate, {len(r.invalid)} rejected")
+    if r.seeds:
+        print(f"  split-K seeds (tiles x splitk near 1x, 2x, 4x {r.sm_count} SMs): "
+              + "; ".join(_seed_text(s, backend) for s in r.seeds))
     if backend == "cuda":
         print("  resources (NVRTC, sm_90), in search order:")
     else:
         print("  resources: a Triton kernel's registers and spills are known only after it "
               "compiles on the GPU (those that spill are pruned there); the search order:")
     for i, t in enumerate(r.trials, 1):
-        head = f"  {i:>4}. {params_text(t.params)}"
+        head = f"  {i:>4}. {params_text(t.params)}" + (" (split-K seed)" if t.how == "seed"
+                                                        else "")
         if t.status == "pruned":
             print(f"{head}: pruned: {t.detail}")
         elif t.status == "error":

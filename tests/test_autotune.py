@@ -5,6 +5,7 @@ resource probe, clock) are plain functions handed to `search` / `tune`, so fakes
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -574,6 +575,417 @@ def test_stage_auto_takes_no_explicit_parameters(spec, words):
     assert words in str(info.value) and "\n" not in str(info.value)
 
 
+# -------------------------------------------------------------------------- restricted spaces
+
+SPLITK_SHAPE = (320, 192, 786432)  # 6 tiles of 128 x 128, K long: the split-K case
+# splitk's choices when the slow 45 s search was observed (the registry may offer more): the
+# seed tests that expect exact picks restrict to them, so they do not move with the registry
+SPLITS = {"splitk": (1, 2, 3, 4, 6, 8, 16, 32)}
+
+
+def registry_param(stage, name):
+    return next(p for p in get_stage(stage).params if p.name == name)
+
+
+def test_a_restriction_narrows_choices_and_moves_the_defaults_inside():
+    space = at.space_of("warptiling", "cuda", {"splitk": (16, 32), "BM": (128, 64)})
+    by_name = {p.name: p for p in space.searched}
+    assert by_name["splitk"].choices == (16, 32) and by_name["BM"].choices == (64, 128)
+    assert space.default["splitk"] == 16  # the registry default 1 is not allowed: the first given
+    assert space.default["BM"] == 128  # the registry default is allowed: kept
+    full = at.space_of("warptiling", "cuda").size
+    n_split = len(registry_param("warptiling", "splitk").choices)
+    assert space.size == full // n_split * 2 // 3 * 2
+    assert space.restricted == {"BM": (64, 128), "splitk": (16, 32)}
+    assert "; restricted: BM=64|128, splitk=16|32; pinned: fast_math=0" in space.describe()
+    pinned = at.space_of("warptiling", "cuda", {"splitk": (32,)})
+    assert "splitk" not in pinned.names and pinned.pinned["splitk"] == 32
+    assert pinned.default["splitk"] == 32 and "restricted: splitk=32" in pinned.describe()
+    # a Triton-only name is ignored by the CUDA space (restricted only where it exists)
+    assert at.space_of("warptiling", "cuda", {"BLOCK_M": (64,)}).restricted == {}
+    assert at.space_of("warptiling", "triton", {"BLOCK_M": (64,)}).pinned["BLOCK_M"] == 64
+
+
+def test_a_restricted_default_that_validate_refuses_moves_to_the_nearest_valid_point():
+    module = get_stage("warptiling").module("cuda")
+    why = at.validator(module)
+    plain = at.space_of("warptiling", "cuda", {"WM": (128,)})
+    assert why(plain.default) is not None  # WM=128 with WN=64: 256 accumulators a thread
+    space = at.space_of("warptiling", "cuda", {"WM": (128,)}, validate=why)
+    assert why(space.default) is None and space.default["WM"] == 128
+    assert sum(space.default[k] != plain.default[k] for k in space.names) == 1
+    configs, _ = space.enumerate(limit=100)
+    assert configs[0] == space.default
+
+
+@pytest.mark.parametrize("restrict,words", [
+    ({"bogus": (1,)}, "stage warptiling has no parameter 'bogus'"),
+    ({"splitk": (5,)}, "splitk=5 is not a choice of stage warptiling"),
+    ({"unroll": (1,)}, "unroll=1 is not a choice"),  # an int where the registry has a bool
+    ({"fast_math": (True,)}, "fast_math changes the numerics"),
+])
+def test_space_of_refuses_a_restriction_outside_the_registry(restrict, words):
+    with pytest.raises(LabError) as info:
+        at.space_of("warptiling", "cuda", restrict)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_stage_restrictions_parse_to_the_types_of_the_defaults():
+    both = ("cuda", "triton")
+    (wt, r), = at._parse_stages("warptiling:splitk=16|32|16,BM=64|128", ("cuda",))
+    assert wt.name == "warptiling" and r == {"splitk": (16, 32), "BM": (64, 128)}
+    (_, r), = at._parse_stages("vectorized:unroll=0|true,BK=16", both)
+    assert r == {"unroll": (False, True), "BK": (16,)}
+    assert type(r["BK"][0]) is int
+    (_, r), = at._parse_stages("bank_conflicts:fix=pad|swizzle", both)
+    assert r == {"fix": ("pad", "swizzle")}
+    out = at._parse_stages("tiled,warptiling:splitk=8,BLOCK_M=64,vectorized", both)
+    assert [(s.name, r) for s, r in out] == [
+        ("tiled", {}), ("warptiling", {"splitk": (8,), "BLOCK_M": (64,)}), ("vectorized", {})]
+    # several backends: each restricted where it exists
+    assert at._for_backend(get_stage("warptiling"), "cuda", out[1][1]) == {"splitk": (8,)}
+    assert at._for_backend(get_stage("warptiling"), "triton", out[1][1]) == out[1][1]
+    # the same stage twice, the same way, is one stage
+    assert len(at._parse_stages("warptiling:splitk=8,warptiling:splitk=8", both)) == 1
+
+
+@pytest.mark.parametrize("text,backends,words", [
+    ("warptiling:BLOCK_M=64", ("cuda",),
+     "stage warptiling has no cuda parameter 'BLOCK_M' (BLOCK_M is a triton parameter); its cuda "
+     "parameters are BM, BN"),
+    ("warptiling:nope=1", ("cuda", "triton"), "has no cuda or triton parameter 'nope'"),
+    ("warptiling:splitk=16|32|5", ("cuda",),
+     "splitk=5 is not a choice of stage warptiling; the registry's splitk choices are "
+     + ", ".join(map(str, registry_param("warptiling", "splitk").choices))
+     + ", and the tuner searches only those"),
+    ("warptiling:splitk=two", ("cuda",), "splitk=two is not a choice"),
+    ("vectorized:unroll=maybe", ("cuda",), "unroll=maybe is not a choice"),
+    ("warptiling:splitk", ("cuda",), "'splitk' is not a restriction; write name=value"),
+    ("warptiling:splitk=", ("cuda",), "is not a restriction"),
+    ("warptiling:splitk=16||32", ("cuda",), "is not a restriction"),
+    ("warptiling:", ("cuda",), "'' is not a restriction"),
+    ("warptiling:splitk=16,splitk=32", ("cuda",), "splitk is restricted twice"),
+    ("warptiling:fast_math=1", ("cuda",), "fast_math changes the numerics"),
+    ("all:BM=64", ("cuda",), "'all' takes no restrictions"),
+    ("vectorized:auto", ("cuda",), "vectorized:auto is for lab.compare rows"),
+    ("BM=64", ("cuda",), "a restriction follows a stage name"),
+    (":BM=64", ("cuda",), "a restriction follows a stage name"),
+    ("warptiling,warptiling:splitk=8", ("cuda",), "lists warptiling twice"),
+    ("all,warptiling:splitk=8", ("cuda",), "lists warptiling twice"),
+])
+def test_bad_restrictions_are_one_sentence(text, backends, words):
+    with pytest.raises(LabError) as info:
+        at._parse_stages(text, backends)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def warptiling_cost(params):
+    """A fake landscape over warptiling's CUDA space at SPLITK_SHAPE: splitk=32 on 128 x 128 tiles
+    is the unique minimum (1.0 ms); splitk=1 (the defaults) is slow."""
+    return (1.0 + 0.5 * abs(math.log2(params["splitk"] / 32)) + 0.2 * (params["BM"] != 128)
+            + 0.2 * (params["BN"] != 128) + 0.1 * (params["BK"] != 16)
+            + 0.05 * (params["group"] != 16) + 0.1 * (not params["unroll"])
+            + 0.01 * (params["WNITER"] != 4) + 0.01 * (params["frags"] != 2))
+
+
+def run_warptiling(restrict=None, **kw):
+    space = at.space_of("warptiling", "cuda", restrict)
+    module = get_stage("warptiling").module("cuda")
+    opts = dict(launch_factory=fake_launch_factory(kw.pop("calls", None)), checker=passes,
+                timer=fake_timer(ms=warptiling_cost), validate=at.validator(module),
+                budget_s=1e9, shape=SPLITK_SHAPE, max_configs=30)
+    opts.update(kw)
+    return at.search(space, **opts)
+
+
+def test_a_restricted_search_tries_only_the_restricted_values():
+    calls = []
+    r = run_warptiling({"splitk": (16, 32), "BM": (64, 128)}, calls=calls, max_configs=40)
+    assert calls and all(p["splitk"] in (16, 32) and p["BM"] in (64, 128) for p in calls)
+    assert r.trials[0].how == "default" and r.trials[0].params["splitk"] == 16
+    assert "restricted: BM=64|128, splitk=16|32" in r.space
+    assert r.winner.params["splitk"] == 32 and r.winner.params["BM"] == 128
+
+
+def test_a_restricted_tune_keeps_the_key_and_shows_the_restriction_in_the_entry(tmp_path):
+    cache = tmp_path / "autotune.json"
+    kw = dict(cache=cache, gpu=GPU, max_configs=6, launch_factory=fake_launch_factory(),
+              checker=passes, timer=fake_timer(ms=warptiling_cost))
+    out = at.tune("warptiling", "cuda", *SPLITK_SHAPE, restrict={"splitk": (16, 32)}, **kw)
+    e = out.entry
+    assert e["key"] == at.cache_key(GPU, "warptiling", "cuda", *SPLITK_SHAPE)  # no restriction
+    assert e["restricted"] == {"splitk": [16, 32]} and "restricted: splitk=16|32" in e["space"]
+    assert e["params"]["splitk"] in (16, 32) and e["default_params"]["splitk"] == 16
+    # the cache answers the key, restricted or not, until --retune
+    again = at.tune("warptiling", "cuda", *SPLITK_SHAPE, restrict={"splitk": (8,)}, **kw)
+    assert again.cached and again.entry == e and "--retune" in again.note
+    plain = at.tune("warptiling", "cuda", *SPLITK_SHAPE, retune=True, **kw)
+    assert not plain.cached and plain.entry["restricted"] is None
+    assert at.load_cache(cache)[e["key"]]["restricted"] is None  # replaced, as --retune does
+    with pytest.raises(LabError, match="splitk=5 is not a choice"):
+        at.tune("warptiling", "cuda", *SPLITK_SHAPE, restrict={"splitk": (5,)}, **kw)
+
+
+def test_dry_run_shows_the_restricted_space():
+    r = cli("--stage", "warptiling:splitk=16|32,BM=64|128", "--backend", "cuda", "--sizes",
+            "320x192x786432", "--dry-run", "--max-configs", "1")
+    assert r.returncode == 0, r.stderr
+    assert "restricted: BM=64|128, splitk=16|32; pinned: fast_math=0" in r.stdout
+    assert "1. BM=128,BN=128,BK=16," in r.stdout and "splitk=16: " in r.stdout
+    assert "split-K seeds (tiles x splitk near 1x, 2x, 4x 132 SMs): BM=128,BN=128,splitk=32" \
+        in r.stdout
+
+
+# ----------------------------------------------------------------------------- split-K seeds
+
+
+def seed_tiles(seeds, backend="cuda"):
+    bm, bn = at.TILE_EDGES[backend]
+    return [(s[bm], s[bn], s["splitk"]) for s in seeds]
+
+
+def test_splitk_seeds_aim_tiles_times_splitk_at_multiples_of_the_sm_count():
+    space = at.space_of("warptiling", "cuda", SPLITS)
+    # 128 x 128: 3 x 2 = 6 tiles; 64 x 64: 5 x 3 = 15 tiles; targets 132, 264, 528
+    seeds = at.splitk_seeds(space, *SPLITK_SHAPE, sm_count=132)
+    assert seed_tiles(seeds) == [(128, 128, 16), (128, 128, 32), (64, 64, 8), (64, 64, 16),
+                                 (64, 64, 32)]
+    assert all(s == space.full(s) for s in seeds)  # every parameter, the others at the defaults
+    assert all(s[k] == space.default[k] for s in seeds for k in ("BK", "WM", "group", "unroll"))
+    assert seed_tiles(at.splitk_seeds(space, *SPLITK_SHAPE, sm_count=16)) == [
+        (128, 128, 3), (128, 128, 6), (128, 128, 8), (64, 64, 1), (64, 64, 2), (64, 64, 4)]
+    tri = at.space_of("warptiling", "triton", SPLITS)
+    assert seed_tiles(at.splitk_seeds(tri, *SPLITK_SHAPE), "triton")[:2] == [
+        (128, 128, 16), (128, 128, 32)]
+
+
+@pytest.mark.parametrize("shape,sms", [(SPLITK_SHAPE, 132), (SPLITK_SHAPE, 114),
+                                       ((1025, 1025, 1025), 132), ((640, 512, 65536), 78)])
+def test_each_seed_is_the_nearest_split_in_ratio_among_the_registry_choices(shape, sms):
+    M, N, K = shape
+    space = at.space_of("warptiling", "cuda")
+    splits = [s for s in registry_param("warptiling", "splitk").choices
+              if s == 1 or K // s >= at.SEED_MIN_SPLIT_K]
+    edges = [sorted((c for c in registry_param("warptiling", e).choices
+                     if c <= space.default[e]), reverse=True)[:at.SEED_TILES] for e in ("BM", "BN")]
+    expected = []
+    for bm, bn in zip(*edges):
+        tiles = -(-M // bm) * -(-N // bn)
+        for f in at.SEED_TARGETS:
+            best = min(splits, key=lambda c: (abs(math.log(tiles * c / (f * sms))), c))
+            if (bm, bn, best) not in expected + [(128, 128, 1)]:
+                expected.append((bm, bn, best))
+    assert seed_tiles(at.splitk_seeds(space, M, N, K, sm_count=sms)) == expected
+
+
+def test_splitk_seeds_keep_every_split_long_enough():
+    space = at.space_of("warptiling", "cuda")
+    # K = 1025: splits of at least SEED_MIN_SPLIT_K = 256 allow splitk up to 4
+    seeds = at.splitk_seeds(space, 1025, 1025, 1025, sm_count=132)
+    assert seeds and all(1025 // s["splitk"] >= at.SEED_MIN_SPLIT_K for s in seeds)
+
+
+@pytest.mark.parametrize("stage,restrict,shape", [
+    ("warptiling", None, (4096, 4096, 4096)),  # 1024 tiles: the grid fills the GPU
+    ("warptiling", None, (320, 192, 500)),  # K too short for two splits of 256
+    ("warptiling", {"splitk": (16,)}, SPLITK_SHAPE),  # splitk pinned: nothing to seed
+    ("vectorized", None, SPLITK_SHAPE),  # no splitk parameter
+])
+def test_no_seeds_where_the_rule_does_not_apply(stage, restrict, shape):
+    assert at.splitk_seeds(at.space_of(stage, "cuda", restrict), *shape) == []
+
+
+def test_seeds_follow_a_restriction_and_the_sm_count_of_the_limits():
+    space = at.space_of("warptiling", "cuda", {"splitk": (1, 8, 16), "BM": (128,)})
+    seeds = at.splitk_seeds(space, *SPLITK_SHAPE)
+    assert {s["splitk"] for s in seeds} <= {8, 16} and {s["BM"] for s in seeds} == {128}
+    assert {s["BN"] for s in seeds} == {128, 64}
+
+    class Limits:  # lab.occupancy's limits do not carry an SM count yet; one that does is used
+        sm_count = 16
+
+    r = run_warptiling(SPLITS, limits=Limits(), max_configs=3)
+    assert r.sm_count == 16 and seed_tiles(r.seeds)[0] == (128, 128, 3)
+    assert run_warptiling(max_configs=3, sm_count=66).sm_count == 66
+
+
+def test_seeds_come_right_after_the_defaults_and_find_the_split():
+    r = run_warptiling(SPLITS, max_configs=8)
+    hows = [t.how for t in r.trials]
+    assert hows[:6] == ["default"] + ["seed"] * 5 and "seed" not in hows[6:]
+    assert [t.params for t in r.trials[1:6]] == r.seeds
+    assert r.winner.params["splitk"] == 32 and r.winner.params["BM"] == 128
+    assert r.extra >= 1  # seeds outside the sample are counted like neighbours outside it
+    lines = "\n".join(at.report_lines(at.Outcome(at.make_entry(r, GPU, budget_s=1, versions_={}),
+                                                 r, False), "warptiling cuda"))
+    assert "split-K seeds (tiles x splitk near 1x, 2x, 4x 132 SMs), tried after the defaults: " \
+           "BM=128,BN=128,splitk=16; BM=128,BN=128,splitk=32" in lines
+    # without the seeds (no shape), the same budget never reaches splitk=32
+    assert run_warptiling(SPLITS, max_configs=8, shape=(0, 0, 0)).winner.params["splitk"] != 32
+    # with the registry's own choices, the seeds still come first
+    n = len(at.splitk_seeds(at.space_of("warptiling", "cuda"), *SPLITK_SHAPE))
+    r = run_warptiling(max_configs=n + 2)
+    assert [t.how for t in r.trials] == ["default"] + ["seed"] * n + ["neighbour"]
+
+
+def test_seeds_are_pruned_checked_and_validated_like_every_candidate():
+    def probe(params):
+        return {"registers": 64, "smem_static": 8192, "smem_dynamic": 0, "threads": 128,
+                "spill_bytes": 32 if params["splitk"] == 8 else 0, "grid_blocks": 64}
+
+    def checker(launch):
+        return launch.params["splitk"] != 16
+
+    module = get_stage("warptiling").module("cuda")
+    plain = at.validator(module)
+
+    def validate(params):  # refuses the smaller seeds' warp tile: they are repaired
+        if params["BM"] == 64 and params["BN"] == 64 and params["WM"] == 64:
+            return "no 64 x 64 warp tiles in a 64 x 64 block here"
+        return plain(params)
+
+    timed = []
+    r = run_warptiling(SPLITS, probe=probe, checker=checker, validate=validate, max_configs=12,
+                       timer=fake_timer(ms=lambda p: timed.append(p) or warptiling_cost(p)))
+    seeds = [t for t in r.trials if t.how == "seed"]
+    assert {t.status for t in seeds if t.params["splitk"] == 8} == {"pruned"}
+    assert {t.status for t in seeds if t.params["splitk"] == 16} == {"wrong"}
+    assert all(validate(t.params) is None for t in seeds)
+    small = [t.params for t in seeds if t.params["BM"] == 64]
+    assert small and all(p["BN"] == 64 and p["WM"] != 64 for p in small)  # repaired
+    assert not any(p["splitk"] in (8, 16) for p in timed)
+
+
+def test_plain_progress_marks_the_seeds(capsys):
+    events = []
+    run_warptiling(max_configs=3, on_progress=lambda *e: events.append(e))
+    printer = at.plain_progress("warptiling cuda nn 320x192x786432", sys.stdout)
+    for e in events:
+        printer(*e)
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].endswith(" ms (split-K seed)") and "splitk=16" in out[1]
+
+
+# ----------------------------------------------------------------------------- compile ahead
+
+
+def fake_build_probe(calls=None, delay=0.0):
+    """A stand-in for cuda_probe: resources that depend on the params only (BK=32 spills), and a
+    record of the configurations it built."""
+    import time as _time
+
+    def probe(params):
+        if calls is not None:
+            calls.append(dict(params))
+        if delay:
+            _time.sleep(delay)
+        if params["group"] == 1:
+            raise CompileError("NVRTC could not compile warptiling.cu\nlog")
+        return {"registers": 128, "smem_static": 16384, "smem_dynamic": 0, "threads": 128,
+                "spill_bytes": 16 if params["BK"] == 32 else 0, "grid_blocks": 64}
+
+    return probe
+
+
+def trial_record(r):
+    return [(t.params, t.status, t.how, t.ms, t.detail) for t in r.trials]
+
+
+def test_compile_ahead_changes_nothing_in_the_search():
+    def run(**kw):  # the budget stops it: 40 timed candidates at 1 s each
+        clock = Clock()
+        return run_warptiling(max_configs=None, budget_s=50, clock=clock,
+                              timer=fake_timer(clock, ms=warptiling_cost, seconds_per_call=1.0),
+                              **kw)
+
+    base = run(probe=fake_build_probe())
+    upcoming = []
+    recorded = run(probe=fake_build_probe(), compile_ahead=6,
+                   prefetch=lambda configs: upcoming.append(list(configs)))
+    space = at.space_of("warptiling", "cuda")
+    built = []
+    with at.CompileAhead(fake_build_probe(built, delay=0.001), space.key, workers=4) as ahead:
+        pooled = run(probe=ahead.probe, prefetch=ahead.prefetch, compile_ahead=ahead.lookahead)
+    for r in (recorded, pooled):
+        assert trial_record(r) == trial_record(base)
+        assert r.winner.params == base.winner.params
+    assert base.stopped == "budget" and base.count("timed") == 40
+    assert any(t.status == "error" for t in base.trials)  # a failed build fails its trial only
+    assert any(t.status == "pruned" for t in base.trials)
+    # one list per candidate, handed over before it is evaluated, then [] before the refinement
+    assert len(upcoming) == len(base.trials) + 1 and upcoming[-1] == []
+    assert all(len(u) == 6 for u in upcoming[:-1])
+    why = at.validator(get_stage("warptiling").module("cuda"))
+    for lst in upcoming:
+        assert all(why(p) is None and p == space.full(p) for p in lst)  # candidates the search
+        assert len({space.key(p) for p in lst}) == len(lst)  # would take, each once
+    # the first list, handed over while the defaults are timed, is the seeds in order
+    assert upcoming[0][:len(base.seeds)] == base.seeds
+    # when a candidate did not become the best, the next one was first in its list
+    best = None
+    for i, t in enumerate(base.trials[:-1]):
+        if t.status == "timed" and (best is None or t.ms < best):
+            best = t.ms
+            continue
+        assert upcoming[i] and upcoming[i][0] == base.trials[i + 1].params
+    # every candidate the pool built was one it was asked for; each is built once
+    keys = [space.key(p) for p in built]
+    assert len(keys) == len(set(keys))
+    asked = {space.key(p) for p in ahead.submitted}
+    assert set(keys) <= asked | {space.key(t.params) for t in pooled.trials}
+
+
+def test_compile_ahead_waits_for_a_build_in_flight_and_drops_the_stale_ones():
+    import threading
+
+    space = at.space_of("vectorized", "cuda")
+    calls, gate = [], threading.Event()
+    configs = [space.full({**space.default, "group": g}) for g in (1, 4, 8)]
+
+    def probe(params):
+        calls.append(params["group"])
+        gate.wait(5)
+        if params["group"] == 1:
+            raise CompileError("NVRTC could not compile vectorized.cu\nlog")
+        return {"group": params["group"], "spill_bytes": 0}
+
+    with at.CompileAhead(probe, space.key, workers=1) as ahead:
+        assert ahead.lookahead == at.COMPILE_AHEAD_PER_JOB
+        ahead.prefetch(configs)  # group 1 starts, 4 and 8 queue behind it
+        ahead.prefetch(configs[:2])  # 8 is no longer expected: dropped before it started
+        assert ahead.dropped == 1
+        gate.set()
+        with pytest.raises(CompileError, match="could not compile"):
+            ahead.probe(configs[0])  # the prefetched build's error, raised here
+        assert ahead.probe(configs[1]) == {"group": 4, "spill_bytes": 0}
+        assert ahead.probe(configs[1]) == {"group": 4, "spill_bytes": 0}  # no second build
+        assert ahead.probe(configs[2]) == {"group": 8, "spill_bytes": 0}  # built here
+    assert sorted(calls) == [1, 4, 8] and [p["group"] for p in ahead.submitted] == [1, 4, 8]
+
+
+def test_compile_ahead_asks_for_no_more_than_max_configs_can_launch():
+    upcoming = []
+    r = run_warptiling(max_configs=5, compile_ahead=8,
+                       prefetch=lambda configs: upcoming.append(len(configs)))
+    assert len(r.trials) == 5 and upcoming == [4, 3, 2, 1, 0]  # the last candidate asks for none
+
+
+def test_tune_compiles_ahead_with_jobs_and_finds_the_same_winner(tmp_path):
+    kw = dict(cache=tmp_path / "autotune.json", gpu=GPU, max_configs=20, store_result=False,
+              launch_factory=fake_launch_factory(), checker=passes,
+              timer=fake_timer(ms=warptiling_cost))
+    one = at.tune("warptiling", "cuda", *SPLITK_SHAPE, probe=fake_build_probe(), jobs=1, **kw)
+    four = at.tune("warptiling", "cuda", *SPLITK_SHAPE, probe=fake_build_probe(), jobs=4, **kw)
+    assert trial_record(one.result) == trial_record(four.result)
+    assert one.entry["params"] == four.entry["params"]
+    assert one.entry["seeds"] == len(one.result.seeds) > 0
+
+
+def test_default_jobs_is_at_most_eight():
+    assert 1 <= at.default_jobs() <= 8
+    assert at.default_jobs() == min(8, os.cpu_count() or 1)
+
+
 # ------------------------------------------------------------------------------------------ CLI
 
 
@@ -594,6 +1006,7 @@ def test_tuning_without_a_gpu_is_one_sentence_and_exit_2(args):
 def test_help():
     r = cli("--help")
     assert r.returncode == 0 and "--budget-s" in r.stdout and "--retune" in r.stdout
+    assert "--jobs" in r.stdout and "splitk=16|32" in r.stdout
     assert "docs/AUTOTUNE.md" in r.stdout
 
 
@@ -607,7 +1020,11 @@ def test_dry_run_shows_both_prunings_without_a_gpu():
 
 
 @pytest.mark.parametrize("args,words", [
-    (("--stage", "tiled:tile=16", "--sizes", "64", "--dry-run"), "stage names only"),
+    (("--stage", "tiled:tile=12", "--sizes", "64", "--dry-run"), "not a choice of stage tiled"),
+    (("--stage", "warptiling:BLOCK_M=64", "--backend", "cuda", "--sizes", "64", "--dry-run"),
+     "has no cuda parameter 'BLOCK_M'"),
+    (("--stage", "all:BM=64", "--sizes", "64", "--dry-run"), "'all' takes no restrictions"),
+    (("--stage", "tiled", "--sizes", "64", "--jobs", "0", "--dry-run"), "--jobs must be 1"),
     (("--stage", "bogus", "--sizes", "64", "--dry-run"), "unknown stage 'bogus'"),
     (("--stage", "tiled", "--dry-run"), "--sizes is missing"),
     (("--stage", "tiled", "--sizes", "64", "--backend", "opencl", "--dry-run"), "unknown backend"),
