@@ -105,6 +105,8 @@
 // BN floats; transposed B: k, BK floats).
 #define A_CW ((TRANS_A ? BM : BK) / 4)
 #define B_CW ((TRANS_B ? BK : BN) / 4)
+using WalkA = LineWalk<A_CW>;   // the loaders' walks (common.cuh): chunk q of a tile is on line
+using WalkB = LineWalk<B_CW>;   // q / CW, 4 * (q % CW) floats along it
 
 static_assert(TM % 4 == 0 && TN % 4 == 0, "TM and TN are made of float4 groups");
 static_assert(BK % 4 == 0 && 128 % BK == 0, "BK is 4, 8, 16, 32, 64 or 128 floats");
@@ -145,39 +147,8 @@ using BTile = Tile<BN, (bool)TRANS_B, TRANS_B ? 4 : 0>;  // Bs(k, n)
 __device__ __forceinline__ int as_off(int k, int m) { return ATile::off(k, m); }
 __device__ __forceinline__ int bs_off(int k, int n) { return BTile::off(k, n); }
 
-// Component i of a float4; i is a compile-time constant after unrolling, so this is a register
-// name, never an indexed (local-memory) access.
-__device__ __forceinline__ float at(const float4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// 4 consecutive floats p[0..3], of which only the first `valid` (0..4) exist; the rest are 0.
-// VEC: one 128-bit load when all 4 exist (p is then 16-byte aligned: see vectorized.cu).
-template <bool VEC>
-__device__ __forceinline__ float4 load4(const float* p, int valid) {
-    if (VEC && valid >= 4) return *reinterpret_cast<const float4*>(p);
-    float4 v;
-    v.x = valid > 0 ? p[0] : 0.0f;
-    v.y = valid > 1 ? p[1] : 0.0f;
-    v.z = valid > 2 ? p[2] : 0.0f;
-    v.w = valid > 3 ? p[3] : 0.0f;
-    return v;
-}
-
-// Store the first `valid` (0..4) of 4 consecutive floats.
-template <bool VEC>
-__device__ __forceinline__ void store4(float* p, float4 v, int valid) {
-    if (VEC && valid >= 4) {
-        *reinterpret_cast<float4*>(p) = v;
-        return;
-    }
-    if (valid > 0) p[0] = v.x;
-    if (valid > 1) p[1] = v.y;
-    if (valid > 2) p[2] = v.z;
-    if (valid > 3) p[3] = v.w;
-}
-
-// Copy one k-step's tiles into shared memory (A transposed), as in vectorized.cu. FULL (compile
+// Copy one k-step's tiles into shared memory (A transposed), as in vectorized.cu: common.cuh's
+// float4 loader (load_chunks) with the stores through ATile::off / BTile::off. FULL (compile
 // time): the block is inside C and the k-step inside K, so no bounds test is compiled in.
 template <bool FULL>
 __device__ __forceinline__ void load_tiles(float (&As)[ATile::SIZE], float (&Bs)[BTile::SIZE],
@@ -185,50 +156,41 @@ __device__ __forceinline__ void load_tiles(float (&As)[ATile::SIZE], float (&Bs)
                                            const float* __restrict__ b_ptr, int a_r,
                                            int a_c, int b_r, int b_c, int m0, int n0, int k0,
                                            int M, int N, int K, int lda, int ldb) {
-    constexpr int AW = A_CW, BW = B_CW;   // chunks per line of the A tile and of the B tile
-#pragma unroll
-    for (int p = 0; p < A_CHUNKS; ++p) {
 #if TRANS_A
-        // The chunk is rows r..r+3 of column c of A: 4 consecutive floats of row c of As.
-        const int dr = 4 * (p * THREADS % AW), dc = p * THREADS / AW;
-        const int r = a_r + dr, c = a_c + dc;
-        const int valid = FULL ? 4 : (k0 + c < K ? min(4, max(0, M - (m0 + r))) : 0);
-        const float4 v = load4<VEC_A>(a_ptr + dc * lda + dr, valid);
-        *reinterpret_cast<float4*>(&As[ATile::off(c, a_r, dr)]) = v;   // one STS.128
+    // A chunk is rows r..r+3 of column c of A: 4 consecutive floats of row c of As.
+    load_chunks<FULL, VEC_A, A_CHUNKS, THREADS, WalkA>(
+        a_ptr, lda, a_c, a_r, k0, K, m0, M, [&](int c, int, int, int dr, float4 v) {
+            *reinterpret_cast<float4*>(&As[ATile::off(c, a_r, dr)]) = v;   // one STS.128
+        });
 #else
-        const int dr = p * THREADS / AW, dc = 4 * (p * THREADS % AW);
-        const int r = a_r + dr, c = a_c + dc;
-        const int valid = FULL ? 4 : (m0 + r < M ? min(4, max(0, K - (k0 + c))) : 0);
-        const float4 v = load4<VEC_A>(a_ptr + dr * lda + dc, valid);
-        // The scatter: the 4 k's of row r go to 4 rows of As, one STS each. c is a multiple of
-        // 4, so c..c+3 are one group of 4 rows: one GPAD, one XOR for all four.
-        As[ATile::off(c + 0, a_r, dr)] = v.x;
-        As[ATile::off(c + 1, a_r, dr)] = v.y;
-        As[ATile::off(c + 2, a_r, dr)] = v.z;
-        As[ATile::off(c + 3, a_r, dr)] = v.w;
+    // A chunk is k's c..c+3 of row r of A. The scatter: the 4 k's of row r go to 4 rows of As,
+    // one STS each. c is a multiple of 4, so c..c+3 are one group of 4 rows: one GPAD, one XOR
+    // for all four.
+    load_chunks<FULL, VEC_A, A_CHUNKS, THREADS, WalkA>(
+        a_ptr, lda, a_r, a_c, m0, M, k0, K, [&](int, int c, int dr, int, float4 v) {
+            As[ATile::off(c + 0, a_r, dr)] = v.x;
+            As[ATile::off(c + 1, a_r, dr)] = v.y;
+            As[ATile::off(c + 2, a_r, dr)] = v.z;
+            As[ATile::off(c + 3, a_r, dr)] = v.w;
+        });
 #endif
-    }
-#pragma unroll
-    for (int p = 0; p < B_CHUNKS; ++p) {
 #if TRANS_B
-        // The chunk is k's r..r+3 of column c of B, scattered down column c of Bs (the mirror
-        // image of the row-major A: the same fix applies).
-        const int dr = 4 * (p * THREADS % BW), dc = p * THREADS / BW;
-        const int r = b_r + dr, c = b_c + dc;
-        const int valid = FULL ? 4 : (n0 + c < N ? min(4, max(0, K - (k0 + r))) : 0);
-        const float4 v = load4<VEC_B>(b_ptr + dc * ldb + dr, valid);
-        Bs[BTile::off(r + 0, b_c, dc)] = v.x;
-        Bs[BTile::off(r + 1, b_c, dc)] = v.y;
-        Bs[BTile::off(r + 2, b_c, dc)] = v.z;
-        Bs[BTile::off(r + 3, b_c, dc)] = v.w;
+    // A chunk is k's r..r+3 of column c of B, scattered down column c of Bs (the mirror image of
+    // the row-major A: the same fix applies).
+    load_chunks<FULL, VEC_B, B_CHUNKS, THREADS, WalkB>(
+        b_ptr, ldb, b_c, b_r, n0, N, k0, K, [&](int, int r, int dc, int, float4 v) {
+            Bs[BTile::off(r + 0, b_c, dc)] = v.x;
+            Bs[BTile::off(r + 1, b_c, dc)] = v.y;
+            Bs[BTile::off(r + 2, b_c, dc)] = v.z;
+            Bs[BTile::off(r + 3, b_c, dc)] = v.w;
+        });
 #else
-        const int dr = p * THREADS / BW, dc = 4 * (p * THREADS % BW);
-        const int r = b_r + dr, c = b_c + dc;
-        const int valid = FULL ? 4 : (k0 + r < K ? min(4, max(0, N - (n0 + c))) : 0);
-        const float4 v = load4<VEC_B>(b_ptr + dr * ldb + dc, valid);
-        *reinterpret_cast<float4*>(&Bs[BTile::off(r, b_c, dc)]) = v;   // one STS.128
+    // A chunk is columns c..c+3 of row r of B: 4 consecutive floats of row r of Bs.
+    load_chunks<FULL, VEC_B, B_CHUNKS, THREADS, WalkB>(
+        b_ptr, ldb, b_r, b_c, k0, K, n0, N, [&](int r, int, int, int dc, float4 v) {
+            *reinterpret_cast<float4*>(&Bs[BTile::off(r, b_c, dc)]) = v;   // one STS.128
+        });
 #endif
-    }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
@@ -247,19 +209,18 @@ matmul_bank_conflicts(const float* __restrict__ A, const float* __restrict__ B,
 
     // Loader mapping (vectorized.cu): chunk q = tid + p*THREADS of a tile W floats wide is at row
     // q / (W/4), column 4*(q % (W/4)); a transposed operand is chunked along its columns.
-    constexpr int AW = A_CW, BW = B_CW;
 #if TRANS_A
-    const int a_r = 4 * (tid % AW), a_c = tid / AW;
+    const int a_r = WalkA::pos(tid), a_c = WalkA::line(tid);
     const float* a_ptr = A + a_c * lda + m0 + a_r;     // += BK*lda per k-step
 #else
-    const int a_r = tid / AW, a_c = 4 * (tid % AW);
+    const int a_r = WalkA::line(tid), a_c = WalkA::pos(tid);
     const float* a_ptr = A + (m0 + a_r) * lda + a_c;   // += BK per k-step
 #endif
 #if TRANS_B
-    const int b_r = 4 * (tid % BW), b_c = tid / BW;
+    const int b_r = WalkB::pos(tid), b_c = WalkB::line(tid);
     const float* b_ptr = B + (n0 + b_c) * ldb + b_r;   // += BK per k-step
 #else
-    const int b_r = tid / BW, b_c = 4 * (tid % BW);
+    const int b_r = WalkB::line(tid), b_c = WalkB::pos(tid);
     const float* b_ptr = B + b_r * ldb + n0 + b_c;     // += BK*ldb per k-step
 #endif
     const bool inside = m0 + BM <= M && n0 + BN <= N;

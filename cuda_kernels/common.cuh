@@ -61,3 +61,155 @@ __device__ __forceinline__ void block_tile(int grid_m, int grid_n, int& bm, int&
     bm = first_m + in_group % rows;
     bn = in_group / rows;
 }
+
+// ------------------------------------------------------------------------------ float4 helpers
+// Shared by the float4 stages (vectorized, bank_conflicts, warptiling, double_buffered).
+
+// std::conditional without <type_traits> (NVRTC compiles without the C++ standard library)
+template <bool C, typename X, typename Y> struct Pick { using type = X; };
+template <typename X, typename Y> struct Pick<false, X, Y> { using type = Y; };
+
+// Component i of a float4 (float2); i is a compile-time constant after unrolling, so this is a
+// register name, never an indexed (local-memory) access.
+__device__ __forceinline__ float at(const float4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+__device__ __forceinline__ float at(const float2& v, int i) { return i == 0 ? v.x : v.y; }
+
+// 4 consecutive floats p[0..3], of which only the first `valid` (0..4) exist; the rest are 0.
+// VEC: one 128-bit load when all 4 exist (p is then 16-byte aligned: see vectorized.cu).
+template <bool VEC>
+__device__ __forceinline__ float4 load4(const float* p, int valid) {
+    if (VEC && valid >= 4) return *reinterpret_cast<const float4*>(p);
+    float4 v;
+    v.x = valid > 0 ? p[0] : 0.0f;
+    v.y = valid > 1 ? p[1] : 0.0f;
+    v.z = valid > 2 ? p[2] : 0.0f;
+    v.w = valid > 3 ? p[3] : 0.0f;
+    return v;
+}
+
+// Store the first `valid` (0..4; fewer than 1: none) of 4 consecutive floats.
+template <bool VEC>
+__device__ __forceinline__ void store4(float* p, float4 v, int valid) {
+    if (VEC && valid >= 4) {
+        *reinterpret_cast<float4*>(p) = v;
+        return;
+    }
+    if (valid > 0) p[0] = v.x;
+    if (valid > 1) p[1] = v.y;
+    if (valid > 2) p[2] = v.z;
+    if (valid > 3) p[3] = v.w;
+}
+
+// The transposing store: a float4 of 4 consecutive k's (read along a line that runs along k) goes
+// down column x of a k-major shared tile t[k][x], rows k..k+3, one scalar store each.
+template <int R, int W>
+__device__ __forceinline__ void scatter4(float (&t)[R][W], int k, int x, float4 v) {
+    t[k + 0][x] = v.x;
+    t[k + 1][x] = v.y;
+    t[k + 2][x] = v.z;
+    t[k + 3][x] = v.w;
+}
+
+// ------------------------------------------------------------------------------ float4 tile loads
+// A tile loader walks its operand along the operand's contiguous dimension ("lines": rows of a
+// row-major operand, columns of a transposed one) in float4 chunks (vectorized.cu, Layouts).
+
+// How many of a chunk's 4 floats lie in the operand: the chunk is on line x (of xlim) and starts
+// y floats along it (of ylim): 4 inside, 1..3 across the line's end (a width that is not a
+// multiple of 4), 0 past the last line or the line's end. FULL (compile time): the caller knows
+// the whole tile is inside, and no test is compiled in.
+template <bool FULL>
+__device__ __forceinline__ int chunk_valid(int x, int xlim, int y, int ylim) {
+    return FULL ? 4 : (x < xlim ? min(4, max(0, ylim - y)) : 0);
+}
+
+// Tile walk, line by line: chunk q (= tid + p * THREADS) of a tile whose lines are CW chunks long
+// is on line q / CW, 4 * (q % CW) floats along it; consecutive threads take consecutive chunks of
+// a line, so a warp reads contiguous 16-byte pieces.
+template <int CW>
+struct LineWalk {
+    static __device__ __forceinline__ int line(int q) { return q / CW; }
+    static __device__ __forceinline__ int pos(int q) { return 4 * (q % CW); }
+};
+
+// One operand's part of a tile copy into shared memory: this thread's CHUNKS float4 chunks,
+// q = tid + p * NT (NT: threads per block, p < CHUNKS), placed by WALK (line(q), pos(q); sizes
+// are powers of two, so chunk p's offsets from chunk 0, WALK::line(p * NT) and WALK::pos(p * NT),
+// are compile-time constants). ptr: chunk 0 in global memory, ld: the distance between lines;
+// (line0, pos0): chunk 0 in the tile; (x0, xlim) and (y0, ylim): the tile's origin and the
+// operand's size across and along its lines (chunk_valid). Each chunk is loaded with zero fill
+// (load4<VEC>) and handed to put(line, pos, dline, dpos, v), which stores it into shared memory
+// (one STS.128, or scattered down 4 rows of a k-major tile).
+template <bool FULL, bool VEC, int CHUNKS, int NT, class WALK, class PUT>
+__device__ __forceinline__ void load_chunks(const float* __restrict__ ptr, int ld, int line0,
+                                            int pos0, int x0, int xlim, int y0, int ylim,
+                                            PUT put) {
+#pragma unroll
+    for (int p = 0; p < CHUNKS; ++p) {
+        const int dl = WALK::line(p * NT), dp = WALK::pos(p * NT);
+        const int l = line0 + dl, e = pos0 + dp;
+        const int valid = chunk_valid<FULL>(x0 + l, xlim, y0 + e, ylim);
+        put(l, e, dl, dp, load4<VEC>(ptr + dl * ld + dp, valid));
+    }
+}
+
+// ------------------------------------------------------------------------------ cp.async
+// PTX on the GPU (sm_80+: LDGSTS in SASS); on the CPU (g++, tests/cuda_emulator.py) the
+// emulator's deferred copies, so the same index math, sizes and group accounting are checked
+// there. Opt-in: a stage defines LAB_CP_ASYNC before including this file (mma.cu carries its own
+// set under these names, with void* operands and a zero-filling cp_async16). These take float*:
+// with void*, double_buffered's builds with 4-byte copies (VEC_A or VEC_B = 0) compiled to a
+// different instruction schedule.
+#ifdef LAB_CP_ASYNC
+// 16 bytes, all of them from src (L2 only: .cg; the tile is reused from shared memory, not L1).
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+#ifdef __CUDA_ARCH__
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
+#else
+    lab_cp_async(dst, src, 16, 16);
+#endif
+}
+
+// 16 bytes of which the first src_bytes (0..16) come from src and the rest are zero-filled.
+__device__ __forceinline__ void cp_async16_zfill(float* dst, const float* src, int src_bytes) {
+#ifdef __CUDA_ARCH__
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
+                 "r"(src_bytes) : "memory");
+#else
+    lab_cp_async(dst, src, 16, src_bytes);
+#endif
+}
+
+// 4 bytes (.ca: the only cache mode below 16 bytes); src_bytes 0..4, the rest zero-filled.
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, int src_bytes) {
+#ifdef __CUDA_ARCH__
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src),
+                 "r"(src_bytes) : "memory");
+#else
+    lab_cp_async(dst, src, 4, src_bytes);
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#else
+    lab_cp_async_commit();
+#endif
+}
+
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef __CUDA_ARCH__
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#else
+    lab_cp_async_wait(N);
+#endif
+}
+#endif  // LAB_CP_ASYNC

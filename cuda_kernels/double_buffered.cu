@@ -74,6 +74,7 @@
 //   one other block to switch to; here loads, stores and fragment reads of the next tiles are in
 //   flight during the FMAs, and the larger warp-tiled register tile (TM x TN = 8 x 16 at the
 //   defaults, 128 FFMA per 6 LDS.128) raises the share of FFMA among the issued instructions.
+#define LAB_CP_ASYNC 1  // common.cuh's cp.async helpers
 #include "common.cuh"
 
 #ifndef BM
@@ -149,96 +150,6 @@ static_assert(PIPELINE == 0 ? STAGES == 2 : STAGES >= 2 && STAGES <= 8, "STAGES"
 #error "pipeline=cp_async needs cp.async: compute capability 8.0 or newer"
 #endif
 
-// Component i of a float4; i is a compile-time constant after unrolling, so this is a register
-// name, never an indexed (local-memory) access.
-__device__ __forceinline__ float at(const float4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-__device__ __forceinline__ float at(const float2& v, int i) { return i == 0 ? v.x : v.y; }
-
-// std::conditional without <type_traits> (NVRTC compiles without the C++ standard library)
-template <bool C, typename X, typename Y> struct Pick { using type = X; };
-template <typename X, typename Y> struct Pick<false, X, Y> { using type = Y; };
-
-// 4 consecutive floats p[0..3], of which only the first `valid` (0..4) exist; the rest are 0.
-template <bool VEC>
-__device__ __forceinline__ float4 load4(const float* p, int valid) {
-    if (VEC && valid >= 4) return *reinterpret_cast<const float4*>(p);
-    float4 v;
-    v.x = valid > 0 ? p[0] : 0.0f;
-    v.y = valid > 1 ? p[1] : 0.0f;
-    v.z = valid > 2 ? p[2] : 0.0f;
-    v.w = valid > 3 ? p[3] : 0.0f;
-    return v;
-}
-
-// Store the first `valid` (0..4; fewer than 1: none) of 4 consecutive floats.
-template <bool VEC>
-__device__ __forceinline__ void store4(float* p, float4 v, int valid) {
-    if (VEC && valid >= 4) {
-        *reinterpret_cast<float4*>(p) = v;
-        return;
-    }
-    if (valid > 0) p[0] = v.x;
-    if (valid > 1) p[1] = v.y;
-    if (valid > 2) p[2] = v.z;
-    if (valid > 3) p[3] = v.w;
-}
-
-// ------------------------------------------------------------------------------ cp.async
-// PTX on the GPU; on the CPU (g++, tests/cuda_emulator.py) the emulator's deferred copies, so the
-// same index math, sizes and group accounting are checked there.
-
-// 16 bytes, all of them from src (L2 only: .cg; the tile is reused from shared memory, not L1).
-__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
-#ifdef __CUDA_ARCH__
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
-#else
-    lab_cp_async(dst, src, 16, 16);
-#endif
-}
-
-// 16 bytes of which the first src_bytes (0..16) come from src and the rest are zero-filled.
-__device__ __forceinline__ void cp_async16_zfill(float* dst, const float* src, int src_bytes) {
-#ifdef __CUDA_ARCH__
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
-                 "r"(src_bytes) : "memory");
-#else
-    lab_cp_async(dst, src, 16, src_bytes);
-#endif
-}
-
-// 4 bytes (one float; .ca: the only cache mode below 16 bytes), src_bytes 4 or 0 (zero).
-__device__ __forceinline__ void cp_async4(float* dst, const float* src, int src_bytes) {
-#ifdef __CUDA_ARCH__
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src),
-                 "r"(src_bytes) : "memory");
-#else
-    lab_cp_async(dst, src, 4, src_bytes);
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#ifdef __CUDA_ARCH__
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#else
-    lab_cp_async_commit();
-#endif
-}
-
-// Wait until at most N of this thread's committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#ifdef __CUDA_ARCH__
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#else
-    lab_cp_async_wait(N);
-#endif
-}
-
 // ------------------------------------------------------------------------------ tile copies
 
 // One operand's tile as its loader sees it: NL lines of W floats along the operand's contiguous
@@ -279,9 +190,9 @@ struct TileCopy {
     // tile origin x0 and limit; y: the same along the line).
     template <bool FULL>
     __device__ __forceinline__ int valid(int p, int x0, int xlim, int y0, int ylim) const {
-        if (FULL) return 4;
+        if (FULL) return 4;  // first: unused offsets moved ptxas's schedule of one build
         const int dl = IL * ((p * S) / CW), dc = 4 * ((p * S) % CW);
-        return x0 + line + dl < xlim ? min(4, max(0, ylim - (y0 + c4 + dc))) : 0;
+        return chunk_valid<FULL>(x0 + line + dl, xlim, y0 + c4 + dc, ylim);
     }
 
     // regs pipeline: global -> registers (zeros outside the operand)

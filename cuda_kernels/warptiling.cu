@@ -121,46 +121,19 @@ static_assert(A_CHUNKS >= 1 && A_CHUNKS * THREADS * 4 == BM * BK,
 static_assert(B_CHUNKS >= 1 && B_CHUNKS * THREADS * 4 == BK * BN,
               "B tile: whole float4s per thread");
 
-// Component i of a float4; i is a compile-time constant after unrolling (a register name).
-__device__ __forceinline__ float at(const float4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// 4 consecutive floats p[0..3], of which only the first `valid` (0..4) exist; the rest are 0.
-template <bool VEC>
-__device__ __forceinline__ float4 load4(const float* p, int valid) {
-    if (VEC && valid >= 4) return *reinterpret_cast<const float4*>(p);
-    float4 v;
-    v.x = valid > 0 ? p[0] : 0.0f;
-    v.y = valid > 1 ? p[1] : 0.0f;
-    v.z = valid > 2 ? p[2] : 0.0f;
-    v.w = valid > 3 ? p[3] : 0.0f;
-    return v;
-}
-
-// Store the first `valid` (0..4) of 4 consecutive floats.
-template <bool VEC>
-__device__ __forceinline__ void store4(float* p, float4 v, int valid) {
-    if (VEC && valid >= 4) {
-        *reinterpret_cast<float4*>(p) = v;
-        return;
-    }
-    if (valid > 0) p[0] = v.x;
-    if (valid > 1) p[1] = v.y;
-    if (valid > 2) p[2] = v.z;
-    if (valid > 3) p[3] = v.w;
-}
-
-// Loader maps. Chunk q (= tid + p*THREADS) of a tile, as (row, column) of the A tile (m, k) or
-// the B tile (k, n). Row-major A and transposed B ("slab" order, float4 along k): 8-k slabs, two
-// chunks per line within a slab, so a warp covers 16 lines x 8 k's. Transposed A and row-major B
-// (float4 along m or n): chunks run along the line, a warp covers 32 consecutive chunks.
-// THREADS, 2*BM, BM/4, ... are powers of two, so the offset of chunk p from chunk 0 is a
-// compile-time constant: (dline, dk) below.
-#define SLAB_LINE(q, W) (((q) % (2 * (W))) / 2)              // m (A) or n (B)
-#define SLAB_K(q, W) (8 * ((q) / (2 * (W))) + 4 * ((q) % 2))  // first k of the chunk
-#define RUN_K(q, W) ((q) / ((W) / 4))                          // k of a chunk along m / n
-#define RUN_LINE(q, W) (4 * ((q) % ((W) / 4)))                 // first m (A) or n (B)
+// Loader walks (common.cuh: load_chunks). Chunk q (= tid + p*THREADS) of a tile, as (line, first
+// float along the line) of the operand's lines. Row-major A and transposed B (SlabWalk, float4
+// along k): 8-k slabs, two chunks per line within a slab, so a warp covers 16 lines x 8 k's.
+// Transposed A and row-major B (LineWalk, float4 along m or n): chunks run along the line, a warp
+// covers 32 consecutive chunks. THREADS, 2*BM, BM/4, ... are powers of two, so the offset of chunk
+// p from chunk 0 is a compile-time constant.
+template <int W>  // W lines (m for A, n for B)
+struct SlabWalk {
+    static __device__ __forceinline__ int line(int q) { return (q % (2 * W)) / 2; }
+    static __device__ __forceinline__ int pos(int q) { return 8 * (q / (2 * W)) + 4 * (q % 2); }
+};
+using WalkA = Pick<TRANS_A, LineWalk<BM / 4>, SlabWalk<BM>>::type;
+using WalkB = Pick<TRANS_B, SlabWalk<BN>, LineWalk<BN / 4>>::type;
 
 // Copy one k-step's tiles into shared memory (A transposed). FULL (compile time): the block is
 // inside C and the k-step inside K, so no bounds test is compiled in. (a_m, a_k), (b_k, b_n):
@@ -171,50 +144,32 @@ __device__ __forceinline__ void load_tiles(float (&As)[BK][AS_LD], float (&Bs)[B
                                            const float* __restrict__ b_ptr, int a_m, int a_k,
                                            int b_k, int b_n, int m0, int n0, int k0, int M, int N,
                                            int K, int lda, int ldb) {
-#pragma unroll
-    for (int p = 0; p < A_CHUNKS; ++p) {
-        const int dq = p * THREADS;
 #if TRANS_A
-        // 4 consecutive m's of column k of A: one STS.128 into row k of As.
-        const int dm = RUN_LINE(dq, BM), dk = RUN_K(dq, BM);
-        const int m = a_m + dm, k = a_k + dk;
-        const int valid = FULL ? 4 : (k0 + k < K ? min(4, max(0, M - (m0 + m))) : 0);
-        const float4 v = load4<VEC_A>(a_ptr + dk * lda + dm, valid);
-        *reinterpret_cast<float4*>(&As[k][m]) = v;
+    // 4 consecutive m's of column k of A: one STS.128 into row k of As.
+    load_chunks<FULL, VEC_A, A_CHUNKS, THREADS, WalkA>(
+        a_ptr, lda, a_k, a_m, k0, K, m0, M, [&](int k, int m, int, int, float4 v) {
+            *reinterpret_cast<float4*>(&As[k][m]) = v;
+        });
 #else
-        // 4 consecutive k's of row m of A, scattered into 4 rows of As (conflict-free: AS_LD).
-        const int dm = SLAB_LINE(dq, BM), dk = SLAB_K(dq, BM);
-        const int m = a_m + dm, k = a_k + dk;
-        const int valid = FULL ? 4 : (m0 + m < M ? min(4, max(0, K - (k0 + k))) : 0);
-        const float4 v = load4<VEC_A>(a_ptr + dm * lda + dk, valid);
-        As[k + 0][m] = v.x;
-        As[k + 1][m] = v.y;
-        As[k + 2][m] = v.z;
-        As[k + 3][m] = v.w;
+    // 4 consecutive k's of row m of A, scattered into 4 rows of As (conflict-free: AS_LD).
+    load_chunks<FULL, VEC_A, A_CHUNKS, THREADS, WalkA>(
+        a_ptr, lda, a_m, a_k, m0, M, k0, K, [&](int m, int k, int, int, float4 v) {
+            scatter4(As, k, m, v);
+        });
 #endif
-    }
-#pragma unroll
-    for (int p = 0; p < B_CHUNKS; ++p) {
-        const int dq = p * THREADS;
 #if TRANS_B
-        // 4 consecutive k's of column n of B, scattered down column n of Bs (BS_LD = BN + 4).
-        const int dn = SLAB_LINE(dq, BN), dk = SLAB_K(dq, BN);
-        const int n = b_n + dn, k = b_k + dk;
-        const int valid = FULL ? 4 : (n0 + n < N ? min(4, max(0, K - (k0 + k))) : 0);
-        const float4 v = load4<VEC_B>(b_ptr + dn * ldb + dk, valid);
-        Bs[k + 0][n] = v.x;
-        Bs[k + 1][n] = v.y;
-        Bs[k + 2][n] = v.z;
-        Bs[k + 3][n] = v.w;
+    // 4 consecutive k's of column n of B, scattered down column n of Bs (BS_LD = BN + 4).
+    load_chunks<FULL, VEC_B, B_CHUNKS, THREADS, WalkB>(
+        b_ptr, ldb, b_n, b_k, n0, N, k0, K, [&](int n, int k, int, int, float4 v) {
+            scatter4(Bs, k, n, v);
+        });
 #else
-        // 4 consecutive n's of row k of B: one STS.128.
-        const int dn = RUN_LINE(dq, BN), dk = RUN_K(dq, BN);
-        const int n = b_n + dn, k = b_k + dk;
-        const int valid = FULL ? 4 : (k0 + k < K ? min(4, max(0, N - (n0 + n))) : 0);
-        const float4 v = load4<VEC_B>(b_ptr + dk * ldb + dn, valid);
-        *reinterpret_cast<float4*>(&Bs[k][n]) = v;
+    // 4 consecutive n's of row k of B: one STS.128.
+    load_chunks<FULL, VEC_B, B_CHUNKS, THREADS, WalkB>(
+        b_ptr, ldb, b_k, b_n, k0, K, n0, N, [&](int k, int n, int, int, float4 v) {
+            *reinterpret_cast<float4*>(&Bs[k][n]) = v;
+        });
 #endif
-    }
 }
 
 // One k's fragments: AF float4 of row k of As and BF float4 of row k of Bs (LDS.128 each).
@@ -273,17 +228,17 @@ matmul_warptiling(const float* __restrict__ A, const float* __restrict__ B, floa
 
     // Loader: chunk 0 of this thread and its address; the k loop only advances two pointers.
 #if TRANS_A
-    const int a_m = RUN_LINE(tid, BM), a_k = RUN_K(tid, BM);
+    const int a_m = WalkA::pos(tid), a_k = WalkA::line(tid);
     const float* a_ptr = A + (kt0 * BK + a_k) * lda + m0 + a_m;  // += BK*lda per k-step
 #else
-    const int a_m = SLAB_LINE(tid, BM), a_k = SLAB_K(tid, BM);
+    const int a_m = WalkA::line(tid), a_k = WalkA::pos(tid);
     const float* a_ptr = A + (m0 + a_m) * lda + kt0 * BK + a_k;  // += BK per k-step
 #endif
 #if TRANS_B
-    const int b_n = SLAB_LINE(tid, BN), b_k = SLAB_K(tid, BN);
+    const int b_n = WalkB::line(tid), b_k = WalkB::pos(tid);
     const float* b_ptr = B + (n0 + b_n) * ldb + kt0 * BK + b_k;  // += BK per k-step
 #else
-    const int b_n = RUN_LINE(tid, BN), b_k = RUN_K(tid, BN);
+    const int b_n = WalkB::pos(tid), b_k = WalkB::line(tid);
     const float* b_ptr = B + (kt0 * BK + b_k) * ldb + n0 + b_n;  // += BK*ldb per k-step
 #endif
     const bool inside = m0 + BM <= M && n0 + BN <= N;
