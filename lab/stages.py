@@ -270,7 +270,7 @@ STAGES: tuple[Stage, ...] = (
             Param("frags", 2, (1, 2), "fragment register sets (2: k+1 loaded while k computes)",
                   ("cuda",)),
             group(16), *SWITCHES,
-            Param("splitk", 1, (1, 2, 3, 4, 6, 8, 16, 32),
+            Param("splitk", 1, (1, 2, 3, 4, 6, 8, 16, 32, 48, 64),
                   "K splits: partial tiles into a workspace, then a fixed-order sum (2 kernels)"),
             Param("BLOCK_M", 128, (32, 64, 128, 256), "Triton block tile rows", ("triton",)),
             Param("BLOCK_N", 128, (32, 64, 128, 256), "Triton block tile columns", ("triton",)),

@@ -5,7 +5,8 @@
 #   trust    scripts/trust_measure.py (docs/TRUST.md's measurements)
 #   tests    pytest -m gpu on the files in $TESTS (default: every GPU test)
 #   compare  python -m lab.compare with $STAGES, $SIZES and $COMPARE_ARGS, CSV $NAME.csv
-#   tune     python -m lab.autotune with $TUNE_STAGES, $TUNE_SIZES, $TUNE_ARGS
+#   tune     python -m lab.autotune with $TUNE_STAGES, $TUNE_SIZES, $TUNE_ARGS (log $TUNE_NAME.log)
+#   ceiling  scripts/mma_ceiling.py (mma.sync's rate from registers alone)
 #   counters scripts/bank_conflicts_counters.sh
 # Usage (device): LAB_COMMIT=<sha> STAGES=... SIZES=... bash scripts/gpu_batch.sh doctor compare
 set -uo pipefail
@@ -25,7 +26,9 @@ for step in "$@"; do
     compare) python3 -m lab.compare --stage "$STAGES" --sizes "$SIZES" ${COMPARE_ARGS:-} \
                --csv "$W/$NAME.csv" 2>&1 | tee "$W/$NAME.log" | grep -v '^  ' ;;
     tune) python3 -m lab.autotune --stage "$TUNE_STAGES" --sizes "$TUNE_SIZES" ${TUNE_ARGS:-} 2>&1 \
-            | tee "$W/tune.log" | tail -40 ;;
+            | tee "$W/${TUNE_NAME:-tune}.log" | grep -v '^  .* search \[' | tail -40 ;;
+    ceiling) python3 scripts/mma_ceiling.py "$W/mma-ceiling.csv" 2>&1 | tee "$W/mma-ceiling.log" \
+               | grep best ;;
     counters) bash scripts/bank_conflicts_counters.sh "$W" 2>&1 | tee "$W/counters.log" | tail -30 ;;
     *) echo "unknown step $step" ;;
   esac
