@@ -364,15 +364,23 @@ def _cdiv(a: int, b: int) -> int:
 # ------------------------------------------------------------------------------------- pruning
 
 
-def validator(module) -> Callable[[dict], str | None]:
-    """params -> None if the launcher module's validate() accepts them, else its sentence."""
+def validator(module, precision: str = "fp32") -> Callable[[dict], str | None]:
+    """params -> None if the launcher module's validate() accepts them, else its sentence. A
+    precision other than fp32 is passed on to a validate() that takes one (mma's shared-memory
+    and chunk rules depend on the element size)."""
+    import inspect
+
     check = getattr(module, "validate", None)
+    extra = {}
+    if check is not None and precision != "fp32" and \
+            "precision" in inspect.signature(check).parameters:
+        extra = {"precision": precision}
 
     def why_not(params: dict) -> str | None:
         if check is None:
             return None
         try:
-            check(**params)
+            check(**params, **extra)
         except LabError as exc:
             return str(exc)
         return None
@@ -1159,7 +1167,7 @@ def tune(stage, backend: str, M: int, N: int, K: int, *, layout: str = "nn",
                         "searched; --retune searches it and replaces the entry")
             return Outcome(hit, None, True, note)
     module = stage.module(backend)
-    space = space_of(stage, backend, restrict, validator(module))
+    space = space_of(stage, backend, restrict, validator(module, precision))
     bench = None
     cublas_ms = None
     ahead = None
@@ -1178,8 +1186,8 @@ def tune(stage, backend: str, M: int, N: int, K: int, *, layout: str = "nn",
         ahead = CompileAhead(probe, space.key, jobs)
     try:
         result = search(space, launch_factory=launch_factory, checker=checker, timer=timer,
-                        validate=validator(module), probe=ahead.probe if ahead else probe,
-                        limits=limits, budget_s=budget_s, max_configs=max_configs, clock=clock,
+                        validate=validator(module, precision),
+                        probe=ahead.probe if ahead else probe, limits=limits, budget_s=budget_s, max_configs=max_configs, clock=clock,
                         on_progress=on_progress, shape=(M, N, K), layout=layout,
                         precision=precision, sm_count=sm_count,
                         prefetch=ahead.prefetch if ahead else None,
@@ -1489,10 +1497,14 @@ def _main(argv: list[str] | None) -> int:
                  for be in backends for lay in layouts for pr in precisions]
     if args.dry_run:
         seen_spaces = set()
-        for st, r, be, shape, lay, _pr in jobs:  # the space does not depend on the precision
-            if (st.name, be, shape, lay) not in seen_spaces:
-                seen_spaces.add((st.name, be, shape, lay))
-                _dry_run(st, be, shape, lay, args.max_configs, r, args.jobs)
+        for st, r, be, shape, lay, pr in jobs:
+            # the space is the same in every precision; what validate() and the builds prune is
+            # not where the element size matters (mma)
+            if pr != "fp32" and pr not in st.precisions_for(be):
+                continue
+            if (st.name, be, shape, lay, pr) not in seen_spaces:
+                seen_spaces.add((st.name, be, shape, lay, pr))
+                _dry_run(st, be, shape, lay, args.max_configs, r, args.jobs, pr)
         return 0
     path = cache_path(args.cache)
     if path.is_dir():
@@ -1660,7 +1672,7 @@ def _show(args) -> int:
 
 
 def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None,
-             restrict: dict | None = None, jobs: int = 1) -> None:
+             restrict: dict | None = None, jobs: int = 1, precision: str = "fp32") -> None:
     """The space and its pruning without a GPU: validate(), and for CUDA the NVRTC builds for sm_90
     (spills, fit; `jobs` threads compile ahead), in the order the search takes them while the
     defaults stay the fastest (the real order follows the timings). `search` itself runs, with a
@@ -1669,11 +1681,12 @@ def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None,
 
     M, N, K = shape
     module = stage.module(backend)
-    space = space_of(stage, backend, restrict, validator(module))
+    space = space_of(stage, backend, restrict, validator(module, precision))
     default_key = space.key(space.default)
     if max_configs is None and backend != "cuda":
         max_configs = 10  # nothing is compiled: the first few show the order
-    print(f"{stage.name} {backend} {layout} {M}x{N}x{K} (bucket {bucket(M, N, K)}):")
+    print(f"{stage.name} {backend} {layout} {M}x{N}x{K} {precision} "
+          f"(bucket {bucket(M, N, K)}):")
 
     def stand_in(params):  # launches nothing
         return lambda: None
@@ -1681,14 +1694,15 @@ def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None,
     def timer(params, launch, rep_ms):  # the defaults stay the fastest
         return 1.0 if space.key(params) == default_key else 2.0
 
-    probe = cuda_probe(module, M, N, K, layout) if backend == "cuda" else None
+    extra = {} if precision == "fp32" else {"precision": precision}
+    probe = cuda_probe(module, M, N, K, layout, extra) if backend == "cuda" else None
     ahead = None
     if probe is not None and jobs > 1:
         _warm_build_caches()
         ahead = CompileAhead(probe, space.key, jobs)
     try:
         r = search(space, launch_factory=stand_in, checker=lambda launch: True, timer=timer,
-                   validate=validator(module), probe=ahead.probe if ahead else probe,
+                   validate=validator(module, precision), probe=ahead.probe if ahead else probe,
                    limits=SM90, budget_s=math.inf, max_configs=max_configs, shape=(M, N, K),
                    layout=layout, refine_rounds=0, sm_count=SEED_SMS,
                    prefetch=ahead.prefetch if ahead else None,

@@ -1069,3 +1069,19 @@ def test_resolve_can_tune_when_missing(tmp_path):
     got = at.resolve("blocktile_2d", "cuda", 256, 256, 256, cache=cache, tune_if_missing=True,
                      budget_s=10)
     assert got is not None and at.load_cache(cache)
+
+
+def test_validate_prune_and_dry_run_probe_use_the_searched_precision(capsys):
+    """mma's shared-memory rule depends on the element size: 128x256 tiles of BK=64 in 3 stages
+    are 144 KiB in bf16 and 288 KiB in tf32. The tuner's validate-prune (and the dry run's NVRTC
+    probe) must judge a candidate in the precision being searched, not the launcher's default
+    (3xtf32), which pruned bf16 candidates for a 3xtf32 build's spills."""
+    from lab.autotune import validator
+    from lab.stages import get_stage
+
+    module = get_stage("mma").module("cuda")
+    params = dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3, frags=1, group=8)
+    assert validator(module, "bf16")(params) is None
+    assert "227 KiB" in validator(module, "tf32")(params)
+    # a module whose validate() takes no precision is called as before
+    assert validator(get_stage("vectorized").module("cuda"), "bf16")({}) is None
