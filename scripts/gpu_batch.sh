@@ -7,6 +7,7 @@
 #   compare  python -m lab.compare with $STAGES, $SIZES and $COMPARE_ARGS, CSV $NAME.csv
 #   tune     python -m lab.autotune with $TUNE_STAGES, $TUNE_SIZES, $TUNE_ARGS (log $TUNE_NAME.log)
 #   ceiling  scripts/mma_ceiling.py (mma.sync's rate from registers alone)
+#   stalls   scripts/ncu_stalls.sh (ncu sections of a few kernels; $TARGETS to choose them)
 #   counters scripts/bank_conflicts_counters.sh
 # Usage (device): LAB_COMMIT=<sha> STAGES=... SIZES=... bash scripts/gpu_batch.sh doctor compare
 set -uo pipefail
@@ -29,6 +30,7 @@ for step in "$@"; do
             | tee "$W/${TUNE_NAME:-tune}.log" | grep -v '^  .* search \[' | tail -40 ;;
     ceiling) python3 scripts/mma_ceiling.py "$W/mma-ceiling.csv" 2>&1 | tee "$W/mma-ceiling.log" \
                | grep best ;;
+    stalls) bash scripts/ncu_stalls.sh "$W" 2>&1 | tee "$W/stalls.log" | tail -80 ;;
     counters) bash scripts/bank_conflicts_counters.sh "$W" 2>&1 | tee "$W/counters.log" | tail -30 ;;
     *) echo "unknown step $step" ;;
   esac
