@@ -284,7 +284,24 @@ struct Loader {
         // 128 x 32 tile pair, which made the TF32 builds spill. Past 4 chunks per operand, and
         // on the 4- and 2-byte paths (4 or 8 copies per chunk), the loop stays rolled and
         // recomputes them (a few integer instructions per 16-byte chunk).
-        if (CHUNKS <= 4 && ALIGN == 16) {
+        // A whole tile whose thread chunks lie STEP lines apart, STEP a multiple of the swizzle's
+        // 8-line period: one source pointer, advanced by STEP lines per chunk (the empty asm
+        // keeps ptxas from turning it back into CHUNKS live pointers), and destinations a
+        // compile-time distance apart. 3 instructions a chunk, where the rolled loop took 13
+        // (128 x 256 bf16 tiles, BK = 64: 104 of the k-tile loop's 438 instructions).
+        constexpr int STEP = THREADS / CPL;
+        if (FULL && ALIGN == 16 && CHUNKS > 1 && THREADS % CPL == 0 && STEP % 8 == 0) {
+            const elem_t* s = g;
+            elem_t* d = tile + TILE::chunk(line, c0) * CE;
+#pragma unroll
+            for (int p = 0; p < CHUNKS; ++p) {
+                cp_async16_full(d + p * STEP * LEN, s);
+                s += STEP * ld;
+#ifdef __CUDA_ARCH__
+                asm volatile("" : "+l"(s));
+#endif
+            }
+        } else if (CHUNKS <= 4 && ALIGN == 16) {
 #pragma unroll
             for (int p = 0; p < CHUNKS; ++p) chunk_copy<FULL>(p, tile, ld, x0, xlim, y0, ylim);
         } else {
@@ -357,10 +374,24 @@ inline float lab_half_to_float(unsigned short h) {
 // matrix lane / 8 (16 contiguous bytes) and receives r[j] = elements 2t, 2t+1 of row g of
 // matrix j (g = lane / 4, t = lane % 4, the lower column in the low half); TRANS: elements
 // (2t, g) and (2t+1, g) of matrix j, i.e. of its transpose.
-template <bool TRANS>
-__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const elem_t* row) {
+// A shared-memory byte address: the 32-bit shared window address on the GPU (what ldmatrix
+// takes), the host address in the emulator. Fragment addresses are sums of a per-ring-slot base,
+// a per-lane base and a compile-time byte offset, so that ptxas adds the first two once per
+// k-tile and folds the constant into ldmatrix's immediate offset: summed in elements and scaled
+// afterwards, every ldmatrix paid 2 integer instructions (and their latency) for its address.
 #ifdef __CUDA_ARCH__
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(row));
+typedef u32 saddr_t;
+__device__ __forceinline__ saddr_t shared_address(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+#else
+typedef unsigned long saddr_t;
+inline saddr_t shared_address(const void* p) { return reinterpret_cast<saddr_t>(p); }
+#endif
+
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], saddr_t s) {
+#ifdef __CUDA_ARCH__
     if (TRANS)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
@@ -369,6 +400,7 @@ __device__ __forceinline__ void ldsm_x4(u32 (&r)[4], const elem_t* row) {
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
 #else
     static const unsigned char* rows[THREADS];
+    const elem_t* row = reinterpret_cast<const elem_t*>(s);
     const int tid = threadIdx.x, w = tid & ~31, lane = tid & 31, g = lane / 4, t = lane % 4;
     if (reinterpret_cast<unsigned long>(row) % 16) {
         std::fprintf(stderr, "ldmatrix row address %p is not 16-byte aligned\n", (void*)row);
@@ -505,6 +537,7 @@ struct FragBase {
     // per (piece % 2, half)
     static constexpr int NB = KM ? (KS < 4 ? KS : 4)
                                  : HALF ? (PIECES < 4 ? PIECES : 4) : 2 * (PIECES < 2 ? PIECES : 2);
+    static constexpr bool LDSM = KM || HALF;  // ldmatrix: bases in bytes; LDS.32: in elements
     int base[NB];
 
     __device__ __forceinline__ FragBase(int w, int lane) {
@@ -518,13 +551,14 @@ struct FragBase {
                 base[c] = TILE::at(r8 + 8 * sk, w + 16 * c + 8 * sl);
             else
                 base[c] = TILE::at(t, w + 16 * (c / 2) + 8 * (c % 2) + g);
+            if (LDSM) base[c] *= ELEM_BYTES;
         }
     }
 
-    // ldmatrix paths: the row address of piece p at k-step ks
+    // ldmatrix paths: the byte offset of piece p's row at k-step ks (a base + a constant)
     __device__ __forceinline__ int ldsm(int p, int ks) const {
-        if (KM) return base[ks % 4] + 16 * p * LEN + (ks / 4) * 8 * CE;
-        return base[p % 4] + (p / 4) * 8 * CE + 16 * ks * LEN;
+        if (KM) return base[ks % 4] + (16 * p * LEN + (ks / 4) * 8 * CE) * ELEM_BYTES;
+        return base[p % 4] + ((p / 4) * 8 * CE + 16 * ks * LEN) * ELEM_BYTES;
     }
     // TF32 M/N-major: element (piece p, half h, k row kr = 0..7 of the k-step) at k-step ks
     __device__ __forceinline__ int lds(int p, int h, int kr, int ks) const {
@@ -540,7 +574,7 @@ __device__ __forceinline__ void load_frags(Frags& f, const elem_t* As, const ele
 #pragma unroll
     for (int i = 0; i < MI; ++i) {
         if (A_KMAJOR || HALF) {
-            ldsm_x4<!A_KMAJOR>(f.a[i], As + fa.ldsm(i, ks));
+            ldsm_x4<!A_KMAJOR>(f.a[i], shared_address(As) + fa.ldsm(i, ks));
         } else {  // TF32: a[r] = (row g + 8 (r % 2), k t + 4 (r / 2))
 #pragma unroll
             for (int r = 0; r < 4; ++r)
@@ -551,7 +585,7 @@ __device__ __forceinline__ void load_frags(Frags& f, const elem_t* As, const ele
     for (int jj = 0; jj < NJ / 2; ++jj) {
         if (B_KMAJOR || HALF) {  // matrices: (piece 2jj, k lo), (2jj, k hi), (2jj+1, lo), (2jj+1, hi)
             u32 r[4];
-            ldsm_x4<!B_KMAJOR>(r, Bs + fb.ldsm(jj, ks));
+            ldsm_x4<!B_KMAJOR>(r, shared_address(Bs) + fb.ldsm(jj, ks));
             f.b[2 * jj][0] = r[0];
             f.b[2 * jj][1] = r[1];
             f.b[2 * jj + 1][0] = r[2];

@@ -1,7 +1,7 @@
 """Launcher for cuda_kernels/mma.cu: a tensor-core GEMM through mma.sync, ldmatrix and a cp.async
 ring, in four precisions.
 
-Geometry: block (BM/WM)*(BN/WN) warps (1-D; 128 threads at the defaults); 1-D grid of ceil(M/BM) *
+Geometry: block (BM/WM)*(BN/WN) warps (1-D; 128 threads at the defaults, 256 in 3xtf32); 1-D grid of ceil(M/BM) *
 ceil(N/BN) blocks ordered by block_tile() in common.cuh (group); no static shared memory, dynamic
 shared memory smem_bytes() = STAGES * (BM + BN) * BK * element size (64 KiB for bf16/fp16 at the
 defaults, and for tf32/3xtf32, whose automatic BK is half as many elements); _build.launcher
@@ -28,7 +28,8 @@ Parameters and what validate() refuses (one sentence each, before anything is co
                  means 64 bytes of k per line: 32 bf16/fp16 elements, 16 floats (resolve())
   frags          fragment register sets: 2 (the next k-step's fragments load during this one's
                  mma), 1, or 0 (the default: 2, except 1 for 3xtf32; resolve())
-  WM x WN        warp tile; multiples of 16, at least 32; (BM/WM) * (BN/WN) warps, 1..16; at most 64 x 64
+  WM x WN        warp tile; multiples of 16, at least 32 (WN = 0, the default: 64, except 32 for
+                 3xtf32, warp_n()); (BM/WM) * (BN/WN) warps, 1..16; at most 64 x 64
                  fp32 accumulators per warp (128 registers per lane)
   STAGES         cp.async ring depth, 2..4
   each tile copy splits into whole 16-byte chunks per thread (depends on the element size:
@@ -48,7 +49,7 @@ DEFINES = {"tf32": "PREC_TF32", "3xtf32": "PREC_3XTF32", "bf16": "PREC_BF16", "f
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 KSTEP = {"tf32": 8, "3xtf32": 8, "bf16": 16, "fp16": 16}
 DEFAULT_PRECISION = "3xtf32"
-DEFAULTS = dict(BM=128, BN=128, BK=0, WM=64, WN=64, STAGES=4, frags=0)
+DEFAULTS = dict(BM=128, BN=128, BK=0, WM=64, WN=0, STAGES=4, frags=0)
 SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
 SMEM_PER_SM = 228 * 1024     # an H100 SM's; each resident block reserves 1 KiB more
 REGS_OVERHEAD = 40           # addresses, indices, loop state (estimate)
@@ -66,8 +67,15 @@ def resolve(precision: str, BK: int = 0, frags: int = 0) -> tuple[int, int]:
     return BK, frags
 
 
-def threads(BM=128, BN=128, WM=64, WN=64, **_) -> int:
-    return (BM // WM) * (BN // WN) * 32
+def warp_n(WN: int, precision: str = DEFAULT_PRECISION) -> int:
+    """WN, with 0 meaning automatic: 64, except 32 for 3xtf32 (a 64 x 64 warp tile's 128
+    accumulators, A's split head and tail and the fresh per-k-step sums leave 3xTF32 short of
+    registers: ptxas spilled 280 bytes at 255)."""
+    return WN or (32 if precision == "3xtf32" else 64)
+
+
+def threads(BM=128, BN=128, WM=64, WN=0, precision=DEFAULT_PRECISION, **_) -> int:
+    return (BM // WM) * (BN // warp_n(WN, precision)) * 32
 
 
 def smem_bytes(BM=128, BN=128, BK=0, STAGES=4, precision=DEFAULT_PRECISION, **_) -> int:
@@ -100,12 +108,22 @@ def _pow2(x: int) -> bool:
     return x > 0 and x & (x - 1) == 0
 
 
-def validate(BM=128, BN=128, BK=0, WM=64, WN=64, STAGES=4, frags=0, precision=None,
+def validate(BM=128, BN=128, BK=0, WM=64, WN=0, STAGES=4, frags=0, precision=None,
              **_) -> None:
     """Raise LabError (one sentence) if this combination cannot be compiled or launched (in
-    `precision`, when it is given)."""
-    where = (f"mma with BM={BM}, BN={BN}, BK={BK}, WM={WM}, WN={WN}, STAGES={STAGES}, "
-             f"frags={frags}" + (f" in {precision}" if precision else ""))
+    `precision`, when it is given; without one, WN = 0 is checked as every value it can stand
+    for)."""
+    if not WN:
+        for prec in (precision,) if precision else ("tf32", "3xtf32"):
+            _validate(BM, BN, BK, WM, warp_n(0, prec), STAGES, frags, precision, auto_wn=True)
+        return
+    _validate(BM, BN, BK, WM, WN, STAGES, frags, precision)
+
+
+def _validate(BM, BN, BK, WM, WN, STAGES, frags, precision, auto_wn=False) -> None:
+    where = (f"mma with BM={BM}, BN={BN}, BK={BK}, WM={WM}, "
+             + (f"WN=0 (automatic: {WN})" if auto_wn else f"WN={WN}")
+             + f", STAGES={STAGES}, frags={frags}" + (f" in {precision}" if precision else ""))
     if precision is not None and precision not in PRECISIONS:
         raise LabError(f"{where}: the precision must be one of {', '.join(PRECISIONS)}")
     if frags not in (0, 1, 2):
@@ -138,7 +156,7 @@ def validate(BM=128, BN=128, BK=0, WM=64, WN=64, STAGES=4, frags=0, precision=No
 def _validate_precision(where, BM, BN, BK, WM, WN, STAGES, precision) -> None:
     es = ELEM_BYTES[precision]
     per_chunk = 16 // es
-    t = threads(BM, BN, WM, WN)
+    t = threads(BM, BN, WM, WN, precision)
     if BK % KSTEP[precision]:
         raise LabError(f"{where}: BK must be a multiple of {KSTEP[precision]}, the k-step")
     for name, lines, along in (("A", BM, BK), ("B", BN, BK)):
@@ -152,11 +170,12 @@ def _validate_precision(where, BM, BN, BK, WM, WN, STAGES, precision) -> None:
                        f"227 KiB an H100 block can have; lower STAGES, BK, BM or BN")
 
 
-def first_blocks(BM=128, BN=128, BK=0, WM=64, WN=64, STAGES=4, frags=0,
+def first_blocks(BM=128, BN=128, BK=0, WM=64, WN=0, STAGES=4, frags=0,
                  precision=DEFAULT_PRECISION, **_) -> int:
     """Blocks per SM to ask ptxas for first (MIN_BLOCKS): what threads, shared memory and the
     estimated registers allow (accumulators, the fragment sets, 3xTF32's split A)."""
-    t = threads(BM, BN, WM, WN)
+    WN = warp_n(WN, precision)
+    t = threads(BM, BN, WM, WN, precision)
     _, frags = resolve(precision, BK, frags)
     mi, nj = WM // 16, WN // 8
     per_set = mi * 4 + nj * 2
@@ -166,7 +185,7 @@ def first_blocks(BM=128, BN=128, BK=0, WM=64, WN=64, STAGES=4, frags=0,
     return max(1, min(first_min_blocks(t), 65536 // (t * min(need, 255)), by_smem))
 
 
-def defines(BM=128, BN=128, BK=0, WM=64, WN=64, STAGES=4, frags=0, group=8,
+def defines(BM=128, BN=128, BK=0, WM=64, WN=0, STAGES=4, frags=0, group=8,
             precision=DEFAULT_PRECISION, align_a=16, align_b=16, vec_c=True, **_) -> dict:
     """The -D defines of a build (all but the layout's and MIN_BLOCKS), after validate()."""
     validate(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, STAGES=STAGES, frags=frags, precision=precision)
@@ -174,21 +193,22 @@ def defines(BM=128, BN=128, BK=0, WM=64, WN=64, STAGES=4, frags=0, group=8,
         raise LabError(f"mma in {precision}: float32 lines are always 4-byte aligned, so "
                        f"ALIGN 2 does not exist")
     BK, frags = resolve(precision, BK, frags)
+    WN = warp_n(WN, precision)
     return {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN, "STAGES": STAGES, "FRAGS": frags,
             "GROUP": group, DEFINES[precision]: 1, "ALIGN_A": int(align_a),
             "ALIGN_B": int(align_b), "VEC_C": bool(vec_c)}
 
 
-def build(BM=128, BN=128, BK=0, WM=64, WN=64, STAGES=4, frags=0, group=8,
+def build(BM=128, BN=128, BK=0, WM=64, WN=0, STAGES=4, frags=0, group=8,
           precision=DEFAULT_PRECISION, align_a=16, align_b=16, vec_c=True, layout="nn", **_):
     d = defines(BM, BN, BK, WM, WN, STAGES, frags, group, precision, align_a, align_b, vec_c)
     first = first_blocks(BM, BN, BK, WM, WN, STAGES, frags, precision)
     return spill_free_build("mma.cu", "matmul_mma", d, first, layout=layout)
 
 
-def geometry(M: int, N: int, K: int, BM=128, BN=128, BK=0, WM=64, WN=64, STAGES=4,
+def geometry(M: int, N: int, K: int, BM=128, BN=128, BK=0, WM=64, WN=0, STAGES=4,
              precision=DEFAULT_PRECISION, **_):
-    return ((cdiv(M, BM) * cdiv(N, BN), 1, 1), (threads(BM, BN, WM, WN), 1, 1),
+    return ((cdiv(M, BM) * cdiv(N, BN), 1, 1), (threads(BM, BN, WM, WN, precision), 1, 1),
             smem_bytes(BM, BN, BK, STAGES, precision))
 
 

@@ -326,7 +326,9 @@ STAGES: tuple[Stage, ...] = (
                   "k-step of the shared tiles (0: 64 bytes, i.e. 32 bf16/fp16 or 16 TF32)",
                   ("cuda",)),
             Param("WM", 64, (32, 64, 128), "warp tile rows (BM/WM x BN/WN warps)", ("cuda",)),
-            Param("WN", 64, (32, 64, 128), "warp tile columns", ("cuda",)),
+            Param("WN", 0, (0, 32, 64, 128),
+                  "warp tile columns (0: 64, except 32 for 3xtf32, whose split operands need "
+                  "the registers)", ("cuda",)),
             Param("STAGES", 4, (2, 3, 4), "cp.async ring depth (tiles in shared memory)",
                   ("cuda",)),
             Param("frags", 0, (0, 1, 2),

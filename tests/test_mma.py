@@ -121,8 +121,8 @@ def test_sass_has_tensor_core_ldmatrix_and_cp_async(precision, layout, monkeypat
 @cpu_only
 def test_3xtf32_issues_three_tensor_core_products_per_tf32_one(monkeypatch):
     monkeypatch.setenv("LAB_CUDA_ARCH", "sm_90")
-    one = _sass_mix(_cuda().build(**_params(frags=1), precision="tf32", layout="nt"))
-    three = _sass_mix(_cuda().build(**_params(frags=1), precision="3xtf32", layout="nt"))
+    one = _sass_mix(_cuda().build(**_params(frags=1, WN=32), precision="tf32", layout="nt"))
+    three = _sass_mix(_cuda().build(**_params(frags=1, WN=32), precision="3xtf32", layout="nt"))
     n1, n3 = one["HMMA.1688.F32.TF32"], three["HMMA.1688.F32.TF32"]
     assert n3 == 3 * n1 or n3 == 6 * n1, (n1, n3)  # ptxas may unroll the tile loop twice
 
@@ -409,7 +409,8 @@ MUTATIONS = [
     ("cp_async_wait<STAGES - 2>();  // our copies of tile t + 1 have landed",
      "cp_async_wait<STAGES - 1>();  // our copies of tile t + 1 have landed", "bf16", "nn"),
     # the M/N-contiguous B tile read without .trans: every B fragment transposed
-    ("ldsm_x4<!B_KMAJOR>(r, Bs + fb.ldsm(jj, ks));", "ldsm_x4<B_KMAJOR>(r, Bs + fb.ldsm(jj, ks));",
+    ("ldsm_x4<!B_KMAJOR>(r, shared_address(Bs) + fb.ldsm(jj, ks));",
+     "ldsm_x4<B_KMAJOR>(r, shared_address(Bs) + fb.ldsm(jj, ks));",
      "fp16", "nn"),
     # the TF32 LDS.32 fragments read without the PAIRS swizzle their tile was written with
     ("base[c] = TILE::at(t, w + 16 * (c / 2) + 8 * (c % 2) + g);",
@@ -513,6 +514,17 @@ def test_validate_checks_precision_dependent_rules_when_the_precision_is_known()
     with pytest.raises(LabError, match="does not split evenly"):
         _cuda().validate(**small, precision="bf16")
     _cuda().validate(**small, precision="tf32")
+
+
+def test_automatic_warp_tile_is_validated_as_every_value_it_stands_for():
+    # BN = 32 with WN = 0: 32 for 3xtf32 fits, 64 (the other precisions) does not
+    params = {**_params(), "BN": 32}
+    _cuda().validate(**params, precision="3xtf32")
+    with pytest.raises(LabError, match="automatic: 64") as info:
+        _cuda().validate(**params, precision="bf16")
+    _one_sentence(str(info.value))
+    with pytest.raises(LabError, match="automatic: 64"):
+        _cuda().validate(**params)  # no precision: every value WN = 0 can mean
 
 
 def test_automatic_bk_and_frags():
@@ -651,7 +663,14 @@ def test_registry_defaults_are_the_documented_ones():
     spec = get_stage(STAGE)
     assert set(spec.precisions_for("triton")) == set(spec.precisions_for("cuda")) == set(PRECISIONS)
     d = spec.defaults()
-    assert (d["BM"], d["BN"], d["BK"], d["WM"], d["WN"], d["STAGES"]) == (128, 128, 0, 64, 64, 4)
+    assert (d["BM"], d["BN"], d["BK"], d["WM"], d["WN"], d["STAGES"]) == (128, 128, 0, 64, 0, 4)
+    # WN = 0: 64 columns per warp (4 warps), 32 for 3xtf32 (8 warps), in the build and the launch
+    mma = _cuda()
+    for precision, wn in (("bf16", 64), ("tf32", 64), ("3xtf32", 32)):
+        assert mma.warp_n(0, precision) == wn
+        assert mma.defines(**_params(), precision=precision)["WN"] == wn
+        assert mma.geometry(1000, 1000, 1000, **_params(), precision=precision)[1][0] == \
+            (128 // 64) * (128 // wn) * 32
     page = (ROOT / "docs" / "stages" / "mma.md").read_text()
     assert "results/2026-11-22-h100/28-mma-done.csv" in page  # its numbers come from a file
 
