@@ -6,12 +6,22 @@
     python -m lab.profile --stage tiled --sass --backend cuda    # SASS + instruction mix (no GPU)
     python -m lab.profile --stage tiled --ptx                    # PTX (CUDA: NVRTC; Triton: its compiler)
     python -m lab.profile --stage tiled --sass --csv mix.csv     # ... and the mix as a CSV
+    python -m lab.profile --stage mma --backend cuda --precision bf16   # another precision
 
 Profiling runs each kernel in a child process ("the target"): the target allocates the inputs,
 prepares the launcher, launches once to warm up, then launches once more inside an NVTX range
 `lab_profile`; ncu profiles only that launch (--nvtx-include lab_profile/ --launch-count 1), with
 only the metrics the table needs and never touching the clocks (--clock-control none). cuBLAS
 (torch.matmul, TF32 off) is profiled the same way as the reference.
+
+--precision P (one of lab/stages.py PRECISIONS, one per run; default fp32) is used wherever a kernel
+is built, launched or compared, as in lab.compare: the target's inputs are in P's dtype
+(lab.operands.DTYPE_NAMES) and prepare() gets precision=P; cuBLAS runs in P as lab.compare runs it
+(lab.run._cublas_mode: TF32 allowed for tf32 only); the listings build the CUDA variant and compile
+the Triton kernel for P; the roofline's compute roof is P's peak (lab/peaks.py) unless P is fp32
+(the FP32 SIMT peak). A stage x backend that does not compute in P is skipped with one line, or
+refused when a stage named explicitly computes in P on none of the backends asked for
+(lab.run.validate, as lab.compare does).
 
 Without a CUDA GPU nothing can be profiled: the command says so in one line on stderr, shows the
 static view instead and exits 0 (EPILOG below, which --help prints, says what that view holds and
@@ -46,12 +56,18 @@ without a GPU:
   (each kernel compiled for sm_90, never run: resources, theoretical occupancy, SASS instruction
   mix; cuBLAS has none) and the exit status is 0; --csv then writes the mix CSV below.
 
+--precision P:
+  one precision per run (fp32, tf32, 3xtf32, bf16, fp16; default fp32): the inputs' dtype, the
+  build and the roofline's compute roof (P's tensor-core peak from lab/peaks.py, the FP32 SIMT
+  peak for fp32). Stages that do not compute in P are skipped with one line on stderr; a stage
+  named on its own that computes in P on none of the backends is refused.
+
 --sass, --ptx:
   need no GPU and run no ncu (so --dry-run, --reports, --filter, --peak-* and --timeout are
   refused with them); both together print the PTX, then the SASS, of each kernel.
 
 the mix CSV (--csv with --sass/--ptx, or without a GPU), one row per kernel:
-  stage, backend, params, M, N, K, kernel, compiled_for, threads, grid_blocks, registers,
+  stage, backend, precision, params, M, N, K, kernel, compiled_for, threads, grid_blocks, registers,
   smem_static, smem_dynamic (bytes), local_bytes (per thread), blocks_per_sm, occupancy_pct,
   occupancy_limiter (theoretical: the GPU's limits, sm_90's without one), then one column per
   counted instruction: sass:<label> (sass:FFMA, sass:LDG.E, ..., sass:total) with --sass or in
@@ -81,8 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(--launch-skip past the warm-up, for an ncu without NVTX support)")
     p.add_argument("--reports", metavar="DIR",
                    help="keep ncu's .ncu-rep reports in DIR (open them with ncu-ui)")
+    p.add_argument("--precision", default="fp32", metavar="P",
+                   help="one precision to build, launch and compare in: fp32, tf32, 3xtf32, bf16 "
+                        "or fp16 (default fp32); stages that do not compute in it are skipped")
     p.add_argument("--peak-tflops", type=float,
-                   help="FP32 peak for the roofline (default: from the GPU, SMs x 128 x 2 x clock)")
+                   help="compute peak for the roofline in TFLOP/s (default: from the GPU: the FP32 "
+                        "SIMT peak, SMs x 128 x 2 x clock, or --precision's tensor-core peak)")
     p.add_argument("--peak-bw", type=float, default=3.0,
                    help="DRAM bandwidth roof in TB/s (default 3.0, the measured H100 copy)")
     p.add_argument("--timeout", type=float, default=600.0,
@@ -117,9 +137,40 @@ def one_shape(text: str):
     return shapes[0]
 
 
+def one_precision(text: str) -> str:
+    """The --precision value: one name of lab/stages.py PRECISIONS, or one LabError sentence."""
+    from lab.stages import PRECISIONS
+
+    name = text.strip().lower()
+    if "," in name:
+        raise LabError(f"--precision takes one precision per run, not the list {text!r}; profile "
+                       f"one of {', '.join(PRECISIONS)} at a time")
+    if name not in PRECISIONS:
+        raise LabError(f"unknown precision {text!r}; choose from {', '.join(PRECISIONS)}")
+    return name
+
+
+def runnable(variants, backends, shape, precision: str) -> list[tuple]:
+    """The (variant, backend) pairs that compute in `precision`, in order. As lab.compare does
+    (lab.run.validate, Plan.unsupported): a stage named on its own that computes in `precision`
+    on none of the backends is refused, and so is a selection where nothing does; the others that
+    do not (e.g. --stage all) are skipped, named in one line on stderr."""
+    from lab.run import Plan, validate
+
+    # mode "cpu": validate() then checks no GPU memory (nothing is allocated here)
+    plan = Plan(list(variants), list(backends), [shape], precision, mode="cpu")
+    validate(plan)
+    skipped = plan.unsupported()
+    if skipped:
+        print(f"note: skipped (the stage does not compute in that precision): "
+              f"{', '.join(skipped)}", file=sys.stderr, flush=True)
+    return [(v, b) for v in variants for b in backends if plan.runs(v, b, precision)]
+
+
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     shape = one_shape(args.size)
+    args.precision = one_precision(args.precision)
     if args.target:
         return run_target(args, shape)
 
@@ -134,19 +185,21 @@ def _main(argv: list[str] | None) -> int:
         check_writable(args.csv)
     if args.sass or args.ptx:
         refuse_profiling_options(args)
-        return show_listings(variants, backends, shape, sass=args.sass, ptx=args.ptx,
-                             csv=args.csv)
+        pairs = runnable(variants, backends, shape, args.precision)
+        return show_listings(pairs, shape, sass=args.sass, ptx=args.ptx, csv=args.csv,
+                             precision=args.precision)
     if args.peak_bw <= 0 or (args.peak_tflops is not None and args.peak_tflops <= 0):
         raise LabError("--peak-bw and --peak-tflops must be positive")
     if args.dry_run and args.csv:
         raise LabError("--dry-run only prints the ncu command lines and profiles nothing, so "
                        "--csv would have no rows to write; drop --csv (or --dry-run)")
+    pairs = runnable(variants, backends, shape, args.precision)
     if not args.dry_run:
         try:
             require_gpu()
         except NoGpu:
-            return static_view(variants, backends, shape, args)
-    targets = plan(variants, backends, shape, args)
+            return static_view(pairs, shape, args)
+    targets = plan(pairs, shape, args)
     if args.dry_run:
         print_dry_run(targets, args)
         return 0
@@ -190,10 +243,23 @@ class Target:
         return f"{self.label}-{self.backend}".replace(":", "_").replace(",", "_").replace("=", "")
 
 
-def cuda_kernel_name(variant) -> str:
-    """The extern "C" name NVRTC built (no GPU needed: compiles for sm_90 without one)."""
+def _precision_kw(fn, precision: str) -> dict:
+    """{"precision": precision} for a CUDA launcher function that takes one (mma's build and
+    geometry), else {} (the fp32 stages have one build)."""
+    import inspect
+
+    return {"precision": precision} if "precision" in inspect.signature(fn).parameters else {}
+
+
+def cuda_build(variant, precision: str = "fp32"):
+    """The NVRTC build of a CUDA stage variant in `precision` (no GPU needed: sm_90 without one)."""
     module = variant.stage.module("cuda")
-    return module.build(**variant.params_for("cuda")).kernel
+    return module.build(**variant.params_for("cuda"), **_precision_kw(module.build, precision))
+
+
+def cuda_kernel_name(variant, precision: str = "fp32") -> str:
+    """The extern "C" name NVRTC built (no GPU needed: compiles for sm_90 without one)."""
+    return cuda_build(variant, precision).kernel
 
 
 def triton_kernel_names(module) -> list[str]:
@@ -212,9 +278,9 @@ def triton_kernel_names(module) -> list[str]:
     return sorted(set(names))
 
 
-def kernel_filter(variant, backend: str) -> str:
+def kernel_filter(variant, backend: str, precision: str = "fp32") -> str:
     if backend == "cuda":
-        return cuda_kernel_name(variant)
+        return cuda_kernel_name(variant, precision)
     names = triton_kernel_names(variant.stage.module("triton"))
     if not names:
         raise LabError(f"triton_kernels.{variant.stage.name} defines no @triton.jit function")
@@ -226,7 +292,8 @@ def target_argv(backend: str, label: str | None, shape, args, check: bool = True
     argv = [sys.executable, "-m", "lab.profile", "--_target", backend]
     if label:
         argv += ["--stage", label]
-    argv += ["--size", str(shape), "--seed", str(args.seed), "--warmup", str(WARMUP)]
+    argv += ["--size", str(shape), "--precision", getattr(args, "precision", "fp32"),
+             "--seed", str(args.seed), "--warmup", str(WARMUP)]
     if check:
         argv.append("--check")
     if getattr(args, "filter", "nvtx") == "skip":
@@ -234,16 +301,17 @@ def target_argv(backend: str, label: str | None, shape, args, check: bool = True
     return argv
 
 
-def plan(variants, backends, shape, args) -> list[Target]:
+def plan(pairs, shape, args) -> list[Target]:
+    """cuBLAS (unless --no-cublas), then one target per (variant, backend) pair (runnable())."""
     targets = []
     if not args.no_cublas:
         targets.append(Target("cublas", "cublas", "", CUBLAS_KERNELS,
                               target_argv("cublas", None, shape, args)))
-    for v in variants:
-        for backend in backends:
-            params = ",".join(f"{k}={val}" for k, val in v.params_for(backend).items())
-            targets.append(Target(v.label, backend, params, kernel_filter(v, backend),
-                                  target_argv(backend, v.label, shape, args)))
+    for v, backend in pairs:
+        params = ",".join(f"{k}={val}" for k, val in v.params_for(backend).items())
+        targets.append(Target(v.label, backend, params,
+                              kernel_filter(v, backend, args.precision),
+                              target_argv(backend, v.label, shape, args)))
     return targets
 
 
@@ -270,20 +338,23 @@ def run_target(args, shape) -> int:
 
     from lab import check as chk
     from lab.ncu import NVTX_RANGE
+    from lab.operands import DTYPE_NAMES
 
     if not torch.cuda.is_available():
         raise LabError("the profiling target launches kernels and needs a CUDA GPU, but torch "
                        "sees none")
     M, N, K = shape
-    a, b = chk.make_inputs(M, N, K, args.seed, "cuda")
-    c = torch.empty((M, N), device="cuda", dtype=torch.float32)
+    precision = args.precision
+    dtype = getattr(torch, DTYPE_NAMES[precision])  # C in the operands' dtype, as lab.compare
+    a, b = chk.make_inputs(M, N, K, args.seed, "cuda", dtype=dtype)
+    c = torch.empty((M, N), device="cuda", dtype=dtype)
     if args.target == "cublas":
-        from lab.run import _cublas_fp32_ieee
+        from lab.run import _cublas_mode
 
-        _cublas_fp32_ieee()
         label = "cublas"
 
-        def launch():
+        def launch():  # as lab.compare's cuBLAS row: TF32 allowed for tf32 only
+            _cublas_mode(precision)
             torch.matmul(a, b, out=c)
     else:
         from lab.stages import parse_variants
@@ -293,26 +364,26 @@ def run_target(args, shape) -> int:
             raise LabError("the profiling target takes exactly one stage variant")
         variant = variants[0]
         label = variant.label
-        launch = variant.stage.module(args.target).prepare(a, b, c,
+        launch = variant.stage.module(args.target).prepare(a, b, c, precision=precision,
                                                            **variant.params_for(args.target))
     for _ in range(args.warmup):
         launch()
     torch.cuda.synchronize()
     if args.no_nvtx:
         launch()
-    else:
+    else:  # a launch that copies an operand first (mma's kmajor_b) offers the kernel alone
         push, pop = _nvtx()
         push(NVTX_RANGE)
-        launch()
+        getattr(launch, "kernel_only", launch)()
         pop()
     torch.cuda.synchronize()
     if args.check:
-        result = chk.check(launch, c, chk.reference(a, b), K)
+        result = chk.check(launch, c, chk.reference(a, b), K, precision)
         if not result.passed:
-            print(f"{CHECK_FAILED}: {label} {args.target} {shape}: {result.reason}",
+            print(f"{CHECK_FAILED}: {label} {args.target} {precision} {shape}: {result.reason}",
                   file=sys.stderr)
             return 1
-    print(f"lab.profile target: {label} {args.target} {shape}: launched "
+    print(f"lab.profile target: {label} {args.target} {precision} {shape}: launched "
           f"{args.warmup} + 1 times" + (", checked" if args.check else ""), file=sys.stderr)
     return 0
 
@@ -402,14 +473,68 @@ def require_gpu() -> None:
                     "command lines to run on one")
 
 
+def roof_label(precision: str) -> str:
+    """What the compute roof of `precision` is: the FP32 SIMT pipe, or the tensor cores."""
+    if precision == "fp32":
+        return "FP32 SIMT"
+    if precision == "3xtf32":
+        return "3xtf32 (TF32 tensor-core peak / 3)"
+    return f"{precision} tensor-core"
+
+
+def _device():
+    """(name, compute capability, SMs, max SM clock in MHz) of the current GPU; None without one."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        import cupy.cuda.runtime as rt
+
+        dev = torch.cuda.current_device()
+        sms = rt.deviceGetAttribute(rt.cudaDevAttrMultiProcessorCount, dev)
+        clock_khz = rt.deviceGetAttribute(rt.cudaDevAttrClockRate, dev)
+        return (torch.cuda.get_device_name(dev), tuple(torch.cuda.get_device_capability(dev)),
+                sms, clock_khz / 1e3)
+    except Exception:  # pragma: no cover - a broken driver: fall back to the anchors
+        return None
+
+
+def precision_peaks(precision: str, bw: float):
+    """The roofline's peaks for `precision`: fp32 the FP32 SIMT peak (lab/roofline.py), any other
+    precision its tensor-core peak from lab/peaks.py (SMs x FLOP per SM per clock x max SM clock)
+    on this GPU, or on the H100 anchors (132 SMs, 1.98 GHz, sm_90) without one."""
+    from lab import roofline
+    from lab.peaks import peak
+
+    if precision == "fp32":
+        return roofline.device_peaks(bw) or roofline.Peaks(roofline.DEFAULT_PEAKS.flops, bw,
+                                                           roofline.DEFAULT_PEAKS.source)
+    dev = _device()
+    if dev is None:
+        name, cc, sms, mhz = ("H100 SXM anchors", (9, 0), roofline.H100_SMS,
+                              roofline.H100_SM_CLOCK_HZ / 1e6)
+    else:
+        name, cc, sms, mhz = dev
+    p = peak(precision, cc, sms, mhz)
+    if p is None:
+        raise LabError(f"lab/peaks.py knows no {precision} peak for compute capability "
+                       f"{cc[0]}.{cc[1]} ({name}); give the roof with --peak-tflops")
+    return roofline.Peaks(p.tflops * 1e12, bw,
+                          f"{name}: {sms} SMs x {p.flop_per_sm_clock:g} FLOP/clock "
+                          f"({roof_label(precision)}) x {mhz / 1e3:.2f} GHz; "
+                          f"DRAM {bw / 1e12:.2f} TB/s")
+
+
 def peaks_for(args):
     from lab import roofline
 
     bw = args.peak_bw * 1e12
+    precision = getattr(args, "precision", "fp32")
     if args.peak_tflops:
-        return roofline.Peaks(args.peak_tflops * 1e12, bw, "given on the command line")
-    return roofline.device_peaks(bw) or roofline.Peaks(roofline.DEFAULT_PEAKS.flops, bw,
-                                                       roofline.DEFAULT_PEAKS.source)
+        return roofline.Peaks(args.peak_tflops * 1e12, bw,
+                              f"{roof_label(precision)} peak given on the command line")
+    return precision_peaks(precision, bw)
 
 
 def profile_all(targets: list[Target], shape, args) -> int:
@@ -440,7 +565,8 @@ def profile_all(targets: list[Target], shape, args) -> int:
             dropped.update(missing)
             log(f"  {kernel.kernel}: done in {time.perf_counter() - start:.1f} s")
             summary = N.summarize(kernel, *shape, peaks)
-            rows.append({"stage": t.label, "backend": t.backend, "params": t.params,
+            rows.append({"stage": t.label, "backend": t.backend,
+                         "precision": args.precision, "params": t.params,
                          "M": shape.M, "N": shape.N, "K": shape.K, **summary,
                          "_values": kernel.values})
     finally:
@@ -512,8 +638,11 @@ def render(rows: list[dict], shape, peaks, console=None) -> None:
         console = Console()
         if not console.is_terminal:
             console = Console(width=240)
-    table = Table(title=f"Nsight Compute, one launch each, {shape} fp32 (clocks not locked)",
-                  caption=f"roofline: {peaks.source}; ridge point {peaks.ridge:.1f} FLOP/byte",
+    precision = rows[0].get("precision", "fp32") if rows else "fp32"
+    table = Table(title=f"Nsight Compute, one launch each, {shape} {precision} (clocks not "
+                        "locked)",
+                  caption=f"roofline ({roof_label(precision)} compute roof): {peaks.source}; "
+                          f"ridge point {peaks.ridge:.1f} FLOP/byte",
                   header_style="bold")
     table.add_column("metric", justify="left")
     for r in rows:
@@ -601,23 +730,24 @@ class TritonInterpreted(LabError):
     """TRITON_INTERPRET=1: the Triton kernels of this process are interpreted, never compiled."""
 
 
-def triton_compiled(variant, shape):
+def triton_compiled(variant, shape, precision: str = "fp32"):
     """(compiled kernel, where it was compiled for): see _triton_compile."""
-    compiled, where, _ = _triton_compile(variant, shape)
+    compiled, where, _ = _triton_compile(variant, shape, precision)
     return compiled, where
 
 
-def _triton_compile(variant, shape):
-    """Compile a Triton stage for this shape exactly as its launcher would, without launching.
+def triton_launch(variant, shape, precision: str = "fp32") -> dict:
+    """What a Triton stage's prepare() launches for this shape and precision, recorded, never
+    launched: {kernel, grid, args, meta}.
 
-    The stage's prepare() runs with its `launcher` swapped for a recorder, which captures the
-    kernel, grid, arguments and meta-parameters; then JITFunction.warmup compiles them. With a
-    GPU the inputs are real (uninitialised) tensors and the device's target is used; without one
-    they are 'meta' tensors (shape only) and the target is sm_90 (the H100). Returns
-    (compiled, where, grid)."""
-    import warnings
-
+    The stage's prepare() runs with its `launcher` swapped for a recorder. With a GPU the inputs
+    are real (uninitialised) tensors; without one they are 'meta' tensors (shape and dtype only).
+    The tensors are in `precision`'s dtype (lab.operands.DTYPE_NAMES) and the Problem carries the
+    precision, so the stage passes the meta it passes when it runs (tl.dot's INPUT_PRECISION:
+    triton_kernels._common.dot_meta)."""
     import torch
+
+    from lab.operands import DTYPE_NAMES, TRITON, describe
 
     module = variant.stage.module("triton")
     if not hasattr(module, "launcher"):
@@ -634,26 +764,40 @@ def _triton_compile(variant, shape):
         launch.resources = None
         return launch
 
-    gpu = torch.cuda.is_available()
-    device = "cuda" if gpu else "meta"
+    device = "cuda" if torch.cuda.is_available() else "meta"
     M, N, K = shape
-    a = torch.empty((M, K), device=device)
-    b = torch.empty((K, N), device=device)
-    c = torch.empty((M, N), device=device)
+    dtype = getattr(torch, DTYPE_NAMES[precision])
+    a = torch.empty((M, K), device=device, dtype=dtype)
+    b = torch.empty((K, N), device=device, dtype=dtype)
+    c = torch.empty((M, N), device=device, dtype=dtype)
     original = module.launcher
     module.launcher = recorder
     try:  # the stage's own part of prepare (meta tensors cannot pass the shared device check)
-        from lab.operands import TRITON, describe
-
         inner = getattr(module.prepare, "inner", None)
         if inner is None:
-            module.prepare(a, b, c, **variant.params_for("triton"))
+            module.prepare(a, b, c, precision=precision, **variant.params_for("triton"))
         else:
-            inner(describe(a, b, c, TRITON), **variant.params_for("triton"))
+            problem = describe(a, b, c, TRITON)
+            problem.precision = precision  # as the shared prepare() sets it for the stage's own
+            inner(problem, **variant.params_for("triton"))
     finally:
         module.launcher = original
     if not captured:
         raise LabError(f"triton_kernels.{variant.stage.name}.prepare launched nothing")
+    return captured
+
+
+def _triton_compile(variant, shape, precision: str = "fp32"):
+    """Compile a Triton stage for this shape and precision exactly as its launcher would, without
+    launching: triton_launch() records the kernel, grid, arguments and meta-parameters its
+    prepare() would launch (operands in the precision's dtype, the precision's tl.dot meta), then
+    JITFunction.warmup compiles them, for the device's target with a GPU and for sm_90 (the H100)
+    without one. Returns (compiled, where, grid)."""
+    import warnings
+
+    import torch
+
+    captured = triton_launch(variant, shape, precision)
     kernel = captured["kernel"]
     from triton_kernels._common import interpreted
 
@@ -662,6 +806,7 @@ def _triton_compile(variant, shape):
                                 "have no PTX or SASS; unset it")
     from triton.runtime import driver
 
+    gpu = torch.cuda.is_available()
     previous = driver._active if not gpu else None
     where = "this GPU"
     try:
@@ -727,6 +872,7 @@ class Listing:
     kernel: str
     compiled_for: str  # e.g. "sm_90 (NVRTC)"
     head: str  # the banner line over a listing
+    precision: str = "fp32"
     ptx: str | None = None
     sass: str | None = None
     # threads, grid_blocks, registers, smem_static, smem_dynamic, local_bytes
@@ -774,9 +920,10 @@ def cubin_usage(cubin: bytes, kernel: str) -> dict[str, int]:
 
 
 def compile_listing(v, backend: str, shape, sass: bool, ptx: bool,
-                    resources: bool = False) -> Listing:
-    """Compile one stage variant for one backend at this shape, as its launcher would, without a
-    GPU if need be (CUDA: NVRTC for the device or sm_90; Triton: see _triton_compile).
+                    resources: bool = False, precision: str = "fp32") -> Listing:
+    """Compile one stage variant for one backend at this shape and precision, as its launcher
+    would, without a GPU if need be (CUDA: NVRTC for the device or sm_90, the build of
+    `precision` where the launcher has one per precision; Triton: see _triton_compile).
     resources=True also reads the registers, shared and local memory, and the theoretical
     occupancy on this GPU's limits (sm_90's without one)."""
     from lab.occupancy import from_device, from_resources
@@ -787,9 +934,10 @@ def compile_listing(v, backend: str, shape, sass: bool, ptx: bool,
 
         module = v.stage.module("cuda")
         prm = v.params_for("cuda")
-        build = module.build(**prm)
+        build = cuda_build(v, precision)
         item = Listing(v.label, "cuda", params, build.kernel, f"{build.arch} (NVRTC)",
-                       f"{v.label} cuda {build.kernel} ({build.arch}, NVRTC)")
+                       f"{v.label} cuda {build.kernel} ({build.arch}, NVRTC, {precision})",
+                       precision=precision)
         if ptx:
             from cuda_kernels._ptx import ptx as ptx_of_build
 
@@ -797,16 +945,18 @@ def compile_listing(v, backend: str, shape, sass: bool, ptx: bool,
         if sass:
             item.sass = _cuda_sass(build)
         if resources:
-            res = cuda_resources(build, *module.geometry(*shape, **prm))
+            res = cuda_resources(build, *module.geometry(
+                *shape, **prm, **_precision_kw(module.geometry, precision)))
             usage = cubin_usage(build.cubin, build.kernel)
             item.resources = {**res, "local_bytes": usage.get("LOCAL", 0)}
     else:
-        compiled, where, grid = _triton_compile(v, shape)
+        compiled, where, grid = _triton_compile(v, shape, precision)
         name = getattr(compiled.metadata, "name", v.label)
         target = getattr(compiled.metadata, "target", None)
         arch = f"sm_{target.arch}" if getattr(target, "arch", None) else "?"
         item = Listing(v.label, "triton", params, name, f"{arch} (Triton)",
-                       f"{v.label} triton {name} (Triton, {where}, specialised for {shape})")
+                       f"{v.label} triton {name} (Triton, {where}, specialised for {shape}, "
+                       f"{precision})", precision=precision)
         if ptx:
             item.ptx = compiled.asm.get("ptx")
         cubin = compiled.asm.get("cubin") if (sass or resources) else None
@@ -845,7 +995,8 @@ def mix_csv_rows(items: list[Listing], shape) -> list[dict]:
     for it in items:
         res = it.resources or {}
         occ = it.occupancy
-        row = {"stage": it.label, "backend": it.backend, "params": it.params,
+        row = {"stage": it.label, "backend": it.backend, "precision": it.precision,
+               "params": it.params,
                "M": shape.M, "N": shape.N, "K": shape.K, "kernel": it.kernel,
                "compiled_for": it.compiled_for}
         for key in ("threads", "grid_blocks", "registers", "smem_static", "smem_dynamic",
@@ -876,24 +1027,25 @@ def write_mix_csv(items: list[Listing], shape, path: str) -> Path:
     return out
 
 
-def show_listings(variants, backends, shape, sass: bool, ptx: bool,
-                  csv: str | None = None) -> int:
+def show_listings(pairs, shape, sass: bool, ptx: bool, csv: str | None = None,
+                  precision: str = "fp32") -> int:
+    """--sass/--ptx: each (variant, backend) pair of runnable() compiled in `precision`."""
     from lab.ncu import format_mix, instruction_mix
 
     items = []
-    for v in variants:
-        for backend in backends:
-            item = compile_listing(v, backend, shape, sass, ptx, resources=bool(csv))
-            items.append(item)
-            if item.ptx is not None:
-                print(f"// ===== PTX: {item.head} =====")
-                print(item.ptx.rstrip())
-                print(f"// {ptx_mix(item.ptx)}")
-            if item.sass is not None:
-                print(f"// ===== SASS: {item.head} =====")
-                print(item.sass.rstrip())
-                print(f"// {format_mix(instruction_mix(item.sass))}")
-            sys.stdout.flush()
+    for v, backend in pairs:
+        item = compile_listing(v, backend, shape, sass, ptx, resources=bool(csv),
+                               precision=precision)
+        items.append(item)
+        if item.ptx is not None:
+            print(f"// ===== PTX: {item.head} =====")
+            print(item.ptx.rstrip())
+            print(f"// {ptx_mix(item.ptx)}")
+        if item.sass is not None:
+            print(f"// ===== SASS: {item.head} =====")
+            print(item.sass.rstrip())
+            print(f"// {format_mix(instruction_mix(item.sass))}")
+        sys.stdout.flush()
     if csv:
         # stderr: the mix stays the last line of stdout (`| tail -1` shows it)
         print(f"wrote {write_mix_csv(items, shape, csv)}", file=sys.stderr)
@@ -922,7 +1074,8 @@ def render_static(items: list[Listing], shape, cublas: bool, console=None) -> No
                "per copy), not executed ones; occupancy is theoretical, on sm_90's limits")
     if cublas:
         caption += "; cuBLAS has no static view (it picks its kernel at run time)"
-    table = Table(title=f"Static view, {shape} fp32: compiled, never run (no GPU here)",
+    precision = items[0].precision if items else "fp32"
+    table = Table(title=f"Static view, {shape} {precision}: compiled, never run (no GPU here)",
                   caption=caption, header_style="bold")
     table.add_column("", justify="left")
     for it in items:
@@ -961,7 +1114,7 @@ def render_static(items: list[Listing], shape, cublas: bool, console=None) -> No
     console.print(table)
 
 
-def static_view(variants, backends, shape, args) -> int:
+def static_view(pairs, shape, args) -> int:
     """No GPU: say that nothing is profiled, then show what the compilers say (exit 0)."""
     from lab import ncu as N
 
@@ -970,15 +1123,14 @@ def static_view(variants, backends, shape, args) -> int:
           "below is the static view instead: each kernel compiled for sm_90, never run",
           file=sys.stderr, flush=True)
     items, failures, interpreted = [], [], []
-    for v in variants:
-        for backend in backends:
-            try:
-                items.append(compile_listing(v, backend, shape, sass=True, ptx=False,
-                                             resources=True))
-            except TritonInterpreted:
-                interpreted.append(v.label)
-            except LabError as exc:
-                failures.append((v.label, backend, str(exc)))
+    for v, backend in pairs:
+        try:
+            items.append(compile_listing(v, backend, shape, sass=True, ptx=False,
+                                         resources=True, precision=args.precision))
+        except TritonInterpreted:
+            interpreted.append(v.label)
+        except LabError as exc:
+            failures.append((v.label, backend, str(exc)))
     if interpreted:
         print(f"note: Triton kernels ({', '.join(interpreted)}) are left out: TRITON_INTERPRET=1 "
               "is set, so they are interpreted and have no SASS; unset it to see them",

@@ -435,6 +435,7 @@ def test_sass_csv_writes_the_instruction_mix_one_row_per_kernel(tmp_path):
     df = pd.read_csv(out)
     assert df.stage.tolist() == ["naive", "tiled"] and df.kernel.tolist() == ["matmul_naive",
                                                                               "matmul_tiled"]
+    assert df.precision.tolist() == ["fp32", "fp32"]  # the default precision, said per row
     mixes = [ln for ln in r.stdout.splitlines() if ln.startswith("// instruction mix")]
     for (_, row), line in zip(df.iterrows(), mixes):  # the CSV says what the listing says
         assert f"FFMA {row['sass:FFMA']}," in line and f"; {row['sass:total']} instructions" in line
@@ -752,3 +753,227 @@ def test_triton_kernel_names_include_a_program_shared_with_an_earlier_stage():
     names = triton_kernel_names(importlib.import_module("triton_kernels.blocktile_2d"))
     assert names == ["matmul_blocktile_1d_kernel"]
     assert triton_kernel_names(importlib.import_module("triton_kernels.tiled")) == ["matmul_tiled_kernel"]
+
+
+# ---------------------------------------------------------------------------- --precision
+
+
+def test_precision_bf16_builds_the_mma_variant_whose_sass_has_hmma():
+    """--precision bf16 builds mma's bf16 variant (-DPREC_BF16): bf16 HMMAs, no FFMA."""
+    r = run_cli("--stage", "mma", "--backend", "cuda", "--precision", "bf16", "--sass")
+    assert r.returncode == 0, r.stderr
+    assert "SASS: mma cuda matmul_mma (sm_90, NVRTC, bf16)" in r.stdout
+    assert "HMMA.16816.F32.BF16" in r.stdout and "TF32" not in r.stdout
+    mix = N.instruction_mix(r.stdout)
+    assert mix["HMMA"] > 0 and mix["FFMA"] == 0
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("// instruction mix") and f"HMMA {mix['HMMA']}" in last
+
+
+def test_precision_tf32_builds_the_tf32_variant():
+    r = run_cli("--stage", "mma", "--backend", "cuda", "--precision", "tf32", "--sass")
+    assert r.returncode == 0, r.stderr
+    assert "HMMA.1688.F32.TF32" in r.stdout and "BF16" not in r.stdout
+
+
+def test_precision_mix_csv_has_a_precision_column(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "mix.csv"
+    r = run_cli("--stage", "mma", "--backend", "cuda", "--precision", "fp16", "--sass", "--csv",
+                str(out))
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(out)
+    assert df.precision.tolist() == ["fp16"] and df.kernel.tolist() == ["matmul_mma"]
+    assert df["sass:HMMA"].iloc[0] > 0 and df["sass:FFMA"].iloc[0] == 0
+    assert list(df.columns[:4]) == ["stage", "backend", "precision", "params"]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--stage", "vectorized", "--backend", "cuda", "--precision", "tf32", "--sass"],
+     "stage vectorized computes in none of the precisions asked for (tf32); it offers cuda: fp32"),
+    (["--stage", "vectorized", "--backend", "cuda", "--precision", "tf32", "--dry-run"],
+     "it offers cuda: fp32"),
+    (["--stage", "tiled", "--backend", "cuda", "--precision", "bf16", "--ptx"],
+     "it offers cuda: fp32"),
+    (["--stage", "mma", "--backend", "cuda", "--sass"],  # fp32, the default
+     "it offers cuda: tf32, 3xtf32, bf16, fp16"),
+    (["--stage", "mma", "--precision", "fp32", "--dry-run"],
+     "cuda: tf32, 3xtf32, bf16, fp16; triton: tf32, 3xtf32, bf16, fp16"),
+])
+def test_a_stage_that_does_not_compute_in_the_precision_is_refused_in_one_sentence(args, words):
+    r = run_cli(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout == "" and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], lines
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--stage", "tiled", "--precision", "fp64", "--dry-run"],
+     "unknown precision 'fp64'; choose from fp32, tf32, 3xtf32, bf16, fp16"),
+    (["--stage", "tiled", "--precision", "fp64", "--sass"], "unknown precision 'fp64'"),
+    (["--stage", "tiled", "--precision", "bf16,fp16", "--dry-run"],
+     "--precision takes one precision per run"),
+    (["--_target", "cuda", "--stage", "tiled", "--precision", "half"], "unknown precision 'half'"),
+])
+def test_an_unknown_precision_is_refused_in_one_sentence(args, words):
+    r = run_cli(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout == "" and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], lines
+
+
+def _profile_lines(stdout: str) -> list[str]:
+    return [ln for ln in stdout.splitlines() if "--metrics" in ln]
+
+
+def test_dry_run_passes_the_precision_to_every_child():
+    r = run_cli("--stage", "mma", "--size", "4096", "--precision", "bf16", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    profile = _profile_lines(r.stdout)
+    assert len(profile) == 3  # cuBLAS, mma cuda, mma triton
+    for ln in profile:
+        assert "--precision bf16" in ln and "--size 4096x4096x4096" in ln
+    assert any("--_target cublas" in ln for ln in profile)
+    assert any("--kernel-name matmul_mma " in ln and "--_target cuda" in ln for ln in profile)
+    assert r.stderr == ""  # nothing skipped
+    default = run_cli("--stage", "tiled", "--backend", "cuda", "--dry-run")
+    assert default.returncode == 0, default.stderr
+    assert all("--precision fp32" in ln for ln in _profile_lines(default.stdout))
+
+
+def test_the_child_reads_the_precision_target_argv_passes():
+    import argparse
+
+    from lab.profile import build_parser, target_argv
+    from lab.shapes import Shape
+
+    args = argparse.Namespace(seed=3, filter="nvtx", precision="3xtf32")
+    argv = target_argv("cuda", "mma:BM=64", Shape(128, 64, 32), args)
+    assert argv[argv.index("--precision") + 1] == "3xtf32"
+    child = build_parser().parse_args(argv[3:])
+    assert (child.target, child.precision, child.stage, child.seed) == ("cuda", "3xtf32",
+                                                                         ["mma:BM=64"], 3)
+
+
+def test_stages_without_the_precision_are_skipped_with_one_line():
+    """As lab.compare: with --stage all, a stage x backend that does not compute in the precision
+    is skipped and named in one line; an explicitly named stage that does on another backend only
+    runs there."""
+    r = run_cli("--stage", "all", "--backend", "cuda", "--precision", "bf16", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("note: skipped (the stage does not compute "
+                                                   "in that precision): naive cuda bf16, ")
+    assert "vectorized cuda bf16" in lines[0] and "mma" not in lines[0]
+    profile = _profile_lines(r.stdout)
+    assert [ln.split("--_target ")[1].split()[0] for ln in profile] == ["cublas", "cuda"]
+    assert "--stage mma " in profile[1]
+    r = run_cli("--stage", "tiled,mma", "--precision", "bf16", "--dry-run", "--no-cublas")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip() == ("note: skipped (the stage does not compute in that precision): "
+                                "tiled cuda bf16")
+    targets = [(ln.split("--_target ")[1].split()[0], ln.split("--stage ")[1].split()[0])
+               for ln in _profile_lines(r.stdout)]
+    assert targets == [("triton", "tiled"), ("cuda", "mma"), ("triton", "mma")]
+
+
+def test_triton_compiles_in_the_precision_or_says_why_not():
+    """Nice-to-have, as test_triton_sass_compiles_for_sm90_or_says_why_not: the Triton mma kernel
+    compiled for sm_90 with bf16 operands issues tensor-core instructions."""
+    r = run_cli("--stage", "mma", "--sass", "--backend", "triton", "--size", "256", "--precision",
+                "bf16", drop=("TRITON_INTERPRET",))
+    if r.returncode == 0:
+        assert "matmul_mma_kernel" in r.stdout and "bf16)" in r.stdout
+        mix = N.instruction_mix(r.stdout)
+        assert mix["HMMA"] + mix["HGMMA"] > 0 and mix["FFMA"] == 0
+    else:
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "GPU" in r.stderr
+
+
+@pytest.mark.parametrize("stage,precision,dtype,input_precision", [
+    ("tiled", "fp32", "float32", "ieee"),
+    ("tiled", "tf32", "float32", "tf32"),
+    ("vectorized", "3xtf32", "float32", "tf32x3"),
+    ("mma", "bf16", "bfloat16", "ieee"),
+    ("mma", "fp16", "float16", "ieee"),
+])
+def test_triton_compile_gets_the_precision_dtype_and_dot_meta(stage, precision, dtype,
+                                                              input_precision):
+    """What the Triton listings compile (triton_launch, before JITFunction.warmup): operands in
+    the precision's dtype and the precision's tl.dot meta (triton_kernels._common.dot_meta)."""
+    from lab.profile import triton_launch
+    from lab.shapes import Shape
+    from lab.stages import BY_NAME, Variant
+
+    spec = BY_NAME[stage]
+    captured = triton_launch(Variant(spec, spec.defaults()), Shape(64, 48, 32), precision)
+    a, b, c = captured["args"][:3]
+    assert {str(t.dtype) for t in (a, b, c)} == {f"torch.{dtype}"}
+    assert (tuple(a.shape), tuple(b.shape), tuple(c.shape)) == ((64, 32), (32, 48), (64, 48))
+    assert captured["meta"]["INPUT_PRECISION"] == input_precision
+
+
+H100 = 132 * 1.98e9  # SMs x clock of the H100 anchors
+
+
+@pytest.mark.parametrize("precision,tflops,label", [
+    ("fp32", 132 * 128 * 2 * 1.98e9 / 1e12, "H100 SXM anchors: 132 SMs x 128 x 2"),
+    ("tf32", H100 * 2048 / 1e12, "(tf32 tensor-core)"),
+    ("3xtf32", H100 * 2048 / 3 / 1e12, "(3xtf32 (TF32 tensor-core peak / 3))"),
+    ("bf16", H100 * 4096 / 1e12, "(bf16 tensor-core)"),
+    ("fp16", H100 * 4096 / 1e12, "(fp16 tensor-core)"),
+])
+def test_the_roofline_peak_follows_the_precision(monkeypatch, precision, tflops, label):
+    import argparse
+
+    import lab.profile as P
+
+    monkeypatch.setattr(P, "_device", lambda: None)  # the H100 anchors, GPU or not
+    monkeypatch.setattr(R, "device_peaks", lambda bw=None: None)
+    args = argparse.Namespace(peak_bw=3.0, peak_tflops=None, precision=precision)
+    peaks = P.peaks_for(args)
+    assert peaks.flops / 1e12 == pytest.approx(tflops, rel=1e-9)
+    assert peaks.bw == 3.0e12 and label in peaks.source
+    if precision != "fp32":  # lab.plot reads the GPU's name off "<name>: <n> SMs x "
+        assert peaks.source.startswith("H100 SXM anchors: 132 SMs x ")
+    given = P.peaks_for(argparse.Namespace(peak_bw=3.0, peak_tflops=500.0, precision=precision))
+    assert given.flops == 500e12 and given.source.startswith(P.roof_label(precision))
+
+
+def test_profiling_in_a_precision_uses_its_peak_and_writes_it(fake_ncu, monkeypatch, tmp_path,
+                                                               capsys):
+    """The ncu path with --precision bf16 (a stand-in ncu): the child gets --precision bf16, the
+    roofline is the bf16 tensor-core roof, and the CSV says bf16 on every row."""
+    import pandas as pd
+
+    import lab.profile as P
+
+    monkeypatch.setattr(P, "_device", lambda: None)
+    fake = fake_ncu()
+    out = tmp_path / "p.csv"
+    assert P.main(["--stage", "mma", "--backend", "cuda", "--precision", "bf16", "--csv",
+                   str(out)]) == 0
+    profiles = [c for c in fake.calls if "--metrics" in c]
+    assert len(profiles) == 2  # cuBLAS and mma cuda
+    for c in profiles:
+        assert c[c.index("--precision") + 1] == "bf16"
+    text = capsys.readouterr().out
+    assert "4096x4096x4096 bf16" in text and "bf16 tensor-core compute roof" in text
+    df = pd.read_csv(out)
+    assert df.precision.tolist() == ["bf16", "bf16"] and df.backend.tolist() == ["cublas", "cuda"]
+    assert df.peak_tflops.tolist() == pytest.approx([H100 * 4096 / 1e12] * 2)
+    assert (df.peaks_source.str.contains("bf16 tensor-core")).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target,precision", [("cuda", "bf16"), ("triton", "fp16"),
+                                              ("cublas", "tf32"), ("cuda", "3xtf32")])
+def test_target_launches_and_checks_in_a_precision_on_the_gpu(target, precision):
+    stage = [] if target == "cublas" else ["--stage", "mma"]
+    r = run_cli("--_target", target, *stage, "--size", "129x67x96", "--precision", precision,
+                "--check")
+    assert r.returncode == 0, r.stderr
+    assert f"{target} {precision} 129x67x96" in r.stderr and "checked" in r.stderr
