@@ -48,3 +48,31 @@ def test_cuda_stage_is_clean_under_compute_sanitizer(stage, tool):
     assert not re.search(r"ERROR SUMMARY: [1-9]", out), f"{tool} found errors in {label}:\n{tail}"
     assert r.returncode == 0, f"{tool} run of {label} exited {r.returncode}:\n{tail}"
     assert "checked" in out, f"the target did not finish its check:\n{tail}"
+
+
+# The tensor-core stage computes in tf32, 3xtf32, bf16 and fp16 (not fp32): every precision under
+# memcheck, racecheck and synccheck (the cp.async ring's barriers), on a shape with interior blocks
+# (the whole-tile copy path) and edges, with the defaults and with the tuned 128 x 256 bf16 tile.
+MMA_SHAPE = "300x520x200"
+MMA_CASES = [(p, tool, "") for p in ("tf32", "3xtf32", "bf16", "fp16")
+             for tool in ("memcheck", "racecheck", "synccheck")] + \
+    [("bf16", tool, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,frags=2")
+     for tool in ("memcheck", "racecheck", "synccheck")]
+
+
+@pytest.mark.skipif(SANITIZER is None, reason="compute-sanitizer not found on PATH, in the venv "
+                                              "or in /usr/local/cuda/bin")
+@pytest.mark.parametrize("precision,tool,params", MMA_CASES,
+                         ids=[f"{p}-{t}-{'tuned' if q else 'defaults'}" for p, t, q in MMA_CASES])
+def test_mma_is_clean_under_compute_sanitizer(precision, tool, params):
+    label = "mma" + (f":{params}" if params else "")
+    cmd = [SANITIZER, "--tool", tool, "--error-exitcode", "1",
+           sys.executable, "-m", "lab.profile", "--_target", "cuda", "--stage", label,
+           "--precision", precision, "--size", MMA_SHAPE, "--no-nvtx", "--check"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    out = r.stdout + r.stderr
+    tail = "\n".join(out.strip().splitlines()[-30:])
+    assert not re.search(r"ERROR SUMMARY: [1-9]", out), f"{tool} found errors in {label}:\n{tail}"
+    assert r.returncode == 0, f"{tool} run of {label} ({precision}) exited {r.returncode}:\n{tail}"
+    assert "checked" in out, f"the target did not finish its check:\n{tail}"
