@@ -672,7 +672,7 @@ def test_registry_defaults_are_the_documented_ones():
         assert mma.geometry(1000, 1000, 1000, **_params(), precision=precision)[1][0] == \
             (128 // 64) * (128 // wn) * 32
     page = (ROOT / "docs" / "stages" / "mma.md").read_text()
-    assert "results/2026-11-22-h100/28-mma-done.csv" in page  # its numbers come from a file
+    assert "results/2026-11-22-h100/32-mma-done.csv" in page  # its numbers come from a file
 
 
 # ------------------------------------------------------- GPU
