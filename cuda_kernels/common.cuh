@@ -77,10 +77,10 @@ __device__ __forceinline__ float at(const float4& v, int i) {
 __device__ __forceinline__ float at(const float2& v, int i) { return i == 0 ? v.x : v.y; }
 
 // 4 consecutive floats p[0..3], of which only the first `valid` (0..4) exist; the rest are 0.
-// VEC: one 128-bit load when all 4 exist (p is then 16-byte aligned: see vectorized.cu).
-template <bool VEC>
+// WIDE: one 128-bit load when all 4 exist (p is then 16-byte aligned: see vectorized.cu).
+template <bool WIDE>
 __device__ __forceinline__ float4 load4(const float* p, int valid) {
-    if (VEC && valid >= 4) return *reinterpret_cast<const float4*>(p);
+    if (WIDE && valid >= 4) return *reinterpret_cast<const float4*>(p);
     float4 v;
     v.x = valid > 0 ? p[0] : 0.0f;
     v.y = valid > 1 ? p[1] : 0.0f;
@@ -90,9 +90,9 @@ __device__ __forceinline__ float4 load4(const float* p, int valid) {
 }
 
 // Store the first `valid` (0..4; fewer than 1: none) of 4 consecutive floats.
-template <bool VEC>
+template <bool WIDE>
 __device__ __forceinline__ void store4(float* p, float4 v, int valid) {
-    if (VEC && valid >= 4) {
+    if (WIDE && valid >= 4) {
         *reinterpret_cast<float4*>(p) = v;
         return;
     }
@@ -140,9 +140,9 @@ struct LineWalk {
 // are compile-time constants). ptr: chunk 0 in global memory, ld: the distance between lines;
 // (line0, pos0): chunk 0 in the tile; (x0, xlim) and (y0, ylim): the tile's origin and the
 // operand's size across and along its lines (chunk_valid). Each chunk is loaded with zero fill
-// (load4<VEC>) and handed to put(line, pos, dline, dpos, v), which stores it into shared memory
+// (load4<WIDE>) and handed to put(line, pos, dline, dpos, v), which stores it into shared memory
 // (one STS.128, or scattered down 4 rows of a k-major tile).
-template <bool FULL, bool VEC, int CHUNKS, int NT, class WALK, class PUT>
+template <bool FULL, bool WIDE, int CHUNKS, int NT, class WALK, class PUT>
 __device__ __forceinline__ void load_chunks(const float* __restrict__ ptr, int ld, int line0,
                                             int pos0, int x0, int xlim, int y0, int ylim,
                                             PUT put) {
@@ -151,7 +151,7 @@ __device__ __forceinline__ void load_chunks(const float* __restrict__ ptr, int l
         const int dl = WALK::line(p * NT), dp = WALK::pos(p * NT);
         const int l = line0 + dl, e = pos0 + dp;
         const int valid = chunk_valid<FULL>(x0 + l, xlim, y0 + e, ylim);
-        put(l, e, dl, dp, load4<VEC>(ptr + dl * ld + dp, valid));
+        put(l, e, dl, dp, load4<WIDE>(ptr + dl * ld + dp, valid));
     }
 }
 
