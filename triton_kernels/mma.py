@@ -22,9 +22,10 @@ What Triton does for you that the CUDA stage does by hand:
   the three products, the CUDA stage's mma_step for PREC_3XTF32.
 - the cp.async ring (num_stages), the barriers, the grouped block order (GROUP_M) and the edge
   masks (see triton_kernels/double_buffered.py).
-TF32 and the layout of B (measured on the H100, 4096^3, same harness): tl.dot with
-input_precision="tf32" ran at 23% of cuBLAS TF32 with a row-major B (N-contiguous) and 86% with B
-stored K-major (B^T contiguous); "tf32x3" 75% against 162% of cuBLAS fp32's speed. wgmma reads
+TF32 and the layout of B (measured on the H100 at 4096^3, results/2026-11-22-h100/32-mma-done.csv
+and 32-tf32-layouts.csv): tl.dot with input_precision="tf32" ran at 20% of cuBLAS TF32 with a
+row-major B (N-contiguous), 71% with kmajor_b=1 (the copy timed) and 78% with B handed over
+K-major (layout nt); "tf32x3" at 68% and 162% of cuBLAS fp32's speed without and with kmajor_b. wgmma reads
 32-bit operands from shared memory only K-major (its transpose bits exist for 16-bit types
 only), so an N-major B must be transposed on the way (Triton then falls back to a slower path).
 kmajor_b=1 copies an N-major B into a K-major buffer (B^T contiguous, allocated in prepare()) at
