@@ -1,8 +1,8 @@
 """Launcher for cuda_kernels/mma.cu: a tensor-core GEMM through mma.sync, ldmatrix and a cp.async
 ring, in four precisions.
 
-Geometry: block (BM/WM)*(BN/WN) warps (1-D; 128 threads at the defaults, 256 in 3xtf32); 1-D grid of ceil(M/BM) *
-ceil(N/BN) blocks ordered by block_tile() in common.cuh (group); no static shared memory, dynamic
+Geometry: block (BM/WM)*(BN/WN) warps (1-D; 128 threads at the defaults, 256 in 3xtf32); 1-D
+grid of ceil(M/BM) * ceil(N/BN) blocks ordered by block_tile() in common.cuh (group); no static shared memory, dynamic
 shared memory smem_bytes() = STAGES * (BM + BN) * BK * element size (64 KiB for bf16/fp16 at the
 defaults, and for tf32/3xtf32, whose automatic BK is half as many elements); _build.launcher
 raises the kernel's limit past 48 KiB.
