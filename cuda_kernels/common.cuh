@@ -158,13 +158,14 @@ __device__ __forceinline__ void load_chunks(const float* __restrict__ ptr, int l
 // ------------------------------------------------------------------------------ cp.async
 // PTX on the GPU (sm_80+: LDGSTS in SASS); on the CPU (g++, tests/cuda_emulator.py) the
 // emulator's deferred copies, so the same index math, sizes and group accounting are checked
-// there. Opt-in: a stage defines LAB_CP_ASYNC before including this file (mma.cu carries its own
-// set under these names, with void* operands and a zero-filling cp_async16). These take float*:
-// with void*, double_buffered's builds with 4-byte copies (VEC_A or VEC_B = 0) compiled to a
-// different instruction schedule.
+// there. Opt-in: a stage defines LAB_CP_ASYNC before including this file (double_buffered.cu,
+// mma.cu). They are templates on the element type (float, or mma's 16-bit elem_t): typed
+// pointers, not void*, because with void* double_buffered's builds with 4-byte copies (VEC_A or
+// VEC_B = 0) compiled to a different instruction schedule.
 #ifdef LAB_CP_ASYNC
 // 16 bytes, all of them from src (L2 only: .cg; the tile is reused from shared memory, not L1).
-__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+template <typename T>
+__device__ __forceinline__ void cp_async16(T* dst, const T* src) {
 #ifdef __CUDA_ARCH__
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
@@ -174,7 +175,8 @@ __device__ __forceinline__ void cp_async16(float* dst, const float* src) {
 }
 
 // 16 bytes of which the first src_bytes (0..16) come from src and the rest are zero-filled.
-__device__ __forceinline__ void cp_async16_zfill(float* dst, const float* src, int src_bytes) {
+template <typename T>
+__device__ __forceinline__ void cp_async16_zfill(T* dst, const T* src, int src_bytes) {
 #ifdef __CUDA_ARCH__
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
@@ -185,7 +187,8 @@ __device__ __forceinline__ void cp_async16_zfill(float* dst, const float* src, i
 }
 
 // 4 bytes (.ca: the only cache mode below 16 bytes); src_bytes 0..4, the rest zero-filled.
-__device__ __forceinline__ void cp_async4(float* dst, const float* src, int src_bytes) {
+template <typename T>
+__device__ __forceinline__ void cp_async4(T* dst, const T* src, int src_bytes) {
 #ifdef __CUDA_ARCH__
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src),

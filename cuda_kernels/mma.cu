@@ -71,6 +71,7 @@
 // lanes: ldmatrix and the k-step's mma exchange registers between the lanes of a warp through
 // block-wide scratch arrays and two __syncthreads (every thread calls them in the same order),
 // so the fragment layouts, swizzle, pipeline and edges are all checked on the CPU.
+#define LAB_CP_ASYNC 1  // common.cuh's cp.async helpers
 #include "common.cuh"
 
 // ------------------------------------------------------------------------------ parameters
@@ -203,54 +204,9 @@ using TileA = Tile<A_KMAJOR ? BM : BK, A_KMAJOR ? BK : BM, A_KMAJOR>;
 using TileB = Tile<B_KMAJOR ? BN : BK, B_KMAJOR ? BK : BN, B_KMAJOR>;
 
 // ------------------------------------------------------------------------------ cp.async
-// PTX on the GPU; the emulator's deferred copies on the CPU (tests/cuda_emulator.py).
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-#ifdef __CUDA_ARCH__
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
-                 "r"(src_bytes) : "memory");
-#else
-    lab_cp_async(dst, src, 16, src_bytes);
-#endif
-}
-
-__device__ __forceinline__ void cp_async16_full(void* dst, const void* src) {
-#ifdef __CUDA_ARCH__
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src) : "memory");
-#else
-    lab_cp_async(dst, src, 16, 16);
-#endif
-}
-
-// 4 bytes (.ca: the only cache mode below 16 bytes); src_bytes 0..4, the rest zero-filled.
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
-#ifdef __CUDA_ARCH__
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src),
-                 "r"(src_bytes) : "memory");
-#else
-    lab_cp_async(dst, src, 4, src_bytes);
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#ifdef __CUDA_ARCH__
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#else
-    lab_cp_async_commit();
-#endif
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#ifdef __CUDA_ARCH__
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-#else
-    lab_cp_async_wait(N);
-#endif
-}
+// common.cuh's set (LAB_CP_ASYNC, defined before the include above): cp_async16 (16 bytes, all
+// from src), cp_async16_zfill (the rest zero-filled), cp_async4, commit and wait; PTX on the GPU,
+// the emulator's deferred copies on the CPU (tests/cuda_emulator.py).
 
 // ------------------------------------------------------------------------------ tile copies
 // One operand's tile as its loader sees it: NL lines of LEN elements along the operand's
@@ -295,7 +251,7 @@ struct Loader {
             elem_t* d = tile + TILE::chunk(line, c0) * CE;
 #pragma unroll
             for (int p = 0; p < CHUNKS; ++p) {
-                cp_async16_full(d + p * STEP * LEN, s);
+                cp_async16(d + p * STEP * LEN, s);
                 s += STEP * ld;
 #ifdef __CUDA_ARCH__
                 asm volatile("" : "+l"(s));
@@ -320,8 +276,8 @@ struct Loader {
         // elements of this chunk inside the operand (0..CE)
         const int v = FULL ? CE : (x0 + l < xlim ? min(CE, max(0, ylim - (y0 + c * CE))) : 0);
         if (ALIGN == 16) {
-            if (FULL) cp_async16_full(d, s);
-            else cp_async16(d, v > 0 ? s : base, v * ELEM_BYTES);
+            if (FULL) cp_async16(d, s);
+            else cp_async16_zfill(d, v > 0 ? s : base, v * ELEM_BYTES);
         } else if (ALIGN == 4) {  // 4 units of 4 bytes: 1 float or 2 halves each
             constexpr int UE = 4 / ELEM_BYTES;
 #pragma unroll
