@@ -641,6 +641,15 @@ def test_triton_kmajor_b_copies_an_n_major_b_inside_every_call(precision):
     assert launch.problem.b.tensor.data_ptr() == b.data_ptr()
     assert not hasattr(launch, "kernel_only")
     assert chk.check(launch, c, chk.reference(a, b), 56, precision).passed
+    # a sliced B (row stride above its width), K = 1, and N = 1 (a column: nothing to turn)
+    for M, N, K, pad in ((33, 70, 65, 9), (17, 40, 1, 3), (21, 1, 30, 2)):
+        a, b0 = chk.make_inputs(M, N, K, 2, "cpu", dtype=DTYPE[precision])
+        b = torch.zeros((K, N + pad), dtype=DTYPE[precision])[:, 1:N + 1]
+        b.copy_(b0)
+        c = torch.empty((M, N), dtype=DTYPE[precision])
+        launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True)
+        result = chk.check(launch, c, chk.reference(a, b), K, precision)
+        assert result.passed, (M, N, K, result.reason)
 
 
 def test_triton_validate_refuses_in_one_sentence():
