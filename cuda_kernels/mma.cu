@@ -27,7 +27,9 @@
 //      TF32 (32-bit elements): a K-contiguous tile is read with ldmatrix too (an 8 x 8 b16
 //      matrix is an 8 x 4 float matrix, and lane 4g + t receives float t of row g: exactly the
 //      m16n8k8 fragment); an M/N-contiguous tile cannot be (.trans swaps 16-bit halves, not
-//      floats), so there each fragment element is one LDS.32.
+//      floats); there the warp tile's rows (A) or columns (B) are permuted so that each lane's
+//      fragment elements for one k row are consecutive floats, read with LDS.128 ("runs",
+//      FragBase), and C is stored back in the true order.
 //   3. Swizzled shared memory. A tile keeps its operand's global layout (cp.async copies bytes,
 //      it cannot transpose) as lines of 16-byte chunks; chunk c of line r is stored at chunk
 //      position c ^ f(r). ldmatrix reads one 16-byte chunk from each of 8 consecutive lines;
@@ -173,23 +175,32 @@ typedef unsigned int u32;
 //     CPL = 4 (64-byte lines, 2 per row): X = (r / 2) % 4, the 4 rows of the 8 lines use 4
 //       different chunk positions, and the 2 lines of a row differ in their half;
 //     CPL = 2 (32-byte lines, bf16 BK = 16): X = (r / 4) % 2, likewise.
-//   TF32 M/N-contiguous fragments (LDS.32, "PAIRS"): lanes 4g + t read line t at elements g,
-//   that is 4 lines x 2 adjacent chunks: X(r) = 2 * (r % 4) puts the 4 lines' chunk pairs on 4
-//   disjoint pairs of bank groups (needs CPL >= 8: BM, BN >= 32 floats).
-// X repeats every 8 lines (4 for PAIRS) and never exceeds 7, so moving 8 lines or 8 chunks away
+//   TF32 M/N-contiguous tiles ("runs", RUN > 0; see load_frags): lane 4g + t reads RUN
+//   consecutive floats of line t (LDS.128s), starting at element RUN * g of its warp's columns.
+//   A 128-bit load is served 8 lanes at a time: lanes 8p .. 8p+7 are 4 lines (t) x 2 runs (g),
+//   whose chunks lie D = RUN / 4 apart. X(r) spreads the 2 bits of r % 4 over the two chunk-index
+//   bits that D does not use (D = 1: X = 2t; D = 2: X = t0 + 4 t1; D = 4: X = t), so the 8 lanes
+//   fall on 8 different groups of 4 banks (needs CPL >= 8: BM, BN >= 32 floats).
+// X repeats every 8 lines (4 for runs) and never exceeds 7, so moving 8 lines or 8 chunks away
 // moves the stored position by the same amount: fragment addresses are a few per-lane bases plus
 // compile-time offsets (FragBase below).
-template <int NL, int LEN, bool KMAJOR>
+template <int NL, int LEN, bool KMAJOR, int RUN>
 struct Tile {
     static constexpr int CPL = LEN / CE;
-    static constexpr bool PAIRS = !HALF && !KMAJOR;  // the TF32 LDS.32 pattern
+    static constexpr bool RUNS = !HALF && !KMAJOR;  // the TF32 LDS.128 pattern
     static constexpr int RPL = CPL >= 8 ? 1 : 8 / CPL;
     static constexpr int MASK = (CPL >= 8 ? 8 : CPL) - 1;
+    static constexpr int D = RUN / 4;  // chunks between the runs of lanes 4g + t and 4(g+1) + t
     static_assert(CPL >= 2 && (CPL & (CPL - 1)) == 0, "lines of a power-of-two count of chunks");
-    static_assert(!PAIRS || CPL >= 8, "TF32 M/N-contiguous tiles need lines of 32+ floats");
+    static_assert(!RUNS || CPL >= 8, "TF32 M/N-contiguous tiles need lines of 32+ floats");
+    static_assert(!RUNS || D == 1 || D == 2 || D == 4, "TF32 runs of 4, 8 or 16 floats");
 
+    static __device__ __forceinline__ int run_x(int line) {
+        const int t = line & 3;
+        return D == 1 ? t << 1 : D == 2 ? (t & 1) | ((t & 2) << 1) : t;
+    }
     static __device__ __forceinline__ int chunk(int line, int c) {
-        const int x = PAIRS ? (line & 3) << 1 : (line / RPL) & MASK;
+        const int x = RUNS ? run_x(line) : (line / RPL) & MASK;
         return line * CPL + (c ^ x);
     }
     // Element offset of (line, element along the line) in the tile.
@@ -199,9 +210,9 @@ struct Tile {
 };
 
 // A: row-major -> BM lines (m) of BK; column-major -> BK lines (k) of BM.
-using TileA = Tile<A_KMAJOR ? BM : BK, A_KMAJOR ? BK : BM, A_KMAJOR>;
+using TileA = Tile<A_KMAJOR ? BM : BK, A_KMAJOR ? BK : BM, A_KMAJOR, 2 * MI>;
 // B: column-major -> BN lines (n) of BK; row-major -> BK lines (k) of BN.
-using TileB = Tile<B_KMAJOR ? BN : BK, B_KMAJOR ? BK : BN, B_KMAJOR>;
+using TileB = Tile<B_KMAJOR ? BN : BK, B_KMAJOR ? BK : BN, B_KMAJOR, NJ>;
 
 // ------------------------------------------------------------------------------ cp.async
 // common.cuh's set (LAB_CP_ASYNC, defined before the include above): cp_async16 (16 bytes, all
@@ -480,21 +491,33 @@ struct Frags {
 //                                chunk = 2 ks + j4 / 2               [B: j4 % 2]
 //   16-bit M/N-major, .trans:    line = 16 ks + r8 + 8 (j4 / 2)      [B: j4 % 2]
 //                                element = w + 16 i + 8 (j4 % 2)     [B: 16 jj, j4 / 2]
-//   TF32 M/N-major, LDS.32:      A: line = 8 ks + t + 4 (r / 2), element = w + 16 i + 8 (r % 2) + g
-//                                B: line = 8 ks + t + 4 r, element = w + 16 jj + 8 h + g
-// (w: the warp tile's first row or column). Whatever is a multiple of 8 lines (4 for PAIRS) or
+//   TF32 M/N-major, runs:        line = 8 ks + t + 4 kh (kh: the k-half, registers r / 2 of A,
+//                                r of B), elements w + RUN g .. w + RUN g + RUN - 1, RUN / 4 LDS.128
+// (w: the warp tile's first row or column). Whatever is a multiple of 8 lines (4 for runs) or
 // 8 chunks is a compile-time offset; the rest is one of a few per-lane bases, kept in registers.
+//
+// TF32 runs, and why the rows and columns of a warp tile are permuted. An M- or N-contiguous TF32
+// operand cannot go through ldmatrix (.trans moves 16-bit halves, not floats), and an m16n8k8
+// fragment wants of lane 4g + t the elements (k t, column g) and (k t + 4, column g) of each 8-wide
+// piece of B (rows g and g + 8 of each 16-row piece of A): read as they are, one LDS.32 each.
+// But which physical column of the warp tile plays logical column g of piece j does not matter to
+// the sum over k, as long as C is stored where its column really is. So let physical column
+// RUN g + j (RUN = NJ, the pieces of B) play column g of piece j: lane 4g + t then finds the
+// b registers of all NJ pieces for one k row in NJ consecutive floats of line t, NJ / 4 LDS.128
+// (4 per k-step at NJ = 8, where LDS.32 took 16: the same shared-memory wavefronts, a quarter of
+// the load instructions). A likewise: physical row RUN g + 2 i + h (RUN = 2 MI) plays row g + 8 h
+// of piece i. The store of C (the kernel's end) undoes both permutations.
 template <typename TILE, bool IS_A>
 struct FragBase {
     static constexpr bool KM = IS_A ? A_KMAJOR : B_KMAJOR;
-    static constexpr int PIECES = IS_A ? MI : NJ / 2;  // ldmatrix.x4 (or 4 LDS.32 groups) each
+    static constexpr int PIECES = IS_A ? MI : NJ / 2;  // ldmatrix.x4 each
     static constexpr int LEN = KM ? BK : (IS_A ? BM : BN);  // elements per line
-    // bases: k-major: one per ks % 4; 16-bit M/N-major: one per piece % 4; TF32 M/N-major: one
-    // per (piece % 2, half)
+    static constexpr int RUN = IS_A ? 2 * MI : NJ;          // TF32 runs: floats per lane and line
+    // bases: k-major: one per ks % 4; 16-bit M/N-major: one per piece % 4; TF32 runs: one per
+    // 16-byte chunk of the run (the swizzle's XOR does not commute with adding the chunk index)
     static constexpr int NB = KM ? (KS < 4 ? KS : 4)
-                                 : HALF ? (PIECES < 4 ? PIECES : 4) : 2 * (PIECES < 2 ? PIECES : 2);
-    static constexpr bool LDSM = KM || HALF;  // ldmatrix: bases in bytes; LDS.32: in elements
-    int base[NB];
+                                 : HALF ? (PIECES < 4 ? PIECES : 4) : RUN / 4;
+    int base[NB];  // bytes
 
     __device__ __forceinline__ FragBase(int w, int lane) {
         const int g = lane / 4, t = lane % 4, r8 = lane % 8, j4 = lane / 8;
@@ -506,8 +529,8 @@ struct FragBase {
             else if (HALF)
                 base[c] = TILE::at(r8 + 8 * sk, w + 16 * c + 8 * sl);
             else
-                base[c] = TILE::at(t, w + 16 * (c / 2) + 8 * (c % 2) + g);
-            if (LDSM) base[c] *= ELEM_BYTES;
+                base[c] = TILE::at(t, w + RUN * g + CE * c);
+            base[c] *= ELEM_BYTES;
         }
     }
 
@@ -516,43 +539,66 @@ struct FragBase {
         if (KM) return base[ks % 4] + (16 * p * LEN + (ks / 4) * 8 * CE) * ELEM_BYTES;
         return base[p % 4] + ((p / 4) * 8 * CE + 16 * ks * LEN) * ELEM_BYTES;
     }
-    // TF32 M/N-major: element (piece p, half h, k row kr = 0..7 of the k-step) at k-step ks
-    __device__ __forceinline__ int lds(int p, int h, int kr, int ks) const {
-        return base[2 * (p % 2) + h] + (p / 2) * 8 * CE + (8 * ks + kr) * LEN;
+    // TF32 runs: the byte offset of chunk q of the run in k-half kh of k-step ks
+    __device__ __forceinline__ int run(int q, int kh, int ks) const {
+        return base[q] + (8 * ks + 4 * kh) * LEN * ELEM_BYTES;
     }
 };
 using FragA = FragBase<TileA, true>;
 using FragB = FragBase<TileB, false>;
 
+// 16 bytes of shared memory into 4 registers (LDS.128).
+__device__ __forceinline__ void lds_x4(u32 (&r)[4], saddr_t s) {
+#ifdef __CUDA_ARCH__
+    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+#else
+    if (s % 16) {
+        std::fprintf(stderr, "LDS.128 address %p is not 16-byte aligned\n", (void*)s);
+        std::abort();
+    }
+    __builtin_memcpy(r, reinterpret_cast<const void*>(s), 16);
+#endif
+}
+
 // Load the fragments of k-step ks of the tiles As, Bs.
 __device__ __forceinline__ void load_frags(Frags& f, const elem_t* As, const elem_t* Bs, int ks,
                                            const FragA& fa, const FragB& fb) {
+    if (A_KMAJOR || HALF) {
 #pragma unroll
-    for (int i = 0; i < MI; ++i) {
-        if (A_KMAJOR || HALF) {
-            ldsm_x4<!A_KMAJOR>(f.a[i], shared_address(As) + fa.ldsm(i, ks));
-        } else {  // TF32: a[r] = (row g + 8 (r % 2), k t + 4 (r / 2))
+        for (int i = 0; i < MI; ++i) ldsm_x4<!A_KMAJOR>(f.a[i], shared_address(As) + fa.ldsm(i, ks));
+    } else {  // TF32 runs: float o = 2 i + h of the run is a[i][h + 2 kh] (rows g + 8 h)
 #pragma unroll
-            for (int r = 0; r < 4; ++r)
-                f.a[i][r] = *reinterpret_cast<const u32*>(As + fa.lds(i, r % 2, 4 * (r / 2), ks));
-        }
+        for (int kh = 0; kh < 2; ++kh)
+#pragma unroll
+            for (int q = 0; q < 2 * MI / 4; ++q) {
+                u32 v[4];
+                lds_x4(v, shared_address(As) + fa.run(q, kh, ks));
+#pragma unroll
+                for (int e = 0; e < 4; ++e) f.a[(4 * q + e) / 2][(4 * q + e) % 2 + 2 * kh] = v[e];
+            }
     }
+    if (B_KMAJOR || HALF) {
 #pragma unroll
-    for (int jj = 0; jj < NJ / 2; ++jj) {
-        if (B_KMAJOR || HALF) {  // matrices: (piece 2jj, k lo), (2jj, k hi), (2jj+1, lo), (2jj+1, hi)
+        for (int jj = 0; jj < NJ / 2; ++jj) {
+            // matrices: (piece 2jj, k lo), (2jj, k hi), (2jj+1, lo), (2jj+1, hi)
             u32 r[4];
             ldsm_x4<!B_KMAJOR>(r, shared_address(Bs) + fb.ldsm(jj, ks));
             f.b[2 * jj][0] = r[0];
             f.b[2 * jj][1] = r[1];
             f.b[2 * jj + 1][0] = r[2];
             f.b[2 * jj + 1][1] = r[3];
-        } else {  // TF32: b[r] = (k t + 4 r, column g)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    f.b[2 * jj + h][r] = *reinterpret_cast<const u32*>(Bs + fb.lds(jj, h, 4 * r, ks));
         }
+    } else {  // TF32 runs: float j of the run is b[j][kh]
+#pragma unroll
+        for (int kh = 0; kh < 2; ++kh)
+#pragma unroll
+            for (int q = 0; q < NJ / 4; ++q) {
+                u32 v[4];
+                lds_x4(v, shared_address(Bs) + fb.run(q, kh, ks));
+#pragma unroll
+                for (int e = 0; e < 4; ++e) f.b[4 * q + e][kh] = v[e];
+            }
     }
 #if PREC == 0
     // TF32: round each operand to nearest rather than let the tensor core truncate it
@@ -789,20 +835,34 @@ matmul_mma(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* _
     }
     cp_async_wait<0>();  // no copy may still be writing when the block exits (empty groups)
 
-    // C: piece (i, j) of this lane is rows g, g + 8 and columns 2t, 2t + 1 (one pair store each)
+    // C: piece (i, j) of this lane is rows g, g + 8 and columns 2t, 2t + 1, in the warp tile's
+    // logical order; TF32 runs permute them (FragBase): logical row g + 8 h of piece i is physical
+    // row 2 MI g + 2 i + h, logical column c of piece j physical column NJ c + j, so this lane's
+    // columns 2t and 2t + 1 of pieces j and j + 1 are physical neighbours: one pair store each.
     const int g = lane / 4, t4 = lane % 4;
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int row = m0 + wm + 16 * i + g + 8 * h;
+            const int row = m0 + wm + (TileA::RUNS ? 2 * MI * g + 2 * i + h : 16 * i + g + 8 * h);
             if (row >= M) continue;
             elem_t* c_row = C + row * ldc;
+            if (TileB::RUNS) {
 #pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                const int col = n0 + wn + 8 * j + 2 * t4;
-                if (col < N) store_pair(c_row + col, acc[i][j][2 * h], acc[i][j][2 * h + 1],
-                                        col + 1 < N);
+                for (int e = 0; e < 2; ++e)
+#pragma unroll
+                    for (int j = 0; j < NJ; j += 2) {
+                        const int col = n0 + wn + NJ * (2 * t4 + e) + j;
+                        if (col < N) store_pair(c_row + col, acc[i][j][2 * h + e],
+                                                acc[i][j + 1][2 * h + e], col + 1 < N);
+                    }
+            } else {
+#pragma unroll
+                for (int j = 0; j < NJ; ++j) {
+                    const int col = n0 + wn + 8 * j + 2 * t4;
+                    if (col < N) store_pair(c_row + col, acc[i][j][2 * h], acc[i][j][2 * h + 1],
+                                            col + 1 < N);
+                }
             }
         }
 }

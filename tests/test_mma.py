@@ -289,7 +289,7 @@ class MmaEmulator:
 # (precision, layout, parameter changes, (align_a, align_b, vec_c))
 ALIGNED = (16, 16, True)
 EMU_CASES = (
-    # every layout for bf16 and TF32 (ldmatrix / ldmatrix.trans / LDS.32 per operand); fp16 and
+    # every layout for bf16 and TF32 (ldmatrix / ldmatrix.trans / LDS.128 runs per operand); fp16 and
     # 3xTF32 (frags=1 by default) on layouts that cover both load paths of each operand
     [(p, lay, {}, ALIGNED) for p in ("bf16", "tf32") for lay in LAYOUTS]
     + [(p, lay, {}, ALIGNED) for p in ("fp16", "3xtf32") for lay in ("nn", "tt")]
@@ -305,7 +305,11 @@ EMU_CASES = (
        ("tf32", "tn", dict(BM=64, WM=32, STAGES=2), ALIGNED),
        ("bf16", "nt", dict(BM=256, BN=64, WM=64, WN=32, STAGES=2), ALIGNED),
        ("tf32", "nt", dict(BK=64, WM=128, WN=32, STAGES=2), ALIGNED),    # k-steps 4..7, 8 pieces
-       ("bf16", "tn", dict(WM=128, WN=32, STAGES=3), ALIGNED)]           # .trans pieces 4..7
+       ("bf16", "tn", dict(WM=128, WN=32, STAGES=3), ALIGNED),           # .trans pieces 4..7
+       # TF32 runs of 4 and 16 floats (the default warp tile reads runs of 8): A's rows and B's
+       # columns permuted with each run length's swizzle
+       ("tf32", "tn", dict(BM=64, BN=128, WM=32, WN=128, STAGES=3), ALIGNED),
+       ("3xtf32", "tt", dict(BN=64, WM=128, WN=32, STAGES=2), ALIGNED)]
 )
 
 
@@ -412,15 +416,19 @@ MUTATIONS = [
     ("ldsm_x4<!B_KMAJOR>(r, shared_address(Bs) + fb.ldsm(jj, ks));",
      "ldsm_x4<B_KMAJOR>(r, shared_address(Bs) + fb.ldsm(jj, ks));",
      "fp16", "nn"),
-    # the TF32 LDS.32 fragments read without the PAIRS swizzle their tile was written with
-    ("base[c] = TILE::at(t, w + 16 * (c / 2) + 8 * (c % 2) + g);",
-     "base[c] = t * LEN + w + 16 * (c / 2) + 8 * (c % 2) + g;", "tf32", "nn"),
+    # the TF32 runs (LDS.128) read without the swizzle their tile was written with
+    ("base[c] = TILE::at(t, w + RUN * g + CE * c);",
+     "base[c] = t * LEN + w + RUN * g + CE * c;", "tf32", "nn"),
+    # the TF32 runs' C store without undoing the column permutation
+    ("const int col = n0 + wn + NJ * (2 * t4 + e) + j;",
+     "const int col = n0 + wn + 8 * j + 2 * t4 + e;", "tf32", "nn"),
 ]
 
 
 @cpu_only
 @pytest.mark.parametrize("old,new,precision,layout", MUTATIONS,
-                         ids=["shallow-wait", "no-trans", "reader-without-swizzle"])
+                         ids=["shallow-wait", "no-trans", "reader-without-swizzle",
+                              "store-without-unpermuting"])
 def test_the_emulator_catches_planted_defects(emulator, tmp_path, old, new, precision, layout):
     text = (ROOT / "cuda_kernels" / "mma.cu").read_text()
     assert old in text, old
