@@ -14,13 +14,20 @@
 # Part 2 ("sass"): ncu run directly (lab.ncu.ncu_command: one launch inside the NVTX range
 #   lab_profile, clocks untouched) on CUDA variants in layouts nn and nt and on the Triton twin
 #   (nn, nt, nn with num_stages=3), with METRICS below: the same hardware counters plus the
-#   instruction-level ones of the Source page (smsp__sass_*: shared instructions executed, their
-#   wavefronts and bank conflicts, attributed per SASS instruction). Each CUDA row also gets the
-#   bank model's prediction (tests/test_bank_conflicts.py) for the same variant, so measured and
-#   predicted sit side by side (model_ld_wf: lanes sharing a float4 share a pass; model_ld_wf_q:
-#   128-bit loads served per quarter warp; the page expects the measurement between the two). -> $OUT/bank_conflicts-counters-$N.csv (one row per launch;
-#   metric columns in base units; a metric this ncu does not know is dropped, retried, and listed
-#   in the "dropped" column).
+#   instruction-level ones of the Source page (smsp__sass_*: shared instructions executed and
+#   their wavefronts, attributed per SASS instruction). Each CUDA row also gets the bank model's
+#   prediction (tests/test_bank_conflicts.py) for the same variant, so measured and predicted sit
+#   side by side (model_ld_wf: lanes sharing a float4 share a pass; model_ld_wf_q: 128-bit loads
+#   served per quarter warp; the page expects the measurement between the two).
+#   -> $OUT/bank_conflicts-counters-$N.csv (one row per launch; metric columns in base units; a
+#   metric this ncu does not know is dropped, retried, and listed in the "dropped" column; one
+#   that ncu accepts but leaves without a value is listed in the "empty" column).
+#   Computed columns: sass_st_excess = SASS-level store wavefronts - the conflict-free minimum
+#   (model_st_wf - model_st_conf: 1 per STS, 4 per STS.128), i.e. the store bank conflicts of the
+#   instructions themselves (ncu 2025.3 has no per-instruction bank-conflict counter for plain
+#   LDS/STS: smsp__sass_l1tex_data_bank_conflicts_* exists only for LDGSTS, LDSM and STSM, see
+#   $OUT/bank_conflicts-metrics.txt); hw_st_extra / hw_ld_extra = the l1tex wavefronts minus the
+#   SASS-level ones, the passes the L1 data stage made that no shared instruction accounts for.
 # Also: $OUT/bank_conflicts-metrics.txt (every shared-memory wavefront/conflict/ideal metric this
 #   ncu knows), $OUT/bank_conflicts-triton-layouts.txt (the twin's shared layouts as this
 #   machine's Triton compiles them), $OUT/bank_conflicts-env.txt, $OUT/bank_conflicts.log.
@@ -31,6 +38,11 @@
 # results/2026-11-22-h100/05-profile-ladder-ncu.csv). If the smsp__sass_* conflicts read 0 where
 # the model says 0 and the l1tex figure stays about the same for none, pad and swizzle, that
 # figure is not the scatter's doing; fix=raw (2-way by the model) is the positive control.
+# Measured on an NVIDIA H100 80GB HBM3: results/2026-11-23-h100/01-bank_conflicts-*; what held
+# and what did not is in docs/stages/bank_conflicts.md ("Measured: the counters"). That run had
+# smsp__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_{st,ld} in METRICS, which that ncu
+# (2025.3.1) does not have: their columns came back empty. They are replaced by the computed
+# columns above and by the LDGSTS counters it does have.
 set -uo pipefail
 OUT=${OUT:-out}
 N=${N:-2048}
@@ -82,8 +94,10 @@ from lab.profile import kernel_filter
 from lab.stages import parse_variants
 
 out, n = Path(sys.argv[1]), int(sys.argv[2])
-# The metrics (ncu 2025.x names, sm_90). Hardware counters of the L1TEX data stage, then the
-# instruction-level (SASS-attributed) counters the Source page uses.
+# The metrics (ncu 2025.3 names, sm_90). Hardware counters of the L1TEX data stage, then the
+# instruction-level (SASS-attributed) counters the Source page uses. ncu 2025.3 has no
+# instruction-level bank-conflict counter for plain LDS/STS (only for LDGSTS, LDSM, STSM): the
+# store conflicts of the instructions are computed below (sass_st_excess).
 METRICS = [
     "gpu__time_duration.sum",
     "launch__registers_per_thread",
@@ -92,13 +106,14 @@ METRICS = [
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
     "smsp__sass_inst_executed_op_shared_st.sum",
     "smsp__sass_inst_executed_op_shared_ld.sum",
     "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
     "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
-    "smsp__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
-    "smsp__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldgsts.sum",
+    "smsp__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldgsts.sum",
     "smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct",
     "smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct",
     "smsp__warp_issue_stalled_barrier_per_warp_active.pct",
@@ -153,6 +168,28 @@ def predicted(variant, layout):
             ("st_wf", "st_conf", "ld_wf", "ld_conf", "ld_wf_q")}
 
 
+def computed(row):
+    """sass_st_excess: the SASS-level store wavefronts above the conflict-free minimum (the
+    model's wavefronts less its conflicts), i.e. the instructions' own store bank conflicts;
+    hw_{st,ld}_extra: l1tex wavefronts not accounted for by any shared instruction."""
+    def get(name):
+        value = row.get(name)
+        return None if value is None or value != value else value  # None or NaN -> None
+
+    out = {}
+    sass_st = get("smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_st.sum")
+    sass_ld = get("smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ld.sum")
+    hw_st = get("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum")
+    hw_ld = get("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum")
+    if sass_st is not None and row.get("model_st_wf") is not None:
+        out["sass_st_excess"] = sass_st - (row["model_st_wf"] - row["model_st_conf"])
+    if sass_st is not None and hw_st is not None:
+        out["hw_st_extra"] = hw_st - sass_st
+    if sass_ld is not None and hw_ld is not None:
+        out["hw_ld_extra"] = hw_ld - sass_ld
+    return out
+
+
 ncu = N.require_tool("ncu", "this script runs it")
 rows = []
 for spec, backend, layout in RUNS:
@@ -182,15 +219,18 @@ for spec, backend, layout in RUNS:
     check = next((ln for ln in res.stderr.splitlines() if ln.startswith("child ")), "")
     row = {"variant": v.label, "backend": backend, "layout": layout, "M": n, "N": n, "K": n,
            "kernel": k.kernel, "check": "passed" if "passed" in check else check or "unknown",
-           "dropped": " ".join(dropped)}
+           "dropped": " ".join(dropped),
+           "empty": " ".join(m for m in metrics if k.get(m) is None)}
     row.update({m: k.get(m) for m in METRICS})
     if backend == "cuda":
         row.update(predicted(v, layout))
+    row.update(computed(row))
     rows.append(row)
     print(f"  {v.label:34s} {backend:6s} {layout}: st conflicts hw "
-          f"{row.get('l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum')}, sass "
-          f"{row.get('smsp__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum')}, "
-          f"model {row.get('model_st_conf', '-')} ({time.perf_counter() - start:.0f} s)")
+          f"{row.get('l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum')}, sass excess "
+          f"{row.get('sass_st_excess')}, model {row.get('model_st_conf', '-')}; hw extra st "
+          f"{row.get('hw_st_extra')} ld {row.get('hw_ld_extra')} "
+          f"({time.perf_counter() - start:.0f} s)")
 
 path = out / f"bank_conflicts-counters-{n}.csv"
 columns = list(dict.fromkeys(c for r in rows for c in r))
