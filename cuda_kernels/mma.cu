@@ -433,6 +433,17 @@ __device__ __forceinline__ void mma(float (&c)[4], const u32 (&a)[4], const u32 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
 }
+#if PREC == 1
+// d = a * b (TF32), the accumulator input a zero register: 3xTF32's fresh per-k-step sum starts
+// with this instead of 4 MOVs of 0.0 per piece (ptxas did not fold them).
+__device__ __forceinline__ void mma_fresh(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+    const float z = 0.0f;
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%10,%10,%10,%10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(z));
+}
+#endif
 #else
 // The CPU twin: lane `tid` computes its 4 elements of the piece from the registers its warp
 // published (xa[lane][set][piece i][r], xb[lane][set][piece j][r]; see mma_step), as the PTX
@@ -600,21 +611,19 @@ __device__ __forceinline__ void load_frags(Frags& f, const elem_t* As, const ele
                 for (int e = 0; e < 4; ++e) f.b[4 * q + e][kh] = v[e];
             }
     }
+}
+
+// The warp's mma for one k-step.
+__device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], Frags& f) {
 #if PREC == 0
-    // TF32: round each operand to nearest rather than let the tensor core truncate it
+    // TF32: round each operand to nearest rather than let the tensor core truncate it. Here, at
+    // the point of use, not in load_frags: there the adds waited on the loads they follow (the
+    // warp stalls in order), here the loads issued one k-step earlier have long landed.
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int r = 0; r < 4; ++r) f.a[i][r] = tf32_rn(f.a[i][r]);
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) f.b[j][r] = tf32_rn(f.b[j][r]);
 #endif
-}
-
-// The warp's mma for one k-step.
-__device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], const Frags& f) {
 #ifndef __CUDA_ARCH__
     // CPU: one register exchange per k-step, not per mma (far fewer barriers to emulate): each
     // lane publishes its fragments (3xTF32: the split parts, set 0 hi, set 1 lo), then computes
@@ -648,9 +657,14 @@ __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], const Frags& f
     __syncthreads();
 #elif PREC != 1
 #pragma unroll
-    for (int i = 0; i < MI; ++i)
+    for (int j = 0; j < NJ; ++j) {
+#if PREC == 0
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) mma(acc[i][j], f.a[i], f.b[j]);
+        for (int r = 0; r < 2; ++r) f.b[j][r] = tf32_rn(f.b[j][r]);
+#endif
+#pragma unroll
+        for (int i = 0; i < MI; ++i) mma(acc[i][j], f.a[i], f.b[j]);
+    }
 #else
     // 3xTF32: x = hi + lo, hi = tf32(x), lo = tf32(x - hi) (x - hi is exact in fp32; lo is
     // rounded by tf32_rn + the tensor core's truncation, hi explicitly by tf32_hi). A is split
@@ -680,8 +694,8 @@ __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], const Frags& f
         // no room for MI of them); the pieces' chains are independent, so they overlap
 #pragma unroll
         for (int i = 0; i < MI; ++i) {
-            float t[4] = {0.f, 0.f, 0.f, 0.f};
-            mma(t, al[i], bh);
+            float t[4];
+            mma_fresh(t, al[i], bh);
             mma(t, ah[i], bl);
             mma(t, ah[i], bh);
 #pragma unroll
@@ -775,11 +789,18 @@ matmul_mma(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* _
 
     // Copy tile `next` into ring slot `slot` and commit its group (an empty group past the last
     // tile, so that "all but the newest STAGES-2 groups" always means "tile t+1").
+    // full: the caller knows tile `next` is a whole tile inside A and B (a constant at each call
+    // site: the lambda is inlined, and each call site gets its own code).
     int next = 0;
-    auto copy_next = [&](int slot) {
-        if (next < tiles) {
-            elem_t* As = smem + slot * (A_TILE + B_TILE);
-            const int k0 = next * BK;
+    auto copy_next = [&](int slot, bool full) {
+        elem_t* As = smem + slot * (A_TILE + B_TILE);
+        const int k0 = next * BK;
+        if (full) {
+            load_a.copy<true>(As, lda, A_COORDS(k0));
+            load_b.copy<true>(As + A_TILE, ldb, B_COORDS(k0));
+            load_a.advance(A_STEP);
+            load_b.advance(B_STEP);
+        } else if (next < tiles) {
             if (inside && k0 + BK <= K) {
                 load_a.copy<true>(As, lda, A_COORDS(k0));
                 load_b.copy<true>(As + A_TILE, ldb, B_COORDS(k0));
@@ -794,7 +815,7 @@ matmul_mma(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* _
         cp_async_commit();
     };
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) copy_next(s);
+    for (int s = 0; s < STAGES - 1; ++s) copy_next(s, false);
     cp_async_wait<STAGES - 2>();  // tile 0 is in (our copies); the barrier publishes everyone's
     __syncthreads();
 
@@ -804,18 +825,24 @@ matmul_mma(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* _
     if (FRAGS == 2) load_frags(frag[0], smem, smem + A_TILE, 0, fa, fb);
 
     int rd = 0, fill = STAGES - 1;  // ring slots: tile t is read from rd, the next copy goes to fill
-    for (int t = 0; t < tiles; ++t) {
-        copy_next(fill);  // tile t + STAGES - 1 -> the slot of tile t - 1 (free: see the header)
+    // One k-tile: copy tile t + STAGES - 1, compute tile t. full: that copy is a whole interior
+    // tile (and so tile t + 1 exists): no bounds code at all. Two loops, each with its own copy
+    // of the body: with one loop and a run-time choice of copy, ptxas predicated the edge copy's
+    // ~90 instructions into every k-tile of the TF32 builds (4.6 instructions per HMMA, where the
+    // steady state needs about 2.5).
+    auto tile_step = [&](int t, bool full) {
+        copy_next(fill, full);  // tile t + STAGES - 1 -> the slot of tile t - 1 (free: see the header)
         fill = fill + 1 == STAGES ? 0 : fill + 1;
         const int nx = rd + 1 == STAGES ? 0 : rd + 1;
         const elem_t* As = smem + rd * (A_TILE + B_TILE);
         const elem_t* An = smem + nx * (A_TILE + B_TILE);
+        const bool more = full || t + 1 < tiles;
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) {
             if (FRAGS == 1) {
                 load_frags(frag[0], As, As + A_TILE, ks, fa, fb);
                 mma_step(acc, frag[0]);
-                if (ks + 1 == KS && t + 1 < tiles) {
+                if (ks + 1 == KS && more) {
                     cp_async_wait<STAGES - 2>();  // our copies of tile t + 1 have landed
                     __syncthreads();              // everyone's have, and tile t is read
                 }
@@ -823,7 +850,7 @@ matmul_mma(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* _
             }
             if (ks + 1 < KS) {
                 load_frags(frag[(ks + 1) % FRAGS], As, As + A_TILE, ks + 1, fa, fb);
-            } else if (t + 1 < tiles) {  // last k-step: hand over to tile t + 1 first
+            } else if (more) {  // last k-step: hand over to tile t + 1 first
                 cp_async_wait<STAGES - 2>();  // our copies of tile t + 1 have landed
                 __syncthreads();              // everyone's have
                 load_frags(frag[(ks + 1) % FRAGS], An, An + A_TILE, 0, fa, fb);
@@ -832,7 +859,13 @@ matmul_mma(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* _
         }
         if (FRAGS == 2 && KS % 2) frag[0] = frag[FRAGS - 1];  // odd k-steps: next tile starts at 0
         rd = nx;
-    }
+    };
+    const int full_tiles = inside ? K / BK : 0;  // tiles inside A and B, whole along k
+    int t = 0;
+#pragma unroll 1
+    for (; t + STAGES - 1 < full_tiles; ++t) tile_step(t, true);
+#pragma unroll 1
+    for (; t < tiles; ++t) tile_step(t, false);
     cp_async_wait<0>();  // no copy may still be writing when the block exits (empty groups)
 
     // C: piece (i, j) of this lane is rows g, g + 8 and columns 2t, 2t + 1, in the warp tile's
