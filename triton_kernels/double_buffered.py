@@ -28,16 +28,48 @@ Under the Triton interpreter (TRITON_INTERPRET=1, CPU mode) num_stages changes n
 interpreter runs the K loop one step at a time in NumPy, with no shared memory and no copies to
 overlap; only the numbers (and the launch parameters' validity) are checked there.
 
+realign (default off). A 16-byte cp.async (or a 128-bit load) needs 4 floats that are contiguous,
+start on a 16-byte boundary and lie under one mask value. With a row stride that is not a multiple
+of 4 floats (K = 3001, N = 6007, 1025), a base pointer off a 16-byte boundary (a view starting at
+element 1), or an operand size along its contiguous dimension that is not a multiple of 4 (the
+edge mask then changes inside a float4), the hints cannot be given and every copy is 4 bytes.
+realign=True copies each A or B whose leading dimension is not a multiple of 16 elements, whose
+base is not 16-byte aligned, or that has no unit stride, into a buffer (needs_realign,
+realign_buffer):
+  setup, once in prepare(), outside the timing (launch.setup_ms): the buffer is allocated in the
+    operand's own layout (a column-major operand stays column-major; one with no unit stride
+    becomes row-major), its leading dimension rounded up to a multiple of 16 elements, its storage
+    16-byte aligned, and zeroed;
+  timed, at the start of every call: buffer_view.copy_(operand) for each such operand, then the
+    kernel on the buffers (the copies never write the padding, so it stays zero).
+Operands that are already aligned are read where they are (launch.realigned names the copied
+ones: (), ("A",), ("B",) or ("A", "B"); launch.kernel_only is the kernel alone, for a profiler).
+The kernel reads a buffer with its hint on (VEC_A / VEC_B) and PAD_A / PAD_B: along the buffer's
+contiguous dimension its mask runs to the size rounded up to a multiple of 4, so that the mask is
+constant per float4 whatever the size; what it reads past the size is the zero padding, the value
+the mask would have filled in, and the C mask (M, N) is unchanged. Compiled for sm_90 without a GPU
+(Triton 3.9, the default tile, 7919x6007x3001 and 1025^3, each of nn, nt, tn, tt; never run): the
+K loop's copies go from 96 4-byte LDGSTS to 24 LDGSTS.E.BYPASS.128 (16-byte cp.async.cg). The
+buffers without the rounded masks still gave 96 4-byte LDGSTS (nn, 7919x6007x3001): 3001 and 6007
+are not multiples of 4.
+The cost: each copy reads and writes its operand, 2 x 4 x M x K bytes of memory traffic for A and
+2 x 4 x K x N for B (334 MB for both at 7919x6007x3001, 16.8 MB at 1025^3), against the GEMM's
+2 x M x N x K flops. With both copied, the share of the call it adds is about
+(4 x flop rate / copy bandwidth) x (1/M + 1/N): independent of K, and small when M and N are large
+(the kernel reads A N/BLOCK_N times and B M/BLOCK_M times; the copy reads each once). So it pays on
+large M and N, where the 16-byte copies save more in the kernel than that share; at 1025^3 the
+share is about 7 times what it is at 7919x6007x3001. Its speed on the H100 is not measured yet.
+
 Knobs: BLOCK_M, BLOCK_N, BLOCK_K (the tile; BLOCK_K up to 64), GROUP_M, num_warps (8: 256 threads,
-64 accumulators per thread at 128 x 128), num_stages (2..5, default 3).
+64 accumulators per thread at 128 x 128), num_stages (2..5, default 3), realign (False / True).
 Changed from the earlier twins: a pipelined K loop by default (they run num_stages=1, matching
 CUDA kernels that do not prefetch), a 32-deep BLOCK_K, grouped program order, and
 tile parameters of its own (BLOCK_M/BLOCK_N/BLOCK_K) so that the Triton tile can be tuned apart
 from the CUDA one. Bottleneck it attacks (as the CUDA stage): global-memory latency, hidden by
 copies in flight during the FMAs.
 Layouts: all six strides (A, B and C may be row-major, transposed, offset or sliced views;
-nothing is copied); Triton specializes a stride equal to 1 as a constant and one divisible by 16
-as such, so each layout compiles its own kernel.
+nothing is copied unless realign asks for it, and C never is); Triton specializes a stride equal
+to 1 as a constant and one divisible by 16 as such, so each layout compiles its own kernel.
 Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs. With GROUP_M = 1 the order is
 the other stages' (pid % grid_n is the column-block, pid // grid_n the row-block); with GROUP_M = g
 the programs walk g block-rows column by column, so that the programs resident at one time share
@@ -48,7 +80,7 @@ import triton
 import triton.language as tl
 
 from lab.errors import LabError
-from lab.operands import entry
+from lab.operands import entry, timer
 from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
 from triton_kernels.vectorized import vector_flags
 
@@ -58,7 +90,8 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
                                   stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
                                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                   GROUP_M: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
-                                  VEC_C: tl.constexpr, EVEN_K: tl.constexpr):
+                                  VEC_C: tl.constexpr, EVEN_K: tl.constexpr,
+                                  PAD_A: tl.constexpr = False, PAD_B: tl.constexpr = False):
     # Grouped program order (common.cuh's block_tile): GROUP_M block-rows walked column by column.
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -98,26 +131,43 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
     b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
     in_m = rm[:, None] < M
     in_n = rn[None, :] < N
-    if VEC_A == "t" or VEC_C == "t":  # M % 4 == 0: the M mask is constant per float4
+    if (VEC_A == "t" and not PAD_A) or VEC_C == "t":  # M % 4 == 0: M mask constant per float4
         in_m = tl.max_constancy(in_m, [4, 1])
-    if VEC_B == "n" or VEC_C == "n":  # N % 4 == 0
+    if (VEC_B == "n" and not PAD_B) or VEC_C == "n":  # N % 4 == 0
         in_n = tl.max_constancy(in_n, [1, 4])
+    # realign (PAD_A / PAD_B: the operand is prepare()'s buffer, whose padding past the operand's
+    # contiguous dimension is zero): along that dimension the operand's own mask runs to the size
+    # rounded up to a multiple of 4, so that it is constant per float4 whatever the size; the
+    # padding read there is zero, what the mask would have filled in. Without PAD they are C's
+    # masks and K.
+    a_in_m = in_m
+    b_in_n = in_n
+    k_a = K
+    k_b = K
+    if PAD_A and VEC_A == "t":  # a realigned column-major A: rows up to M rounded up to 4
+        a_in_m = tl.max_constancy(rm[:, None] < tl.cdiv(M, 4) * 4, [4, 1])
+    if PAD_A and VEC_A == "n":  # a realigned row-major A: k up to K rounded up to 4
+        k_a = tl.cdiv(K, 4) * 4
+    if PAD_B and VEC_B == "n":  # a realigned row-major B: columns up to N rounded up to 4
+        b_in_n = tl.max_constancy(rn[None, :] < tl.cdiv(N, 4) * 4, [1, 4])
+    if PAD_B and VEC_B == "t":  # a realigned column-major B: k up to K rounded up to 4
+        k_b = tl.cdiv(K, 4) * 4
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # Written as a plain loop: with num_stages > 1 the compiler pipelines it (module docstring).
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:  # every k-step is full: only the M / N edges are masked
-            a = tl.load(a_ptrs, mask=in_m, other=0.0)
-            b = tl.load(b_ptrs, mask=in_n, other=0.0)
+            a = tl.load(a_ptrs, mask=a_in_m, other=0.0)
+            b = tl.load(b_ptrs, mask=b_in_n, other=0.0)
         else:
-            in_k_a = k0 + rk[None, :] < K
-            in_k_b = k0 + rk[:, None] < K
-            if VEC_A == "n":  # K % 4 == 0: the K mask is constant per float4 of A's rows
+            in_k_a = k0 + rk[None, :] < k_a
+            in_k_b = k0 + rk[:, None] < k_b
+            if VEC_A == "n":  # K % 4 == 0 (or k_a rounded up: PAD_A): constant per float4
                 in_k_a = tl.max_constancy(in_k_a, [1, 4])
             if VEC_B == "t":  # ... and of B's columns
                 in_k_b = tl.max_constancy(in_k_b, [4, 1])
-            a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
-            b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
+            a = tl.load(a_ptrs, mask=a_in_m & in_k_a, other=0.0)
+            b = tl.load(b_ptrs, mask=in_k_b & b_in_n, other=0.0)
         acc = tl.dot(a, b, acc, input_precision="ieee")
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
@@ -146,14 +196,87 @@ def validate(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_warp
                        f"BLOCK_M/BLOCK_N")
 
 
+# realign: a buffer's leading dimension is a multiple of this many elements (64 bytes of fp32),
+# so that Triton's integer specialization sees it (divisible by 16) as well as the hints do
+REALIGN_LD = 16
+
+
+def needs_realign(op) -> bool:
+    """Whether realign=True copies this operand: no unit stride, a leading dimension that is not a
+    multiple of REALIGN_LD elements, or a base pointer that is not 16-byte aligned."""
+    return not op.blas or op.ld % REALIGN_LD != 0 or op.tensor.data_ptr() % 16 != 0
+
+
+def realign_buffer(op):
+    """Setup, once in prepare() (untimed): a zeroed buffer for operand `op` in its own layout (a
+    column-major operand stays column-major; one with no unit stride becomes row-major), its
+    leading dimension rounded up to a multiple of REALIGN_LD elements, its storage 16-byte
+    aligned. Returns the Operand the kernel reads (the buffer's view, with its real strides). The
+    timed call fills the view; the padding is never written again, so it stays zero."""
+    import torch
+
+    from lab.operands import Operand
+
+    t = op.tensor
+    lines, width = (op.cols, op.rows) if op.col_major else (op.rows, op.cols)
+    ld = cdiv(width, REALIGN_LD) * REALIGN_LD
+    per16 = max(1, 16 // t.element_size())  # elements per 16 bytes
+    store = torch.zeros(lines * ld + per16, dtype=t.dtype, device=t.device)
+    skip = (-store.data_ptr() % 16) // t.element_size()  # to the first 16-byte boundary (0 here)
+    view = store[skip:skip + lines * ld].view(lines, ld)[:, :width]
+    if op.col_major:
+        view = view.t()
+    return Operand(op.name, view, op.rows, op.cols, *view.stride())
+
+
+def _realigned(p) -> dict:
+    """realign=True: point the Problem's misaligned A and/or B at buffers (setup, here) and return
+    {name: (buffer view, user tensor)}, the copies the timed call makes."""
+    copies = {}
+    for attr in ("a", "b"):
+        op = getattr(p, attr)
+        if needs_realign(op):
+            buf = realign_buffer(op)
+            copies[op.name] = (buf.tensor, op.tensor)
+            setattr(p, attr, buf)
+    return copies
+
+
 @entry("double_buffered", "triton")
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_M: int = 8,
-            num_warps: int = 8, num_stages: int = 3, **_):
+            num_warps: int = 8, num_stages: int = 3, realign: bool = False, **_):
     """p: the shared description of the operands (lab/operands.py)."""
     validate(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps,
              num_stages=num_stages)
+    clock = timer(p.a.tensor.is_cuda)
+    copies = _realigned(p) if realign else {}  # setup: the buffers, allocated and zeroed once
+    setup_ms = clock.stop() if copies else None
+    flags = vector_flags(p)
+    # a buffer has 16-byte lines and a 16-byte base by construction; its zero padding makes the
+    # mask along its contiguous dimension constant per float4 (PAD_*), whatever that size is
+    pads = {}
+    for name, attr in (("A", "a"), ("B", "b")):
+        if name in copies:
+            flags[f"VEC_{name}"] = getattr(p, attr).letter
+            pads[f"PAD_{name}"] = True
     grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N),)
-    return launcher(matmul_double_buffered_kernel, grid, (*problem_args(p),), BLOCK_M=BLOCK_M,
-                    BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-                    EVEN_K=p.K % BLOCK_K == 0, **vector_flags(p), num_warps=num_warps,
-                    num_stages=num_stages)
+    launch = launcher(matmul_double_buffered_kernel, grid, (*problem_args(p),), BLOCK_M=BLOCK_M,
+                      BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+                      EVEN_K=p.K % BLOCK_K == 0, **flags, **pads, num_warps=num_warps,
+                      num_stages=num_stages)
+    if not copies:
+        launch.realigned = ()
+        return launch
+
+    pairs = tuple(copies.values())
+
+    def launch_with_copy():  # timed, every call: the copies, then the kernel on the buffers
+        for buf, user in pairs:
+            buf.copy_(user)
+        launch()
+
+    launch_with_copy.resources = launch.resources
+    launch_with_copy.kernel_only = launch  # the kernel alone, for a profiler
+    launch_with_copy.realigned = tuple(copies)  # the operands copied: ("A",), ("B",), ("A", "B")
+    launch_with_copy.setup_ms = setup_ms  # allocating and zeroing the buffers, outside the timing
+    return launch_with_copy
