@@ -46,6 +46,7 @@ def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None,
             raise LabError(f"stage {spec.name} ({backend}) has no parameter {name!r} (its "
                            f"parameters: {known})")
         prm = declared[name]
+        value = prm.coerce(value)
         if (isinstance(value, bool) is not isinstance(prm.default, bool)
                 or not isinstance(value, type(prm.default)) or value not in prm.choices):
             raise LabError(f"parameter {name} of stage {spec.name} takes one of "

@@ -1242,7 +1242,8 @@ def lookup(stage, backend: str, M: int, N: int, K: int, layout: str = "nn",
         return None, (f"auto: the cached configuration for {where} no longer fits the registry "
                       f"({problem}), so the defaults run; tune again with --retune")
     params = space_of(stage, backend).full({})
-    params.update({k: v for k, v in entry["params"].items() if k in params})
+    declared = {p.name: p for p in stage.params if backend in p.backends}
+    params.update({k: declared[k].coerce(v) for k, v in entry["params"].items() if k in params})
     speed = entry.get("speedup")
     changed = entry.get("source") not in (None, source_hash(stage, backend))
     return params, (f"auto: {how} winner for {where} ({entry.get('configs_tried', '?')} configs"
@@ -1258,6 +1259,7 @@ def _stale(stage, backend: str, params: dict) -> str:
         p = declared.get(name)
         if p is None:
             return f"{stage.name} has no {backend} parameter {name}"
+        value = p.coerce(value)
         if value not in p.choices or isinstance(value, bool) is not isinstance(p.default, bool):
             return f"{name}={_fmt(value)} is not a choice of {stage.name}"
     why = validator(stage.module(backend))({**space_of(stage, backend).full({}), **params})

@@ -36,12 +36,22 @@ class Param:
     help: str
     backends: tuple[str, ...] = BACKENDS
 
+    def coerce(self, value: object) -> object:
+        """`value` as this parameter's type where that is unambiguous: True / False for an
+        integer switch whose choices hold 0 and 1 (mma's kmajor_b: -1 automatic, 0, 1), so that
+        a bool from Python, the command line or an older cache entry still means off / on."""
+        if (isinstance(value, bool) and not isinstance(self.default, bool)
+                and isinstance(self.default, int) and {0, 1} <= set(self.choices)):
+            return int(value)
+        return value
+
     def parse(self, stage: str, text: str) -> object:
         kind = type(self.default)
         try:
-            if kind is bool:
-                value = {"1": True, "true": True, "on": True, "0": False, "false": False,
-                         "off": False}[text.lower()]
+            if kind is bool or (kind is int and text.lower() in ("true", "on", "false", "off")
+                                and {0, 1} <= set(self.choices)):
+                value = kind({"1": True, "true": True, "on": True, "0": False, "false": False,
+                              "off": False}[text.lower()])
             else:
                 value = kind(text)
         except (KeyError, ValueError):
@@ -311,6 +321,11 @@ STAGES: tuple[Stage, ...] = (
             Param("num_stages", 3, (2, 3, 4, 5),
                   "Triton software-pipeline depth (tiles in flight; no effect when interpreted)",
                   ("triton",)),
+            Param("realign", False, (False, True),
+                  "Triton: copy an A or B whose leading dimension is not a multiple of 16 (or "
+                  "base not 16-byte aligned) into an aligned buffer in every call (timed), for "
+                  "16-byte loads",
+                  ("triton",)),
         ),
     ),
     Stage(
@@ -336,17 +351,23 @@ STAGES: tuple[Stage, ...] = (
                   "0: 2, except 1 for 3xtf32)", ("cuda",)),
             group(8),
             Param("BLOCK_M", 128, (64, 128, 256), "Triton block tile rows", ("triton",)),
-            Param("BLOCK_N", 128, (64, 128, 256), "Triton block tile columns", ("triton",)),
+            Param("BLOCK_N", 0, (0, 64, 128, 256),
+                  "Triton block tile columns (0: per precision, 256 for tf32/bf16/fp16, 128 "
+                  "when that grid has fewer programs than the GPU has SMs, and for 3xtf32)",
+                  ("triton",)),
             Param("BLOCK_K", 0, (0, 32, 64, 128),
-                  "Triton k-step (0: 128 bytes, i.e. 64 bf16/fp16 or 32 TF32)", ("triton",)),
+                  "Triton k-step (0: per precision, 128 bytes, i.e. 64 bf16/fp16 or 32 TF32; 64 "
+                  "for 3xtf32)", ("triton",)),
             Param("GROUP_M", 8, (1, 4, 8, 16), "Triton tile-rows walked together (L2 reuse)",
                   ("triton",)),
             num_warps(8),
-            Param("num_stages", 3, (2, 3, 4, 5),
-                  "Triton software-pipeline depth (no effect when interpreted)", ("triton",)),
-            Param("kmajor_b", False, (False, True),
+            Param("num_stages", 0, (0, 2, 3, 4, 5),
+                  "Triton software-pipeline depth (0: per precision, 4; 3 for 3xtf32; no effect "
+                  "when interpreted)", ("triton",)),
+            Param("kmajor_b", -1, (-1, 0, 1),
                   "Triton: copy an N-major B K-major in every call (timed) before the kernel; "
-                  "TF32 wgmma reads 32-bit operands K-major only", ("triton",)),
+                  "TF32 wgmma reads 32-bit operands K-major only (-1: per precision, on for "
+                  "tf32/3xtf32, off for bf16/fp16)", ("triton",)),
         ),
     ),
 )

@@ -1,8 +1,9 @@
 """Stage mma, Triton twin: a pipelined tensor-core GEMM in tf32, 3xtf32, bf16 and fp16.
 
 CUDA stage: cuda_kernels/mma.cu (mma.sync through inline PTX, ldmatrix, swizzled shared memory,
-a cp.async ring). Each program computes a BLOCK_M x BLOCK_N tile of C (128 x 128 by default,
-8 warps) with masked, zero-filled tile loads, an fp32 accumulator and
+a cp.async ring). Each program computes a BLOCK_M x BLOCK_N tile of C (by default 128 x 256 or
+128 x 128, per precision and shape: Knobs below; 8 warps) with masked, zero-filled tile loads, an
+fp32 accumulator and
     tl.dot(a, b, acc, input_precision=...)   "tf32" for tf32, "tf32x3" for 3xtf32 (fp32
                                              operands); bf16 / fp16 operands go to the tensor
                                              cores as they are (triton_kernels/_common.py,
@@ -37,13 +38,44 @@ Under the Triton interpreter (TRITON_INTERPRET=1, CPU mode) only the numbers are
 interpreter multiplies in NumPy (TF32 and 3xTF32 are computed in fp32 there; bf16 tiles are
 upcast to fp32 first, _common.dot_meta, because the interpreter multiplies bf16 as integers).
 
-Knobs: BLOCK_M, BLOCK_N, BLOCK_K (0 = automatic: 128 bytes of k per row, 64 bf16/fp16 elements
-or 32 floats), GROUP_M, num_warps (8), num_stages (3), kmajor_b.
+Knobs: BLOCK_M (128), BLOCK_N, BLOCK_K, GROUP_M (8), num_warps (8), num_stages, kmajor_b. The
+defaults of BLOCK_N (0), BLOCK_K (0), num_stages (0) and kmajor_b (-1) mean "chosen per precision"
+(resolve(), the table AUTO), as the Triton searches on the H100 found them (the winners cached in
+results/autotune.json under "NVIDIA H100 80GB HBM3|mma|triton|4096x4096x4096:a128|<precision>|nn"
+and "...|8192x8192x8192:a128|...", 2026-11-22/23):
+    precision   BLOCK_N   BLOCK_K                 num_stages   kmajor_b
+    tf32        256       32 (128 bytes)          4            1
+    3xtf32      128       64 (256 bytes)          3            1
+    bf16, fp16  256       64 (128 bytes)          4            0
+Every one of the eight winners (4 precisions x 4096^3, 8192^3) is this row of the table with
+BLOCK_M=128, GROUP_M=8 and num_warps=8, except fp16 at 8192^3, which won with BLOCK_K=32. At
+4096^3, results/2026-11-22-h100/32-mma-done.csv has the previous fixed defaults (128 x 128,
+BLOCK_K 128 bytes, 3 stages, kmajor_b off: the plain `mma` rows) at 79.3 / 81.2 / 19.9 / 67.5%
+of cuBLAS (bf16 / fp16 / tf32 / 3xtf32, the last of cuBLAS fp32) and exactly the configuration of
+this table (the `mma:auto` rows) at 95.4 / 96.8 / 70.9 / 161.9%.
+Two rules, both deterministic (resolve()):
+- shape: a 128 x 256 tile leaves a small problem's GPU half empty (1025^3: 9 x 5 = 45 programs
+  for 132 SMs), so when BLOCK_N is automatic and ceil(M/BLOCK_M) * ceil(N/256) is smaller than
+  the SM count, BLOCK_N is 128 (1025^3: 81 programs, the tile the previous defaults ran at
+  1025^3 in 32-mma-done.csv). The SM count is that of the GPU the operands are on; for CPU
+  tensors (the interpreter) and lab.profile's meta tensors it is DEFAULT_SMS = 132, an H100
+  SXM's (lab.roofline.H100_SMS).
+- fit: where the tuned values would be refused next to the explicit values given (more than 128
+  accumulators per thread, or a ring over 227 KiB: mma:num_warps=4, mma:num_stages=5, or
+  mma:num_stages=4 in 3xtf32 with its 64-float BLOCK_K), every automatic value takes its previous
+  fixed default instead (BLOCK_N 128, BLOCK_K 128 bytes, 3 stages), so a variant that ran before
+  these defaults still runs, with the tile, k-step and depth it had then.
+kmajor_b=1 copies an N-major B only (a K-major B is left alone, above). Explicit values always
+win. validate() checks the automatic values as the values they stand for, in the precision given
+or else in every precision, and its sentence names them ("BLOCK_N=0 (automatic: 256)"). The launch
+carries the configuration that runs, resolved (launch.config; its text goes to the row's `params`
+column through launch.resources), never the 0s.
 Changed from double_buffered's twin: the precision (operands in their own dtype, tl.dot's
 input_precision, C in its dtype), 16-bit alignment hints (8 elements per 16 bytes), the automatic
-BLOCK_K and kmajor_b. Bottleneck it attacks (as the CUDA stage): the FP32 SIMT ceiling, by moving
-the multiply-adds to the tensor cores.
-Layouts: all six strides (problem_args); nothing is copied unless kmajor_b asks for it.
+per-precision configuration and kmajor_b. Bottleneck it attacks (as the CUDA stage): the FP32
+SIMT ceiling, by moving the multiply-adds to the tensor cores.
+Layouts: all six strides (problem_args); nothing is copied unless kmajor_b asks for it (by
+default in tf32 and 3xtf32, for an N-major B).
 Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs in grouped order (GROUP_M).
 """
 
@@ -52,6 +84,7 @@ import triton.language as tl
 
 from lab.errors import LabError
 from lab.operands import entry, timer
+from lab.roofline import H100_SMS
 from triton_kernels._common import SMEM_LIMIT, cdiv, dot_meta, launcher, problem_args
 
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
@@ -153,33 +186,136 @@ def transpose_kernel(src_ptr, dst_ptr, R, C, stride_sr, stride_sc, stride_dr, st
 
 TRANSPOSE_TILE = 64
 
+# The automatic values (BLOCK_N=0, BLOCK_K=0, num_stages=0, kmajor_b=-1) per precision: the Triton
+# winners in results/autotune.json (see the module docstring).
+AUTO = {
+    "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 4, "kmajor_b": 1},
+    "3xtf32": {"BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 3, "kmajor_b": 1},
+    "bf16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor_b": 0},
+    "fp16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor_b": 0},
+}
+# ... and what they fall back to where the tuned ones would be refused next to the explicit values
+# given: the previous fixed defaults (BLOCK_K: 128 bytes of k per row).
+PREVIOUS = {"BLOCK_N": 128, "num_stages": 3}
+AUTO_KMAJOR = -1  # kmajor_b's automatic value (0 and 1 are explicit)
+SMALL_GRID_BLOCK_N = 128  # BLOCK_N=0 when the tuned tile's grid has fewer programs than SMs
+DEFAULT_SMS = H100_SMS  # SMs assumed off a GPU (CPU and meta tensors): an H100 SXM's 132
+PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor_b")
 
-def block_k(BLOCK_K: int, precision: str) -> int:
-    """BLOCK_K, with 0 meaning 128 bytes of k: 64 bf16/fp16 elements or 32 floats."""
-    return BLOCK_K or 128 // ELEM_BYTES[precision]
+
+def sm_count(device) -> int:
+    """SMs of the GPU `device` is (torch's multiprocessor count); DEFAULT_SMS (132) for a CPU or
+    meta device, where no GPU says."""
+    if getattr(device, "type", None) != "cuda":
+        return DEFAULT_SMS
+    import torch
+
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
-def smem_bytes(BLOCK_M=128, BLOCK_N=128, BLOCK_K=0, num_stages=3, precision="bf16", **_) -> int:
-    """The pipeline's shared-memory ring: num_stages tiles of A and B."""
-    return num_stages * (BLOCK_M + BLOCK_N) * block_k(BLOCK_K, precision) * ELEM_BYTES[precision]
-
-
-def validate(BLOCK_M=128, BLOCK_N=128, BLOCK_K=0, num_warps=8, num_stages=3, precision=None,
-             **_) -> None:
-    """Raise LabError (one sentence) for a configuration that cannot compile or would spill (in
-    `precision` when given; else in the precision that needs the most shared memory, tf32)."""
-    where = (f"mma (Triton) with BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
-             f"num_warps={num_warps}, num_stages={num_stages}")
-    for prec in (precision,) if precision else ("tf32", "bf16"):
-        smem = smem_bytes(BLOCK_M, BLOCK_N, BLOCK_K, num_stages, prec)
-        if smem > SMEM_LIMIT:
-            raise LabError(f"{where} needs about {smem // 1024} KiB of shared memory in {prec}, "
-                           f"more than an H100's 227 KiB; lower num_stages or BLOCK_K")
+def _refusal(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) -> str | None:
+    """Why a concrete configuration (no automatic values left) cannot run in `precision`: the
+    rest of validate()'s sentence, or None."""
     per_thread = BLOCK_M * BLOCK_N // (32 * num_warps)
     if per_thread > 128:
-        raise LabError(f"{where} gives each thread {per_thread} accumulators, more than the 128 "
-                       f"that fit in its registers next to the operands; raise num_warps or lower "
-                       f"BLOCK_M/BLOCK_N")
+        return (f"gives each thread {per_thread} accumulators, more than the 128 that fit in its "
+                f"registers next to the operands; raise num_warps or lower BLOCK_M/BLOCK_N")
+    smem = num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * ELEM_BYTES[precision]
+    if smem > SMEM_LIMIT:
+        return (f"needs about {smem // 1024} KiB of shared memory in {precision}, more than an "
+                f"H100's 227 KiB; lower num_stages, BLOCK_K or BLOCK_N")
+    return None
+
+
+def resolve(precision: str, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0,
+            num_warps: int = 8, num_stages: int = 0, kmajor_b: int = AUTO_KMAJOR,
+            M: int | None = None, N: int | None = None, sms: int = DEFAULT_SMS, **_) -> dict:
+    """BLOCK_N, BLOCK_K, num_stages and kmajor_b with the automatic values made concrete for
+    `precision`; explicit values stay as given. The automatic ones are the precision's tuned
+    values (AUTO), with two rules:
+    - shape: given the problem's M and N, BLOCK_N=0 is 128 instead of 256 when
+      ceil(M/BLOCK_M) * ceil(N/256) < sms;
+    - fit: if those values would be refused next to the explicit ones (more than 128 accumulators
+      per thread, or more than 227 KiB of shared memory), every automatic value takes its
+      previous fixed default instead (BLOCK_N 128, BLOCK_K 128 bytes, 3 stages), so a variant
+      that ran before these defaults still runs (mma:num_warps=4, mma:num_stages=5).
+    Without M and N, BLOCK_N=0 is the tuned value: the shape rule only narrows the tile, so what
+    is valid without it is valid with it."""
+    auto = AUTO[precision]
+    bn = BLOCK_N or auto["BLOCK_N"]
+    if (not BLOCK_N and M is not None and N is not None and bn > SMALL_GRID_BLOCK_N
+            and cdiv(M, BLOCK_M) * cdiv(N, bn) < sms):
+        bn = SMALL_GRID_BLOCK_N
+    r = {"BLOCK_N": bn, "BLOCK_K": BLOCK_K or auto["BLOCK_K"],
+         "num_stages": num_stages or auto["num_stages"]}
+    if (not (BLOCK_N and BLOCK_K and num_stages)
+            and _refusal(precision, BLOCK_M, num_warps=num_warps, **r)):
+        r = {"BLOCK_N": BLOCK_N or PREVIOUS["BLOCK_N"],
+             "BLOCK_K": BLOCK_K or 128 // ELEM_BYTES[precision],
+             "num_stages": num_stages or PREVIOUS["num_stages"]}
+    r["kmajor_b"] = int(bool(auto["kmajor_b"] if kmajor_b == AUTO_KMAJOR else kmajor_b))
+    return r
+
+
+def block_k(BLOCK_K: int, precision: str) -> int:
+    """BLOCK_K, with 0 meaning the precision's tuned k-step (AUTO: 64 bf16/fp16 elements or 32
+    TF32, i.e. 128 bytes; 64 floats for 3xtf32), before resolve()'s fit rule."""
+    return BLOCK_K or AUTO[precision]["BLOCK_K"]
+
+
+def smem_bytes(BLOCK_M=128, BLOCK_N=0, BLOCK_K=0, num_stages=0, precision="bf16", num_warps=8,
+               **_) -> int:
+    """The pipeline's shared-memory ring: num_stages tiles of A and B (automatic values resolved
+    without a shape)."""
+    r = resolve(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
+    return r["num_stages"] * (BLOCK_M + r["BLOCK_N"]) * r["BLOCK_K"] * ELEM_BYTES[precision]
+
+
+def _pow2(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x > 0 and x & (x - 1) == 0
+
+
+def _shown(name: str, value, resolved) -> str:
+    return f"{name}={value}" + (f" (automatic: {resolved})" if value != resolved else "")
+
+
+def validate(BLOCK_M=128, BLOCK_N=0, BLOCK_K=0, GROUP_M=8, num_warps=8, num_stages=0,
+             kmajor_b=AUTO_KMAJOR, precision=None, **_) -> None:
+    """Raise LabError (one sentence) for a configuration that cannot compile or would spill, in
+    `precision` when given, else in every precision (the shared prepare() wrapper and lab.compare
+    call it before the precision is known). The automatic values are checked as what they stand
+    for there (resolve(): the tuned values, or the previous defaults where those do not fit; the
+    shape rule only narrows BLOCK_N), and the sentence names them."""
+    where = (f"mma (Triton) with BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
+             f"GROUP_M={GROUP_M}, num_warps={num_warps}, num_stages={num_stages}, "
+             f"kmajor_b={kmajor_b}")
+    if precision is not None and precision not in ELEM_BYTES:
+        raise LabError(f"{where}: the precision must be one of {', '.join(ELEM_BYTES)}, not "
+                       f"{precision}")
+    if not isinstance(kmajor_b, int) or kmajor_b not in (AUTO_KMAJOR, 0, 1):
+        raise LabError(f"{where}: kmajor_b must be -1 (automatic: on for tf32 and 3xtf32), 0 or 1")
+    tiles = (BLOCK_M, BLOCK_N or 16, BLOCK_K or 16)  # 0: automatic
+    if not all(_pow2(t) and t >= 16 for t in tiles):
+        raise LabError(f"{where}: BLOCK_M, BLOCK_N and BLOCK_K must be powers of two of at least "
+                       f"16 (tl.dot's smallest tile; BLOCK_N and BLOCK_K may be 0: automatic)")
+    if not _pow2(num_warps) or not isinstance(GROUP_M, int) or GROUP_M < 1:
+        raise LabError(f"{where}: num_warps must be a power of two and GROUP_M at least 1")
+    if not isinstance(num_stages, int) or isinstance(num_stages, bool) or num_stages < 0:
+        raise LabError(f"{where}: num_stages must be 0 (automatic) or a pipeline depth of 1 or "
+                       f"more")
+    for prec in (precision,) if precision else ELEM_BYTES:
+        r = resolve(prec, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
+        why = _refusal(prec, BLOCK_M, r["BLOCK_N"], r["BLOCK_K"], num_warps, r["num_stages"])
+        if why:
+            raise LabError(f"mma (Triton) in {prec} with BLOCK_M={BLOCK_M}, "
+                           f"{_shown('BLOCK_N', BLOCK_N, r['BLOCK_N'])}, "
+                           f"{_shown('BLOCK_K', BLOCK_K, r['BLOCK_K'])}, num_warps={num_warps}, "
+                           f"{_shown('num_stages', num_stages, r['num_stages'])} {why}")
+
+
+def config_text(config: dict) -> str:
+    """The configuration as the `params` column writes it: name=value,... in registry order."""
+    return ",".join(f"{k}={config[k]}" for k in PARAM_ORDER)
 
 
 def _vec(op, vec: int) -> str:
@@ -216,9 +352,11 @@ def _kmajor(p):
 
 
 @entry("mma", "triton")
-def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 0, GROUP_M: int = 8,
-            num_warps: int = 8, num_stages: int = 3, kmajor_b: bool = False, **_):
-    """p: the shared description of the operands (lab/operands.py), with p.precision."""
+def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0, GROUP_M: int = 8,
+            num_warps: int = 8, num_stages: int = 0, kmajor_b: int = AUTO_KMAJOR, **_):
+    """p: the shared description of the operands (lab/operands.py), with p.precision. The
+    launch's `config` is the configuration that runs, the automatic values resolved for this
+    precision and shape."""
     import torch
 
     # the shared code sets p.precision; before it did, the operands' dtype said it
@@ -227,22 +365,30 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 0, GROUP_M
     if precision not in ELEM_BYTES:
         raise LabError(f"stage mma (triton) computes on the tensor cores in "
                        f"{', '.join(ELEM_BYTES)}, not {precision}")
-    validate(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps,
-             num_stages=num_stages, precision=precision)
-    transpose_b = _kmajor(p) if kmajor_b else None
-    bk = block_k(BLOCK_K, precision)
-    grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N),)
+    validate(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+             num_warps=num_warps, num_stages=num_stages, kmajor_b=kmajor_b, precision=precision)
+    r = resolve(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, kmajor_b, M=p.M,
+                N=p.N, sms=sm_count(p.c.tensor.device))
+    config = {"BLOCK_M": BLOCK_M, "BLOCK_N": r["BLOCK_N"], "BLOCK_K": r["BLOCK_K"],
+              "GROUP_M": GROUP_M, "num_warps": num_warps, "num_stages": r["num_stages"],
+              "kmajor_b": r["kmajor_b"]}
+    transpose_b = _kmajor(p) if config["kmajor_b"] else None
+    bk, bn = config["BLOCK_K"], config["BLOCK_N"]
+    grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, bn),)
     launch = launcher(matmul_mma_kernel, grid, (*problem_args(p),), BLOCK_M=BLOCK_M,
-                      BLOCK_N=BLOCK_N, BLOCK_K=bk, GROUP_M=GROUP_M, EVEN_K=p.K % bk == 0,
+                      BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, EVEN_K=p.K % bk == 0,
                       **vector_flags(p), **dot_meta(matmul_mma_kernel, p), num_warps=num_warps,
-                      num_stages=num_stages)
+                      num_stages=config["num_stages"])
+    # the row's `params` column is the configuration that ran (Row.set_resources copies it)
+    resources = {**(launch.resources or {}), "params": config_text(config)}
     if transpose_b is None:
+        launch.resources, launch.config = resources, config
         return launch
 
     def launch_with_copy():  # the copy is part of the timed call: cuBLAS gets no such help
         transpose_b()
         launch()
 
-    launch_with_copy.resources = launch.resources
+    launch_with_copy.resources, launch_with_copy.config = resources, config
     launch_with_copy.kernel_only = launch  # the kernel alone, for a profiler
     return launch_with_copy

@@ -1,0 +1,369 @@
+"""The Triton twin of stage mma chooses its defaults per precision (triton_kernels/mma.py, Knobs).
+
+BLOCK_N=0, BLOCK_K=0, num_stages=0 and kmajor_b=-1 (the registry's defaults) stand for the
+winners of the H100 searches cached in results/autotune.json, with a shape rule (128 x 128 when a
+128 x 256 grid has fewer programs than SMs) and a fit rule (the previous fixed defaults where the
+tuned values would be refused next to explicit ones). CPU: the resolution, what the launch and
+the row report, validate(), the results at every precision under the interpreter, the cached
+configurations, the tuner's space and its dry run. The GPU timings are not checked here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from lab import autotune as at
+from lab import check as chk
+from lab.errors import LabError
+from lab.stages import get_stage, parse_variants
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "results" / "autotune.json"
+GPU = "NVIDIA H100 80GB HBM3"
+PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
+DTYPE = {"tf32": torch.float32, "3xtf32": torch.float32, "bf16": torch.bfloat16,
+         "fp16": torch.float16}
+# the table of the module docstring: BLOCK_N (large problems), BLOCK_K, num_stages, kmajor_b
+EXPECTED = {"tf32": (256, 32, 4, 1), "3xtf32": (128, 64, 3, 1), "bf16": (256, 64, 4, 0),
+            "fp16": (256, 64, 4, 0)}
+# 12 x 11 = 132 programs of 128 x 256: as many as an H100 has SMs (the shape rule keeps 256)
+BIG_M, BIG_N = 128 * 12, 256 * 11
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
+
+
+def _mma():
+    return get_stage("mma").module("triton")
+
+
+def _params(spec: str = "mma") -> dict:
+    return parse_variants([spec])[0].params_for("triton")
+
+
+def _one_sentence(message: str) -> None:
+    assert "\n" not in message and ". " not in message.rstrip("."), message
+
+
+def _triton_entries() -> dict:
+    entries = json.loads(CACHE.read_text())["entries"]
+    return {k: e for k, e in entries.items() if "|mma|triton|" in k}
+
+
+def _operands(M, N, K, precision, layout="nn", seed=0):
+    a, b = chk.make_inputs(M, N, K, seed, "cpu", dtype=DTYPE[precision], layout=layout)
+    return a, b, torch.empty((M, N), dtype=DTYPE[precision])
+
+
+# ------------------------------------------------------------------ the resolved defaults
+
+
+def test_registry_defaults_are_the_automatic_values():
+    d = _params()
+    assert (d["BLOCK_M"], d["BLOCK_N"], d["BLOCK_K"], d["GROUP_M"], d["num_warps"],
+            d["num_stages"], d["kmajor_b"]) == (128, 0, 0, 8, 8, 0, -1)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_resolved_defaults_per_precision(precision):
+    mma = _mma()
+    bn, bk, stages, kmajor = EXPECTED[precision]
+    want = {"BLOCK_N": bn, "BLOCK_K": bk, "num_stages": stages, "kmajor_b": kmajor}
+    assert mma.resolve(precision, **_params()) == want  # no shape: the tuned tile
+    assert mma.resolve(precision, **_params(), M=BIG_M, N=BIG_N) == want
+    assert mma.resolve(precision, **_params(), M=4096, N=4096) == want
+    # 1025^3: 9 x 5 = 45 programs of 128 x 256 for 132 SMs -> 128 x 128 (81 programs)
+    small = mma.resolve(precision, **_params(), M=1025, N=1025)
+    assert small == {**want, "BLOCK_N": 128}
+
+
+def test_the_automatic_values_are_the_cached_winners():
+    """Every Triton mma entry of results/autotune.json (4096^3 and 8192^3, nn) won with the table's
+    values, BLOCK_K automatic or equal to it, except fp16 at 8192^3 (BLOCK_K=32)."""
+    mma = _mma()
+    entries = _triton_entries()
+    assert {(e["precision"], e["shape"][0]) for e in entries.values()} == \
+        {(p, n) for p in PRECISIONS for n in (4096, 8192)}
+    for key, e in entries.items():
+        w, prec = e["params"], e["precision"]
+        M, N, _ = e["shape"]
+        r = mma.resolve(prec, **_params(), M=M, N=N)
+        assert (w["BLOCK_M"], w["GROUP_M"], w["num_warps"]) == (128, 8, 8), key
+        assert (w["BLOCK_N"], w["num_stages"], int(w["kmajor_b"])) == \
+            (r["BLOCK_N"], r["num_stages"], r["kmajor_b"]), key
+        if (prec, M) == ("fp16", 8192):
+            assert w["BLOCK_K"] == 32
+        else:
+            assert mma.block_k(w["BLOCK_K"], prec) == r["BLOCK_K"], key
+
+
+def test_the_shape_rule_compares_the_grid_with_the_sm_count():
+    mma = _mma()
+    assert mma.DEFAULT_SMS == 132
+    assert mma.sm_count(torch.device("cpu")) == mma.sm_count(torch.device("meta")) == 132
+    res = lambda M, N, **kw: mma.resolve("bf16", **_params(), M=M, N=N, **kw)["BLOCK_N"]  # noqa: E731
+    assert res(BIG_M, BIG_N) == 256  # 132 programs: not fewer than the SMs
+    assert res(BIG_M, BIG_N - 256) == 128  # 12 x 10 = 120 < 132
+    assert res(BIG_M - 128, BIG_N) == 128  # 11 x 11 = 121
+    assert res(BIG_M, BIG_N - 256, sms=120) == 256  # a GPU with 120 SMs
+    # the grid counts the BLOCK_M given: 64-row tiles make twice as many programs
+    assert mma.resolve("bf16", **{**_params(), "BLOCK_M": 64}, M=BIG_M // 2 + 1,
+                       N=BIG_N)["BLOCK_N"] == 256
+    # an explicit BLOCK_N is never changed, and 3xtf32's tuned tile is 128 anyway
+    assert mma.resolve("bf16", **{**_params(), "BLOCK_N": 256}, M=33, N=40)["BLOCK_N"] == 256
+    assert mma.resolve("3xtf32", **_params(), M=BIG_M, N=BIG_N)["BLOCK_N"] == 128
+
+
+# ------------------------------------------------------------ what the launch reports
+
+
+@cpu_only
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_the_launch_reports_the_resolved_configuration(precision):
+    mma = _mma()
+    bn, bk, stages, kmajor = EXPECTED[precision]
+    a, b, c = _operands(33, 40, 17, precision)
+    launch = mma.prepare(a, b, c, precision=precision, **_params())
+    want = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": 8,
+            "num_stages": stages, "kmajor_b": kmajor}
+    assert launch.config == want  # 33 x 40: one program, so 128 x 128
+    assert launch.resources["params"] == (
+        f"BLOCK_M=128,BLOCK_N=128,BLOCK_K={bk},GROUP_M=8,num_warps=8,num_stages={stages},"
+        f"kmajor_b={kmajor}")
+    assert launch.problem.b.col_major == bool(kmajor)  # tf32/3xtf32 copied B K-major
+    # a problem with enough programs gets the tuned tile (prepared, not run: the interpreter)
+    a, b, c = _operands(BIG_M, BIG_N, 16, precision)
+    launch = mma.prepare(a, b, c, precision=precision, **_params())
+    assert launch.config == {**want, "BLOCK_N": bn}
+    assert f"BLOCK_N={bn}," in launch.resources["params"]
+
+
+@cpu_only
+def test_the_row_shows_the_configuration_that_ran(tmp_path):
+    """lab.compare's `params` column (and the line that says what an :auto row ran) carries the
+    resolved values, never the 0s and -1 of the registry."""
+    out = tmp_path / "run.csv"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"}
+    r = subprocess.run([sys.executable, "-m", "lab.compare", "--stage", "mma,mma:auto",
+                        "--backend", "triton", "--sizes", "33x40x17", "--precision", "tf32,bf16",
+                        "--csv", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr + r.stdout
+    df = pd.read_csv(out)
+    assert set(df.status) == {"pass"} and len(df) == 4
+    want = {"tf32": "BLOCK_M=128,BLOCK_N=128,BLOCK_K=32,GROUP_M=8,num_warps=8,num_stages=4,"
+                    "kmajor_b=1",
+            "bf16": "BLOCK_M=128,BLOCK_N=128,BLOCK_K=64,GROUP_M=8,num_warps=8,num_stages=4,"
+                    "kmajor_b=0"}
+    for row in df.itertuples():
+        assert row.params == want[row.precision], row
+    assert f"ran {want['tf32']} (auto:" in " ".join(r.stdout.split())
+
+
+# ------------------------------------------------------------------ explicit values
+
+
+@cpu_only
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_explicit_values_override_the_automatic_ones(precision):
+    mma = _mma()
+    explicit = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4,
+                "num_stages": 2, "kmajor_b": 0}
+    spec = "mma:" + ",".join(f"{k}={v}" for k, v in explicit.items())
+    params = _params(spec)
+    assert params == explicit
+    a, b, c = _operands(70, 45, 33, precision)
+    launch = mma.prepare(a, b, c, precision=precision, **params)
+    assert launch.config == explicit
+    assert launch.problem.b.tensor.data_ptr() == b.data_ptr()  # kmajor_b=0: B as given
+    assert chk.check(launch, c, chk.reference(a, b), 33, precision).passed
+    # kmajor_b=1 copies B in bf16/fp16 too; BLOCK_N=256 on a tiny problem stays 256
+    launch = mma.prepare(a, b, c, precision=precision,
+                         **_params("mma:kmajor_b=1,BLOCK_N=256"))
+    assert launch.problem.b.col_major and launch.config["BLOCK_N"] == 256
+    assert chk.check(launch, c, chk.reference(a, b), 33, precision).passed
+
+
+def test_the_fit_rule_keeps_variants_that_ran_before():
+    """Where the tuned values would be refused next to an explicit value, every automatic value
+    takes the previous fixed default (BLOCK_N 128, BLOCK_K 128 bytes, 3 stages)."""
+    mma = _mma()
+    for spec, prec, want in (
+            ("mma:num_warps=4", "bf16", (128, 64, 3)),  # 256 accumulators a thread with 256
+            ("mma:num_stages=5", "bf16", (128, 64, 5)),  # 240 KiB with 256
+            ("mma:BLOCK_K=64", "tf32", (128, 64, 3)),  # 384 KiB with 256 x 4 stages
+            ("mma:num_stages=4", "3xtf32", (128, 32, 4)),  # 256 KiB with BLOCK_K=64
+            ("mma:BLOCK_N=256", "3xtf32", (256, 32, 3)),  # 288 KiB with BLOCK_K=64
+            ("mma:num_stages=4", "bf16", (256, 64, 4)),  # fits: the tuned values stay
+            ("mma:BLOCK_M=64", "tf32", (256, 32, 4))):
+        params = _params(spec)
+        mma.validate(**params, precision=prec)
+        r = mma.resolve(prec, **params)
+        assert (r["BLOCK_N"], r["BLOCK_K"], r["num_stages"]) == want, spec
+
+
+# -------------------------------------------------------------------------- validate
+
+
+@pytest.mark.parametrize("changes,precision,words", [
+    (dict(kmajor_b=2), None, "kmajor_b must be -1"),
+    (dict(BLOCK_N=96), None, "powers of two"),
+    (dict(BLOCK_K=8), "bf16", "at least 16"),
+    (dict(num_stages=-1), None, "num_stages must be 0"),
+    (dict(num_warps=3), None, "num_warps must be a power of two"),
+    (dict(BLOCK_M=256, BLOCK_N=256, num_warps=4), None, "512 accumulators"),
+    (dict(BLOCK_K=128, num_stages=5), None, "BLOCK_N=0 (automatic: 128)"),
+    (dict(BLOCK_K=128, num_stages=4), "bf16", "in bf16 with BLOCK_M=128, BLOCK_N=0 (automatic: "
+                                              "128), BLOCK_K=128, num_warps=8, num_stages=4 needs"),
+    (dict(BLOCK_K=64, num_stages=4), "tf32", "256 KiB of shared memory in tf32"),
+    (dict(BLOCK_N=256, BLOCK_K=128), "3xtf32", "num_stages=0 (automatic: 3)"),
+    (dict(BLOCK_M=256, BLOCK_N=0, num_warps=4), "fp16", "256 accumulators"),
+    (dict(), "fp32", "precision must be one of"),
+])
+def test_validate_refuses_in_one_sentence(changes, precision, words):
+    with pytest.raises(LabError) as info:
+        _mma().validate(**{**_params(), **changes}, precision=precision)
+    _one_sentence(str(info.value))
+    assert words in str(info.value)
+
+
+def test_validate_accepts_the_defaults_and_the_registry_refuses_other_values():
+    mma = _mma()
+    mma.validate(**_params())
+    for prec in PRECISIONS:
+        mma.validate(**_params(), precision=prec)
+        assert mma.smem_bytes(**_params(), precision=prec) == 192 * 1024
+    assert _params("mma:kmajor_b=-1,BLOCK_N=0,num_stages=0") == _params()
+    assert parse_variants(["mma:kmajor_b=-1,BLOCK_N=0"])[0].label == "mma"
+    for spec, words in (("mma:kmajor_b=2", "takes one of -1, 0, 1"),
+                        ("mma:BLOCK_N=32", "takes one of 0, 64, 128, 256"),
+                        ("mma:num_stages=1", "takes one of 0, 2, 3, 4, 5")):
+        with pytest.raises(LabError, match=words):
+            parse_variants([spec])
+
+
+def test_validate_checks_what_the_automatic_values_stand_for():
+    """Over the tuner's whole Triton space in each precision: a configuration validate() accepts
+    resolves, for a small and a large problem, to concrete values the kernel's rules accept; one
+    it refuses is refused in its resolved form too."""
+    mma = _mma()
+    stage = get_stage("mma")
+    space = [p for p in stage.params if "triton" in p.backends]
+    for prec in PRECISIONS:
+        for values in itertools.product(*(p.choices for p in space)):
+            params = dict(zip((p.name for p in space), values))
+            try:
+                mma.validate(**params, precision=prec)
+                ok = True
+            except LabError:
+                ok = False
+            for M, N in ((33, 40), (BIG_M, BIG_N)):
+                r = mma.resolve(prec, **params, M=M, N=N)
+                assert min(r["BLOCK_N"], r["BLOCK_K"], r["num_stages"]) > 0
+                assert r["kmajor_b"] in (0, 1)
+                why = mma._refusal(prec, params["BLOCK_M"], r["BLOCK_N"], r["BLOCK_K"],
+                                   params["num_warps"], r["num_stages"])
+                if ok:
+                    assert why is None, (prec, params, M, N, why)
+            if not ok:
+                r = mma.resolve(prec, **params)
+                assert mma._refusal(prec, params["BLOCK_M"], r["BLOCK_N"], r["BLOCK_K"],
+                                    params["num_warps"], r["num_stages"])
+
+
+# ------------------------------------------------ results at every precision (interpreted)
+
+
+@cpu_only
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+@pytest.mark.parametrize("shape", [(33, 40, 17), (65, 31, 70)], ids=lambda s: "x".join(map(str, s)))
+def test_new_defaults_are_correct_in_every_precision(precision, layout, shape):
+    """Against a float64 reference of the operands the kernel received (bf16 / fp16 already
+    rounded); the interpreter multiplies TF32 and 3xTF32 in fp32."""
+    M, N, K = shape
+    a, b, c = _operands(M, N, K, precision, layout, seed=M + N + K)
+    launch = _mma().prepare(a, b, c, precision=precision, **_params())
+    result = chk.check(launch, c, chk.reference(a, b), K, precision)
+    assert result.passed, (precision, layout, shape, result.reason)
+    copied = launch.problem.b.tensor.data_ptr() != b.data_ptr()
+    # tf32/3xtf32 copy an N-major B K-major; a K-major B (nt) is left alone; bf16/fp16 never copy
+    assert copied == (precision in ("tf32", "3xtf32") and layout == "nn")
+
+
+# -------------------------------------------------- the cache, the tuner's space, dry run
+
+
+@cpu_only
+@pytest.mark.parametrize("key", sorted(_triton_entries()))
+def test_cached_configurations_still_validate_and_run(key):
+    """The explicit winners of results/autotune.json (kmajor_b stored as true/false) pass
+    validate() in their precision and compute correct results under the interpreter."""
+    e = _triton_entries()[key]
+    prec, params = e["precision"], e["params"]
+    mma = _mma()
+    mma.validate(**params, precision=prec)
+    a, b, c = _operands(33, 40, 17, prec)
+    launch = mma.prepare(a, b, c, precision=prec, **params)
+    assert launch.config == {**params, "kmajor_b": int(params["kmajor_b"]),
+                             "BLOCK_K": mma.block_k(params["BLOCK_K"], prec)}
+    assert chk.check(launch, c, chk.reference(a, b), 17, prec).passed
+
+
+def test_cached_entries_load_through_lookup():
+    """The cache stores kmajor_b as true / false (it was a bool switch); Param.coerce reads them
+    as 1 / 0 of the integer switch, so the tuned entries still run."""
+    for e in _triton_entries().values():
+        M, N, K = e["shape"]
+        params, note = at.lookup("mma", "triton", M, N, K, e["layout"], e["precision"],
+                                 cache=CACHE, gpu=GPU)
+        assert params is not None, note
+        assert params["kmajor_b"] == int(e["params"]["kmajor_b"])
+        assert not isinstance(params["kmajor_b"], bool)
+
+
+def test_kmajor_b_takes_a_bool_where_it_took_one():
+    """An integer switch with choices 0 and 1 takes True / False (Python) and true / on / false /
+    off (command line) as 1 / 0; -1 stays the automatic choice."""
+    prm = {p.name: p for p in get_stage("mma").params}["kmajor_b"]
+    assert prm.coerce(True) == 1 and prm.coerce(False) == 0 and prm.coerce(-1) == -1
+    assert prm.parse("mma", "on") == 1 and prm.parse("mma", "false") == 0
+    assert prm.parse("mma", "-1") == -1
+    with pytest.raises(LabError):
+        prm.parse("mma", "2")
+
+
+def test_the_tuners_space_keeps_explicit_values_and_the_automatic_ones():
+    space = at.space_of(get_stage("mma"), "triton")
+    choices = {p.name: p.choices for p in space.searched}
+    assert choices["BLOCK_N"] == (0, 64, 128, 256)
+    assert choices["BLOCK_K"] == (0, 32, 64, 128)
+    assert choices["num_stages"] == (0, 2, 3, 4, 5)
+    assert choices["kmajor_b"] == (-1, 0, 1)
+    assert space.default == _params()  # the search starts from the automatic defaults
+    # restricted spaces as the tuning logs wrote them, and with the automatic values
+    (stage, restrict), = at._parse_stages(
+        "mma:BLOCK_M=128|256,BLOCK_N=128|256,BLOCK_K=0|64,GROUP_M=8,num_warps=8,"
+        "num_stages=3|4,kmajor_b=1", ("triton",))
+    assert restrict["kmajor_b"] == (1,) and restrict["BLOCK_N"] == (128, 256)
+    (stage, restrict), = at._parse_stages("mma:BLOCK_N=0|256,num_stages=0|4,kmajor_b=-1|0",
+                                          ("triton",))
+    assert restrict == {"BLOCK_N": (0, 256), "num_stages": (0, 4), "kmajor_b": (-1, 0)}
+
+
+def test_autotune_dry_run_exits_0():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-m", "lab.autotune", "--stage", "mma", "--backend",
+                        "triton", "--precision", "bf16", "--sizes", "4096", "--dry-run"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "mma triton nn 4096x4096x4096 bf16" in r.stdout
+    assert "1. BLOCK_M=128,BLOCK_N=0,BLOCK_K=0,GROUP_M=8,num_warps=8,num_stages=0,kmajor_b=-1" \
+        in r.stdout
