@@ -367,3 +367,24 @@ def test_autotune_dry_run_exits_0():
     assert "mma triton nn 4096x4096x4096 bf16" in r.stdout
     assert "1. BLOCK_M=128,BLOCK_N=0,BLOCK_K=0,GROUP_M=8,num_warps=8,num_stages=0,kmajor_b=-1" \
         in r.stdout
+
+
+# ------------------------------------------------------------------ on the GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_the_automatic_defaults_on_the_gpu(precision, layout):
+    """The compiled defaults (wgmma on an H100, the copy of B where kmajor_b resolves on) at odd
+    shapes, a grid below the SM count (the shape rule's 128-wide tile) and a grid above it."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    for M, N, K in [(1, 1, 1), (33, 40, 17), (1025, 1025, 1025), (2048, 3072, 520)]:
+        a, b = chk.make_inputs(M, N, K, M + K, "cuda", dtype=DTYPE[precision], layout=layout)
+        c = torch.empty((M, N), dtype=DTYPE[precision], device="cuda")
+        launch = _mma().prepare(a, b, c, precision=precision, **_params())
+        result = chk.check(launch, c, chk.reference(a, b), K, precision)
+        assert result.passed, (precision, layout, M, N, K, launch.config, result.reason)
+        cfg = launch.config
+        assert cfg["BLOCK_N"] in (128, 256) and cfg["num_stages"] > 0 and cfg["kmajor_b"] in (0, 1)

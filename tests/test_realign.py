@@ -340,3 +340,37 @@ def test_the_autotuner_dry_run_lists_realign(spec):
         assert "realign 2)" in r.stdout  # both values in the space
     else:
         assert "realign=1" in r.stdout and "realign=0" not in r.stdout
+
+
+# ------------------------------------------------------------------- (g) on the GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_realign_on_the_gpu(layout):
+    """The compiled kernel (16-byte copies from the buffers, the mask rounded up to 4 into the
+    zero padding) at odd and tuned-tile shapes, offset views, and a copy in every call."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    tiles = [dict(), dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, GROUP_M=8, num_warps=4,
+                          num_stages=4),
+             dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2)]
+    for M, N, K in [(1, 1, 1), (33, 17, 45), (1025, 1025, 1025), (515, 777, 301)]:
+        a, b = chk.make_inputs(M, N, K, M + N + K, "cuda", layout=layout)
+        ref = chk.reference(a, b)
+        for tile in tiles:
+            c = torch.empty((M, N), device="cuda")
+            launch = _triton().prepare(a, b, c, **_params(**tile, realign=True))
+            result = chk.check(launch, c, ref, K)
+            assert result.passed, (layout, M, N, K, tile, result.reason)
+    # an offset A (base 4 bytes past 16) and new values in a second call
+    M, N, K = 300, 203, 517
+    a0, b = chk.make_inputs(M, N, K, 5, "cuda")
+    a = torch.empty(M * K + 1, device="cuda")[1:].view(M, K).copy_(a0)
+    c = torch.empty((M, N), device="cuda")
+    launch = _triton().prepare(a, b, c, **_params(realign=True))
+    assert "A" in launch.realigned
+    assert chk.check(launch, c, chk.reference(a, b), K).passed
+    a.mul_(-3.0)
+    result = chk.check(launch, c, chk.reference(a, b), K)
+    assert result.passed, result.reason
