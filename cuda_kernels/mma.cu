@@ -111,6 +111,9 @@
 #ifndef VEC_C  // 1: C's rows allow 2-element stores (pointer and ldc aligned to 2 elements)
 #define VEC_C 1
 #endif
+#ifndef TF32_RN  // TF32: 1 rounds each operand to nearest (as cuBLAS), 0 lets the tensor core
+#define TF32_RN 1  // truncate it (as Triton's tl.dot): one integer add per fragment register less
+#endif
 
 // Precision: 0 tf32, 1 3xtf32, 2 bf16, 3 fp16 (exactly one PREC_* define set to 1).
 #if defined(PREC_BF16) && PREC_BF16
@@ -615,7 +618,7 @@ __device__ __forceinline__ void load_frags(Frags& f, const elem_t* As, const ele
 
 // The warp's mma for one k-step.
 __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], Frags& f) {
-#if PREC == 0
+#if PREC == 0 && TF32_RN
     // TF32: round each operand to nearest rather than let the tensor core truncate it. Here, at
     // the point of use, not in load_frags: there the adds waited on the loads they follow (the
     // warp stalls in order), here the loads issued one k-step earlier have long landed.
@@ -638,7 +641,9 @@ __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], Frags& f) {
         }
     for (int j = 0; j < NJ; ++j)
         for (int r = 0; r < 2; ++r) {
-            xb[tid][0][j][r] = PREC == 1 ? tf32_hi(f.b[j][r]) : f.b[j][r];
+            // (TF32: the GPU path rounds B piece by piece, right before its mma)
+            xb[tid][0][j][r] = PREC == 1 ? tf32_hi(f.b[j][r])
+                               : PREC == 0 && TF32_RN ? tf32_rn(f.b[j][r]) : f.b[j][r];
             if (SETS == 2) xb[tid][SETS - 1][j][r] = tf32_rn(f32_sub_bits(f.b[j][r], xb[tid][0][j][r]));
         }
     __syncthreads();
@@ -658,7 +663,7 @@ __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], Frags& f) {
 #elif PREC != 1
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
-#if PREC == 0
+#if PREC == 0 && TF32_RN
 #pragma unroll
         for (int r = 0; r < 2; ++r) f.b[j][r] = tf32_rn(f.b[j][r]);
 #endif

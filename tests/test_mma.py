@@ -486,6 +486,26 @@ def test_3xtf32_keeps_fp32_accuracy_at_long_k_despite_truncating_sums(emulator, 
         assert ok and err < 2e-6, out
 
 
+@cpu_only
+@pytest.mark.parametrize("layout", ["nn", "tt"])  # B runs rounded per piece / B by ldmatrix
+def test_tf32_rounds_both_operands_to_nearest(emulator, layout):
+    """TF32_RN=1 (the default) rounds every A and B fragment register to nearest before the
+    tensor core reads it; TF32_RN=0 leaves the truncation to the tensor core. Rounding both
+    operands halves the error; one of them left truncated lands in between."""
+    params = _params(BM=64, BN=64, WM=32, WN=32, STAGES=3)
+    M, N, K = 64, 64, 512
+    errs = {}
+    for rn in (1, 0):
+        build = _Defines(layout, **params, precision="tf32")
+        build.options = build.options + (f"-DTF32_RN={rn}",)
+        ok, out = emulator.run(build, "tf32", params, M, N, K,
+                               _ld(M if layout[0] == "t" else K, 16, 4),
+                               _ld(K if layout[1] == "t" else N, 16, 4), _ld(N, 16, 4))
+        assert ok, out
+        errs[rn] = float(re.search(r"rel_err=([0-9.eE+-]+)", out).group(1))
+    assert errs[1] < 0.6 * errs[0], errs
+
+
 # ------------------------------------------------------- (d) validate(), launchers, variants
 
 
