@@ -491,7 +491,8 @@ def test_3xtf32_keeps_fp32_accuracy_at_long_k_despite_truncating_sums(emulator, 
 def test_tf32_rounds_both_operands_to_nearest(emulator, layout):
     """TF32_RN=1 (the default) rounds every A and B fragment register to nearest before the
     tensor core reads it; TF32_RN=0 leaves the truncation to the tensor core. Rounding both
-    operands takes the error to about 0.37 of truncation's; B left truncated gives 0.60."""
+    operands takes the error to 0.38 of truncation's (2.95e-4 vs 7.76e-4 at 64x64x512, nn); B
+    left truncated gives 0.60."""
     params = _params(BM=64, BN=64, WM=32, WN=32, STAGES=3)
     M, N, K = 64, 64, 512
     errs = {}
@@ -503,7 +504,7 @@ def test_tf32_rounds_both_operands_to_nearest(emulator, layout):
                                _ld(K if layout[1] == "t" else N, 16, 4), _ld(N, 16, 4))
         assert ok, out
         errs[rn] = float(re.search(r"rel_err=([0-9.eE+-]+)", out).group(1))
-    assert errs[1] < 0.5 * errs[0], errs  # about 0.37; B left truncated: 0.60
+    assert errs[1] < 0.5 * errs[0], errs  # 0.38; B left truncated: 0.60
 
 
 # ------------------------------------------------------- (d) validate(), launchers, variants
