@@ -288,6 +288,11 @@ STAGES: tuple[Stage, ...] = (
             Param("GROUP_M", 8, (1, 4, 8, 16), "Triton tile-rows walked together (L2 reuse)",
                   ("triton",)),
             num_warps(8), num_stages(3),
+            Param("realign", False, (False, True),
+                  "Triton: copy an A or B whose leading dimension is not a multiple of 16 (or "
+                  "base not 16-byte aligned) into an aligned buffer in every call (timed, before "
+                  "the split-K kernel and its sum), for 16-byte loads",
+                  ("triton",)),
         ),
     ),
     Stage(

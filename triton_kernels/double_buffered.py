@@ -35,7 +35,7 @@ element 1), or an operand size along its contiguous dimension that is not a mult
 edge mask then changes inside a float4), the hints cannot be given and every copy is 4 bytes.
 realign=True copies each A or B whose leading dimension is not a multiple of 16 elements, whose
 base is not 16-byte aligned, or that has no unit stride, into a buffer (needs_realign,
-realign_buffer):
+realign_buffer: triton_kernels/_realign.py, shared with the warptiling twin):
   setup, once in prepare(), outside the timing (launch.setup_ms): the buffer is allocated in the
     operand's own layout (a column-major operand stays column-major; one with no unit stride
     becomes row-major), its leading dimension rounded up to a multiple of 16 elements, its storage
@@ -80,8 +80,9 @@ import triton
 import triton.language as tl
 
 from lab.errors import LabError
-from lab.operands import entry, timer
+from lab.operands import entry
 from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
+from triton_kernels._realign import realign_flags, realign_setup, with_copies
 from triton_kernels.vectorized import vector_flags
 
 
@@ -196,87 +197,18 @@ def validate(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_warp
                        f"BLOCK_M/BLOCK_N")
 
 
-# realign: a buffer's leading dimension is a multiple of this many elements (64 bytes of fp32),
-# so that Triton's integer specialization sees it (divisible by 16) as well as the hints do
-REALIGN_LD = 16
-
-
-def needs_realign(op) -> bool:
-    """Whether realign=True copies this operand: no unit stride, a leading dimension that is not a
-    multiple of REALIGN_LD elements, or a base pointer that is not 16-byte aligned."""
-    return not op.blas or op.ld % REALIGN_LD != 0 or op.tensor.data_ptr() % 16 != 0
-
-
-def realign_buffer(op):
-    """Setup, once in prepare() (untimed): a zeroed buffer for operand `op` in its own layout (a
-    column-major operand stays column-major; one with no unit stride becomes row-major), its
-    leading dimension rounded up to a multiple of REALIGN_LD elements, its storage 16-byte
-    aligned. Returns the Operand the kernel reads (the buffer's view, with its real strides). The
-    timed call fills the view; the padding is never written again, so it stays zero."""
-    import torch
-
-    from lab.operands import Operand
-
-    t = op.tensor
-    lines, width = (op.cols, op.rows) if op.col_major else (op.rows, op.cols)
-    ld = cdiv(width, REALIGN_LD) * REALIGN_LD
-    per16 = max(1, 16 // t.element_size())  # elements per 16 bytes
-    store = torch.zeros(lines * ld + per16, dtype=t.dtype, device=t.device)
-    skip = (-store.data_ptr() % 16) // t.element_size()  # to the first 16-byte boundary (0 here)
-    view = store[skip:skip + lines * ld].view(lines, ld)[:, :width]
-    if op.col_major:
-        view = view.t()
-    return Operand(op.name, view, op.rows, op.cols, *view.stride())
-
-
-def _realigned(p) -> dict:
-    """realign=True: point the Problem's misaligned A and/or B at buffers (setup, here) and return
-    {name: (buffer view, user tensor)}, the copies the timed call makes."""
-    copies = {}
-    for attr in ("a", "b"):
-        op = getattr(p, attr)
-        if needs_realign(op):
-            buf = realign_buffer(op)
-            copies[op.name] = (buf.tensor, op.tensor)
-            setattr(p, attr, buf)
-    return copies
-
-
 @entry("double_buffered", "triton")
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_M: int = 8,
             num_warps: int = 8, num_stages: int = 3, realign: bool = False, **_):
     """p: the shared description of the operands (lab/operands.py)."""
     validate(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps,
              num_stages=num_stages)
-    clock = timer(p.a.tensor.is_cuda)
-    copies = _realigned(p) if realign else {}  # setup: the buffers, allocated and zeroed once
-    setup_ms = clock.stop() if copies else None
-    flags = vector_flags(p)
-    # a buffer has 16-byte lines and a 16-byte base by construction; its zero padding makes the
-    # mask along its contiguous dimension constant per float4 (PAD_*), whatever that size is
-    pads = {}
-    for name, attr in (("A", "a"), ("B", "b")):
-        if name in copies:
-            flags[f"VEC_{name}"] = getattr(p, attr).letter
-            pads[f"PAD_{name}"] = True
+    copies, setup_ms = realign_setup(p, realign)  # setup: the buffers, allocated and zeroed once
+    # a buffer's hint is on, and PAD_* for its zero padding (triton_kernels/_realign.py)
+    flags = {**vector_flags(p), **realign_flags(p, copies)}
     grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N),)
     launch = launcher(matmul_double_buffered_kernel, grid, (*problem_args(p),), BLOCK_M=BLOCK_M,
                       BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-                      EVEN_K=p.K % BLOCK_K == 0, **flags, **pads, num_warps=num_warps,
+                      EVEN_K=p.K % BLOCK_K == 0, **flags, num_warps=num_warps,
                       num_stages=num_stages)
-    if not copies:
-        launch.realigned = ()
-        return launch
-
-    pairs = tuple(copies.values())
-
-    def launch_with_copy():  # timed, every call: the copies, then the kernel on the buffers
-        for buf, user in pairs:
-            buf.copy_(user)
-        launch()
-
-    launch_with_copy.resources = launch.resources
-    launch_with_copy.kernel_only = launch  # the kernel alone, for a profiler
-    launch_with_copy.realigned = tuple(copies)  # the operands copied: ("A",), ("B",), ("A", "B")
-    launch_with_copy.setup_ms = setup_ms  # allocating and zeroing the buffers, outside the timing
-    return launch_with_copy
+    return with_copies(launch, copies, setup_ms)  # timed, every call: the copies, then the kernel

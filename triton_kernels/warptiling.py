@@ -34,9 +34,25 @@ What this file adds over the vectorized twin (the "masks only on edges" GEMM):
   stores its partial tile into its slab of a workspace of S x M x N floats (allocated in prepare:
   setup), and splitk_reduce_kernel, a second small Triton kernel, sums the slabs in the fixed
   order 0, 1, ..., S-1 into C: bitwise reproducible. The launch callable runs both.
+- realign (default off; the machinery is triton_kernels/_realign.py, shared with the
+  double_buffered twin, whose docstring gives the reasoning and the cost). Without 16-byte aligned
+  lines (1025^3, 7919x6007x3001: no VEC hints) every copy of A and B is 4 bytes. realign=True
+  copies each A or B whose leading dimension is not a multiple of 16 elements, whose base is not
+  16-byte aligned, or that has no unit stride into a zeroed buffer allocated once in prepare()
+  (setup, untimed), at the start of every (timed) call, once, before the GEMM kernel and, with
+  split-K, its reduction (which reads only the workspace); the kernel reads the buffer with its
+  hint on (VEC_A / VEC_B) and PAD_A / PAD_B: along the buffer's contiguous dimension, a
+  column-major A or a row-major B wraps at M or N rounded up to a multiple of 4 (not at M or N),
+  so that the wrapped offsets are aligned runs of 4 whatever the size (the rows and columns in
+  between are the zero padding, and are not stored), and a row-major A or column-major B masks
+  the ragged last k-tile up to K rounded up to 4. Compiled for sm_90 without a GPU (Triton 3.9,
+  default tile, 1025^3 and 7919x6007x3001, nn, nt, tn, tt, splitk 1 and 3; never run): the K
+  loop's 96 4-byte LDGSTS become 24 LDGSTS.E.BYPASS.128 and the ragged k-tile's 32 LDG.E become
+  8 LDG.E.128. launch.realigned names the copied operands; launch.kernel_only is the kernel (with
+  split-K: both kernels) without the copies. Its speed is not measured yet.
 Knobs: BLOCK_M, BLOCK_N, BLOCK_K (default 128 x 128 x 32), GROUP_M (8), num_warps (8),
 num_stages (3), splitk (shared with the CUDA stage; the other knobs are the Triton twin's own, so
-a tuner can pick its tile apart from the CUDA one).
+a tuner can pick its tile apart from the CUDA one), realign (False / True).
 Launch: a 1-D grid of splitk * ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs (GROUP_M order within a
 split; GROUP_M = 1 is pid_n = pid % grid_n); the reduction a 1-D grid of ceil(M*N / 1024).
 Bottleneck it attacks: latency (pipelining), instruction overhead in the loop (no masks), L2
@@ -49,6 +65,7 @@ import triton.language as tl
 from lab.errors import LabError
 from lab.operands import entry, timer
 from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
+from triton_kernels._realign import realign_flags, realign_setup, with_copies
 from triton_kernels.vectorized import vector_flags
 
 REDUCE_BLOCK = 1024
@@ -60,7 +77,8 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
                              stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                              SPLITK: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
-                             VEC_C: tl.constexpr, EVEN_K: tl.constexpr):
+                             VEC_C: tl.constexpr, EVEN_K: tl.constexpr,
+                             PAD_A: tl.constexpr = False, PAD_B: tl.constexpr = False):
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
@@ -77,12 +95,22 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
 
     # Rows and columns of this tile, wrapped at the edges of C (never out of bounds, so no masks
     # in the loop; the wrapped rows and columns of the result are not stored).
-    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    # realign (PAD_A / PAD_B: the operand is prepare()'s buffer, zero past its contiguous
+    # dimension up to a multiple of 4 and beyond): a buffer read along m or n (a column-major A,
+    # a row-major B) wraps at M or N rounded up to 4, reading zeros in between, into rows and
+    # columns that are not stored either.
+    wrap_m = M
+    wrap_n = N
+    if PAD_A and VEC_A == "t":
+        wrap_m = tl.cdiv(M, 4) * 4
+    if PAD_B and VEC_B == "n":
+        wrap_n = tl.cdiv(N, 4) * 4
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % wrap_m
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % wrap_n
     rk = tl.arange(0, BLOCK_K)
     # Contiguity hints where an operand runs along m or n (a transposed A, a row-major B): the
-    # wrap happens at a multiple of 4 (vector_flags promises M % 4 == 0 or N % 4 == 0), so rm
-    # and rn are made of aligned runs of 4 and the loads can be 128-bit.
+    # wrap happens at a multiple of 4 (vector_flags promises M % 4 == 0 or N % 4 == 0; PAD_*
+    # rounds it up), so rm and rn are made of aligned runs of 4 and the loads can be 128-bit.
     if VEC_A == "t":
         rm = tl.max_contiguous(tl.multiple_of(rm, 4), 4)
     if VEC_B == "n":
@@ -124,8 +152,18 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
     if not EVEN_K:
         if full < kt1:  # the ragged end of K (only in the program that owns the last k-tile)
             k_left = K - full * BLOCK_K
-            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
+            in_k_a = rk[None, :] < k_left
+            in_k_b = rk[:, None] < k_left
+            # PAD: a buffer read along k (a row-major A, a column-major B) is masked up to K
+            # rounded up to 4 (zeros past K), so that the mask is constant per float4
+            if PAD_A and VEC_A == "n":
+                in_k_a = tl.max_constancy(rk[None, :] < tl.cdiv(K, 4) * 4 - full * BLOCK_K,
+                                          [1, 4])
+            if PAD_B and VEC_B == "t":
+                in_k_b = tl.max_constancy(rk[:, None] < tl.cdiv(K, 4) * 4 - full * BLOCK_K,
+                                          [4, 1])
+            a = tl.load(a_ptrs, mask=in_k_a, other=0.0)
+            b = tl.load(b_ptrs, mask=in_k_b, other=0.0)
             acc = tl.dot(a, b, acc, input_precision="ieee")
 
     cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # unwrapped: the store mask drops the wrap
@@ -184,15 +222,26 @@ def validate(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_warp
 
 @entry("warptiling", "triton")
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_M: int = 8,
-            num_warps: int = 8, num_stages: int = 3, splitk: int = 1, **_):
+            num_warps: int = 8, num_stages: int = 3, splitk: int = 1, realign: bool = False,
+            **_):
     """p: the shared description of the operands (lab/operands.py)."""
-    import torch
-
     validate(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps,
              num_stages=num_stages, splitk=splitk)
+    # realign (triton_kernels/_realign.py): the buffers first (setup, untimed), so that the GEMM
+    # kernel's arguments are the buffers; the copies run once per call, before the kernel(s)
+    copies, realign_ms = realign_setup(p, realign)
+    return with_copies(_launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages,
+                               splitk, realign_flags(p, copies)), copies, realign_ms)
+
+
+def _launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, splitk, pads):
+    """The GEMM kernel's launch (splitk = 1), or the split-K GEMM then the reduction, on p's
+    operands (the realign buffers where there are any; `pads`: their VEC_* / PAD_* flags)."""
+    import torch
+
     tiles = cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N)
     meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-                SPLITK=splitk, EVEN_K=p.K % BLOCK_K == 0, **vector_flags(p),
+                SPLITK=splitk, EVEN_K=p.K % BLOCK_K == 0, **{**vector_flags(p), **pads},
                 num_warps=num_warps, num_stages=num_stages)
     args = problem_args(p)
     if splitk == 1:

@@ -1,0 +1,117 @@
+"""realign, shared by the Triton twins that offer it (double_buffered, warptiling).
+
+A 16-byte load or cp.async needs 4 floats that are contiguous, start on a 16-byte boundary and lie
+under one mask value. realign=True copies each A or B that cannot give that (needs_realign: no
+unit stride, a leading dimension that is not a multiple of REALIGN_LD elements, or a base pointer
+off a 16-byte boundary) into a buffer:
+  setup, once in prepare(), outside the timing (realign_setup: launch.setup_ms): the buffer is
+    allocated in the operand's own layout (a column-major operand stays column-major; one with no
+    unit stride becomes row-major), its leading dimension rounded up to a multiple of REALIGN_LD
+    elements, its storage 16-byte aligned, and zeroed (realign_buffer);
+  timed, at the start of every call (with_copies): buffer_view.copy_(operand) for each such
+    operand, then the stage's launch (its kernel, or kernels: split-K's GEMM and reduction) on the
+    buffers. The copies never write the padding, so it stays zero.
+The kernel side (realign_flags): a buffer's hint (VEC_A / VEC_B, its layout letter) is on, and
+PAD_A / PAD_B tell the kernel that past the operand's contiguous dimension, up to that size
+rounded up to a multiple of 4, lie zeros it may read, so that its mask (or its wrap) along that
+dimension can be constant per float4 whatever the size. The launch callable names the copied
+operands (launch.realigned: (), ("A",), ("B",) or ("A", "B")) and, when there are any, offers
+the stage's launch without the copies as launch.kernel_only (for a profiler).
+"""
+
+from __future__ import annotations
+
+from lab.operands import timer
+from triton_kernels._common import cdiv
+
+# a buffer's leading dimension is a multiple of this many elements (64 bytes of fp32), so that
+# Triton's integer specialization sees it (divisible by 16) as well as the hints do
+REALIGN_LD = 16
+
+
+def needs_realign(op) -> bool:
+    """Whether realign=True copies this operand: no unit stride, a leading dimension that is not a
+    multiple of REALIGN_LD elements, or a base pointer that is not 16-byte aligned."""
+    return not op.blas or op.ld % REALIGN_LD != 0 or op.tensor.data_ptr() % 16 != 0
+
+
+def realign_buffer(op):
+    """Setup, once in prepare() (untimed): a zeroed buffer for operand `op` in its own layout (a
+    column-major operand stays column-major; one with no unit stride becomes row-major), its
+    leading dimension rounded up to a multiple of REALIGN_LD elements, its storage 16-byte
+    aligned. Returns the Operand the kernel reads (the buffer's view, with its real strides). The
+    timed call fills the view; the padding is never written again, so it stays zero."""
+    import torch
+
+    from lab.operands import Operand
+
+    t = op.tensor
+    lines, width = (op.cols, op.rows) if op.col_major else (op.rows, op.cols)
+    ld = cdiv(width, REALIGN_LD) * REALIGN_LD
+    per16 = max(1, 16 // t.element_size())  # elements per 16 bytes
+    store = torch.zeros(lines * ld + per16, dtype=t.dtype, device=t.device)
+    skip = (-store.data_ptr() % 16) // t.element_size()  # to the first 16-byte boundary (0 here)
+    view = store[skip:skip + lines * ld].view(lines, ld)[:, :width]
+    if op.col_major:
+        view = view.t()
+    return Operand(op.name, view, op.rows, op.cols, *view.stride())
+
+
+def realign_operands(p) -> dict:
+    """Point the Problem's misaligned A and/or B at buffers (setup, here) and return
+    {name: (buffer view, user tensor)}, the copies the timed call makes."""
+    copies = {}
+    for attr in ("a", "b"):
+        op = getattr(p, attr)
+        if needs_realign(op):
+            buf = realign_buffer(op)
+            copies[op.name] = (buf.tensor, op.tensor)
+            setattr(p, attr, buf)
+    return copies
+
+
+def realign_setup(p, realign: bool) -> tuple[dict, float | None]:
+    """prepare()'s setup for the `realign` knob: (copies, setup_ms). realign=False, or nothing
+    misaligned: ({}, None) and p unchanged; else realign_operands(p) and the milliseconds it took
+    (allocating and zeroing the buffers, outside the timing)."""
+    clock = timer(p.a.tensor.is_cuda)
+    copies = realign_operands(p) if realign else {}
+    return copies, (clock.stop() if copies else None)
+
+
+def realign_flags(p, copies: dict) -> dict:
+    """The kernel's flags for the copied operands, to update vector_flags(p) with: a buffer has
+    16-byte lines and a 16-byte base by construction, so its hint is on (VEC_A / VEC_B: its layout
+    letter); its zero padding makes the mask along its contiguous dimension constant per float4
+    (PAD_A / PAD_B), whatever that size is."""
+    flags = {}
+    for name, attr in (("A", "a"), ("B", "b")):
+        if name in copies:
+            flags[f"VEC_{name}"] = getattr(p, attr).letter
+            flags[f"PAD_{name}"] = True
+    return flags
+
+
+def with_copies(launch, copies: dict, setup_ms: float | None):
+    """The launch callable of a stage with realign: `launch` itself (launch.realigned = ()) when
+    nothing is copied; else a callable that copies each operand into its buffer, then runs
+    `launch` (timed, every call). It keeps launch's attributes (resources, a split-K workspace)
+    and adds kernel_only (launch without the copies, for a profiler), realigned (the operands
+    copied) and setup_ms (launch's own setup plus the buffers')."""
+    if not copies:
+        launch.realigned = ()
+        return launch
+
+    pairs = tuple(copies.values())
+
+    def launch_with_copy():  # timed, every call: the copies, then the kernel(s) on the buffers
+        for buf, user in pairs:
+            buf.copy_(user)
+        launch()
+
+    launch_with_copy.__dict__.update(launch.__dict__)
+    launch_with_copy.kernel_only = launch  # the kernel(s) alone, for a profiler
+    launch_with_copy.realigned = tuple(copies)  # the operands copied: ("A",), ("B",), ("A", "B")
+    own = getattr(launch, "setup_ms", None)
+    launch_with_copy.setup_ms = setup_ms if own is None else own + (setup_ms or 0.0)
+    return launch_with_copy
