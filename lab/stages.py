@@ -340,17 +340,23 @@ STAGES: tuple[Stage, ...] = (
         "and a cp.async ring",
         precisions=("tf32", "3xtf32", "bf16", "fp16"),
         params=(
-            Param("BM", 128, (64, 128, 256), "block tile rows", ("cuda",)),
-            Param("BN", 128, (64, 128, 256), "block tile columns", ("cuda",)),
+            Param("BM", 0, (0, 64, 128, 256),
+                  "block tile rows (0: per precision, 256 for tf32/bf16/fp16, 128 for 3xtf32; "
+                  "128 when that grid has fewer blocks than the GPU has SMs)", ("cuda",)),
+            Param("BN", 0, (0, 64, 128, 256),
+                  "block tile columns (0: per precision, 128; 64 for 3xtf32)", ("cuda",)),
             Param("BK", 0, (0, 16, 32, 64),
-                  "k-step of the shared tiles (0: 64 bytes, i.e. 32 bf16/fp16 or 16 TF32)",
-                  ("cuda",)),
-            Param("WM", 64, (32, 64, 128), "warp tile rows (BM/WM x BN/WN warps)", ("cuda",)),
+                  "k-step of the shared tiles (0: per precision, 128 bytes, i.e. 64 bf16/fp16 or "
+                  "32 TF32; 16 for 3xtf32, and for tf32 on small problems)", ("cuda",)),
+            Param("WM", 0, (0, 32, 64, 128),
+                  "warp tile rows, BM/WM x BN/WN warps (0: per precision, 128 for bf16/fp16, 64 "
+                  "for tf32, 32 for 3xtf32)", ("cuda",)),
             Param("WN", 0, (0, 32, 64, 128),
-                  "warp tile columns (0: 64, except 32 for 3xtf32, whose split operands need "
-                  "the registers)", ("cuda",)),
-            Param("STAGES", 4, (2, 3, 4), "cp.async ring depth (tiles in shared memory)",
+                  "warp tile columns (0: per precision, 32 for bf16/fp16, 64 for tf32/3xtf32)",
                   ("cuda",)),
+            Param("STAGES", 0, (0, 2, 3, 4),
+                  "cp.async ring depth, tiles in shared memory (0: per precision, 4 for tf32, 3 "
+                  "for the others)", ("cuda",)),
             Param("frags", 0, (0, 1, 2),
                   "fragment register sets (2: the next k-step's ldmatrix during this one's mma; "
                   "0: 2, except 1 for 3xtf32)", ("cuda",)),

@@ -78,7 +78,8 @@ def test_default_build_compiles_without_spills_in_every_layout(arch, precision, 
         assert build.spill_bytes == 0 and build.stack_frame == 0, (precision, layout, build.log)
         assert 0 < build.registers <= 255
         assert f"-DPREC_{precision.upper()}=1" in build.options
-        # 2 blocks of 128 threads per SM fit the 65536 registers (allocated per warp in 256s)
+        # 256 threads (2 blocks of 128, or one of 256) per SM fit the 65536 registers
+        # (allocated per warp in 256s)
         assert 2 * 4 * 32 * (-(-build.registers // 8) * 8) <= 65536
 
 
@@ -125,8 +126,10 @@ def test_sass_has_tensor_core_ldmatrix_and_cp_async(precision, layout, monkeypat
 @cpu_only
 def test_3xtf32_issues_three_tensor_core_products_per_tf32_one(monkeypatch):
     monkeypatch.setenv("LAB_CUDA_ARCH", "sm_90")
-    one = _sass_mix(_cuda().build(**_params(frags=1, WN=32), precision="tf32", layout="nt"))
-    three = _sass_mix(_cuda().build(**_params(frags=1, WN=32), precision="3xtf32", layout="nt"))
+    # one tile for both (the automatic defaults differ per precision): the previous fixed ones
+    same = _params(BM=128, BN=128, BK=16, WM=64, WN=32, STAGES=4, frags=1)
+    one = _sass_mix(_cuda().build(**same, precision="tf32", layout="nt"))
+    three = _sass_mix(_cuda().build(**same, precision="3xtf32", layout="nt"))
     n1, n3 = one["HMMA.1688.F32.TF32"], three["HMMA.1688.F32.TF32"]
     assert n3 == 3 * n1 or n3 == 6 * n1, (n1, n3)  # ptxas may unroll the tile loop twice
 
@@ -359,10 +362,12 @@ def _offset(align: int, es: int) -> int:
     return 0 if align == 16 else align // es
 
 
-def _shapes(changes) -> list:
+def _shapes(changes, precision) -> list:
     # 1x1x1; K below BK; edges everywhere with K not a multiple of BK; a whole interior block
-    # on full k-steps (the no-bounds-test path) next to edge blocks
-    BM, BN = changes.get("BM", 128), changes.get("BN", 128)
+    # on full k-steps (the no-bounds-test path) next to edge blocks (the block tile as the build
+    # resolves it: the automatic defaults are per precision)
+    tile = _cuda().config(precision, **_params(**changes))
+    BM, BN = tile["BM"], tile["BN"]
     return [(1, 1, 1), (37, 45, 13), (130, 67, 40), (BM + 3, BN + 5, 64)]
 
 
@@ -388,7 +393,7 @@ def test_kernel_emulated(emulator, case):
     es = ES[precision]
     build = _case_build(case)
     params = _params(**changes)
-    for M, N, K in _shapes(changes):
+    for M, N, K in _shapes(changes, precision):
         lda = _ld(M if layout[0] == "t" else K, aa, es)
         ldb = _ld(K if layout[1] == "t" else N, ab, es)
         ldc = _ld(N, 2 * es if vc else es, es) if vc else _ld(N, 16, es) + 1
@@ -550,11 +555,13 @@ def test_validate_checks_precision_dependent_rules_when_the_precision_is_known()
 
 
 def test_automatic_warp_tile_is_validated_as_every_value_it_stands_for():
-    # BN = 32 with WN = 0: 32 for 3xtf32 fits, 64 (the other precisions) does not
+    # BN = 32 with WN = 0: fits in bf16 (its tuned WN is 32) and in 3xtf32 (its tuned 64 does not
+    # fit, so the previous default, 32), not in tf32 (64, tuned and previous)
     params = {**_params(), "BN": 32}
     _cuda().validate(**params, precision="3xtf32")
+    _cuda().validate(**params, precision="bf16")
     with pytest.raises(LabError, match="automatic: 64") as info:
-        _cuda().validate(**params, precision="bf16")
+        _cuda().validate(**params, precision="tf32")
     _one_sentence(str(info.value))
     with pytest.raises(LabError, match="automatic: 64"):
         _cuda().validate(**params)  # no precision: every value WN = 0 can mean
@@ -562,10 +569,12 @@ def test_automatic_warp_tile_is_validated_as_every_value_it_stands_for():
 
 def test_automatic_bk_and_frags():
     mma = _cuda()
-    assert mma.resolve("bf16") == (32, 2) and mma.resolve("fp16") == (32, 2)
-    assert mma.resolve("tf32") == (16, 2) and mma.resolve("3xtf32") == (16, 1)
+    assert mma.resolve("bf16") == (64, 2) and mma.resolve("fp16") == (64, 2)
+    assert mma.resolve("tf32") == (32, 2) and mma.resolve("3xtf32") == (16, 1)
     assert mma.resolve("bf16", 64, 1) == (64, 1)
-    assert mma.smem_bytes(precision="bf16") == mma.smem_bytes(precision="tf32") == 4 * 256 * 64
+    # 256 x 128 tiles of 128-byte lines: 3 stages for bf16, 4 for tf32
+    assert mma.smem_bytes(precision="bf16") == 3 * 384 * 128
+    assert mma.smem_bytes(precision="tf32") == 4 * 384 * 128
 
 
 @cpu_only
@@ -705,14 +714,16 @@ def test_registry_defaults_are_the_documented_ones():
     spec = get_stage(STAGE)
     assert set(spec.precisions_for("triton")) == set(spec.precisions_for("cuda")) == set(PRECISIONS)
     d = spec.defaults()
-    assert (d["BM"], d["BN"], d["BK"], d["WM"], d["WN"], d["STAGES"]) == (128, 128, 0, 64, 0, 4)
-    # WN = 0: 64 columns per warp (4 warps), 32 for 3xtf32 (8 warps), in the build and the launch
+    assert (d["BM"], d["BN"], d["BK"], d["WM"], d["WN"], d["STAGES"]) == (0, 0, 0, 0, 0, 0)
+    # all automatic, per precision (cuda_kernels/mma.py, AUTO): WN = 0 is 32 columns per warp for
+    # bf16 (256 x 128 block, 128 x 32 warps: 8 warps), 64 for tf32 (256 x 128, 64 x 64: 8 warps)
+    # and 3xtf32 (128 x 64, 32 x 64: 4 warps), in the build and the launch
     mma = _cuda()
-    for precision, wn in (("bf16", 64), ("tf32", 64), ("3xtf32", 32)):
+    for precision, wn, warps in (("bf16", 32, 8), ("tf32", 64, 8), ("3xtf32", 64, 4)):
         assert mma.warp_n(0, precision) == wn
         assert mma.defines(**_params(), precision=precision)["WN"] == wn
         assert mma.geometry(1000, 1000, 1000, **_params(), precision=precision)[1][0] == \
-            (128 // 64) * (128 // wn) * 32
+            warps * 32
     page = (ROOT / "docs" / "stages" / "mma.md").read_text()
     assert "results/2026-11-22-h100/32-mma-done.csv" in page  # its numbers come from a file
 
