@@ -438,8 +438,17 @@ def _compile_only(row: Row, variant: Variant, shape: Shape, layout: str = "nn",
     params = variant.params_for("cuda")
     extra = ({"precision": precision}
              if "precision" in inspect.signature(module.build).parameters else {})
+    resolved = None
+    if hasattr(module, "launch_config"):  # automatic values (0) resolved as prepare() would
+        params = module.launch_config(shape[0], shape[1], **params, **extra)
+        resolved = module.config_text(params)
     build = module.build(**params, layout=layout, **extra)
-    row.set_resources(resources(build, *module.geometry(*shape, **params)))
+    geometry_extra = (extra if "precision" in inspect.signature(module.geometry).parameters
+                      else {})
+    res = resources(build, *module.geometry(*shape, **params, **geometry_extra))
+    if resolved is not None:
+        res = {**res, "params": resolved}
+    row.set_resources(res)
     row.status = "compiled"
     row.detail = f"built for {build.arch} by NVRTC; not run (no GPU)"
     if build.spill_bytes:
