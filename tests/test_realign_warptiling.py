@@ -37,6 +37,7 @@ import torch
 
 from lab import check as chk
 from lab.stages import get_stage, parse_variants
+from realign_helpers import offset_view, padding_of
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE = "warptiling"
@@ -61,22 +62,7 @@ def _prepare(a, b, c, **changes):
     return _triton().prepare(a, b, c, **_params(**{**SMALL, **changes}))
 
 
-def _padding_of(op):
-    """The padding of a realign buffer: the elements of each line past the operand's contiguous
-    dimension, up to its leading dimension."""
-    t = op.tensor
-    if op.row_major:
-        return t.as_strided((op.rows, op.s0), (op.s0, 1))[:, op.cols:]
-    return t.as_strided((op.s1, op.cols), (1, op.s1))[op.rows:, :]
-
-
-def _offset(rows, cols, ld, start, col_major=False):
-    """A rows x cols view with leading dimension `ld` that starts `start` elements into its
-    storage (start = 1: a base 4 bytes past a 16-byte boundary)."""
-    lines, width = (cols, rows) if col_major else (rows, cols)
-    store = torch.full((start + lines * ld,), float("nan"))
-    view = store[start:].view(lines, ld)[:, :width]
-    return view.t() if col_major else view
+_padding_of, _offset = padding_of, offset_view
 
 
 def _ordered_sum(launch, splitk, M, N):
