@@ -62,7 +62,7 @@ automatic build (both rows of every precision) compiles without spills for sm_80
 four layouts, at 240-255 registers (tests/test_mma_cuda_defaults.py).
 Two rules, both deterministic (config()):
 - shape: where ceil(M/BM) * ceil(N/BN) of the automatic tile is smaller than the GPU's SM count
-  (sm_count(): 132, lab.roofline.H100_SMS, off a GPU, as the Triton twin), the automatic values
+  (lab.roofline.sm_count(): 132 off a GPU, as for the Triton twin), the automatic values
   become the precision's row of SMALL_GRID, a 128 x 128 tile: tf32 the previous defaults
   (128 x 128, BK 16, 64 x 64 warps, 4 stages: 1.3% behind the winners at both sizes, 0.700 ms in
   the 4096 search against the winner's 0.691, 5.705 ms refined at 8192 against 5.630; the tuned
@@ -88,7 +88,7 @@ them as launch.config and, as text, in launch.resources["params"] (the row's `pa
 from cuda_kernels._build import cdiv, first_min_blocks, spill_free_build, stage_launcher
 from lab.errors import LabError
 from lab.operands import entry
-from lab.roofline import H100_SMS
+from lab.roofline import DEFAULT_SMS, sm_count
 
 PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
 DEFINES = {"tf32": "PREC_TF32", "3xtf32": "PREC_3XTF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16"}
@@ -126,17 +126,7 @@ SMALL_GRID = {
 # 64 x 32 warp tile and one fragment set: ptxas spilled 280 bytes with 64 x 64 at 255 registers).
 PREVIOUS = {p: _row(128, 128, 64 // ELEM_BYTES[p], 64, 32 if p == "3xtf32" else 64, 4,
                     1 if p == "3xtf32" else 2) for p in PRECISIONS}
-DEFAULT_SMS = H100_SMS  # SMs assumed off a GPU (CPU and meta tensors): an H100 SXM's 132
 
-
-def sm_count(device) -> int:
-    """SMs of the GPU `device` is (torch's multiprocessor count); DEFAULT_SMS (132) for a CPU or
-    meta device, where no GPU says (the Triton twin's rule)."""
-    if getattr(device, "type", None) != "cuda":
-        return DEFAULT_SMS
-    import torch
-
-    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def _given(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0) -> dict:
@@ -212,6 +202,14 @@ def launch_config(M: int, N: int, precision: str = DEFAULT_PRECISION, sms: int =
     """The configuration prepare() builds and launches for an M x N problem on a GPU of `sms`
     SMs: config() with the shape rule, and group."""
     return {**config(precision, **params, M=M, N=N, sms=sms), "group": group}
+
+
+def resolved_params(params: dict, M: int, N: int, precision: str = DEFAULT_PRECISION,
+                    sms: int = DEFAULT_SMS) -> dict:
+    """The tuner's identity of a configuration (lab.autotune.build_identity): `params` with the
+    automatic values made concrete as prepare() would for an M x N problem on `sms` SMs, so that
+    BK=0 and the BK it stands for are one candidate."""
+    return {**params, **launch_config(M, N, precision, sms, **params)}
 
 
 def precision_of(p) -> str:

@@ -77,6 +77,7 @@ from typing import Callable, Iterable
 
 from lab.cli import ArgumentParser, guarded
 from lab.errors import LabError
+from lab.roofline import DEFAULT_SMS
 
 # Switches that change the numerics are never searched: they stay at these values.
 NUMERICS = {"fast_math": False}
@@ -89,7 +90,7 @@ EXPLORE_FRACTION = 0.8  # of the budget spent searching; the rest is left for th
 ENUMERATE_LIMIT = 50_000  # a larger product is sampled down to this many configurations
 NEIGHBOUR_PICKS = 2  # of every NEIGHBOUR_PICKS + 1 picks, this many are neighbours of the best
 ORDER_RNG = 0  # the fixed state of the random generator that shuffles (and samples) the space
-SEED_SMS = 132  # SMs assumed for the split-K seeds when the GPU's count is not known (H100 SXM)
+SEED_SMS = DEFAULT_SMS  # SMs assumed for the split-K seeds when the GPU's count is not known (H100 SXM)
 SEED_TILES = 2  # block tiles seeded: the defaults' and one smaller (at most 3 seeds each)
 SEED_TARGETS = (1, 2, 4)  # tiles x splitk is aimed at these multiples of the SM count
 SEED_MIN_SPLIT_K = 256  # a seed's splitk leaves every split at least this much of K
@@ -388,6 +389,23 @@ def validator(module, precision: str = "fp32") -> Callable[[dict], str | None]:
     return why_not
 
 
+def build_identity(module, M: int, N: int, precision: str = "fp32",
+                   sms: int | None = None) -> Callable[[dict], tuple] | None:
+    """identity(params) for search(): the configuration as the launcher will build and launch it
+    for an M x N problem on a GPU of `sms` SMs, from the module's resolved_params(params, M, N,
+    precision, sms) (a stage with automatic values, such as mma's 0 and -1), as a sorted tuple of
+    items; None for a module without that hook (every value tuple is then its own build)."""
+    hook = getattr(module, "resolved_params", None)
+    if hook is None:
+        return None
+    sms = int(sms or SEED_SMS)
+
+    def identity(params: dict) -> tuple:
+        return tuple(sorted(hook(dict(params), M, N, precision, sms).items()))
+
+    return identity
+
+
 def resource_problem(res: dict | None, limits=None) -> str | None:
     """Why a launch with these resources (the `resources` dict launchers attach: registers,
     smem_static, smem_dynamic, spill_bytes, threads) is not worth timing, or None: spills, or a
@@ -548,6 +566,7 @@ class Result:
     restricted: dict = field(default_factory=dict)  # Space.restricted
     seeds: list[dict] = field(default_factory=list)  # the split-K seeds (splitk_seeds)
     sm_count: int = SEED_SMS  # the SM count the seeds aimed at
+    same_build: int = 0  # valid configurations left out: the same build as an earlier one
     winner: Trial | None = None
     default_trial: Trial | None = None
     finalists: list[Trial] = field(default_factory=list)
@@ -579,7 +598,7 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
            short_rep_ms: float = SHORT_REP_MS, long_rep_ms: float = LONG_REP_MS, top: int = TOP,
            refine_rounds: int = REFINE_ROUNDS, enumerate_limit: int = ENUMERATE_LIMIT,
            sm_count: int | None = None, prefetch: Callable[[list[dict]], None] | None = None,
-           compile_ahead: int = 0) -> Result:
+           compile_ahead: int = 0, identity: Callable[[dict], object] | None = None) -> Result:
     """Search `space` (see the module's doc for the steps) and return every trial and the winner.
 
     launch_factory(params) -> launch: a no-argument callable (prepare()); it may carry `resources`.
@@ -596,6 +615,10 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
     fewer when --max-configs leaves fewer launches), and once with [] when the search stops
     taking candidates; it must not change what `probe` returns, so the search is the same with or
     without it.
+    identity(params) -> what a valid configuration builds and launches (build_identity: its
+    automatic values made concrete for the shape); configurations with the same identity are one
+    candidate, tried once (the first in enumeration order: the defaults first). Without it every
+    distinct value tuple is its own candidate.
     """
     start = clock()
     validate = validate or (lambda params: None)
@@ -608,15 +631,19 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
             verdicts[k] = validate(params)
         return verdicts[k]
 
+    ident = identity or space.key
     valid = [c for c in configs if why_invalid(c) is None]
     invalid = [(c, why_invalid(c)) for c in configs if why_invalid(c) is not None]
+    all_valid = len(valid)
+    valid = _unique(valid, ident)  # one candidate per build
+    same_build = all_valid - len(valid)
     rng = random.Random(ORDER_RNG)
     shuffled = valid[1:] if valid and space.key(valid[0]) == space.key(space.default) else valid[:]
     rng.shuffle(shuffled)
     default_key = space.key(space.default)
     sms = int(sm_count or getattr(limits, "sm_count", None) or SEED_SMS)
-    seeds = [c for c in splitk_seeds(space, *shape, sm_count=sms, validate=why_invalid)
-             if why_invalid(c) is None]
+    seeds = _unique([c for c in splitk_seeds(space, *shape, sm_count=sms, validate=why_invalid)
+                     if why_invalid(c) is None], ident)
     # where the next pick comes from: the defaults, the seeds, the shuffled order (positions)
     cursor = {"default": 1 if valid and space.key(valid[0]) == default_key else 0, "seed": 0,
               "shuffled": 0}
@@ -627,7 +654,7 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
     launched = 0
     stopped = ""
     total = len(valid)
-    valid_keys = {space.key(c) for c in valid}
+    valid_keys = {ident(c) for c in valid}
     extra = 0  # trials outside a sampled space (seeds, neighbours of the best)
 
     def best() -> Trial | None:
@@ -650,23 +677,21 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
         while at["seed"] < len(seeds):
             c = seeds[at["seed"]]
             at["seed"] += 1
-            if space.key(c) not in taken:
+            if ident(c) not in taken:
                 return c, "seed"
         want_neighbour = count % (NEIGHBOUR_PICKS + 1) != NEIGHBOUR_PICKS
         if want_neighbour and b is not None:
             for n in space.neighbours(b.params):
-                k = space.key(n)
-                if k not in taken and why_invalid(n) is None:
+                if why_invalid(n) is None and ident(space.full(n)) not in taken:
                     return space.full(n), "neighbour"
         while at["shuffled"] < len(shuffled):
             c = shuffled[at["shuffled"]]
             at["shuffled"] += 1
-            if space.key(c) not in taken:
+            if ident(c) not in taken:
                 return c, "shuffled"
         if b is not None:  # the shuffled list is used up: neighbours of the best that remain
             for n in space.neighbours(b.params):
-                k = space.key(n)
-                if k not in taken and why_invalid(n) is None:
+                if why_invalid(n) is None and ident(space.full(n)) not in taken:
                     return space.full(n), "neighbour"
         return None
 
@@ -680,7 +705,7 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
             picked = choose(at, taken, len(trials) + len(out), b)
             if picked is None:
                 break
-            taken.add(space.key(picked[0]))
+            taken.add(ident(picked[0]))
             out.append(picked[0])
         return out
 
@@ -697,9 +722,9 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
                 break
             params, how = picked
             trial = Trial(dict(params), len(trials), how=how)
-            tried[space.key(params)] = trial
+            tried[ident(params)] = trial
             trials.append(trial)
-            if space.key(params) not in valid_keys:  # a seed or neighbour outside the sample
+            if ident(params) not in valid_keys:  # a seed or neighbour outside the sample
                 extra += 1
             if prefetch is not None and compile_ahead > 0:
                 ahead = compile_ahead
@@ -726,7 +751,7 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
         layout=layout, precision=precision, space=space.describe(), space_size=space.size,
         sampled=sampled, considered=len(configs), valid=len(valid), invalid=invalid, trials=trials,
         stopped=stopped, default=space.default, elapsed_s=0.0, extra=extra,
-        restricted=dict(space.restricted), seeds=seeds, sm_count=sms,
+        restricted=dict(space.restricted), seeds=seeds, sm_count=sms, same_build=same_build,
     )
     if result.not_reached == 0 and stopped != "interrupted":
         result.stopped = ""  # the limit came when nothing was left anyway
@@ -1191,7 +1216,8 @@ def tune(stage, backend: str, M: int, N: int, K: int, *, layout: str = "nn",
                         on_progress=on_progress, shape=(M, N, K), layout=layout,
                         precision=precision, sm_count=sm_count,
                         prefetch=ahead.prefetch if ahead else None,
-                        compile_ahead=ahead.lookahead if ahead else 0)
+                        compile_ahead=ahead.lookahead if ahead else 0,
+                        identity=build_identity(module, M, N, precision, sm_count))
         if ahead is not None:
             ahead.close()
         if bench is not None and cublas and result.winner is not None:
@@ -1591,6 +1617,14 @@ def _tune_one(stage, backend, shape, layout, precision, args, path, gpu,
     return (0 if outcome.entry is not None else 1), interrupted
 
 
+def _same_text(r: Result) -> str:
+    """The report's note on configurations merged by search()'s identity, or ""."""
+    if not r.same_build:
+        return ""
+    return (f"; {r.same_build} more are the same build as one of those once the automatic "
+            f"values are resolved for this shape, and are not tried again")
+
+
 def report_lines(outcome: Outcome, title: str) -> list[str]:
     """What the CLI prints for one search (or cache hit); docs/AUTOTUNE.md explains each line."""
     lines = [f"{title}:"]
@@ -1604,7 +1638,8 @@ def report_lines(outcome: Outcome, title: str) -> list[str]:
         return lines
     invalid = len(r.invalid)
     lines.append(f"  space {r.space}" + (f"; sampled {r.considered}" if r.sampled else ""))
-    lines.append(f"  {r.valid} pass validate ({invalid} rejected); tried {len(r.trials)}: "
+    lines.append(f"  {r.valid} pass validate ({invalid} rejected{_same_text(r)}); "
+                 f"tried {len(r.trials)}: "
                  f"{r.count('timed')} timed, {r.count('pruned')} pruned by resources, "
                  f"{r.count('wrong')} wrong, {r.count('error')} errors; "
                  f"{r.not_reached} not reached"
@@ -1708,12 +1743,13 @@ def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None,
                    limits=SM90, budget_s=math.inf, max_configs=max_configs, shape=(M, N, K),
                    layout=layout, refine_rounds=0, sm_count=SEED_SMS,
                    prefetch=ahead.prefetch if ahead else None,
-                   compile_ahead=ahead.lookahead if ahead else 0)
+                   compile_ahead=ahead.lookahead if ahead else 0,
+                   identity=build_identity(module, M, N, precision, SEED_SMS))
     finally:
         if ahead is not None:
             ahead.close()
     print(f"  space {r.space}" + (f"; sampled {r.considered}" if r.sampled else ""))
-    print(f"  {r.valid} pass validate, {len(r.invalid)} rejected")
+    print(f"  {r.valid} pass validate, {len(r.invalid)} rejected{_same_text(r)}")
     if r.seeds:
         print(f"  split-K seeds (tiles x splitk near 1x, 2x, 4x {r.sm_count} SMs): "
               + "; ".join(_seed_text(s, backend) for s in r.seeds))

@@ -30,6 +30,17 @@ H100_DRAM_BW = 3.0e12  # byte/s, a device-to-device copy measured on that H100
 
 # FP32 lanes per SM by compute capability (major, minor); anything unlisted is taken as 128.
 _LANES = {(8, 0): 64, (7, 0): 64, (6, 0): 64}
+DEFAULT_SMS = H100_SMS  # SMs assumed where no GPU says (CPU and meta tensors): an H100 SXM's 132
+
+
+def sm_count(device) -> int:
+    """SMs of the GPU `device` is on (torch's multiprocessor count); DEFAULT_SMS (132) for a CPU
+    or meta device, where no GPU says. The tensor-core launchers size their automatic tiles by it."""
+    if getattr(device, "type", None) != "cuda":
+        return DEFAULT_SMS
+    import torch
+
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 @dataclass(frozen=True)

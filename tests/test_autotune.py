@@ -1085,3 +1085,63 @@ def test_validate_prune_and_dry_run_probe_use_the_searched_precision(capsys):
     assert "227 KiB" in validator(module, "tf32")(params)
     # a module whose validate() takes no precision is called as before
     assert validator(get_stage("vectorized").module("cuda"), "bf16")({}) is None
+
+
+# ------------------------------------------------------- one candidate per build (automatic values)
+
+
+def test_configurations_with_one_identity_are_one_candidate_tried_once():
+    # a fake identity: BK=8 builds what BK=16 builds; every pair becomes one candidate
+    same = lambda p: tuple(sorted({**p, "BK": max(p["BK"], 16)}.items()))  # noqa: E731
+    plain = run_search(max_configs=None)
+    merged = run_search(max_configs=None, identity=same)
+    assert merged.same_build > 0 and plain.same_build == 0
+    assert merged.valid == plain.valid - merged.same_build
+    seen = [same(t.params) for t in merged.trials]
+    assert len(seen) == len(set(seen))  # no build twice
+    assert len(merged.trials) < len(plain.trials)
+    assert merged.not_reached == 0  # every distinct build was tried
+
+
+def test_the_first_of_merged_configurations_is_kept_so_the_defaults_come_first():
+    space = at.space_of("vectorized", "cuda")
+    everything = lambda p: 0  # noqa: E731  (one build for all: only the defaults are a candidate)
+    r = run_search(max_configs=None, identity=everything)
+    assert r.valid == 1 and [t.params for t in r.trials] == [space.default]
+    assert r.same_build > 0
+
+
+@pytest.mark.parametrize("backend, restrict, precision, merged", [
+    # CUDA mma: BK=0 in tf32 is the tuned 32 floats; BK=0 and BK=32 are one build
+    ("cuda", {"BK": (0, 32), "BM": (0,), "BN": (0,), "WM": (0,), "WN": (0,), "STAGES": (0,),
+              "frags": (0,), "group": (8,)}, "tf32", 1),
+    # Triton mma: kmajor_b=-1 in bf16 is off (0); -1 and 0 are one build, 1 is another
+    ("triton", {"kmajor_b": (-1, 0, 1), "BLOCK_M": (128,), "BLOCK_N": (0,), "BLOCK_K": (0,),
+                "GROUP_M": (8,), "num_warps": (8,), "num_stages": (0,)}, "bf16", 1),
+])
+def test_tune_merges_automatic_values_with_the_values_they_stand_for(tmp_path, backend, restrict,
+                                                                     precision, merged):
+    calls = []
+    out = at.tune("mma", backend, 4096, 4096, 4096, precision=precision, cache=tmp_path / "c.json",
+                  gpu=GPU, launch_factory=fake_launch_factory(calls), checker=passes,
+                  timer=lambda params, launch, rep_ms: 1.0, clock=Clock(), restrict=restrict,
+                  probe=lambda params: None, jobs=1)
+    r = out.result
+    assert r.same_build == merged
+    assert r.valid == math.prod(len(v) for v in restrict.values()) - merged
+    assert len({tuple(sorted(c.items())) for c in calls}) == r.valid  # each build launched once
+    text = "\n".join(at.report_lines(out, "mma"))
+    assert f"{merged} more are the same build" in text
+
+
+def test_a_stage_without_automatic_values_has_no_identity_hook():
+    assert at.build_identity(get_stage("vectorized").module("cuda"), 4096, 4096) is None
+    ident = at.build_identity(get_stage("mma").module("cuda"), 4096, 4096, "bf16", 132)
+    space = at.space_of("mma", "cuda")
+    auto = space.default
+    explicit = {**auto, "BM": 256, "BN": 128, "BK": 64, "WM": 128, "WN": 32, "STAGES": 3,
+                "frags": 2}
+    assert ident(auto) == ident(explicit)  # the bf16 automatic row at 4096^3
+    # at 1025^3 the shape rule narrows the automatic tile: no longer the 256 x 128 build
+    small = at.build_identity(get_stage("mma").module("cuda"), 1025, 1025, "bf16", 132)
+    assert small(auto) != small(explicit)

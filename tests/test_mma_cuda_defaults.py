@@ -183,6 +183,7 @@ def test_the_shape_rule_compares_the_grid_with_the_sm_count():
     mma = _mma()
     triton_twin = get_stage("mma").module("triton")
     assert mma.DEFAULT_SMS == triton_twin.DEFAULT_SMS == 132
+    assert mma.sm_count is triton_twin.sm_count  # one helper, lab.roofline.sm_count
     assert mma.sm_count(torch.device("cpu")) == mma.sm_count(torch.device("meta")) == 132
     res = lambda M, N, **kw: mma.config("bf16", **{**_params(), **kw}, M=M, N=N)  # noqa: E731
     assert res(BIG_M, BIG_N)["BM"] == 256  # 132 blocks: not fewer than the SMs

@@ -59,7 +59,7 @@ Two rules, both deterministic (resolve()):
   the SM count, BLOCK_N is 128 (1025^3: 81 programs, the tile the previous defaults ran at
   1025^3 in 32-mma-done.csv). The SM count is that of the GPU the operands are on; for CPU
   tensors (the interpreter) and lab.profile's meta tensors it is DEFAULT_SMS = 132, an H100
-  SXM's (lab.roofline.H100_SMS).
+  SXM's (lab.roofline.sm_count).
 - fit: where the tuned values would be refused next to the explicit values given (more than 128
   accumulators per thread, or a ring over 227 KiB: mma:num_warps=4, mma:num_stages=5, or
   mma:num_stages=4 in 3xtf32 with its 64-float BLOCK_K), every automatic value takes its previous
@@ -84,7 +84,7 @@ import triton.language as tl
 
 from lab.errors import LabError
 from lab.operands import entry, timer
-from lab.roofline import H100_SMS
+from lab.roofline import DEFAULT_SMS, sm_count
 from triton_kernels._common import SMEM_LIMIT, cdiv, dot_meta, launcher, problem_args
 
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
@@ -199,18 +199,8 @@ AUTO = {
 PREVIOUS = {"BLOCK_N": 128, "num_stages": 3}
 AUTO_KMAJOR = -1  # kmajor_b's automatic value (0 and 1 are explicit)
 SMALL_GRID_BLOCK_N = 128  # BLOCK_N=0 when the tuned tile's grid has fewer programs than SMs
-DEFAULT_SMS = H100_SMS  # SMs assumed off a GPU (CPU and meta tensors): an H100 SXM's 132
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor_b")
 
-
-def sm_count(device) -> int:
-    """SMs of the GPU `device` is (torch's multiprocessor count); DEFAULT_SMS (132) for a CPU or
-    meta device, where no GPU says."""
-    if getattr(device, "type", None) != "cuda":
-        return DEFAULT_SMS
-    import torch
-
-    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def _refusal(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) -> str | None:
@@ -255,6 +245,14 @@ def resolve(precision: str, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int =
              "num_stages": num_stages or PREVIOUS["num_stages"]}
     r["kmajor_b"] = int(bool(auto["kmajor_b"] if kmajor_b == AUTO_KMAJOR else kmajor_b))
     return r
+
+
+def resolved_params(params: dict, M: int, N: int, precision: str = "bf16",
+                    sms: int = DEFAULT_SMS) -> dict:
+    """The tuner's identity of a configuration (lab.autotune.build_identity): `params` with the
+    automatic values made concrete as prepare() would for an M x N problem on `sms` SMs, so that
+    BLOCK_N=0 and the BLOCK_N it stands for are one candidate."""
+    return {**params, **resolve(precision, **params, M=M, N=N, sms=sms)}
 
 
 def block_k(BLOCK_K: int, precision: str) -> int:
