@@ -9,6 +9,7 @@
 #   ceiling  scripts/mma_ceiling.py (mma.sync's rate from registers alone)
 #   stalls   scripts/ncu_stalls.sh (ncu sections of a few kernels; $TARGETS to choose them)
 #   counters scripts/bank_conflicts_counters.sh
+#   realign  scripts/realign_copy_cost.py with $REALIGN_STAGES and $REALIGN_SIZES (the copies' cost)
 # Usage (device): LAB_COMMIT=<sha> STAGES=... SIZES=... bash scripts/gpu_batch.sh doctor compare
 set -uo pipefail
 OUT=${OUT:-out}
@@ -32,6 +33,9 @@ for step in "$@"; do
                | grep best ;;
     stalls) bash scripts/ncu_stalls.sh "$W" 2>&1 | tee "$W/stalls.log" | tail -80 ;;
     counters) bash scripts/bank_conflicts_counters.sh "$W" 2>&1 | tee "$W/counters.log" | tail -30 ;;
+    realign) python3 scripts/realign_copy_cost.py --stage "${REALIGN_STAGES:-warptiling:auto}" \
+               --sizes "${REALIGN_SIZES:-1025}" --csv "$W/realign-copy-cost.csv" 2>&1 \
+               | tee "$W/realign-copy-cost.log" | tail -20 ;;
     *) echo "unknown step $step" ;;
   esac
 done

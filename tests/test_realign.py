@@ -358,3 +358,66 @@ def test_realign_on_the_gpu(layout):
     a.mul_(-3.0)
     result = chk.check(launch, c, chk.reference(a, b), K)
     assert result.passed, result.reason
+
+
+# ------------------------------------------------------- the one-launch copy (realign_copy_kernel)
+
+
+def _buffers(*ops):
+    from lab.operands import Operand
+    from triton_kernels._realign import realign_buffer
+
+    out = []
+    for name, t in ops:
+        op = Operand(name, t, t.shape[0], t.shape[1], *t.stride())
+        out.append((realign_buffer(op), t))
+    return out
+
+
+@cpu_only
+@pytest.mark.parametrize("a_src, b_src", [
+    # row-major 1025-wide lines and a column-major operand (a transposed view)
+    (lambda: torch.randn(37, 1025), lambda: torch.randn(130, 17).t()),
+    # no unit stride at all (a strided slice) and a line shorter than one copy tile
+    (lambda: torch.randn(70, 90)[::2, ::3], lambda: torch.randn(5, 3)),
+    # 1 x 1 and a single long column
+    (lambda: torch.randn(1, 1), lambda: torch.randn(300, 1)),
+])
+def test_one_launch_copies_both_operands_and_leaves_the_padding_zero(a_src, b_src):
+    from triton_kernels._realign import copy_into_buffers
+
+    a, b = a_src(), b_src()
+    (ba, _), (bb, _) = pairs = _buffers(("A", a), ("B", b))
+    copy_into_buffers(tuple((buf.tensor, user) for buf, user in pairs))()
+    for buf, user in ((ba, a), (bb, b)):
+        assert torch.equal(buf.tensor, user)
+        pad = _padding_of(buf)
+        assert pad.numel() == 0 or not pad.any()
+
+
+@cpu_only
+def test_one_launch_copies_a_single_operand_and_nothing_else():
+    from triton_kernels._realign import copy_into_buffers
+
+    a = torch.randn(33, 65)
+    ((ba, _),) = _buffers(("A", a))
+    other = ba.tensor.clone()
+    copy_into_buffers(((ba.tensor, a),))()
+    assert torch.equal(ba.tensor, a) and not torch.equal(other, a)
+    empty = torch.randn(0, 7)
+    ((be, _),) = _buffers(("B", empty))
+    copy_into_buffers(((be.tensor, empty),))()  # no programs: nothing launched, no error
+
+
+@cpu_only
+def test_the_copy_tile_boundaries_are_exact():
+    # sizes on and around the tile's edges (COPY_LINES x COPY_WIDTH): no element missed or doubled
+    from triton_kernels._realign import COPY_LINES, COPY_WIDTH, copy_into_buffers
+
+    for rows, cols in ((COPY_LINES, COPY_WIDTH), (COPY_LINES + 1, COPY_WIDTH - 1),
+                       (COPY_LINES - 1, COPY_WIDTH + 1)):
+        a = torch.arange(rows * cols, dtype=torch.float32).view(rows, cols)
+        b = torch.arange(rows * cols, dtype=torch.float32).view(cols, rows).t()
+        pairs = _buffers(("A", a), ("B", b))
+        copy_into_buffers(tuple((buf.tensor, user) for buf, user in pairs))()
+        assert all(torch.equal(buf.tensor, user) for buf, user in pairs)

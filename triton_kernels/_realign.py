@@ -8,9 +8,10 @@ off a 16-byte boundary) into a buffer:
     allocated in the operand's own layout (a column-major operand stays column-major; one with no
     unit stride becomes row-major), its leading dimension rounded up to a multiple of REALIGN_LD
     elements, its storage 16-byte aligned, and zeroed (realign_buffer);
-  timed, at the start of every call (with_copies): buffer_view.copy_(operand) for each such
-    operand, then the stage's launch (its kernel, or kernels: split-K's GEMM and reduction) on the
-    buffers. The copies never write the padding, so it stays zero.
+  timed, at the start of every call (with_copies): one launch of realign_copy_kernel copies
+    every such operand into its buffer (both A and B in one grid: one kernel instead of a
+    torch copy_ per operand), then the stage's launch (its kernel, or kernels: split-K's GEMM and
+    reduction) on the buffers. The copies never write the padding, so it stays zero.
 The kernel side (realign_flags): a buffer's hint (VEC_A / VEC_B, its layout letter) is on, and
 PAD_A / PAD_B tell the kernel that past the operand's contiguous dimension, up to that size
 rounded up to a multiple of 4, lie zeros it may read, so that its mask (or its wrap) along that
@@ -21,12 +22,75 @@ the stage's launch without the copies as launch.kernel_only (for a profiler).
 
 from __future__ import annotations
 
+from typing import Callable
+
+import triton
+import triton.language as tl
+
 from lab.operands import timer
 from triton_kernels._common import cdiv
 
 # a buffer's leading dimension is a multiple of this many elements (64 bytes of fp32), so that
 # Triton's integer specialization sees it (divisible by 16) as well as the hints do
 REALIGN_LD = 16
+
+
+# the copy kernel's tile: COPY_LINES lines of COPY_WIDTH elements (512 bytes of fp32 per line)
+COPY_LINES = 16
+COPY_WIDTH = 128
+
+
+@triton.jit
+def _copy_lines(src, dst, lines, width, s_line, s_elem, d_line, t,
+                BLOCK_L: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Tile t of a (lines x width) copy: dst[i * d_line + j] = src[i * s_line + j * s_elem]."""
+    per_line = tl.cdiv(width, BLOCK_W)
+    i = ((t // per_line) * BLOCK_L + tl.arange(0, BLOCK_L)).to(tl.int64)[:, None]
+    j = ((t % per_line) * BLOCK_W + tl.arange(0, BLOCK_W)).to(tl.int64)[None, :]
+    m = (i < lines) & (j < width)
+    x = tl.load(src + i * s_line + j * s_elem, mask=m)
+    tl.store(dst + i * d_line + j, x, mask=m)
+
+
+@triton.jit
+def realign_copy_kernel(src0, dst0, lines0, width0, s0_line, s0_elem, d0_line, tiles0,
+                        src1, dst1, lines1, width1, s1_line, s1_elem, d1_line,
+                        BLOCK_L: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Both operands' copies in one grid: programs [0, tiles0) copy the first, the rest the
+    second (the same tensors twice, with no programs left for it, when only one is copied)."""
+    pid = tl.program_id(0)
+    if pid < tiles0:
+        _copy_lines(src0, dst0, lines0, width0, s0_line, s0_elem, d0_line, pid, BLOCK_L, BLOCK_W)
+    else:
+        _copy_lines(src1, dst1, lines1, width1, s1_line, s1_elem, d1_line, pid - tiles0,
+                    BLOCK_L, BLOCK_W)
+
+
+def _lines(buf, user) -> tuple:
+    """One copy as lines of the buffer's contiguous dimension: (src, dst, lines, width, source
+    stride between lines, source stride within a line, buffer stride between lines)."""
+    if buf.stride(1) == 1:  # a row-major buffer: lines are rows
+        return (user, buf, buf.shape[0], buf.shape[1], user.stride(0), user.stride(1),
+                buf.stride(0))
+    return (user, buf, buf.shape[1], buf.shape[0], user.stride(1), user.stride(0), buf.stride(1))
+
+
+def copy_into_buffers(pairs: tuple) -> Callable[[], None]:
+    """A no-argument callable that copies every (buffer view, user tensor) pair in `pairs` (one
+    or two) with one launch of realign_copy_kernel; nothing when there is nothing to copy."""
+    jobs = [_lines(buf, user) for buf, user in pairs]
+    tiles = [cdiv(j[2], COPY_LINES) * cdiv(j[3], COPY_WIDTH) for j in jobs]
+    total = sum(tiles)
+    if total == 0:
+        return lambda: None
+    first, second = jobs[0], jobs[-1]
+    args = (*first, tiles[0], *second)
+    grid = (total,)
+
+    def copy():
+        realign_copy_kernel[grid](*args, BLOCK_L=COPY_LINES, BLOCK_W=COPY_WIDTH, num_warps=4)
+
+    return copy
 
 
 def needs_realign(op) -> bool:
@@ -94,8 +158,8 @@ def realign_flags(p, copies: dict) -> dict:
 
 def with_copies(launch, copies: dict, setup_ms: float | None):
     """The launch callable of a stage with realign: `launch` itself (launch.realigned = ()) when
-    nothing is copied; else a callable that copies each operand into its buffer, then runs
-    `launch` (timed, every call). It keeps launch's attributes (resources, a split-K workspace)
+    nothing is copied; else a callable that copies the operands into their buffers (one launch
+    of realign_copy_kernel), then runs `launch` (timed, every call). It keeps launch's attributes (resources, a split-K workspace)
     and adds kernel_only (launch without the copies, for a profiler), realigned (the operands
     copied) and setup_ms (launch's own setup plus the buffers')."""
     if not copies:
@@ -103,14 +167,15 @@ def with_copies(launch, copies: dict, setup_ms: float | None):
         return launch
 
     pairs = tuple(copies.values())
+    copy = copy_into_buffers(pairs)
 
-    def launch_with_copy():  # timed, every call: the copies, then the kernel(s) on the buffers
-        for buf, user in pairs:
-            buf.copy_(user)
+    def launch_with_copy():  # timed, every call: the copies (one kernel), then the kernel(s)
+        copy()
         launch()
 
     launch_with_copy.__dict__.update(launch.__dict__)
     launch_with_copy.kernel_only = launch  # the kernel(s) alone, for a profiler
+    launch_with_copy.copy_pairs = pairs  # (buffer view, user tensor) per copied operand
     launch_with_copy.realigned = tuple(copies)  # the operands copied: ("A",), ("B",), ("A", "B")
     own = getattr(launch, "setup_ms", None)
     launch_with_copy.setup_ms = setup_ms if own is None else own + (setup_ms or 0.0)
