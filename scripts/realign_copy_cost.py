@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         g = torch.Generator(device="cuda").manual_seed(0)
         a = torch.randn(M, K, device="cuda", generator=g)
         b = torch.randn(K, N, device="cuda", generator=g)
-        cublas = bench(lambda: torch.matmul(a, b)).median_ms_ms
+        cublas = bench(lambda: torch.matmul(a, b)).median_ms
         for spec in args.stage.split(","):
             variant = parse_variants([spec])[0]
             variant, _ = resolve_variant(variant, "triton", M, N, K)
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
 
                 named["torch_copies"] = torch_copies
             for what, fn in named.items():
-                ms = bench(fn).median_ms_ms
+                ms = bench(fn).median_ms
                 rows.append(dict(stage=spec, size=f"{M}x{N}x{K}", what=what, ms=round(ms, 5),
                                  cublas_ms=round(cublas, 5),
                                  pct_of_cublas=round(100 * cublas / ms, 1),
