@@ -14,12 +14,7 @@ report, the cached entries and the tuner's space.
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -30,15 +25,11 @@ from lab import autotune as at
 from lab import check as chk
 from lab.errors import LabError
 from lab.stages import get_stage, parse_variants
+from mma_defaults_helpers import (CACHE, DTYPE, GPU, PRECISIONS, ROOT, cached_entries, cpu_only,
+                                  one_sentence, run_lab)
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = ROOT / "results" / "autotune.json"
 LOGS = ROOT / "results" / "2026-11-23-h100"
-GPU = "NVIDIA H100 80GB HBM3"
-PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
 LAYOUTS = ("nn", "nt", "tn", "tt")
-DTYPE = {"tf32": torch.float32, "3xtf32": torch.float32, "bf16": torch.bfloat16,
-         "fp16": torch.float16}
 ES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 NAMES = ("BM", "BN", "BK", "WM", "WN", "STAGES", "frags")
 
@@ -55,7 +46,6 @@ SMALL = {"tf32": _row(128, 128, 16, 64, 64, 4, 2), "3xtf32": EXPECTED["3xtf32"],
          "bf16": _row(128, 128, 64, 128, 32, 3, 2), "fp16": _row(128, 128, 64, 128, 32, 3, 2)}
 # 12 x 11 = 132 blocks of 256 x 128: as many as an H100 has SMs (the shape rule keeps the tile)
 BIG_M, BIG_N = 256 * 12, 128 * 11
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
 
 
 def _mma():
@@ -64,15 +54,6 @@ def _mma():
 
 def _params(spec: str = "mma") -> dict:
     return parse_variants([spec])[0].params_for("cuda")
-
-
-def _one_sentence(message: str) -> None:
-    assert "\n" not in message and ". " not in message.rstrip("."), message
-
-
-def _cuda_entries() -> dict:
-    entries = json.loads(CACHE.read_text())["entries"]
-    return {k: e for k, e in entries.items() if "|mma|cuda|" in k}
 
 
 def _text(config: dict) -> str:
@@ -167,7 +148,7 @@ def test_the_automatic_values_are_cached_winners():
     8192^3, nn) is there; the table's rows are the winners of 3xtf32 (both sizes), tf32 at 8192^3
     and fp16 at 4096^3, and the others keep their explicit values."""
     mma = _mma()
-    entries = {k: e for k, e in _cuda_entries().items()
+    entries = {k: e for k, e in cached_entries("cuda").items()
                if str(e.get("date", "")).startswith("2026-11-23")}
     assert {(e["precision"], e["shape"][0]) for e in entries.values()} == \
         {(p, n) for p in PRECISIONS for n in (4096, 8192)}
@@ -289,7 +270,7 @@ def test_the_fit_rule_falls_back_as_a_whole_and_only_where_needed():
 def test_validate_refuses_in_one_sentence(changes, precision, words):
     with pytest.raises(LabError) as info:
         _mma().validate(**{**_params(), **changes}, precision=precision)
-    _one_sentence(str(info.value))
+    one_sentence(str(info.value))
     assert words in str(info.value), str(info.value)
 
 
@@ -403,11 +384,9 @@ def test_prepare_builds_launches_and_reports_the_resolved_configuration(precisio
 @pytest.fixture(scope="module")
 def compare_cpu_csv(tmp_path_factory):
     out = tmp_path_factory.mktemp("compare") / "run.csv"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"}
-    r = subprocess.run([sys.executable, "-m", "lab.compare", "--stage", "mma", "--backend", "cuda",
-                        "--precision", "tf32,3xtf32,bf16,fp16", "--sizes", "64,4096", "--mode",
-                        "cpu", "--csv", str(out)], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = run_lab("lab.compare", "--stage", "mma", "--backend", "cuda", "--precision",
+                "tf32,3xtf32,bf16,fp16", "--sizes", "64,4096", "--mode", "cpu", "--csv", str(out),
+                timeout=600, COLUMNS="250")
     assert r.returncode == 0, r.stderr + r.stdout
     return pd.read_csv(out)
 
@@ -438,13 +417,13 @@ def test_compare_in_cpu_mode_reports_the_resolved_configuration(compare_cpu_csv)
 # -------------------------------------------------- the cache, the tuner's space, dry run
 
 
-@pytest.mark.parametrize("key", sorted(_cuda_entries()))
+@pytest.mark.parametrize("key", sorted(cached_entries("cuda")))
 def test_cached_entries_load_through_lookup_and_still_build(key, monkeypatch):
     """Every cached CUDA mma winner loads through lab.autotune.lookup with its explicit values,
     passes validate() in its precision, keeps them when resolved (a 0 becomes the precision's
     automatic value) and builds for sm_90 without spills, in nn as it was tuned."""
     monkeypatch.setenv("LAB_CUDA_ARCH", "sm_90")
-    e = _cuda_entries()[key]
+    e = cached_entries("cuda")[key]
     M, N, K = e["shape"]
     prec = e["precision"]
     params, note = at.lookup("mma", "cuda", M, N, K, e["layout"], prec, cache=CACHE, gpu=GPU)
@@ -478,11 +457,8 @@ def test_autotune_dry_run_exits_0_and_starts_from_the_automatic_defaults():
     """The first candidates only (--max-configs): the whole CUDA space compiles for over ten
     minutes (run it by hand: python -m lab.autotune --stage mma --backend cuda --precision bf16
     --sizes 4096 --dry-run)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "lab.autotune", "--stage", "mma", "--backend",
-                        "cuda", "--precision", "bf16", "--sizes", "4096", "--dry-run",
-                        "--max-configs", "3", "--jobs", "1"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    r = run_lab("lab.autotune", "--stage", "mma", "--backend", "cuda", "--precision", "bf16",
+                "--sizes", "4096", "--dry-run", "--max-configs", "3", "--jobs", "1", timeout=600)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "mma cuda nn 4096x4096x4096 bf16" in r.stdout
     first = re.search(r"\n\s+1\. (BM=0,BN=0,BK=0,WM=0,WN=0,STAGES=0,frags=0,group=8): (.*)",

@@ -11,11 +11,6 @@ configurations, the tuner's space and its dry run. The GPU timings are not check
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -25,19 +20,14 @@ from lab import autotune as at
 from lab import check as chk
 from lab.errors import LabError
 from lab.stages import get_stage, parse_variants
+from mma_defaults_helpers import (CACHE, DTYPE, GPU, PRECISIONS, cached_entries, cpu_only,
+                                  one_sentence, run_lab)
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = ROOT / "results" / "autotune.json"
-GPU = "NVIDIA H100 80GB HBM3"
-PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
-DTYPE = {"tf32": torch.float32, "3xtf32": torch.float32, "bf16": torch.bfloat16,
-         "fp16": torch.float16}
 # the table of the module docstring: BLOCK_N (large problems), BLOCK_K, num_stages, kmajor_b
 EXPECTED = {"tf32": (256, 32, 4, 1), "3xtf32": (128, 64, 3, 1), "bf16": (256, 64, 4, 0),
             "fp16": (256, 64, 4, 0)}
 # 12 x 11 = 132 programs of 128 x 256: as many as an H100 has SMs (the shape rule keeps 256)
 BIG_M, BIG_N = 128 * 12, 256 * 11
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
 
 
 def _mma():
@@ -46,15 +36,6 @@ def _mma():
 
 def _params(spec: str = "mma") -> dict:
     return parse_variants([spec])[0].params_for("triton")
-
-
-def _one_sentence(message: str) -> None:
-    assert "\n" not in message and ". " not in message.rstrip("."), message
-
-
-def _triton_entries() -> dict:
-    entries = json.loads(CACHE.read_text())["entries"]
-    return {k: e for k, e in entries.items() if "|mma|triton|" in k}
 
 
 def _operands(M, N, K, precision, layout="nn", seed=0):
@@ -88,7 +69,7 @@ def test_the_automatic_values_are_the_cached_winners():
     """Every Triton mma entry of results/autotune.json (4096^3 and 8192^3, nn) won with the table's
     values, BLOCK_K automatic or equal to it, except fp16 at 8192^3 (BLOCK_K=32)."""
     mma = _mma()
-    entries = _triton_entries()
+    entries = cached_entries("triton")
     assert {(e["precision"], e["shape"][0]) for e in entries.values()} == \
         {(p, n) for p in PRECISIONS for n in (4096, 8192)}
     for key, e in entries.items():
@@ -150,11 +131,9 @@ def test_the_row_shows_the_configuration_that_ran(tmp_path):
     """lab.compare's `params` column (and the line that says what an :auto row ran) carries the
     resolved values, never the 0s and -1 of the registry."""
     out = tmp_path / "run.csv"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"}
-    r = subprocess.run([sys.executable, "-m", "lab.compare", "--stage", "mma,mma:auto",
-                        "--backend", "triton", "--sizes", "33x40x17", "--precision", "tf32,bf16",
-                        "--csv", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = run_lab("lab.compare", "--stage", "mma,mma:auto", "--backend", "triton", "--sizes",
+                "33x40x17", "--precision", "tf32,bf16", "--csv", str(out), timeout=300,
+                COLUMNS="250")
     assert r.returncode == 0, r.stderr + r.stdout
     df = pd.read_csv(out)
     assert set(df.status) == {"pass"} and len(df) == 4
@@ -230,7 +209,7 @@ def test_the_fit_rule_keeps_variants_that_ran_before():
 def test_validate_refuses_in_one_sentence(changes, precision, words):
     with pytest.raises(LabError) as info:
         _mma().validate(**{**_params(), **changes}, precision=precision)
-    _one_sentence(str(info.value))
+    one_sentence(str(info.value))
     assert words in str(info.value)
 
 
@@ -302,11 +281,11 @@ def test_new_defaults_are_correct_in_every_precision(precision, layout, shape):
 
 
 @cpu_only
-@pytest.mark.parametrize("key", sorted(_triton_entries()))
+@pytest.mark.parametrize("key", sorted(cached_entries("triton")))
 def test_cached_configurations_still_validate_and_run(key):
     """The explicit winners of results/autotune.json (kmajor_b stored as true/false) pass
     validate() in their precision and compute correct results under the interpreter."""
-    e = _triton_entries()[key]
+    e = cached_entries("triton")[key]
     prec, params = e["precision"], e["params"]
     mma = _mma()
     mma.validate(**params, precision=prec)
@@ -320,7 +299,7 @@ def test_cached_configurations_still_validate_and_run(key):
 def test_cached_entries_load_through_lookup():
     """The cache stores kmajor_b as true / false (it was a bool switch); Param.coerce reads them
     as 1 / 0 of the integer switch, so the tuned entries still run."""
-    for e in _triton_entries().values():
+    for e in cached_entries("triton").values():
         M, N, K = e["shape"]
         params, note = at.lookup("mma", "triton", M, N, K, e["layout"], e["precision"],
                                  cache=CACHE, gpu=GPU)
@@ -359,10 +338,8 @@ def test_the_tuners_space_keeps_explicit_values_and_the_automatic_ones():
 
 
 def test_autotune_dry_run_exits_0():
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "lab.autotune", "--stage", "mma", "--backend",
-                        "triton", "--precision", "bf16", "--sizes", "4096", "--dry-run"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = run_lab("lab.autotune", "--stage", "mma", "--backend", "triton", "--precision", "bf16",
+                "--sizes", "4096", "--dry-run", timeout=300)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "mma triton nn 4096x4096x4096 bf16" in r.stdout
     assert "1. BLOCK_M=128,BLOCK_N=0,BLOCK_K=0,GROUP_M=8,num_warps=8,num_stages=0,kmajor_b=-1" \

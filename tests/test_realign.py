@@ -421,3 +421,19 @@ def test_the_copy_tile_boundaries_are_exact():
         pairs = _buffers(("A", a), ("B", b))
         copy_into_buffers(tuple((buf.tensor, user) for buf, user in pairs))()
         assert all(torch.equal(buf.tensor, user) for buf, user in pairs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ("nn", "tt"))
+def test_realign_at_a_long_k_on_the_gpu(layout):
+    """A long, odd K: the copies and the kernel's 16-byte loads from the buffers stay within
+    lab.check's K-aware bound."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    M, N, K = 33, 65, 131073
+    a, b = chk.make_inputs(M, N, K, 12, "cuda", layout=layout)
+    c = torch.empty((M, N), device="cuda")
+    launch = _triton().prepare(a, b, c, **_params(realign=True))
+    assert "A" in launch.realigned
+    result = chk.check(launch, c, chk.reference(a, b), K)
+    assert result.passed, (layout, result.reason)

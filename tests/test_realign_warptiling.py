@@ -395,3 +395,22 @@ def test_realign_on_the_gpu(layout):
     a.mul_(-3.0)
     result = chk.check(launch, c, chk.reference(a, b), K)
     assert result.passed, result.reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ("nn", "tt"))
+def test_realign_at_a_long_k_on_the_gpu(layout):
+    """A long, odd K (no 16-byte aligned lines in A, nor in B for tt): the copies, the
+    16-byte loads from the buffers and the split-K sum stay within lab.check's K-aware bound,
+    with and without split-K."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    M, N, K = 67, 45, 262147
+    a, b = chk.make_inputs(M, N, K, 11, "cuda", layout=layout)
+    ref = chk.reference(a, b)
+    for splitk in (1, 16):
+        c = torch.empty((M, N), device="cuda")
+        launch = _triton().prepare(a, b, c, **_params(realign=True, splitk=splitk))
+        assert "A" in launch.realigned
+        result = chk.check(launch, c, ref, K)
+        assert result.passed, (layout, splitk, result.reason)
