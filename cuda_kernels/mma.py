@@ -128,7 +128,6 @@ PREVIOUS = {p: _row(128, 128, 64 // ELEM_BYTES[p], 64, 32 if p == "3xtf32" else 
                     1 if p == "3xtf32" else 2) for p in PRECISIONS}
 
 
-
 def _given(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0) -> dict:
     return _row(BM, BN, BK, WM, WN, STAGES, frags)
 

@@ -35,7 +35,8 @@ DEFAULT_SMS = H100_SMS  # SMs assumed where no GPU says (CPU and meta tensors): 
 
 def sm_count(device) -> int:
     """SMs of the GPU `device` is on (torch's multiprocessor count); DEFAULT_SMS (132) for a CPU
-    or meta device, where no GPU says. The tensor-core launchers size their automatic tiles by it."""
+    or meta device, where no GPU says. The tensor-core launchers size their automatic tiles by
+    it."""
     if getattr(device, "type", None) != "cuda":
         return DEFAULT_SMS
     import torch

@@ -159,9 +159,10 @@ def realign_flags(p, copies: dict) -> dict:
 def with_copies(launch, copies: dict, setup_ms: float | None):
     """The launch callable of a stage with realign: `launch` itself (launch.realigned = ()) when
     nothing is copied; else a callable that copies the operands into their buffers (one launch
-    of realign_copy_kernel), then runs `launch` (timed, every call). It keeps launch's attributes (resources, a split-K workspace)
-    and adds kernel_only (launch without the copies, for a profiler), realigned (the operands
-    copied) and setup_ms (launch's own setup plus the buffers')."""
+    of realign_copy_kernel), then runs `launch` (timed, every call). It keeps launch's
+    attributes (resources, a split-K workspace) and adds kernel_only (launch without the copies,
+    for a profiler), copy_pairs ((buffer view, user tensor) per copied operand), realigned (the
+    operands copied) and setup_ms (launch's own setup plus the buffers')."""
     if not copies:
         launch.realigned = ()
         return launch

@@ -202,7 +202,6 @@ SMALL_GRID_BLOCK_N = 128  # BLOCK_N=0 when the tuned tile's grid has fewer progr
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor_b")
 
 
-
 def _refusal(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) -> str | None:
     """Why a concrete configuration (no automatic values left) cannot run in `precision`: the
     rest of validate()'s sentence, or None."""
