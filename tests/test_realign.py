@@ -382,6 +382,8 @@ def _buffers(*ops):
     (lambda: torch.randn(70, 90)[::2, ::3], lambda: torch.randn(5, 3)),
     # 1 x 1 and a single long column
     (lambda: torch.randn(1, 1), lambda: torch.randn(300, 1)),
+    # expanded inputs: every row the same (row stride 0), every column the same (column stride 0)
+    (lambda: torch.randn(1, 77).expand(19, 77), lambda: torch.randn(33, 1).expand(33, 130)),
 ])
 def test_one_launch_copies_both_operands_and_leaves_the_padding_zero(a_src, b_src):
     from triton_kernels._realign import copy_into_buffers
