@@ -399,9 +399,13 @@ def build_identity(module, M: int, N: int, precision: str = "fp32",
     if hook is None:
         return None
     sms = int(sms or SEED_SMS)
+    known: dict[tuple, tuple] = {}  # the search asks again for the same configurations
 
     def identity(params: dict) -> tuple:
-        return tuple(sorted(hook(dict(params), M, N, precision, sms).items()))
+        k = tuple(sorted(params.items()))
+        if k not in known:
+            known[k] = tuple(sorted(hook(dict(params), M, N, precision, sms).items()))
+        return known[k]
 
     return identity
 
@@ -682,7 +686,7 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
         want_neighbour = count % (NEIGHBOUR_PICKS + 1) != NEIGHBOUR_PICKS
         if want_neighbour and b is not None:
             for n in space.neighbours(b.params):
-                if why_invalid(n) is None and ident(space.full(n)) not in taken:
+                if why_invalid(n) is None and ident(n) not in taken:
                     return space.full(n), "neighbour"
         while at["shuffled"] < len(shuffled):
             c = shuffled[at["shuffled"]]
@@ -691,7 +695,7 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
                 return c, "shuffled"
         if b is not None:  # the shuffled list is used up: neighbours of the best that remain
             for n in space.neighbours(b.params):
-                if why_invalid(n) is None and ident(space.full(n)) not in taken:
+                if why_invalid(n) is None and ident(n) not in taken:
                     return space.full(n), "neighbour"
         return None
 

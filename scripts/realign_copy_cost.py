@@ -29,7 +29,9 @@ def main(argv: list[str]) -> int:
     import pandas as pd
     import torch
 
+    from lab import check as chk
     from lab.autotune import resolve_variant
+    from lab.errors import LabError
     from lab.shapes import parse_sizes
     from lab.stages import parse_variants
     from lab.timing import bench
@@ -51,16 +53,18 @@ def main(argv: list[str]) -> int:
         a = torch.randn(M, K, device="cuda", generator=g)
         b = torch.randn(K, N, device="cuda", generator=g)
         cublas = bench(lambda: torch.matmul(a, b)).median_ms
+        ref = chk.reference(a, b)  # float64, once per shape
         for spec in args.stage.split(","):
             variant = parse_variants([spec])[0]
             variant, _ = resolve_variant(variant, "triton", M, N, K)
             params = {**variant.params_for("triton"), "realign": True}
             c = torch.empty(M, N, device="cuda")
             launch = variant.stage.module("triton").prepare(a, b, c, **params)
-            launch()
-            torch.cuda.synchronize()
-            err = ((c.double() - a.double() @ b.double()).abs().max()
-                   / (a.double() @ b.double()).abs().max()).item()
+            result = chk.check(launch, c, ref, K)  # correct before timed
+            if not result.passed:
+                raise LabError(f"{spec} at {M}x{N}x{K} with realign=True is wrong: "
+                               f"{result.reason}")
+            err = result.rel_err
             named = {"launch": launch}
             if launch.realigned:
                 named["kernel_only"] = launch.kernel_only
@@ -90,4 +94,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from lab.cli import guarded
+
+    sys.exit(guarded(main, sys.argv[1:]))
