@@ -379,6 +379,10 @@ STAGES: tuple[Stage, ...] = (
                   "Triton: copy an N-major B K-major in every call (timed) before the kernel; "
                   "TF32 wgmma reads 32-bit operands K-major only (-1: per precision, on for "
                   "tf32/3xtf32, off for bf16/fp16)", ("triton",)),
+            Param("regs_mn", -1, (-1, 0, 1),
+                  "Triton, tf32: feed the operand that is not K-major to wgmma from registers "
+                  "(computing C^T = B^T A^T where B is N-major) instead of copying it (-1: on "
+                  "for tf32; no effect in other precisions)", ("triton",)),
         ),
     ),
 )

@@ -1117,7 +1117,16 @@ def test_the_first_of_merged_configurations_is_kept_so_the_defaults_come_first()
               "frags": (0,), "group": (8,)}, "tf32", 1),
     # Triton mma: kmajor_b=-1 in bf16 is off (0); -1 and 0 are one build, 1 is another
     ("triton", {"kmajor_b": (-1, 0, 1), "BLOCK_M": (128,), "BLOCK_N": (0,), "BLOCK_K": (0,),
-                "GROUP_M": (8,), "num_warps": (8,), "num_stages": (0,)}, "bf16", 1),
+                "GROUP_M": (8,), "num_warps": (8,), "num_stages": (0,), "regs_mn": (-1,)},
+     "bf16", 1),
+    # ... and regs_mn does nothing outside tf32: its three values are one build in fp16
+    ("triton", {"kmajor_b": (0,), "BLOCK_M": (128,), "BLOCK_N": (0,), "BLOCK_K": (0,),
+                "GROUP_M": (8,), "num_warps": (8,), "num_stages": (0,), "regs_mn": (-1, 0, 1)},
+     "fp16", 2),
+    # in tf32 -1 is on (1): -1 and 1 are one build, 0 is another
+    ("triton", {"kmajor_b": (0,), "BLOCK_M": (128,), "BLOCK_N": (0,), "BLOCK_K": (0,),
+                "GROUP_M": (8,), "num_warps": (8,), "num_stages": (0,), "regs_mn": (-1, 0, 1)},
+     "tf32", 1),
 ])
 def test_tune_merges_automatic_values_with_the_values_they_stand_for(tmp_path, backend, restrict,
                                                                      precision, merged):

@@ -667,9 +667,10 @@ def test_triton_twin_on_offset_sliced_and_strided_views(precision, kind):
 @cpu_only
 @pytest.mark.parametrize("precision", ["tf32", "bf16"])
 def test_triton_kmajor_b_copies_an_n_major_b_inside_every_call(precision):
+    # regs_mn=0: in tf32 the automatic regs_mn multiplies an N-major B from registers instead
     a, b = chk.make_inputs(40, 24, 56, 1, "cpu", dtype=DTYPE[precision])
     c = torch.empty((40, 24), dtype=DTYPE[precision])
-    launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True)
+    launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True, regs_mn=0)
     assert not getattr(launch, "setup_ms", None)  # nothing is done ahead, outside the timing
     p = launch.problem
     assert p.b.col_major and p.b.tensor.data_ptr() != b.data_ptr()
@@ -679,7 +680,7 @@ def test_triton_kmajor_b_copies_an_n_major_b_inside_every_call(precision):
     assert chk.check(launch, c, chk.reference(a, b), 56, precision).passed
     # an already K-major B is left alone, and the call is the kernel alone
     a, b = chk.make_inputs(40, 24, 56, 1, "cpu", dtype=DTYPE[precision], layout="nt")
-    launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True)
+    launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True, regs_mn=0)
     assert launch.problem.b.tensor.data_ptr() == b.data_ptr()
     assert not hasattr(launch, "kernel_only")
     assert chk.check(launch, c, chk.reference(a, b), 56, precision).passed
@@ -689,7 +690,7 @@ def test_triton_kmajor_b_copies_an_n_major_b_inside_every_call(precision):
         b = torch.zeros((K, N + pad), dtype=DTYPE[precision])[:, 1:N + 1]
         b.copy_(b0)
         c = torch.empty((M, N), dtype=DTYPE[precision])
-        launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True)
+        launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True, regs_mn=0)
         result = chk.check(launch, c, chk.reference(a, b), K, precision)
         assert result.passed, (M, N, K, result.reason)
 
@@ -801,7 +802,7 @@ def test_triton_mma_kmajor_b_on_the_gpu(precision):
     a, b = chk.make_inputs(513, 257, 1000, 5, "cuda", dtype=DTYPE[precision])
     c = torch.empty((513, 257), dtype=DTYPE[precision], device="cuda")
     for kmajor in (False, True):
-        launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=kmajor)
+        launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=kmajor, regs_mn=0)
         result = chk.check(launch, c, chk.reference(a, b), 1000, precision)
         assert result.passed, (kmajor, result.reason)
 

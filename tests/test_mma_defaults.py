@@ -24,6 +24,8 @@ from mma_defaults_helpers import (CACHE, DTYPE, GPU, PRECISIONS, cached_entries,
                                   one_sentence, run_lab)
 
 # the table of the module docstring: BLOCK_N (large problems), BLOCK_K, num_stages, kmajor_b
+# (regs_mn: on in tf32 only, REGS)
+REGS = {"tf32": 1, "3xtf32": 0, "bf16": 0, "fp16": 0}
 EXPECTED = {"tf32": (256, 32, 4, 1), "3xtf32": (128, 64, 3, 1), "bf16": (256, 64, 4, 0),
             "fp16": (256, 64, 4, 0)}
 # 12 x 11 = 132 programs of 128 x 256: as many as an H100 has SMs (the shape rule keeps 256)
@@ -49,14 +51,15 @@ def _operands(M, N, K, precision, layout="nn", seed=0):
 def test_registry_defaults_are_the_automatic_values():
     d = _params()
     assert (d["BLOCK_M"], d["BLOCK_N"], d["BLOCK_K"], d["GROUP_M"], d["num_warps"],
-            d["num_stages"], d["kmajor_b"]) == (128, 0, 0, 8, 8, 0, -1)
+            d["num_stages"], d["kmajor_b"], d["regs_mn"]) == (128, 0, 0, 8, 8, 0, -1, -1)
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_resolved_defaults_per_precision(precision):
     mma = _mma()
     bn, bk, stages, kmajor = EXPECTED[precision]
-    want = {"BLOCK_N": bn, "BLOCK_K": bk, "num_stages": stages, "kmajor_b": kmajor}
+    want = {"BLOCK_N": bn, "BLOCK_K": bk, "num_stages": stages, "kmajor_b": kmajor,
+            "regs_mn": REGS[precision]}
     assert mma.resolve(precision, **_params()) == want  # no shape: the tuned tile
     assert mma.resolve(precision, **_params(), M=BIG_M, N=BIG_N) == want
     assert mma.resolve(precision, **_params(), M=4096, N=4096) == want
@@ -113,12 +116,14 @@ def test_the_launch_reports_the_resolved_configuration(precision):
     a, b, c = _operands(33, 40, 17, precision)
     launch = mma.prepare(a, b, c, precision=precision, **_params())
     want = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": 8,
-            "num_stages": stages, "kmajor_b": kmajor}
+            "num_stages": stages, "kmajor_b": kmajor, "regs_mn": REGS[precision]}
     assert launch.config == want  # 33 x 40: one program, so 128 x 128
     assert launch.resources["params"] == (
         f"BLOCK_M=128,BLOCK_N=128,BLOCK_K={bk},GROUP_M=8,num_warps=8,num_stages={stages},"
-        f"kmajor_b={kmajor}")
-    assert launch.problem.b.col_major == bool(kmajor)  # tf32/3xtf32 copied B K-major
+        f"kmajor_b={kmajor},regs_mn={REGS[precision]}")
+    # 3xtf32 copied B K-major; tf32 multiplies B^T from registers instead (regs_mn), bf16/fp16
+    # take B as it is
+    assert launch.problem.b.col_major == (precision == "3xtf32")
     # a problem with enough programs gets the tuned tile (prepared, not run: the interpreter)
     a, b, c = _operands(BIG_M, BIG_N, 16, precision)
     launch = mma.prepare(a, b, c, precision=precision, **_params())
@@ -138,9 +143,9 @@ def test_the_row_shows_the_configuration_that_ran(tmp_path):
     df = pd.read_csv(out)
     assert set(df.status) == {"pass"} and len(df) == 4
     want = {"tf32": "BLOCK_M=128,BLOCK_N=128,BLOCK_K=32,GROUP_M=8,num_warps=8,num_stages=4,"
-                    "kmajor_b=1",
+                    "kmajor_b=1,regs_mn=1",
             "bf16": "BLOCK_M=128,BLOCK_N=128,BLOCK_K=64,GROUP_M=8,num_warps=8,num_stages=4,"
-                    "kmajor_b=0"}
+                    "kmajor_b=0,regs_mn=0"}
     for row in df.itertuples():
         assert row.params == want[row.precision], row
     assert f"ran {want['tf32']} (auto:" in " ".join(r.stdout.split())
@@ -154,7 +159,7 @@ def test_the_row_shows_the_configuration_that_ran(tmp_path):
 def test_explicit_values_override_the_automatic_ones(precision):
     mma = _mma()
     explicit = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4,
-                "num_stages": 2, "kmajor_b": 0}
+                "num_stages": 2, "kmajor_b": 0, "regs_mn": 0}
     spec = "mma:" + ",".join(f"{k}={v}" for k, v in explicit.items())
     params = _params(spec)
     assert params == explicit
@@ -163,9 +168,10 @@ def test_explicit_values_override_the_automatic_ones(precision):
     assert launch.config == explicit
     assert launch.problem.b.tensor.data_ptr() == b.data_ptr()  # kmajor_b=0: B as given
     assert chk.check(launch, c, chk.reference(a, b), 33, precision).passed
-    # kmajor_b=1 copies B in bf16/fp16 too; BLOCK_N=256 on a tiny problem stays 256
+    # kmajor_b=1 copies B in bf16/fp16 too (and in tf32 with regs_mn off); BLOCK_N=256 on a
+    # tiny problem stays 256
     launch = mma.prepare(a, b, c, precision=precision,
-                         **_params("mma:kmajor_b=1,BLOCK_N=256"))
+                         **_params("mma:kmajor_b=1,regs_mn=0,BLOCK_N=256"))
     assert launch.problem.b.col_major and launch.config["BLOCK_N"] == 256
     assert chk.check(launch, c, chk.reference(a, b), 33, precision).passed
 
@@ -273,8 +279,9 @@ def test_new_defaults_are_correct_in_every_precision(precision, layout, shape):
     result = chk.check(launch, c, chk.reference(a, b), K, precision)
     assert result.passed, (precision, layout, shape, result.reason)
     copied = launch.problem.b.tensor.data_ptr() != b.data_ptr()
-    # tf32/3xtf32 copy an N-major B K-major; a K-major B (nt) is left alone; bf16/fp16 never copy
-    assert copied == (precision in ("tf32", "3xtf32") and layout == "nn")
+    # 3xtf32 copies an N-major B K-major; a K-major B (nt) is left alone; tf32 multiplies an
+    # N-major B from registers (regs_mn) and bf16/fp16 read it as it is: neither copies
+    assert copied == (precision == "3xtf32" and layout == "nn")
 
 
 # -------------------------------------------------- the cache, the tuner's space, dry run
@@ -292,7 +299,8 @@ def test_cached_configurations_still_validate_and_run(key):
     a, b, c = _operands(33, 40, 17, prec)
     launch = mma.prepare(a, b, c, precision=prec, **params)
     assert launch.config == {**params, "kmajor_b": int(params["kmajor_b"]),
-                             "BLOCK_K": mma.block_k(params["BLOCK_K"], prec)}
+                             "BLOCK_K": mma.block_k(params["BLOCK_K"], prec),
+                             "regs_mn": mma.resolve(prec, **params)["regs_mn"]}
     assert chk.check(launch, c, chk.reference(a, b), 17, prec).passed
 
 

@@ -89,6 +89,30 @@ from triton_kernels._common import SMEM_LIMIT, cdiv, dot_meta, launcher, problem
 
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 
+# How round_tf32 rounds (the kernel's REGS_A): 0 not at all (A goes to the tensor cores from shared
+# memory); 1 bit arithmetic (the Triton interpreter, which has no inline PTX); 2 cvt.rna.tf32.f32
+# (sm_80-sm_89: ties away from zero); 3 cvt.rn.tf32.f32 (sm_90 and later: ties to even, one SASS
+# instruction, F2FP.TF32.F32.PACK_B). All round to nearest and keep NaN and Inf as they are.
+ROUND_NONE, ROUND_BITS, ROUND_RNA, ROUND_RN = 0, 1, 2, 3
+
+
+@triton.jit
+def round_tf32(x, HOW: tl.constexpr):
+    """x (float32) rounded to the nearest TF32 value (10 mantissa bits), NaN and Inf kept."""
+    bits = x.to(tl.int32, bitcast=True)
+    if HOW == 1:
+        # ties to even: add 0xfff plus the lowest kept bit, then clear the 13 dropped bits; an
+        # exponent of all ones (Inf, NaN) is left alone (the add would carry a NaN into the sign)
+        up = (bits + 0xFFF + ((bits >> 13) & 1)) & -8192
+        bits = tl.where((bits & 0x7F800000) == 0x7F800000, bits, up)
+    elif HOW == 2:
+        bits = tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,r", [bits],
+                                         dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        bits = tl.inline_asm_elementwise("cvt.rn.tf32.f32 $0, $1;", "=r,r", [bits],
+                                         dtype=tl.int32, is_pure=True, pack=1)
+    return bits.to(tl.float32, bitcast=True)
+
 
 @triton.jit
 def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
@@ -96,7 +120,8 @@ def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride
                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr,
                       VEC_A: tl.constexpr, VEC_B: tl.constexpr, VEC_C: tl.constexpr,
                       EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                      UPCAST: tl.constexpr):
+                      UPCAST: tl.constexpr, REGS_A: tl.constexpr = 0,
+                      RS_WAIT: tl.constexpr = False):
     # Grouped program order (common.cuh's block_tile): GROUP_M block-rows walked column by column.
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -145,6 +170,14 @@ def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # A plain loop; num_stages > 1 makes the compiler pipeline it (double_buffered's twin).
     for k0 in range(0, K, BLOCK_K):
+        if RS_WAIT:
+            # sm_90, A from registers: wait for every wgmma of the previous k-tile before this
+            # k-tile's A fragments are written. Triton 3.6's pipeline leaves up to three of them
+            # in flight across the loop's back edge, and ptxas gives the next k-tile's fragments
+            # the same registers (LDS into registers an HGMMA in flight still reads: a race that
+            # gave one wrong element of C in 4096^3 on the H100). Nothing uses the result.
+            tl.inline_asm_elementwise("wgmma.wait_group.sync.aligned 0;\n\tmov.b32 $0, $1;",
+                                      "=r,r", [rk], dtype=tl.int32, is_pure=False, pack=1)
         if EVEN_K:
             a = tl.load(a_ptrs, mask=in_m, other=0.0)
             b = tl.load(b_ptrs, mask=in_n, other=0.0)
@@ -159,6 +192,12 @@ def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride
             b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
         if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)
             a, b = a.to(tl.float32), b.to(tl.float32)
+        if REGS_A != 0:
+            # TF32, A not K-major: an operation on A's tile between its load and tl.dot makes the
+            # compiler hand A to wgmma from registers (wgmma's register operand may have any
+            # layout; its shared-memory operands must be K-major in TF32). The operation is the
+            # rounding to TF32 that the tensor core would otherwise do by truncation.
+            a = round_tf32(a, REGS_A)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
@@ -189,17 +228,21 @@ TRANSPOSE_TILE = 64
 # The automatic values (BLOCK_N=0, BLOCK_K=0, num_stages=0, kmajor_b=-1) per precision: the Triton
 # winners in results/autotune.json (see the module docstring).
 AUTO = {
-    "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 4, "kmajor_b": 1},
-    "3xtf32": {"BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 3, "kmajor_b": 1},
-    "bf16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor_b": 0},
-    "fp16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor_b": 0},
+    "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 4, "kmajor_b": 1, "regs_mn": 1},
+    "3xtf32": {"BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 3, "kmajor_b": 1, "regs_mn": 0},
+    "bf16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor_b": 0, "regs_mn": 0},
+    "fp16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor_b": 0, "regs_mn": 0},
 }
+# regs_mn acts in TF32 only (REGS_PRECISIONS): 16-bit operands may be M- or N-major in shared
+# memory for wgmma, and 3xTF32's split (tl.dot's "tf32x3") already runs on registers.
+REGS_PRECISIONS = ("tf32",)
 # ... and what they fall back to where the tuned ones would be refused next to the explicit values
 # given: the previous fixed defaults (BLOCK_K: 128 bytes of k per row).
 PREVIOUS = {"BLOCK_N": 128, "num_stages": 3}
-AUTO_KMAJOR = -1  # kmajor_b's automatic value (0 and 1 are explicit)
+AUTO_KMAJOR = -1  # kmajor_b's and regs_mn's automatic value (0 and 1 are explicit)
 SMALL_GRID_BLOCK_N = 128  # BLOCK_N=0 when the tuned tile's grid has fewer programs than SMs
-PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor_b")
+PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor_b",
+               "regs_mn")
 
 
 def _refusal(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) -> str | None:
@@ -218,7 +261,8 @@ def _refusal(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) -> str
 
 def resolve(precision: str, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0,
             num_warps: int = 8, num_stages: int = 0, kmajor_b: int = AUTO_KMAJOR,
-            M: int | None = None, N: int | None = None, sms: int = DEFAULT_SMS, **_) -> dict:
+            M: int | None = None, N: int | None = None, sms: int = DEFAULT_SMS,
+            regs_mn: int = AUTO_KMAJOR, **_) -> dict:
     """BLOCK_N, BLOCK_K, num_stages and kmajor_b with the automatic values made concrete for
     `precision`; explicit values stay as given. The automatic ones are the precision's tuned
     values (AUTO), with two rules:
@@ -243,6 +287,9 @@ def resolve(precision: str, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int =
              "BLOCK_K": BLOCK_K or 128 // ELEM_BYTES[precision],
              "num_stages": num_stages or PREVIOUS["num_stages"]}
     r["kmajor_b"] = int(bool(auto["kmajor_b"] if kmajor_b == AUTO_KMAJOR else kmajor_b))
+    # outside TF32 regs_mn changes nothing: 0 there, so the tuner counts one build
+    r["regs_mn"] = int(precision in REGS_PRECISIONS
+                       and bool(auto["regs_mn"] if regs_mn == AUTO_KMAJOR else regs_mn))
     return r
 
 
@@ -277,7 +324,7 @@ def _shown(name: str, value, resolved) -> str:
 
 
 def validate(BLOCK_M=128, BLOCK_N=0, BLOCK_K=0, GROUP_M=8, num_warps=8, num_stages=0,
-             kmajor_b=AUTO_KMAJOR, precision=None, **_) -> None:
+             kmajor_b=AUTO_KMAJOR, precision=None, regs_mn=AUTO_KMAJOR, **_) -> None:
     """Raise LabError (one sentence) for a configuration that cannot compile or would spill, in
     `precision` when given, else in every precision (the shared prepare() wrapper and lab.compare
     call it before the precision is known). The automatic values are checked as what they stand
@@ -285,12 +332,14 @@ def validate(BLOCK_M=128, BLOCK_N=0, BLOCK_K=0, GROUP_M=8, num_warps=8, num_stag
     shape rule only narrows BLOCK_N), and the sentence names them."""
     where = (f"mma (Triton) with BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
              f"GROUP_M={GROUP_M}, num_warps={num_warps}, num_stages={num_stages}, "
-             f"kmajor_b={kmajor_b}")
+             f"kmajor_b={kmajor_b}, regs_mn={regs_mn}")
     if precision is not None and precision not in ELEM_BYTES:
         raise LabError(f"{where}: the precision must be one of {', '.join(ELEM_BYTES)}, not "
                        f"{precision}")
     if not isinstance(kmajor_b, int) or kmajor_b not in (AUTO_KMAJOR, 0, 1):
         raise LabError(f"{where}: kmajor_b must be -1 (automatic: on for tf32 and 3xtf32), 0 or 1")
+    if not isinstance(regs_mn, int) or regs_mn not in (AUTO_KMAJOR, 0, 1):
+        raise LabError(f"{where}: regs_mn must be -1 (automatic: on for tf32), 0 or 1")
     tiles = (BLOCK_M, BLOCK_N or 16, BLOCK_K or 16)  # 0: automatic
     if not all(_pow2(t) and t >= 16 for t in tiles):
         raise LabError(f"{where}: BLOCK_M, BLOCK_N and BLOCK_K must be powers of two of at least "
@@ -348,9 +397,58 @@ def _kmajor(p):
                                              bt.stride(1)), TILE=TRANSPOSE_TILE, num_warps=4)
 
 
+def _round_how(device) -> int:
+    """round_tf32's HOW for tensors on `device`: bit arithmetic under the interpreter (CPU
+    tensors), cvt.rn.tf32 from sm_90 on, cvt.rna.tf32 before."""
+    import torch
+
+    if device.type != "cuda":
+        return ROUND_BITS
+    return ROUND_RN if torch.cuda.get_device_capability(device)[0] >= 9 else ROUND_RNA
+
+
+def _rs_wait(device) -> bool:
+    """Whether the kernel must wait for the previous k-tile's wgmma before writing A's fragments
+    (the RS_WAIT comment in matmul_mma_kernel): on sm_90, where tl.dot is wgmma."""
+    import torch
+
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
+def _swapped(p):
+    """The same product as C^T = B^T A^T: a Problem whose A is B^T, whose B is A^T and whose C
+    is C^T (views of the same memory, nothing copied)."""
+    from dataclasses import replace
+
+    from lab.operands import Problem
+
+    return Problem(p.N, p.M, p.K, replace(p.b.transposed(), name="A"),
+                   replace(p.a.transposed(), name="B"), replace(p.c.transposed(), name="C"),
+                   precision=p.precision, swapped=True)
+
+
+def plan(p, config: dict) -> tuple[bool, bool, bool]:
+    """(copy_b, swap, regs_a) for problem p under a resolved configuration: whether to copy an
+    N-major B K-major first (kmajor_b), whether to compute C^T = B^T A^T instead, and whether the
+    kernel's A tile goes to the tensor cores from registers (regs_mn). In TF32 wgmma takes an
+    operand that is not K-major only from registers, and only as its A; so with regs_mn:
+    - B not K-major, A K-major (layout nn): swap, B^T is the kernel's A, fed from registers, and
+      A^T its K-major B; nothing is copied;
+    - A not K-major (tt; tn after kmajor_b's copy of B): A from registers;
+    - both not K-major and kmajor_b off: swap, and the kernel's B (A^T) is left to the compiler.
+    K-major here: A's rows (stride 1 along k) and B's columns (stride 1 along k)."""
+    a_k, b_k = p.a.s1 == 1, p.b.s0 == 1
+    if not config["regs_mn"]:
+        return bool(config["kmajor_b"]) and not b_k, False, False
+    if not b_k and (a_k or not config["kmajor_b"]):
+        return False, True, True
+    return not b_k, False, not a_k
+
+
 @entry("mma", "triton")
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0, GROUP_M: int = 8,
-            num_warps: int = 8, num_stages: int = 0, kmajor_b: int = AUTO_KMAJOR, **_):
+            num_warps: int = 8, num_stages: int = 0, kmajor_b: int = AUTO_KMAJOR,
+            regs_mn: int = AUTO_KMAJOR, **_):
     """p: the shared description of the operands (lab/operands.py), with p.precision. The
     launch's `config` is the configuration that runs, the automatic values resolved for this
     precision and shape."""
@@ -363,19 +461,29 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0, GROUP_M: 
         raise LabError(f"stage mma (triton) computes on the tensor cores in "
                        f"{', '.join(ELEM_BYTES)}, not {precision}")
     validate(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-             num_warps=num_warps, num_stages=num_stages, kmajor_b=kmajor_b, precision=precision)
+             num_warps=num_warps, num_stages=num_stages, kmajor_b=kmajor_b, precision=precision,
+             regs_mn=regs_mn)
     r = resolve(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, kmajor_b, M=p.M,
-                N=p.N, sms=sm_count(p.c.tensor.device))
+                N=p.N, sms=sm_count(p.c.tensor.device), regs_mn=regs_mn)
     config = {"BLOCK_M": BLOCK_M, "BLOCK_N": r["BLOCK_N"], "BLOCK_K": r["BLOCK_K"],
               "GROUP_M": GROUP_M, "num_warps": num_warps, "num_stages": r["num_stages"],
-              "kmajor_b": r["kmajor_b"]}
-    transpose_b = _kmajor(p) if config["kmajor_b"] else None
-    bk, bn = config["BLOCK_K"], config["BLOCK_N"]
-    grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, bn),)
-    launch = launcher(matmul_mma_kernel, grid, (*problem_args(p),), BLOCK_M=BLOCK_M,
-                      BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, EVEN_K=p.K % bk == 0,
-                      **vector_flags(p), **dot_meta(matmul_mma_kernel, p), num_warps=num_warps,
-                      num_stages=config["num_stages"])
+              "kmajor_b": r["kmajor_b"], "regs_mn": r["regs_mn"]}
+    copy_b, swap, regs_a = plan(p, config)
+    transpose_b = _kmajor(p) if copy_b else None
+    q = _swapped(p) if swap else p
+    if swap and q.M != p.M:  # the shape rule counts the swapped kernel's programs
+        r = resolve(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, kmajor_b,
+                    M=q.M, N=q.N, sms=sm_count(p.c.tensor.device), regs_mn=regs_mn)
+        config.update({k: r[k] for k in ("BLOCK_N", "BLOCK_K", "num_stages")})
+    # the tile is the kernel's: swapped, its rows are C's columns (BLOCK_M runs along N)
+    bk, bm, bn = config["BLOCK_K"], BLOCK_M, config["BLOCK_N"]
+    grid = (cdiv(q.M, bm) * cdiv(q.N, bn),)
+    launch = launcher(matmul_mma_kernel, grid, (*problem_args(q),), BLOCK_M=bm,
+                      BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, EVEN_K=q.K % bk == 0,
+                      **vector_flags(q), **dot_meta(matmul_mma_kernel, q),
+                      REGS_A=_round_how(q.a.tensor.device) if regs_a else ROUND_NONE,
+                      RS_WAIT=regs_a and _rs_wait(q.a.tensor.device),
+                      num_warps=num_warps, num_stages=config["num_stages"])
     # the row's `params` column is the configuration that ran (Row.set_resources copies it)
     resources = {**(launch.resources or {}), "params": config_text(config)}
     if transpose_b is None:
