@@ -24,7 +24,7 @@ CONFIGS = (  # the kernel's tile (BLOCK_M x BLOCK_N), k-step, warps, stages
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3),
     dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, num_warps=8, num_stages=4),
     dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=4),
-    dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=64, num_warps=4, num_stages=3),
+    dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=32, num_warps=4, num_stages=3),
 )
 
 

@@ -271,6 +271,34 @@ def test_regs_path_on_the_gpu(layout):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["offset", "sliced", "strided", "c-transposed"])
+def test_regs_path_on_views_on_the_gpu(kind):
+    """Views change the alignment hints and the strides the swapped kernel sees: offsets that
+    break 16-byte alignment, row strides above the width, no unit stride, a column-major C."""
+    _gpu()
+    M, N, K = 300, 260, 520
+    a0, b0 = chk.make_inputs(M, N, K, 9, "cuda")
+    if kind == "offset":
+        a = torch.empty(M * K + 1, device="cuda")[1:].view(M, K).copy_(a0)
+        b = torch.empty(K * N + 3, device="cuda")[3:].view(K, N).copy_(b0)
+        c = torch.empty(M * N + 1, device="cuda")[1:].view(M, N)
+    elif kind == "sliced":
+        a = torch.empty(M, K + 5, device="cuda")[:, 2:K + 2].copy_(a0)
+        b = torch.empty(K + 1, N + 7, device="cuda")[1:, :N].copy_(b0)
+        c = torch.empty(M + 2, N + 3, device="cuda")[1:M + 1, 3:]
+    elif kind == "strided":
+        a = torch.empty(2 * M, 2 * K, device="cuda")[::2, ::2].copy_(a0)
+        b = torch.empty(3 * K, 2 * N, device="cuda")[::3, ::2].copy_(b0)
+        c = torch.empty(M, 3 * N, device="cuda")[:, ::3]
+    else:
+        a, b = a0, b0
+        c = torch.empty(N, M, device="cuda").t()
+    launch = _mod().prepare(a, b, c, precision="tf32", regs_mn=1)
+    result = chk.check(launch, c, chk.reference(a0, b0), K, "tf32")
+    assert result.passed, (kind, result.reason)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["nn", "tt", "tn"])
 def test_regs_path_carries_nan_and_inf_to_c_on_the_gpu(layout):
     _gpu()

@@ -34,21 +34,48 @@ the start of every call, inside the timed call, with a tiled transpose kernel (t
 both sides coalesced), and the GEMM kernel reads the buffer: the row's time
 is the copy plus the kernel, as cuBLAS's is one call on the same operands. (A caller who holds B
 K-major already, layout nt, pays no copy: kmajor_b leaves such a B alone.)
+regs_mn=1 (the TF32 default) needs no copy. wgmma takes its first operand either from shared
+memory or from registers, and from registers any layout will do. So for an N-major B and a
+K-major A (layout nn) the launcher computes C^T = B^T A^T (plan(), _swapped(): views, nothing
+copied): B^T is the kernel's A, and A^T, K-major, its shared-memory B. The kernel rounds its A
+tile to TF32 between the load and tl.dot (round_tf32: cvt.rn.tf32.f32, one SASS instruction,
+F2FP.TF32.F32.PACK_B, on sm_90). An operation there makes Triton hand A to wgmma from registers
+(RS wgmma). The rounding also makes that operand round to nearest instead of being truncated by
+the tensor core. For an M-major A (tt, tn after kmajor_b's copy) no swap is needed: A goes
+through registers as it is. On the H100, layout nn, with the tuned 128 x 256 tile:
+84.6% / 82.1% of cuBLAS TF32 at 4096^3 / 8192^3, against 75.7% / 73.6% for the copy
+(results/2026-11-23-h100/24-compare-triton-tf32-regs.csv). One wait is the cost of a race,
+below (95.4% at 4096^3 without it, 23-*-no-wait.csv).
+The race: Triton 3.6's pipeline lets up to three wgmma of a k-tile stay in flight across the
+loop's back edge, and ptxas gives the next k-tile's A fragments the same registers. In the SASS,
+the LDS of the next fragments writes registers that an HGMMA still in flight reads. One
+configuration of the first search gave wrong elements of C. scripts/tf32_regs_race.py ran it
+40 times at 4096^3: 40 of 40 results differed from each other and were refused
+(24-tf32-regs-race.log). So on sm_90 the kernel waits for every wgmma of the previous k-tile
+(RS_WAIT: wgmma.wait_group 0) before it loads the fragments; with the wait, 0 of 40 differed.
 Under the Triton interpreter (TRITON_INTERPRET=1, CPU mode) only the numbers are checked: the
 interpreter multiplies in NumPy (TF32 and 3xTF32 are computed in fp32 there; bf16 tiles are
 upcast to fp32 first, _common.dot_meta, because the interpreter multiplies bf16 as integers).
 
-Knobs: BLOCK_M (128), BLOCK_N, BLOCK_K, GROUP_M (8), num_warps (8), num_stages, kmajor_b. The
-defaults of BLOCK_N (0), BLOCK_K (0), num_stages (0) and kmajor_b (-1) mean "chosen per precision"
+Knobs: BLOCK_M (128), BLOCK_N, BLOCK_K, GROUP_M (8), num_warps (8), num_stages, kmajor_b,
+regs_mn. BLOCK_M x BLOCK_N is the tile of the product the kernel computes: of C^T when regs_mn
+swaps (BLOCK_M then runs along C's columns). The
+defaults of BLOCK_N (0), BLOCK_K (0), num_stages (0), kmajor_b (-1) and regs_mn (-1) mean "chosen
+per precision"
 (resolve(), the table AUTO), as the Triton searches on the H100 found them (the winners cached in
 results/autotune.json under "NVIDIA H100 80GB HBM3|mma|triton|4096x4096x4096:a128|<precision>|nn"
 and "...|8192x8192x8192:a128|...", 2026-11-22/23):
-    precision   BLOCK_N   BLOCK_K                 num_stages   kmajor_b
-    tf32        256       32 (128 bytes)          4            1
-    3xtf32      128       64 (256 bytes)          3            1
-    bf16, fp16  256       64 (128 bytes)          4            0
+    precision   BLOCK_N   BLOCK_K                 num_stages   kmajor_b   regs_mn
+    tf32        256       32 (128 bytes)          4            1          1
+    3xtf32      128       64 (256 bytes)          3            1          0
+    bf16, fp16  256       64 (128 bytes)          4            0          0
 Every one of the eight winners (4 precisions x 4096^3, 8192^3) is this row of the table with
-BLOCK_M=128, GROUP_M=8 and num_warps=8, except fp16 at 8192^3, which won with BLOCK_K=32. At
+BLOCK_M=128, GROUP_M=8 and num_warps=8, except fp16 at 8192^3, which won with BLOCK_K=32 (the
+tf32 winners were searched again with regs_mn=1, 2026-11-23: the same tile won, and kmajor_b
+does nothing there, as nn with regs_mn copies nothing). kmajor_b stays on in tf32 for layout tn,
+where neither operand is K-major: B is copied and A goes through registers. regs_mn does nothing
+outside tf32 (16-bit operands may be M- or N-major in shared memory for wgmma; 3xTF32's split
+runs on registers already). At
 4096^3, results/2026-11-22-h100/32-mma-done.csv has the previous fixed defaults (128 x 128,
 BLOCK_K 128 bytes, 3 stages, kmajor_b off: the plain `mma` rows) at 79.3 / 81.2 / 19.9 / 67.5%
 of cuBLAS (bf16 / fp16 / tf32 / 3xtf32, the last of cuBLAS fp32) and exactly the configuration of
@@ -75,7 +102,7 @@ input_precision, C in its dtype), 16-bit alignment hints (8 elements per 16 byte
 per-precision configuration and kmajor_b. Bottleneck it attacks (as the CUDA stage): the FP32
 SIMT ceiling, by moving the multiply-adds to the tensor cores.
 Layouts: all six strides (problem_args); nothing is copied unless kmajor_b asks for it (by
-default in tf32 and 3xtf32, for an N-major B).
+default in 3xtf32 for an N-major B, and in tf32 for layout tn).
 Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs in grouped order (GROUP_M).
 """
 
