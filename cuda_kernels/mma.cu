@@ -111,8 +111,8 @@
 #ifndef VEC_C  // 1: C's rows allow 2-element stores (pointer and ldc aligned to 2 elements)
 #define VEC_C 1
 #endif
-#ifndef TF32_RN  // TF32: 1 rounds each operand to nearest (as cuBLAS), 0 lets the tensor core
-#define TF32_RN 1  // truncate it (as Triton's tl.dot): one integer add per fragment register less
+#ifndef TF32_RN  // TF32: 1 rounds each operand to nearest with cvt (as cuBLAS), 2 with a guarded
+#define TF32_RN 1  // integer add, 0 leaves the tensor core to truncate (as tl.dot); see tf32_rn
 #endif
 
 // Precision: 0 tf32, 1 3xtf32, 2 bf16, 3 fp16 (exactly one PREC_* define set to 1).
@@ -396,21 +396,92 @@ __device__ __forceinline__ void ldsm_x4(u32 (&r)[4], saddr_t s) {
 // ------------------------------------------------------------------------------ TF32 rounding
 
 // The tensor core reads the top 19 bits of a TF32 operand register and ignores the low 13: it
-// truncates. Adding half a TF32 unit (0x1000) to the bit pattern first makes the pair round to
-// nearest, ties away from zero: what cvt.rna.tf32.f32 computes, but in one integer add, where
-// cvt.rna is a 4-instruction sequence on sm_90 (FSETP, IADD, LOP3, SEL in this kernel's SASS:
-// 128 of the 491 instructions of a TF32 k-tile loop). CUTLASS calls it round_half_ulp_truncate.
-// (Inf stays Inf after the truncation; a NaN whose top 10 mantissa bits are all 1 would carry
-// into the sign bit: no such NaN comes out of arithmetic, whose NaNs are 0x7fc00000.)
-__device__ __forceinline__ u32 tf32_rn(u32 x) { return x + 0x1000u; }
+// truncates. To round to nearest instead, each register is rounded before its mma, in one of two
+// ways (TF32_RN; 0 leaves the truncation alone, though 3xTF32 still splits with mode 2's rounding):
+//   1  the conversion instruction. sm_90 has cvt.rn.tf32.f32: nearest, ties to even, as cuBLAS
+//      rounds; ONE instruction (F2FP.TF32.F32.PACK_B), low 13 bits cleared, Inf kept, and every
+//      NaN made 0x7fffe000 (read on an H100). sm_80..sm_89 have only cvt.rna.tf32.f32 (ties away
+//      from zero), which ptxas expands into mode 2's guarded add plus a mask (dropped before an
+//      mma); it keeps a NaN's top 19 bits.
+//   2  half a TF32 unit (0x1000) added to the bit pattern: the truncation that follows then
+//      rounds to nearest, ties away from zero (CUTLASS's round_half_ulp_truncate), and a carry
+//      out of the mantissa moves the value up a binade as it should (FLT_MAX rounds up to Inf).
+//      But only where the exponent field is not all ones. The add knows nothing of Inf and NaN,
+//      and the GPU's fp32 arithmetic (0/0, Inf - Inf, log(-1), anything on a NaN) returns the
+//      NaN 0x7fffffff: plus 0x1000 it is 0x80000fff, -0 to the tensor core (0xffffffff wraps to
+//      +0), and the NaN vanishes from C. So a finite test guards the add: FSETP.GEU |x|, +INF
+//      and a predicated IADD, 2 instructions; Inf and NaN pass unchanged (Inf's low 13 bits are
+//      zero, and the NaNs arithmetic makes keep NaN bits above them).
+// Either way a NaN in A or B reaches C as NaN, as with cuBLAS. The corner that cvt.rna, mode 2
+// and plain truncation share: a NaN whose payload lies only in the low 13 bits (a signalling NaN
+// such as 0x7f800001, which arithmetic never makes) is read as Inf; sm_90's cvt.rn keeps it NaN.
+// Cost, in the default TF32 build's interior k-tile loop (sm_90, 128 HMMA): the old unguarded
+// add took 354-356 instructions in every layout; mode 1 takes 355 in nt (both operands through
+// ldmatrix) but 446 / 733 / 838 in nn / tt / tn, mode 2 483 to 993. Not the rounding itself: the
+// add wrote each register of a TF32 run (LDS.128) straight into the quad or pair its HMMA reads,
+// while ptxas rounds runs in place and then copies them there (94 to 516 MOVs a k-tile in the
+// layouts with runs; the same MOVs, with nothing to hide them, appear with TF32_RN=0).
+// The CPU twins compute exactly the bits of the sm_90 build (mode 1: cvt.rn, not sm_80's cvt.rna).
+#if TF32_RN < 0 || TF32_RN > 2
+#error "TF32_RN must be 0 (truncate), 1 (cvt: nearest even on sm_90) or 2 (guarded add)"
+#endif
+#define TF32_ROUND (TF32_RN == 1 ? 1 : 2)  // the rounding tf32_rn() does (0: 3xTF32's split)
+
+// Mode 2's guard: the exponent field is not all ones. On the GPU a float compare, |x| < Inf
+// (false for NaN), which is one FSETP with the absolute value for free.
+__device__ __forceinline__ bool tf32_finite(u32 x) {
+#ifdef __CUDA_ARCH__
+    return fabsf(__uint_as_float(x)) < __uint_as_float(0x7f800000u);
+#else
+    return (x & 0x7f800000u) != 0x7f800000u;
+#endif
+}
+
+__device__ __forceinline__ u32 tf32_rn(u32 x) {
+#if TF32_ROUND == 1 && defined(__CUDA_ARCH__)
+    u32 r;
+#if __CUDA_ARCH__ >= 900
+    asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
+#else
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
+#endif
+    return r;
+#elif TF32_ROUND == 1  // CPU: sm_90's cvt.rn.tf32.f32, bit for bit
+    if ((x & 0x7fffffffu) > 0x7f800000u) return 0x7fffe000u;   // NaN: the canonical TF32 NaN
+    if ((x & 0x7f800000u) == 0x7f800000u) return x;             // Inf
+    return (x + 0xfffu + ((x >> 13) & 1u)) & 0xffffe000u;      // nearest, ties to even
+#else
+    return tf32_finite(x) ? x + 0x1000u : x;
+#endif
+}
 // The head of 3xTF32 must be an exact TF32 value (the tail is computed from it): mask as well.
-__device__ __forceinline__ u32 tf32_hi(u32 x) { return (x + 0x1000u) & 0xffffe000u; }
+// A NaN's tail x - hi is a NaN whatever its head (a NaN; Inf only in the corner above), so every
+// product it enters is NaN. An Inf's head is Inf and its tail Inf - Inf a NaN: 3xTF32 turns an
+// Inf operand into NaN in C, where cuBLAS's fp32 gives +-Inf (unless Inf meets 0 or -Inf).
+__device__ __forceinline__ u32 tf32_hi(u32 x) { return tf32_rn(x) & 0xffffe000u; }
 
 __device__ __forceinline__ u32 f32_sub_bits(u32 a, u32 b) {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(__uint_as_float(a) - __uint_as_float(b));
 #else
     return lab_bits(lab_float(a) - lab_float(b));
+#endif
+}
+
+// 3xTF32's split of x into hi = tf32_hi(x) and lo = tf32_rn(x - hi) (x - hi is exact in fp32).
+// Mode 2 tests x once for both: x - hi is finite where x is, except where x rounds up to Inf,
+// and there lo = -+Inf + 0x1000 still reads as -+Inf. Testing hi and lo apart, the default
+// 3xTF32 tile spilled 8 bytes at 255 registers (sm_90, layout tt), and took 48 more
+// instructions per k-tile loop.
+__device__ __forceinline__ void tf32_split(u32 x, u32& hi, u32& lo) {
+#if TF32_ROUND == 2
+    const bool finite = tf32_finite(x);
+    hi = (finite ? x + 0x1000u : x) & 0xffffe000u;
+    const u32 d = f32_sub_bits(x, hi);
+    lo = finite ? d + 0x1000u : d;
+#else
+    hi = tf32_hi(x);
+    lo = tf32_rn(f32_sub_bits(x, hi));
 #endif
 }
 
@@ -620,8 +691,8 @@ __device__ __forceinline__ void load_frags(Frags& f, const elem_t* As, const ele
 __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], Frags& f) {
 #if PREC == 0 && TF32_RN
     // TF32: round each operand to nearest rather than let the tensor core truncate it. Here, at
-    // the point of use, not in load_frags: there the adds waited on the loads they follow (the
-    // warp stalls in order), here the loads issued one k-step earlier have long landed.
+    // the point of use, not in load_frags: there the roundings waited on the loads they follow
+    // (the warp stalls in order), here the loads issued one k-step earlier have long landed.
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -636,15 +707,14 @@ __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], Frags& f) {
     const int tid = threadIdx.x;
     for (int i = 0; i < MI; ++i)
         for (int r = 0; r < 4; ++r) {
-            xa[tid][0][i][r] = PREC == 1 ? tf32_hi(f.a[i][r]) : f.a[i][r];
-            if (SETS == 2) xa[tid][SETS - 1][i][r] = tf32_rn(f32_sub_bits(f.a[i][r], xa[tid][0][i][r]));
+            if (PREC == 1) tf32_split(f.a[i][r], xa[tid][0][i][r], xa[tid][SETS - 1][i][r]);
+            else xa[tid][0][i][r] = f.a[i][r];
         }
     for (int j = 0; j < NJ; ++j)
         for (int r = 0; r < 2; ++r) {
             // (TF32: the GPU path rounds B piece by piece, right before its mma)
-            xb[tid][0][j][r] = PREC == 1 ? tf32_hi(f.b[j][r])
-                               : PREC == 0 && TF32_RN ? tf32_rn(f.b[j][r]) : f.b[j][r];
-            if (SETS == 2) xb[tid][SETS - 1][j][r] = tf32_rn(f32_sub_bits(f.b[j][r], xb[tid][0][j][r]));
+            if (PREC == 1) tf32_split(f.b[j][r], xb[tid][0][j][r], xb[tid][SETS - 1][j][r]);
+            else xb[tid][0][j][r] = PREC == 0 && TF32_RN ? tf32_rn(f.b[j][r]) : f.b[j][r];
         }
     __syncthreads();
     for (int j = 0; j < NJ; ++j)
@@ -671,8 +741,8 @@ __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], Frags& f) {
         for (int i = 0; i < MI; ++i) mma(acc[i][j], f.a[i], f.b[j]);
     }
 #else
-    // 3xTF32: x = hi + lo, hi = tf32(x), lo = tf32(x - hi) (x - hi is exact in fp32; lo is
-    // rounded by tf32_rn + the tensor core's truncation, hi explicitly by tf32_hi). A is split
+    // 3xTF32: x = hi + lo, hi = tf32(x), lo = tf32(x - hi) (tf32_split: x - hi is exact in fp32;
+    // lo is rounded by tf32_rn + the tensor core's truncation, hi explicitly). A is split
     // once per k-step (MI x 8 registers); B one piece at a time, right before its 3 x MI mma, so
     // that only 4 of its split registers are live: the accumulators leave little room.
     // The three products go into a fresh accumulator t (zero), which is then added to acc with
@@ -683,18 +753,12 @@ __device__ __forceinline__ void mma_step(float (&acc)[MI][NJ][4], Frags& f) {
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            ah[i][r] = tf32_hi(f.a[i][r]);
-            al[i][r] = tf32_rn(f32_sub_bits(f.a[i][r], ah[i][r]));
-        }
+        for (int r = 0; r < 4; ++r) tf32_split(f.a[i][r], ah[i][r], al[i][r]);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
         u32 bh[2], bl[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            bh[r] = tf32_hi(f.b[j][r]);
-            bl[r] = tf32_rn(f32_sub_bits(f.b[j][r], bh[r]));
-        }
+        for (int r = 0; r < 2; ++r) tf32_split(f.b[j][r], bh[r], bl[r]);
         // small terms first, into a fresh t per piece (4 registers: the accumulators leave
         // no room for MI of them); the pieces' chains are independent, so they overlap
 #pragma unroll

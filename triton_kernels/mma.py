@@ -324,7 +324,9 @@ def resolved_params(params: dict, M: int, N: int, precision: str = "bf16",
                     sms: int = DEFAULT_SMS) -> dict:
     """The tuner's identity of a configuration (lab.autotune.build_identity): `params` with the
     automatic values made concrete as prepare() would for an M x N problem on `sms` SMs, so that
-    BLOCK_N=0 and the BLOCK_N it stands for are one candidate."""
+    BLOCK_N=0 and the BLOCK_N it stands for are one candidate. (The layout is not known here: a
+    TF32 problem that regs_mn swaps counts its grid as N x M in prepare(); the two counts differ
+    only for a problem that is not square and small enough for the shape rule.)"""
     return {**params, **resolve(precision, **params, M=M, N=N, sms=sms)}
 
 

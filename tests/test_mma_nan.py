@@ -1,0 +1,772 @@
+"""NaN and Inf through the mma stage's TF32 rounding (cuda_kernels/mma.cu: tf32_rn, tf32_hi).
+
+The bug these tests keep out: TF32 operands were rounded by adding half a TF32 unit (0x1000) to
+their bit pattern. The GPU's fp32 arithmetic makes the NaN 0x7fffffff (0/0, log(-1), Inf - Inf),
+and 0x7fffffff + 0x1000 = 0x80000fff, which the tensor core reads as -0 (0xffffffff wraps to +0):
+a NaN in A or B vanished from C in tf32, and in 3xtf32 (head -0, tail rounded to 0), where cuBLAS
+propagates it. mma.cu's TF32_RN now picks a NaN-safe rounding: 1 (the default) cvt.rn.tf32.f32 on
+sm_90 (nearest even; cvt.rna below sm_90), 2 the add guarded by a finite test, 0 none (the tensor
+core truncates; 3xTF32 still splits with mode 2's rounding).
+
+CPU (skipped when a GPU is present, like the other CPU-mode tests):
+(a) the CPU twins of tf32_rn / tf32_hi (g++, a tiny harness around mma.cu) against a NumPy model
+    of the sm_90 build's bits, and that model against a float64 reference (nearest even for mode
+    1, ties away for mode 2) on special values (zeros, denormals, ties with even and odd bit 13,
+    their neighbours, FLT_MAX, Inf, the NaNs) and random bit patterns;
+(b) the kernel emulated on the CPU (tests/cuda_emulator.py's prelude, as tests/test_mma.py) with
+    NaN (0x7fffffff, 0xffffffff, 0x7fc00000) and +-Inf planted in A and B, at edges too: every C
+    element whose row of A or column of B holds a NaN is NaN, Inf gives IEEE's +-Inf or NaN in
+    tf32 and NaN in 3xtf32 (documented in mma.cu), every other element is finite and within the
+    precision's elementwise bound; tf32 and 3xtf32, TF32_RN 1 and 2, layouts nn and tt; and the
+    old unguarded add, planted, fails it;
+(c) NVRTC and SASS: sm_90's default TF32 build rounds with F2FP.TF32 (cvt.rn) and no guarded
+    adds; every mode builds spill-free for sm_90 and sm_80; TF32_RN outside 0..2 is refused.
+GPU (marked `gpu`): (d) the device's rounding bits are the CPU twins' (the NumPy model); (e) the
+public launchers of both backends, NaN planted as bit patterns and made by the GPU itself: C is NaN
+exactly where torch.matmul of the float64 inputs is, and close to it elsewhere, in tf32 and 3xtf32
+(CUDA with TF32_RN 1 and 2, Triton with kmajor_b 0 and 1) and in bf16 / fp16; Inf as IEEE says.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lab import check as chk
+from lab.stages import get_stage, parse_variants
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "cuda_kernels"
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
+
+NAN_BITS = (0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000)  # GPU arithmetic's NaN, its negation, torch's
+INF_BITS = (0x7F800000, 0xFF800000)
+
+
+def _cuda():
+    return get_stage("mma").module("cuda")
+
+
+def _triton():
+    return get_stage("mma").module("triton")
+
+
+def _params(backend: str = "cuda", **changes) -> dict:
+    spec = "mma" + (":" + ",".join(f"{k}={v}" for k, v in changes.items()) if changes else "")
+    return parse_variants([spec])[0].params_for(backend)
+
+
+def _with_tf32_rn(monkeypatch, rn: int | None):
+    """Every build of cuda_kernels.mma made while the test runs gets -DTF32_RN=rn (None: the
+    source's default), as scripts/tf32_truncation.py does for its runs."""
+    if rn is None:
+        return
+    mma = _cuda()
+    defines = mma.defines
+    monkeypatch.setattr(mma, "defines", lambda *a, **k: {**defines(*a, **k), "TF32_RN": rn})
+
+
+# ------------------------------------------------------- NumPy models of the rounding
+
+
+def _u32(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.uint64).astype(np.uint32)
+
+
+def model_bits(x: np.ndarray, mode: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tf32_rn(x), tf32_hi(x)) as the sm_90 build computes them, bit for bit. Mode 1: cvt.rn,
+    nearest even, low 13 bits cleared, Inf kept, every NaN 0x7fffe000 (as an H100 gave); mode 2:
+    x + 0x1000 where the exponent field is not all ones, x itself elsewhere."""
+    u = x.astype(np.uint64)
+    special = (u & 0x7F800000) == 0x7F800000
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    if mode == 1:
+        rn = np.where(special, u, (u + 0xFFF + ((u >> 13) & 1)) & 0xFFFFE000)
+        rn = np.where(nan, 0x7FFFE000, rn)
+    else:
+        rn = np.where(special, u, u + 0x1000)
+    rn = (rn & 0xFFFFFFFF).astype(np.uint32)
+    return rn, rn & np.uint32(0xFFFFE000)
+
+
+def reference_tf32(x: np.ndarray, ties_even: bool) -> np.ndarray:
+    """x (float32 bit patterns) rounded to TF32 (10 mantissa bits) in float64 arithmetic: to
+    nearest, ties to even or away from zero; overflow to +-Inf; Inf and NaN as they are. Returned
+    as float32 bit patterns."""
+    f = x.view(np.float32).astype(np.float64)
+    out = f.copy()
+    fin = np.isfinite(f)
+    a = np.abs(f[fin])
+    _, e = np.frexp(a)  # a = m 2^e, m in [0.5, 1): the unit in the last TF32 place is 2^(e-11)
+    ulp = np.ldexp(1.0, np.maximum(e - 1, -126) - 10)  # denormals: TF32's fixed 2^-136
+    q = a / ulp  # exact: at most 24 significant bits, 13 of them below the point
+    r = np.round(q) if ties_even else np.floor(q + 0.5)
+    v = r * ulp
+    v = np.where(v >= 2.0**128, np.inf, v)
+    out[fin] = np.copysign(v, f[fin])
+    return out.astype(np.float32).view(np.uint32)
+
+
+SPECIALS = _u32([
+    0x00000000, 0x80000000,                                     # +-0
+    0x00000001, 0x00000FFF, 0x00001000, 0x00001001, 0x00001FFF,  # denormals (ties: 0x1000, 0x3000)
+    0x00003000, 0x007FF000, 0x007FFFFF, 0x80001000, 0x80003000,
+    0x00800000, 0x00801000, 0x00803000,                         # the smallest normals
+    0x3F800000, 0x3F801000, 0x3F803000,                         # ties, bit 13 even / odd
+    0x3F800FFF, 0x3F801001, 0x3F802FFF, 0x3F803001,             # just below / above them
+    0xBF801000, 0xBF803000, 0xBF800FFF, 0xBF803001,             # and negative
+    0x3FFFF000, 0x3FFFEFFF, 0x3FFFFFFF,                         # carries into the exponent
+    0x7F7FFFFF, 0xFF7FFFFF,                                     # +-FLT_MAX: round up to +-Inf
+    0x7F7FD000, 0x7F7FE000, 0x7F7FEFFF, 0x7F7FF000,             # ties below FLT_MAX
+    *INF_BITS, *NAN_BITS, 0xFFC00000, 0x7FBFFFFF, 0x7FFFE000,
+])
+LOW_PAYLOAD_NANS = _u32([0x7F800001, 0xFF800001, 0x7F801000])  # the documented corner
+
+
+def _random_bits(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+
+
+@pytest.mark.parametrize("mode", [1, 2])
+def test_numpy_model_rounds_as_the_float64_reference(mode):
+    """The model's bits (what the tests below expect of the CPU twins and of the GPU) are the
+    TF32 rounding the mode promises: nearest even (1) or nearest, ties away (2), after the tensor
+    core drops the low 13 bits; Inf stays Inf, NaN stays NaN."""
+    x = np.concatenate([SPECIALS, _random_bits(50000)])
+    _, hi = model_bits(x, mode)  # hi: what the tensor core reads of tf32_rn(x) (low bits dropped)
+    nan = (x.astype(np.uint64) & 0x7FFFFFFF) > 0x7F800000
+    ref = reference_tf32(x[~nan], ties_even=mode == 1)
+    bad = np.nonzero(hi[~nan] != ref)[0]
+    assert bad.size == 0, [f"{a:08x} -> {b:08x}, want {c:08x}"
+                           for a, b, c in zip(x[~nan][bad][:8], hi[~nan][bad][:8], ref[bad][:8])]
+    assert np.isnan(hi[nan].view(np.float32)).all()
+    # spot checks a reader can follow: ties go to even in mode 1, away in mode 2
+    table = {0x3F801000: (0x3F800000, 0x3F802000), 0x3F803000: (0x3F804000, 0x3F804000),
+             0x00001000: (0x00000000, 0x00002000), 0x7F7FFFFF: (0x7F800000, 0x7F800000),
+             0x7F7FD000: (0x7F7FC000, 0x7F7FE000), 0xBF801000: (0xBF800000, 0xBF802000)}
+    for inp, want in table.items():
+        assert int(model_bits(_u32([inp]), mode)[1][0]) == want[mode - 1], hex(inp)
+    # the corner mma.cu documents: a NaN with payload only in the low 13 bits reads as Inf in
+    # mode 2 (as under plain truncation and sm_80's cvt.rna); sm_90's cvt.rn keeps it a NaN
+    _, corner = model_bits(LOW_PAYLOAD_NANS, mode)
+    assert np.isnan(corner.view(np.float32)).all() == (mode == 1)
+
+
+# ------------------------------------------------------- (a) the CPU twins, bit for bit
+
+HARNESS_MAIN = r'''
+#include KERNEL_FILE
+// tf32_rn, tf32_hi and tf32_split (hi, lo) of every hex word on stdin, one line each
+int main() {
+    unsigned x, hi, lo;
+    while (std::scanf("%x", &x) == 1) {
+        tf32_split(x, hi, lo);
+        std::printf("%08x %08x %08x %08x\n", tf32_rn(x), tf32_hi(x), hi, lo);
+    }
+    return 0;
+}
+'''
+
+
+def _emulator_module():
+    sys.path.insert(0, str(ROOT / "tests"))
+    import cuda_emulator as ce
+
+    if ce.compiler() is None:
+        pytest.skip("no C++ compiler (g++ or clang++) to build the CPU twins with")
+    return ce
+
+
+def _prelude(ce) -> str:
+    head, sep, _ = ce.EMULATOR.partition("#include KERNEL_FILE")
+    if not sep:
+        pytest.skip("tests/cuda_emulator.py's prelude has no '#include KERNEL_FILE' to cut at")
+    return head
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    """mode -> the harness executable (mma.cu's CPU twins of tf32_rn / tf32_hi, PREC_TF32)."""
+    ce = _emulator_module()
+    root = tmp_path_factory.mktemp("tf32_twins")
+    src = root / "mma.cu"
+    src.write_text(ce.emulated_source(KERNELS / "mma.cu"))
+    (root / "harness.cpp").write_text(_prelude(ce) + HARNESS_MAIN)
+    procs = {}
+    for mode in (1, 2):
+        exe = root / f"twin_{mode}"
+        cmd = [ce.compiler(), "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas",
+               f"-I{KERNELS}", f'-DKERNEL_FILE="{src}"', "-DPREC_TF32=1", f"-DTF32_RN={mode}",
+               str(root / "harness.cpp"), "-o", str(exe)]
+        procs[mode] = (exe, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True))
+    exes = {}
+    for mode, (exe, proc) in procs.items():
+        _, err = proc.communicate()
+        assert proc.returncode == 0, f"g++ could not build the TF32 harness:\n{err[-3000:]}"
+        exes[mode] = exe
+    return exes
+
+
+def _run_twin(exe: Path, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(tf32_rn(x), tf32_hi(x), tf32_split(x)'s hi, its lo) as the CPU twins compute them."""
+    out = subprocess.run([str(exe)], input="\n".join(f"{int(v):08x}" for v in x),
+                         capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    words = np.array([int(w, 16) for w in out], dtype=np.uint64).astype(np.uint32)
+    return tuple(words[i::4] for i in range(4))
+
+
+def _same_tf32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether two operand registers give the tensor core one value: the same top 19 bits, or
+    both NaN."""
+    ma, mb = a & np.uint32(0xFFFFE000), b & np.uint32(0xFFFFE000)
+    return (ma == mb) | (np.isnan(ma.view(np.float32)) & np.isnan(mb.view(np.float32)))
+
+
+@cpu_only
+@pytest.mark.parametrize("mode", [1, 2])
+def test_cpu_twins_compute_the_sm90_bits(twins, mode):
+    """mma.cu's host tf32_rn / tf32_hi (what the emulator runs) against the model: exactly the
+    bits of the sm_90 build (mode 1: cvt.rn, NaN -> 0x7fffe000; mode 2: the guarded add)."""
+    x = np.concatenate([SPECIALS, LOW_PAYLOAD_NANS, _random_bits(20000, seed=1)])
+    rn, hi, split_hi, split_lo = _run_twin(twins[mode], x)
+    want_rn, want_hi = model_bits(x, mode)
+    for name, got, want in (("tf32_rn", rn, want_rn), ("tf32_hi", hi, want_hi),
+                            ("tf32_split hi", split_hi, want_hi)):
+        bad = np.nonzero(got != want)[0]
+        assert bad.size == 0, (name, [f"{a:08x} -> {b:08x}, want {c:08x}"
+                                      for a, b, c in zip(x[bad][:8], got[bad][:8], want[bad][:8])])
+    # 3xTF32's tail: tf32_rn(x - hi), as the tensor core reads it (mode 2 tests x once for both
+    # parts: where x rounds up to Inf, the tail -Inf + 0x1000 still reads as -Inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        tail = (x.view(np.float32) - want_hi.view(np.float32)).view(np.uint32)
+    bad = np.nonzero(~_same_tf32(split_lo, model_bits(tail, mode)[0]))[0]
+    assert bad.size == 0, [f"{a:08x}: lo {b:08x}" for a, b in zip(x[bad][:8], split_lo[bad][:8])]
+    # and the properties the bug broke, said plainly
+    for bits in NAN_BITS:
+        i = int(np.nonzero(x == bits)[0][0])
+        assert math.isnan(np.uint32(rn[i] & 0xFFFFE000).view(np.float32)), hex(bits)
+        assert math.isnan(hi[i].view(np.float32)), hex(bits)
+    for bits in INF_BITS:
+        i = int(np.nonzero(x == bits)[0][0])
+        assert rn[i] & 0xFFFFE000 == bits and hi[i] == bits
+
+
+# ------------------------------------------------------- (b) the kernel, emulated, with NaN / Inf
+
+NAN_MAIN = r'''
+#include KERNEL_FILE
+// ---- main: random normal A and B with NaN / Inf planted, C checked element by element
+// argv: M N K lda ldb ldc blocks threads smem e_prod specials
+// specials: "A:i:k:bits,B:k:j:bits,..." (bits in hex)
+// Every C element whose row of A or column of B holds a NaN must be NaN. One touched by an Inf
+// (and no NaN): tf32, IEEE's value (the float64 sum of the same operands: +-Inf, or NaN where
+// Inf meets -Inf); 3xtf32, NaN (mma.cu: the tail Inf - Inf). Every other element: finite and
+// within |c - ref| <= (e_prod + (K / KSTEP + 1) 2^-24) S, S = sum_k |a_ik b_kj| (the bound of
+// tests/test_mma.py). Outside C: untouched NaN.
+int main(int argc, char** argv) {
+    if (argc != 12) {
+        std::fprintf(stderr, "usage: M N K lda ldb ldc blocks threads smem e_prod specials\n");
+        return 2;
+    }
+    const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
+    const int lda = atoi(argv[4]), ldb = atoi(argv[5]), ldc = atoi(argv[6]);
+    const unsigned gx = atoi(argv[7]), bx = atoi(argv[8]);
+    const long smem = atol(argv[9]);
+    const double e_prod = atof(argv[10]);
+    std::mt19937 gen(M * 131 + N * 7 + K);
+    std::normal_distribution<float> normal;
+    const size_t a_lines = TRANS_A ? K : M, b_lines = TRANS_B ? N : K;
+    std::vector<float> A(a_lines * lda + 8, NAN), B(b_lines * ldb + 8, NAN);
+    std::vector<float> C(size_t(M) * ldc + 8, NAN);
+    auto a_at = [&](int i, int k) -> float& {
+        return A[TRANS_A ? size_t(k) * lda + i : size_t(i) * lda + k];
+    };
+    auto b_at = [&](int k, int j) -> float& {
+        return B[TRANS_B ? size_t(j) * ldb + k : size_t(k) * ldb + j];
+    };
+    for (int i = 0; i < M; ++i) for (int k = 0; k < K; ++k) a_at(i, k) = normal(gen);
+    for (int k = 0; k < K; ++k) for (int j = 0; j < N; ++j) b_at(k, j) = normal(gen);
+    std::vector<char> a_nan(M, 0), a_inf(M, 0), b_nan(N, 0), b_inf(N, 0);
+    for (char* s = std::strtok(argv[11], ","); s; s = std::strtok(nullptr, ",")) {
+        char op;
+        int r, c;
+        unsigned bits;
+        if (std::sscanf(s, "%c:%d:%d:%x", &op, &r, &c, &bits) != 4) {
+            std::fprintf(stderr, "bad special %s\n", s);
+            return 2;
+        }
+        float v;
+        std::memcpy(&v, &bits, 4);
+        if (op == 'A') { a_at(r, c) = v; (std::isnan(v) ? a_nan : a_inf)[r] = 1; }
+        else { b_at(r, c) = v; (std::isnan(v) ? b_nan : b_inf)[c] = 1; }
+    }
+    for (unsigned bid = 0; bid < gx; ++bid) {
+        std::barrier<> bar(bx);
+        g_barrier = &bar;
+        std::unique_ptr<float4[]> dynamic(new float4[(smem + 15) / 16]);
+        for (long i = 0; i < (smem + 15) / 16; ++i) dynamic[i] = {NAN, NAN, NAN, NAN};
+        lab_dynamic_smem = reinterpret_cast<unsigned char*>(dynamic.get());
+        std::vector<std::thread> team;
+        for (unsigned t = 0; t < bx; ++t)
+            team.emplace_back([&, t] {
+                threadIdx = {t, 0, 0};
+                blockIdx = {bid, 0, 0};
+                matmul_mma(A.data(), B.data(), C.data(), M, N, K, lda, ldb, ldc);
+            });
+        for (auto& th : team) th.join();
+    }
+    long nan_missed = 0, inf_wrong = 0, clean_bad = 0, loose = 0, gaps = 0, nans = 0, infs = 0;
+    for (size_t e = 0; e < C.size(); ++e)
+        if ((long(e) / ldc >= M || long(e) % ldc >= N) && !std::isnan(C[e])) ++gaps;
+    for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+            const double c = C[size_t(i) * ldc + j];
+            double ref = 0, S = 0;
+            for (int k = 0; k < K; ++k) {
+                const double p = double(a_at(i, k)) * double(b_at(k, j));
+                ref += p;
+                S += std::fabs(p);
+            }
+            if (a_nan[i] || b_nan[j]) {
+                ++nans;
+                if (!std::isnan(c)) {
+                    if (nan_missed < 5) std::printf("C(%d, %d) = %g, want NaN\n", i, j, c);
+                    ++nan_missed;
+                }
+            } else if (a_inf[i] || b_inf[j]) {
+                ++infs;
+                const bool want_nan = PREC == 1 || std::isnan(ref);
+                if (want_nan ? !std::isnan(c) : c != ref) {
+                    if (inf_wrong < 5)
+                        std::printf("C(%d, %d) = %g, want %s\n", i, j, c,
+                                    want_nan ? "NaN" : ref > 0 ? "+Inf" : "-Inf");
+                    ++inf_wrong;
+                }
+            } else if (!std::isfinite(c)) {
+                if (clean_bad < 5) std::printf("C(%d, %d) = %g, untouched by NaN / Inf\n", i, j, c);
+                ++clean_bad;
+            } else if (std::fabs(c - ref) > (e_prod + (K / KSTEP + 1) * 0x1p-24) * S) {
+                if (loose < 5) std::printf("C(%d, %d) = %.9g, reference %.9g\n", i, j, c, ref);
+                ++loose;
+            }
+        }
+    std::printf("%dx%dx%d nan-elements=%ld nan-missed=%ld inf-elements=%ld inf-wrong=%ld "
+                "clean-non-finite=%ld beyond-bound=%ld gap-writes=%ld\n", M, N, K, nans, nan_missed,
+                infs, inf_wrong, clean_bad, loose, gaps);
+    return nan_missed || inf_wrong || clean_bad || loose || gaps || !nans || !infs ? 1 : 0;
+}
+'''
+
+# The elementwise bound's product term (tests/test_mma.py's BOUND): TF32 operands rounded to
+# nearest (2^-11 each), 3xTF32's dropped and rounded small terms.
+E_PROD = {"tf32": 2.0**-10 + 2.0**-21, "3xtf32": 2.0**-19}
+# One warp, 32 x 32 x 16 tiles, 2 stages: a few blocks of 32 emulated threads per shape (the
+# emulator runs a thread per CUDA thread; the launcher takes tiles the registry's choices do
+# not). A 32-float line still takes the TF32 runs (LDS.128) path for M/N-contiguous tiles, and
+# ldmatrix for K-contiguous ones: nn and tt cover both paths of each operand.
+SMALL = {"BM": 32, "BN": 32, "BK": 16, "WM": 32, "WN": 32, "STAGES": 2}
+# 37 x 45 x 29: edge blocks on both sides and a partial k-tile; 64 x 64 x 80: whole interior
+# blocks on full k-tiles (the kernel's bounds-free loop).
+SHAPES = [(37, 45, 29), (64, 64, 80)]
+
+
+def specials(M: int, N: int, K: int) -> list[tuple[str, int, int, int]]:
+    """NaN and Inf positions (operand, row, column, bits) reaching first, last and middle rows of
+    A, columns of B and k, in different fragment registers; no two in one row of A or column of
+    B."""
+    return [("A", 0, 0, 0x7FFFFFFF), ("A", M - 1, K - 1, 0xFFFFFFFF),
+            ("A", M // 2, K // 3, 0x7FC00000), ("A", M // 4, K // 2, 0x7F800000),
+            ("A", 3 * M // 4, 1, 0xFF800000),
+            ("B", 0, N - 1, 0xFFFFFFFF), ("B", K - 1, 0, 0x7FFFFFFF),
+            ("B", K // 2, N // 3, 0x7FC00000), ("B", K // 4, N // 2, 0x7F800000),
+            ("B", 2, 3 * N // 4, 0xFF800000)]
+
+
+class NanEmulator:
+    """mma.cu builds (defines as build() passes them, plus TF32_RN) compiled with g++ against the
+    emulator prelude and NAN_MAIN, cached per define set, all compiles started at once."""
+
+    def __init__(self, root: Path):
+        self.ce = _emulator_module()
+        self.root = root
+        (root / "nan_main.cpp").write_text(_prelude(self.ce) + NAN_MAIN)
+        self.exes: dict = {}
+
+    @staticmethod
+    def defines(precision: str, layout: str, rn: int) -> dict:
+        from cuda_kernels._build import layout_defines
+
+        d = {**_cuda().defines(**{**_params(), **SMALL}, precision=precision), "UNROLL": True,
+             **layout_defines(layout), "TF32_RN": rn}
+        return {k: int(v) if isinstance(v, bool) else v for k, v in d.items()}
+
+    def start(self, precision: str, layout: str, rn: int, source: Path | None = None):
+        key = (precision, layout, rn, str(source))
+        if key in self.exes:
+            return key
+        exe = self.root / f"nan_{len(self.exes)}"
+        src = self.root / f"{exe.name}.cu"
+        src.write_text(self.ce.emulated_source(source or KERNELS / "mma.cu"))
+        cmd = [self.ce.compiler(), "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas",
+               "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KERNELS}",
+               f'-DKERNEL_FILE="{src}"',
+               *(f"-D{k}={v}" for k, v in self.defines(precision, layout, rn).items()),
+               str(self.root / "nan_main.cpp"), "-o", str(exe)]
+        self.exes[key] = (exe, subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE, text=True), None)
+        return key
+
+    def run(self, precision: str, layout: str, rn: int, M: int, N: int, K: int,
+            source: Path | None = None) -> tuple[bool, str]:
+        key = self.start(precision, layout, rn, source)
+        exe, proc, err = self.exes[key]
+        if proc is not None:
+            _, err = proc.communicate()
+            self.exes[key] = (exe, None, err if proc.returncode else "")
+        assert not err, "g++ could not compile mma.cu for the emulator:\n" + err[-4000:]
+        grid, block, smem = _cuda().geometry(M, N, K, **{**_params(), **SMALL}, precision=precision)
+        # leading dimensions past the widths (gaps of NaN the kernel must not read), lines on 16
+        # bytes (ALIGN_A / ALIGN_B 16), C's rows on 8 (VEC_C)
+        lda = _ld(M if layout[0] == "t" else K, 4)
+        ldb = _ld(K if layout[1] == "t" else N, 4)
+        spec = ",".join(f"{op}:{r}:{c}:{bits:08x}" for op, r, c, bits in specials(M, N, K))
+        args = [M, N, K, lda, ldb, _ld(N, 2), grid[0], block[0], smem, E_PROD[precision], spec]
+        out = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True,
+                             timeout=600, check=False)
+        return out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+
+
+def _ld(width: int, multiple: int) -> int:
+    """A leading dimension above `width`, a multiple of `multiple` elements."""
+    return (width // multiple + 1) * multiple
+
+
+EMU_CASES = [(p, lay, rn) for p in ("tf32", "3xtf32") for rn in (1, 2) for lay in ("nn", "tt")]
+
+
+@pytest.fixture(scope="module")
+def nan_emulator(tmp_path_factory):
+    emu = NanEmulator(tmp_path_factory.mktemp("mma_nan"))
+    for case in EMU_CASES:
+        emu.start(*case)
+    return emu
+
+
+@cpu_only
+@pytest.mark.parametrize("precision,layout,rn", EMU_CASES,
+                         ids=[f"{p}-{lay}-TF32_RN={rn}" for p, lay, rn in EMU_CASES])
+def test_emulated_kernel_propagates_nan_and_inf(nan_emulator, precision, layout, rn):
+    for M, N, K in SHAPES:
+        ok, out = nan_emulator.run(precision, layout, rn, M, N, K)
+        assert ok, f"{precision} {layout} TF32_RN={rn} {M}x{N}x{K}:\n{out}"
+        assert "nan-missed=0" in out
+
+
+# The bug, planted: the unguarded half-unit add (tf32_rn, and 3xTF32's split, which tests x once
+# for head and tail). 0x7fffffff + 0x1000 is -0 to the tensor core.
+UNGUARDED = [("return tf32_finite(x) ? x + 0x1000u : x;", "return x + 0x1000u;"),
+             ("const bool finite = tf32_finite(x);", "const bool finite = true;")]
+
+
+@cpu_only
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_the_emulator_catches_the_unguarded_add(nan_emulator, tmp_path, precision):
+    text = (KERNELS / "mma.cu").read_text()
+    for old, new in UNGUARDED:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    mutated = tmp_path / "mma.cu"
+    mutated.write_text(text)
+    ok, out = nan_emulator.run(precision, "nn", 2, 37, 45, 29, source=mutated)
+    assert not ok and "nan-missed=0" not in out, out
+
+
+# ------------------------------------------------------- (c) NVRTC and SASS (no GPU needed)
+
+
+def _build(monkeypatch, precision: str, rn: int | None, arch: str, layout: str = "nn"):
+    monkeypatch.setenv("LAB_CUDA_ARCH", arch)
+    _with_tf32_rn(monkeypatch, rn)
+    build = _cuda().build(**_params(), precision=precision, layout=layout)
+    assert build.arch == arch
+    assert (f"-DTF32_RN={rn}" in build.options) == (rn is not None)
+    return build
+
+
+def _mix(build) -> dict:
+    from cuda_kernels import _sass
+
+    if _sass.find_tool("cuobjdump") is None and _sass.find_tool("nvdisasm") is None:
+        pytest.skip("no cuobjdump / nvdisasm to disassemble with")
+    return _sass.instruction_mix(_sass.sass(build))
+
+
+def _count(mix: dict, prefix: str) -> int:
+    return sum(n for op, n in mix.items() if op.startswith(prefix))
+
+
+def _spill_free(build) -> None:
+    assert build.spill_bytes == 0 and build.stack_frame == 0, build.log
+    assert 0 < build.registers <= 255
+
+
+@cpu_only
+def test_sm90_default_tf32_rounds_with_cvt_rn(monkeypatch):
+    """The default (TF32_RN=1) on sm_90: one F2FP.TF32.F32.PACK_B (cvt.rn.tf32.f32) per rounded
+    register, none of the guarded add's finite tests, no spills."""
+    build = _build(monkeypatch, "tf32", None, "sm_90")
+    _spill_free(build)
+    mix = _mix(build)
+    assert _count(mix, "F2FP.TF32") > 0 and _count(mix, "HMMA.1688.F32.TF32") > 0, mix
+    assert _count(mix, "FSETP") == 0, mix
+
+
+@cpu_only
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_sm90_guarded_add_builds_without_spills(monkeypatch, precision):
+    """TF32_RN=2: the finite test (FSETP.GEU |x|, +INF) guards the add; no cvt; no spills."""
+    mix = _mix(build := _build(monkeypatch, precision, 2, "sm_90"))
+    _spill_free(build)
+    assert _count(mix, "FSETP.GEU") > 0 and _count(mix, "F2FP.TF32") == 0, mix
+
+
+@cpu_only
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_sm90_3xtf32_default_and_tf32_rn_0_builds(monkeypatch, precision):
+    """3xTF32's default splits with cvt.rn on sm_90; TF32_RN=0 still builds: TF32 operands left
+    to the tensor core's truncation (no rounding instruction at all), 3xTF32 split with the
+    guarded add."""
+    if precision == "3xtf32":
+        build = _build(monkeypatch, precision, None, "sm_90")
+        _spill_free(build)
+        assert _count(_mix(build), "F2FP.TF32") > 0
+    build = _build(monkeypatch, precision, 0, "sm_90")
+    _spill_free(build)
+    mix = _mix(build)
+    assert _count(mix, "F2FP.TF32") == 0
+    assert (_count(mix, "FSETP.GEU") > 0) == (precision == "3xtf32"), mix
+
+
+@cpu_only
+@pytest.mark.parametrize("rn", [1, 2])
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_sm80_builds_without_spills(monkeypatch, precision, rn):
+    """sm_80 has no cvt.rn.tf32: mode 1 is cvt.rna there (ptxas: the finite test and add)."""
+    build = _build(monkeypatch, precision, rn, "sm_80")
+    _spill_free(build)
+    mix = _mix(build)
+    assert _count(mix, "F2FP.TF32") == 0 and _count(mix, "FSETP.GEU") > 0, mix
+
+
+@cpu_only
+def test_tf32_rn_outside_its_values_is_refused(monkeypatch):
+    from lab.errors import LabError
+
+    with pytest.raises(LabError, match="TF32_RN must be"):
+        _build(monkeypatch, "tf32", 3, "sm_90")
+
+
+# ------------------------------------------------------- (d), (e) GPU
+
+GPU_SHAPES = [(256, 320, 192), (131, 77, 203)]  # (M, N, K): A = M x K, B = K x N
+
+
+def _need_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+
+
+ROUND_KERNEL = r'''
+#include "mma.cu"
+extern "C" __global__ void lab_tf32_round(const u32* x, u32* rn, u32* hi, u32* lo, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        u32 h;
+        rn[i] = tf32_rn(x[i]);
+        hi[i] = tf32_hi(x[i]);
+        tf32_split(x[i], h, lo[i]);
+    }
+}
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", [1, 2])
+def test_device_rounding_is_the_cpu_twins(tmp_path, mode):
+    """mma.cu's tf32_rn / tf32_hi on this GPU give the model's bits, which the CPU twins give
+    too (test_cpu_twins_compute_the_sm90_bits): the emulator rounds as the sm_90 build does."""
+    _need_gpu()
+    from cuda_kernels._build import compile_kernel, device_arch, launcher
+
+    if mode == 1 and int(device_arch().split("_")[1]) < 90:
+        pytest.skip("mode 1 is cvt.rna below sm_90: the CPU twins emulate sm_90's cvt.rn")
+    src = tmp_path / "tf32_round.cu"
+    src.write_text(ROUND_KERNEL)
+    build = compile_kernel(str(src), "lab_tf32_round", {"PREC_TF32": 1, "TF32_RN": mode})
+    x = np.concatenate([SPECIALS, LOW_PAYLOAD_NANS, _random_bits(1 << 20, seed=2)])
+    xs = torch.from_numpy(x.view(np.int32)).cuda()
+    rn, hi, lo = torch.empty_like(xs), torch.empty_like(xs), torch.empty_like(xs)
+    n = xs.numel()
+    launcher(build, ((n + 255) // 256, 1, 1), (256, 1, 1), (xs, rn, hi, lo, np.int32(n)))()
+    torch.cuda.synchronize()
+    want_rn, want_hi = model_bits(x, mode)
+    for name, got, want in (("tf32_rn", rn, want_rn), ("tf32_hi", hi, want_hi)):
+        got = got.cpu().numpy().view(np.uint32)
+        bad = np.nonzero(got != want)[0]
+        assert bad.size == 0, (name, [f"{a:08x} -> {b:08x}, model {c:08x}"
+                                      for a, b, c in zip(x[bad][:8], got[bad][:8], want[bad][:8])])
+    # 3xTF32's tail, as the tensor core reads it (the GPU's NaNs are its own: any NaN matches)
+    with np.errstate(invalid="ignore", over="ignore"):
+        tail = (x.view(np.float32) - want_hi.view(np.float32)).view(np.uint32)
+    got = lo.cpu().numpy().view(np.uint32)
+    bad = np.nonzero(~_same_tf32(got, model_bits(tail, mode)[0]))[0]
+    assert bad.size == 0, [f"{a:08x}: lo {b:08x}" for a, b in zip(x[bad][:8], got[bad][:8])]
+
+
+def _plant_bits(t: torch.Tensor, where: list[tuple[int, int]], bits: list[int]) -> None:
+    """Write raw bit patterns into float32 (int32 view) or 16-bit (int16 view) elements."""
+    view = t.view(torch.int32 if t.element_size() == 4 else torch.int16)
+    for (r, c), b in zip(where, bits):
+        signed = b - (1 << (8 * t.element_size())) if b >> (8 * t.element_size() - 1) else b
+        view[r, c] = signed
+
+
+def _nan_operands(M, N, K, dtype, made_by: str, seed: int):
+    """A (M x K) and B (K x N) random normal with NaN planted in a few rows of A and columns of B
+    (first, last, middle; different fragment positions): as raw bit patterns (`bits`), or as
+    the GPU's own arithmetic makes them (`gpu`: log of a negative number, 0 / 0 and its
+    negation)."""
+    a, b = chk.make_inputs(M, N, K, seed, "cuda", dtype=dtype)
+    a_at = [(0, 0), (M - 1, K - 1), (M // 2, K // 3), (M // 3, 7)]
+    b_at = [(0, N - 1), (K - 1, 0), (K // 2, N // 3)]
+    if made_by == "bits":
+        if a.element_size() == 4:
+            _plant_bits(a, a_at, [0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000, 0x7FFFFFFF])
+            _plant_bits(b, b_at, [0xFFFFFFFF, 0x7FFFFFFF, 0x7FC00000])
+        else:
+            _plant_bits(a, a_at, [0x7FFF, 0xFFFF, 0x7E00 if dtype == torch.float16 else 0x7FC0,
+                                  0x7FFF])
+            _plant_bits(b, b_at, [0xFFFF, 0x7FFF, 0xFFFF])
+    else:
+        made = torch.cat([torch.log(-torch.ones(2, device="cuda")),
+                          torch.zeros(2, device="cuda") / 0,
+                          -(torch.zeros(3, device="cuda") / 0)]).to(dtype)
+        for n, (r, c) in enumerate(a_at):
+            a[r, c] = made[n]
+        for n, (r, c) in enumerate(b_at):
+            b[r, c] = made[4 + n]
+    assert torch.isnan(a).sum() == len(a_at) and torch.isnan(b).sum() == len(b_at)
+    return a, b
+
+
+def _assert_nan_exactly_where_the_reference_is(c, a, b, K, precision, what):
+    ref = chk.reference(a, b)
+    want = torch.isnan(ref)
+    got = torch.isnan(c)
+    assert want.any()
+    missed, extra = (want & ~got).sum().item(), (got & ~want).sum().item()
+    assert missed == 0 and extra == 0, (f"{what}: {missed} NaN missing, {extra} NaN extra of "
+                                        f"{want.sum().item()} expected")
+    clean = ~want
+    assert torch.isfinite(c[clean]).all(), what
+    diff = c[clean].double() - ref[clean]
+    rel = (torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref[clean])).item()
+    assert rel <= chk.tolerance(precision, K), (what, rel)
+
+
+DTYPE = {"tf32": torch.float32, "3xtf32": torch.float32, "bf16": torch.bfloat16,
+         "fp16": torch.float16}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rn", [1, 2])
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_cuda_mma_propagates_nan_on_the_gpu(monkeypatch, precision, rn):
+    _need_gpu()
+    _with_tf32_rn(monkeypatch, rn)
+    mma = _cuda()
+    assert mma.defines(precision=precision)["TF32_RN"] == rn
+    for M, N, K in GPU_SHAPES:
+        for made_by in ("bits", "gpu"):
+            a, b = _nan_operands(M, N, K, torch.float32, made_by, M + K)
+            c = torch.empty((M, N), device="cuda")
+            mma.prepare(a, b, c, precision=precision)()
+            torch.cuda.synchronize()
+            _assert_nan_exactly_where_the_reference_is(
+                c, a, b, K, precision, f"cuda {precision} TF32_RN={rn} {M}x{N}x{K} {made_by}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kmajor_b", [0, 1])
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_triton_mma_propagates_nan_on_the_gpu(precision, kmajor_b):
+    _need_gpu()
+    for M, N, K in GPU_SHAPES:
+        for made_by in ("bits", "gpu"):
+            a, b = _nan_operands(M, N, K, torch.float32, made_by, M + K)
+            c = torch.zeros((M, N), device="cuda")
+            _triton().prepare(a, b, c, precision=precision, kmajor_b=kmajor_b)()
+            torch.cuda.synchronize()
+            _assert_nan_exactly_where_the_reference_is(
+                c, a, b, K, precision, f"triton {precision} kmajor_b={kmajor_b} {M}x{N}x{K} "
+                                       f"{made_by}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_16_bit_mma_propagates_nan_on_the_gpu(precision, backend):
+    """No rounding step in bf16 / fp16 (the operands are already 16-bit), but a NaN must still
+    reach C, and C's rounding on store (cvt.rn.bf16x2 / f16x2) must keep it."""
+    _need_gpu()
+    stage = _cuda() if backend == "cuda" else _triton()
+    for M, N, K in GPU_SHAPES:
+        for made_by in ("bits", "gpu"):
+            a, b = _nan_operands(M, N, K, DTYPE[precision], made_by, M + K)
+            c = torch.zeros((M, N), device="cuda", dtype=DTYPE[precision])
+            stage.prepare(a, b, c, precision=precision)()
+            torch.cuda.synchronize()
+            _assert_nan_exactly_where_the_reference_is(
+                c, a, b, K, precision, f"{backend} {precision} {M}x{N}x{K} {made_by}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+def test_inf_on_the_gpu(monkeypatch, precision, backend):
+    """+-Inf in A and B: C is non-finite exactly where the float64 reference is, NaN where it is
+    NaN; tf32 gives the reference's +-Inf (Inf times a nonzero TF32 value is Inf); the CUDA
+    3xtf32 gives NaN wherever an Inf enters (its tail is Inf - Inf; mma.cu says so)."""
+    _need_gpu()
+    M, N, K = GPU_SHAPES[0]
+    a, b = chk.make_inputs(M, N, K, 3, "cuda")
+    _plant_bits(a, [(0, 0), (M - 1, 5), (M // 2, K - 1)], [0x7F800000, 0xFF800000, 0x7F800000])
+    _plant_bits(b, [(K - 1, N - 1), (3, 0)], [0xFF800000, 0x7F800000])
+    ref = chk.reference(a, b)
+    for rn in ((1, 2) if backend == "cuda" else (None,)):
+        with monkeypatch.context() as m:
+            _with_tf32_rn(m, rn)
+            stage = _cuda() if backend == "cuda" else _triton()
+            c = torch.zeros((M, N), device="cuda")
+            stage.prepare(a, b, c, precision=precision)()
+            torch.cuda.synchronize()
+        what = f"{backend} {precision} TF32_RN={rn}"
+        special = ~torch.isfinite(ref)
+        assert torch.equal(~torch.isfinite(c), special), what
+        assert torch.isnan(c[torch.isnan(ref)]).all(), what
+        if precision == "tf32":
+            inf = torch.isinf(ref)
+            assert torch.equal(c[inf].double(), ref[inf]), what
+        elif backend == "cuda":
+            assert torch.isnan(c[special]).all(), what
+        clean = ~special
+        rel = (torch.linalg.vector_norm(c[clean].double() - ref[clean])
+               / torch.linalg.vector_norm(ref[clean])).item()
+        assert rel <= chk.tolerance(precision, K), (what, rel)
