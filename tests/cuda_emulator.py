@@ -97,6 +97,27 @@ inline void lab_cp_async_wait(int n) {  // all but the newest n committed groups
 #define __device__
 #define __host__
 #define __forceinline__ inline
+// A launch on the CPU: the blocks of a gx x gy grid one after another, each a team of bx x by
+// std::threads that share one barrier and `smem` bytes of dynamic shared memory, NaN until
+// written. `body` is what every thread runs: the kernel call with its arguments.
+template <typename Body>
+void lab_run_grid(unsigned gx, unsigned gy, unsigned bx, unsigned by, long smem, Body body) {
+    for (unsigned bid = 0; bid < gx * gy; ++bid) {
+        std::barrier<> bar(bx * by);
+        g_barrier = &bar;
+        std::unique_ptr<float4[]> dynamic(new float4[(smem + 15) / 16]);
+        for (long i = 0; i < (smem + 15) / 16; ++i) dynamic[i] = {NAN, NAN, NAN, NAN};
+        lab_dynamic_smem = reinterpret_cast<unsigned char*>(dynamic.get());
+        std::vector<std::thread> team;
+        for (unsigned t = 0; t < bx * by; ++t)
+            team.emplace_back([&, t] {
+                threadIdx = {t % bx, t / bx, 0};
+                blockIdx = {bid % gx, bid / gx, 0};
+                body();
+            });
+        for (auto& th : team) th.join();
+    }
+}
 #define __launch_bounds__(...)
 #define __restrict__
 #define __shared__ static
@@ -127,22 +148,9 @@ int main(int argc, char** argv) {
     auto b_at = [&](int k, int j) -> float& { return B[TRANS_B ? size_t(j) * ldb + k : size_t(k) * ldb + j]; };
     for (int i = 0; i < M; ++i) for (int k = 0; k < K; ++k) a_at(i, k) = normal(gen);
     for (int k = 0; k < K; ++k) for (int j = 0; j < N; ++j) b_at(k, j) = normal(gen);
-    for (unsigned bid = 0; bid < gx * gy; ++bid) {
-        std::barrier<> bar(bx * by);
-        g_barrier = &bar;
-        // exactly `smem` bytes (16-byte units, 16-byte aligned), NaN until written
-        std::unique_ptr<float4[]> dynamic(new float4[(smem + 15) / 16]);
-        for (long i = 0; i < (smem + 15) / 16; ++i) dynamic[i] = {NAN, NAN, NAN, NAN};
-        lab_dynamic_smem = reinterpret_cast<unsigned char*>(dynamic.get());
-        std::vector<std::thread> team;
-        for (unsigned t = 0; t < bx * by; ++t)
-            team.emplace_back([&, t] {
-                threadIdx = {t % bx, t / bx, 0};
-                blockIdx = {bid % gx, bid / gx, 0};
-                KERNEL_NAME(A.data(), B.data(), C.data(), M, N, K, lda, ldb, ldc);
-            });
-        for (auto& th : team) th.join();
-    }
+    // exactly `smem` bytes of dynamic shared memory (16-byte units, 16-byte aligned)
+    lab_run_grid(gx, gy, bx, by, smem,
+                 [&] { KERNEL_NAME(A.data(), B.data(), C.data(), M, N, K, lda, ldb, ldc); });
     double num = 0, den = 0;
     long bad = 0, gaps = 0;
     for (int i = 0; i < M; ++i)

@@ -181,21 +181,7 @@ int main(int argc, char** argv) {
     auto b_at = [&](int k, int j) -> elem_t& { return B[TRANS_B ? size_t(j) * ldb + k : size_t(k) * ldb + j]; };
     for (int i = 0; i < M; ++i) for (int k = 0; k < K; ++k) a_at(i, k) = lab_enc(normal(gen));
     for (int k = 0; k < K; ++k) for (int j = 0; j < N; ++j) b_at(k, j) = lab_enc(normal(gen));
-    for (unsigned bid = 0; bid < gx; ++bid) {
-        std::barrier<> bar(bx);
-        g_barrier = &bar;
-        std::unique_ptr<float4[]> dynamic(new float4[(smem + 15) / 16]);
-        for (long i = 0; i < (smem + 15) / 16; ++i) dynamic[i] = {NAN, NAN, NAN, NAN};
-        lab_dynamic_smem = reinterpret_cast<unsigned char*>(dynamic.get());
-        std::vector<std::thread> team;
-        for (unsigned t = 0; t < bx; ++t)
-            team.emplace_back([&, t] {
-                threadIdx = {t, 0, 0};
-                blockIdx = {bid, 0, 0};
-                matmul_mma(A, B, C, M, N, K, lda, ldb, ldc);
-            });
-        for (auto& th : team) th.join();
-    }
+    lab_run_grid(gx, 1, bx, 1, smem, [&] { matmul_mma(A, B, C, M, N, K, lda, ldb, ldc); });
     double num = 0, den = 0, maxabs = 0;
     long bad = 0, gaps = 0, loose = 0;
     for (size_t i = 0; i < Cb.size(); ++i) {

@@ -307,21 +307,7 @@ int main(int argc, char** argv) {
         if (op == 'A') { a_at(r, c) = v; (std::isnan(v) ? a_nan : a_inf)[r] = 1; }
         else { b_at(r, c) = v; (std::isnan(v) ? b_nan : b_inf)[c] = 1; }
     }
-    for (unsigned bid = 0; bid < gx; ++bid) {
-        std::barrier<> bar(bx);
-        g_barrier = &bar;
-        std::unique_ptr<float4[]> dynamic(new float4[(smem + 15) / 16]);
-        for (long i = 0; i < (smem + 15) / 16; ++i) dynamic[i] = {NAN, NAN, NAN, NAN};
-        lab_dynamic_smem = reinterpret_cast<unsigned char*>(dynamic.get());
-        std::vector<std::thread> team;
-        for (unsigned t = 0; t < bx; ++t)
-            team.emplace_back([&, t] {
-                threadIdx = {t, 0, 0};
-                blockIdx = {bid, 0, 0};
-                matmul_mma(A.data(), B.data(), C.data(), M, N, K, lda, ldb, ldc);
-            });
-        for (auto& th : team) th.join();
-    }
+    lab_run_grid(gx, 1, bx, 1, smem, [&] { matmul_mma(A.data(), B.data(), C.data(), M, N, K, lda, ldb, ldc); });
     long nan_missed = 0, inf_wrong = 0, clean_bad = 0, loose = 0, gaps = 0, nans = 0, infs = 0;
     for (size_t e = 0; e < C.size(); ++e)
         if ((long(e) / ldc >= M || long(e) % ldc >= N) && !std::isnan(C[e])) ++gaps;

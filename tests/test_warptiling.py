@@ -65,18 +65,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < M; ++i) for (int k = 0; k < K; ++k) a_at(i, k) = normal(gen);
     for (int k = 0; k < K; ++k) for (int j = 0; j < N; ++j) b_at(k, j) = normal(gen);
     auto launch = [&](unsigned grid_x, unsigned grid_y, unsigned threads, auto body) {
-        for (unsigned bid = 0; bid < grid_x * grid_y; ++bid) {
-            std::barrier<> bar(threads);
-            g_barrier = &bar;
-            std::vector<std::thread> team;
-            for (unsigned t = 0; t < threads; ++t)
-                team.emplace_back([&, t] {
-                    threadIdx = {t, 0, 0};
-                    blockIdx = {bid % grid_x, bid / grid_x, 0};
-                    body();
-                });
-            for (auto& th : team) th.join();
-        }
+        lab_run_grid(grid_x, grid_y, threads, 1, 0, body);  // no dynamic shared memory
     };
     launch(gx, gy, bx, [&] { matmul_warptiling(A.data(), B.data(), W.data(), M, N, K, lda, ldb, ldw); });
     // Each slab: the float64 product over its split's k-tiles; empty splits exact zeros.
