@@ -38,3 +38,19 @@ def run_lab(*args: str, timeout: int, **env: str) -> subprocess.CompletedProcess
     env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def sass_mix(build) -> dict:
+    """The SASS instruction mix of a build (cuda_kernels/_sass.py); skips the test where no
+    cuobjdump or nvdisasm is installed."""
+    from cuda_kernels import _sass
+
+    if _sass.find_tool("cuobjdump") is None and _sass.find_tool("nvdisasm") is None:
+        pytest.skip("no cuobjdump / nvdisasm to disassemble with")
+    return _sass.instruction_mix(_sass.sass(build))
+
+
+def count_ops(mix: dict, prefix: str) -> int:
+    """How many instructions of `mix` start with `prefix` (HMMA, LDSM, ...)."""
+    return sum(n for op, n in mix.items() if op.startswith(prefix))
+

@@ -40,6 +40,8 @@ from lab import check as chk
 from lab.errors import LabError
 from lab.stages import get_stage, parse_variants
 
+from mma_defaults_helpers import count_ops, sass_mix
+
 ROOT = Path(__file__).resolve().parent.parent
 STAGE = "mma"
 LAYOUTS = ("nn", "nt", "tn", "tt")
@@ -83,16 +85,8 @@ def test_default_build_compiles_without_spills_in_every_layout(arch, precision, 
         assert 2 * 4 * 32 * (-(-build.registers // 8) * 8) <= 65536
 
 
-def _sass_mix(build) -> dict:
-    from cuda_kernels import _sass
-
-    if _sass.find_tool("cuobjdump") is None and _sass.find_tool("nvdisasm") is None:
-        pytest.skip("no cuobjdump / nvdisasm to disassemble with")
-    return _sass.instruction_mix(_sass.sass(build))
-
-
-def _count(mix: dict, prefix: str) -> int:
-    return sum(n for op, n in mix.items() if op.startswith(prefix))
+_sass_mix = sass_mix  # tests/mma_defaults_helpers.py
+_count = count_ops
 
 
 @cpu_only

@@ -41,6 +41,8 @@ import torch
 from lab import check as chk
 from lab.stages import get_stage, parse_variants
 
+from mma_defaults_helpers import count_ops, sass_mix
+
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "cuda_kernels"
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
@@ -486,16 +488,8 @@ def _build(monkeypatch, precision: str, rn: int | None, arch: str, layout: str =
     return build
 
 
-def _mix(build) -> dict:
-    from cuda_kernels import _sass
-
-    if _sass.find_tool("cuobjdump") is None and _sass.find_tool("nvdisasm") is None:
-        pytest.skip("no cuobjdump / nvdisasm to disassemble with")
-    return _sass.instruction_mix(_sass.sass(build))
-
-
-def _count(mix: dict, prefix: str) -> int:
-    return sum(n for op, n in mix.items() if op.startswith(prefix))
+_mix = sass_mix  # tests/mma_defaults_helpers.py
+_count = count_ops
 
 
 def _spill_free(build) -> None:
