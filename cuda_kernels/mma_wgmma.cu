@@ -1,0 +1,544 @@
+// mma_wgmma.cu: the mma stage's Hopper kernel. Warpgroup MMA (wgmma.mma_async, sm_90a) with A
+// from registers and B from 128-byte-swizzled shared memory, fed by a cp.async ring.
+//
+// The launcher (cuda_kernels/mma.py) hands this kernel a problem D = A' B' (M' x N', K deep) in
+// which B' is K-major: B'(n, k) = Bp[n * ldb + k]. wgmma reads a 32-bit (TF32) shared operand
+// only K-major, so the launcher picks A' and B' from the user's A and B so that this holds:
+//   B K-major in memory (B column-major: layouts nt, tt)  ->  A' = A, B' = B, D = C;
+//   A K-major in memory (A row-major: layouts nn)         ->  A' = B^T, B' = A^T, D = C^T.
+// (The fourth layout, tn, has neither operand K-major; the mma.sync kernel in mma.cu takes it.)
+// D's element (i, j) is stored at C[i * csm + j * csn], which covers both C and C^T.
+// A' may lie either way (A_KMAJOR = 1: A'(m, k) = Ap[m * lda + k]; 0: Ap[k * lda + m]): it goes
+// through registers, loaded with ldmatrix (16-bit elements, and K-major TF32) or 32-bit LDS.
+//
+// Block: WGS warpgroups (128 threads each) over BM = 64 * WGS rows of D and BN columns; each
+// warpgroup owns 64 rows and all BN columns (BN / 2 accumulators per thread). k-tile: 128 bytes of
+// K (BK = 32 TF32 or 64 16-bit elements), wgmma steps of 8 (TF32) or 16 elements.
+//
+// Shared memory per ring slot: B' tile, BN lines of 128 bytes, 128-byte swizzle (chunk c of line r
+// at chunk c ^ (r % 8); slots 1024-byte aligned, as the swizzle's address bits require); 3xTF32
+// also a tile of B' tails in the same layout; then A' tile, lines padded by 16 bytes (32 for
+// M-major TF32) so that ldmatrix / LDS rows fall on distinct banks.
+//
+// The ring: STAGES slots, tiles kt+1 .. kt+STAGES-2 in flight while tile kt is multiplied and tile
+// kt-1's wgmma may still run (wgmma.wait_group 1 after each tile), so the copy at tile kt goes to
+// tile kt-2's slot. A' fragments alternate between two register sets by tile parity for the same
+// reason: wgmma reads its register operand asynchronously.
+//
+// Precision: PREC_TF32 (A' rounded to nearest TF32 in registers; B' read by the tensor core, which
+// ignores its low 13 bits, unless ROUND_B = 1 rounds it in shared memory first), PREC_3XTF32 (both
+// split into a TF32 head and tail; three wgmma per step into a fresh sum added to the accumulator
+// once per tile), PREC_BF16, PREC_FP16 (16-bit inputs and output, fp32 accumulation).
+
+#if !defined(PREC_TF32) && !defined(PREC_3XTF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
+#define PREC_TF32 1
+#endif
+#ifndef WGS
+#define WGS 2
+#endif
+#ifndef BN
+#define BN 256
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef A_KMAJOR
+#define A_KMAJOR 0
+#endif
+#ifndef ROUND_B
+#define ROUND_B 0
+#endif
+#ifndef COPY_AT
+#define COPY_AT 2
+#endif
+// EPI_SMEM = 1: C is written through shared memory in 16-byte chunks; needs C's lines (rows of C,
+// which are D's rows, or with D_T = 1 D's columns) contiguous and 16-byte aligned.
+#ifndef EPI_SMEM
+#define EPI_SMEM 0
+#endif
+#ifndef D_T
+#define D_T 0
+#endif
+#ifndef GROUP
+#define GROUP 8
+#endif
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "mma_wgmma.cu needs sm_90a (wgmma): compile with -arch=sm_90a"
+#endif
+
+#include "wgmma_ops.cuh"
+
+#if defined(PREC_BF16) || defined(PREC_FP16)
+typedef unsigned short elem_t;  // the bits of a bfloat16 / float16
+#define ELEM 2
+#else
+typedef float elem_t;
+#define ELEM 4
+#endif
+
+#if defined(PREC_3XTF32)
+#define SPLIT 1
+#else
+#define SPLIT 0
+#endif
+
+constexpr int BM = 64 * WGS;
+constexpr int THREADS = 128 * WGS;
+constexpr int BK = 128 / ELEM;                  // elements of K per tile (128 bytes)
+constexpr int KSTEP = ELEM == 4 ? 8 : 16;       // elements of K per wgmma
+constexpr int NSTEP = BK / KSTEP;               // wgmma per tile and warpgroup (4)
+constexpr int B_BYTES = BN * 128;               // one B' tile
+constexpr int A_LINE = A_KMAJOR ? 128 + 16 : BM * ELEM + (ELEM == 4 ? 32 : 16);
+constexpr int A_LINES = A_KMAJOR ? BM : BK;
+constexpr int A_BYTES = ((A_LINE * A_LINES + 1023) / 1024) * 1024;
+constexpr int SLOT = B_BYTES * (1 + SPLIT) + A_BYTES;
+constexpr int ACC = BN / 2;                     // accumulators per thread
+static_assert(BN == 64 || BN == 128 || BN == 256, "BN must be 64, 128 or 256");
+static_assert(STAGES >= 3 && STAGES <= 6, "STAGES must be 3..6");
+static_assert(SLOT % 1024 == 0, "ring slots must stay 1024-byte aligned");
+
+// ------------------------------------------------------------------------------ PTX helpers
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp16(u32 dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keep the compiler from moving accumulator reads/writes across a wgmma boundary.
+__device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+__device__ __forceinline__ u32 lds32(u32 addr) {
+    u32 r;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(r) : "r"(addr));
+    return r;
+}
+__device__ __forceinline__ u32 tf32_rn(u32 x) {
+    u32 r;
+    asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
+    return r;
+}
+
+// Shared-memory matrix descriptor of a K-major, 128-byte-swizzled tile: start address, leading
+// byte offset (unused by this layout; 1 by convention), stride byte offset 1024 (from one group of
+// 8 lines to the next), layout type 1 (128-byte swizzle) in bits 62-63.
+__device__ __forceinline__ u64 desc_k128(u32 addr) {
+    return static_cast<u64>((addr & 0x3FFFF) >> 4) | (static_cast<u64>(1) << 16) |
+           (static_cast<u64>(1024 >> 4) << 32) | (static_cast<u64>(1) << 62);
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_n(float* d, const u32* a, u64 b, int scale_d) {
+#if ELEM == 4
+    if constexpr (N == 64) wgmma_tf32_n64(d, a[0], a[1], a[2], a[3], b, scale_d);
+    if constexpr (N == 128) wgmma_tf32_n128(d, a[0], a[1], a[2], a[3], b, scale_d);
+    if constexpr (N == 256) wgmma_tf32_n256(d, a[0], a[1], a[2], a[3], b, scale_d);
+#elif defined(PREC_BF16)
+    if constexpr (N == 64) wgmma_bf16_n64(d, a[0], a[1], a[2], a[3], b, scale_d);
+    if constexpr (N == 128) wgmma_bf16_n128(d, a[0], a[1], a[2], a[3], b, scale_d);
+    if constexpr (N == 256) wgmma_bf16_n256(d, a[0], a[1], a[2], a[3], b, scale_d);
+#else
+    if constexpr (N == 64) wgmma_f16_n64(d, a[0], a[1], a[2], a[3], b, scale_d);
+    if constexpr (N == 128) wgmma_f16_n128(d, a[0], a[1], a[2], a[3], b, scale_d);
+    if constexpr (N == 256) wgmma_f16_n256(d, a[0], a[1], a[2], a[3], b, scale_d);
+#endif
+}
+
+// ------------------------------------------------------------------------------ tile copies
+// Each thread copies the same chunks of every tile: its lines, chunk positions, shared-memory
+// offsets and which lines lie inside the matrix are worked out once (Copier), so a tile's copy is
+// a pointer advance and one cp.async per chunk. Only the tiles that reach past K compute per-chunk
+// sizes (zero-fill for what lies outside).
+//
+// K-major operand (B', and A' with A_KMAJOR): LINES lines of 8 16-byte chunks; thread t copies
+// chunk t % 8 of lines t / 8 + i * (THREADS / 8). B' lines are swizzled (chunk c of line r at
+// c ^ (r % 8): a constant per thread, since THREADS / 8 is a multiple of 8); A' lines are padded.
+template <int LINES, int PITCH, bool SWIZZLE>
+struct KCopier {
+    static constexpr int PER = 16 / ELEM, LPP = THREADS / 8, COUNT = LINES / LPP;
+    static_assert(LINES % LPP == 0, "tile lines must split evenly over the threads");
+    const elem_t* g;  // chunk 0's source at k = 0
+    long long step;   // elements from one of this thread's lines to the next
+    u32 dst;          // chunk 0's offset in the tile
+    u32 inside;       // bit i: line i lies inside the matrix
+    int kc;           // the chunk's first k in the tile
+    __device__ __forceinline__ KCopier(const elem_t* base, int ld, int x0, int xlim) {
+        const int r = threadIdx.x / 8, c = threadIdx.x % 8;
+        kc = c * PER;
+        g = base + static_cast<long long>(x0 + r) * ld + kc;
+        step = static_cast<long long>(LPP) * ld;
+        dst = r * PITCH + ((SWIZZLE ? (c ^ (r & 7)) : c) << 4);
+        inside = 0;
+#pragma unroll
+        for (int i = 0; i < COUNT; ++i) inside |= (x0 + r + i * LPP < xlim ? 1u : 0u) << i;
+        if (!inside) g = base;  // a harmless address for empty copies
+    }
+    __device__ __forceinline__ void copy(u32 tile, int k0, int K) const {
+        if (k0 + BK <= K) {
+#pragma unroll
+            for (int i = 0; i < COUNT; ++i)
+                cp16(tile + dst + i * LPP * PITCH, (inside >> i) & 1 ? g + i * step + k0 : g,
+                     (inside >> i) & 1 ? 16 : 0);
+        } else {
+            int bytes = (K - k0 - kc) * ELEM;
+            bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
+#pragma unroll
+            for (int i = 0; i < COUNT; ++i) {
+                const bool ok = ((inside >> i) & 1) && bytes > 0;
+                cp16(tile + dst + i * LPP * PITCH, ok ? g + i * step + k0 : g, ok ? bytes : 0);
+            }
+        }
+    }
+};
+
+// M-major A' (A_KMAJOR = 0): BK lines (k) of BM * ELEM / 16 chunks (m); thread t copies chunk
+// t % CPL of lines t / CPL + i * (THREADS / CPL). The chunk's m range is fixed per thread.
+struct MCopier {
+    static constexpr int PER = 16 / ELEM, CPL = BM / PER, LPP = THREADS / CPL, COUNT = BK / LPP;
+    static_assert(THREADS % CPL == 0 && BK % LPP == 0, "A' tile chunks must split evenly");
+    const elem_t* g;
+    long long step;
+    u32 dst;
+    int r, bytes;  // first line; bytes of the chunk inside M
+    __device__ __forceinline__ MCopier(const elem_t* base, int ld, int m0, int M) {
+        r = threadIdx.x / CPL;
+        const int c = threadIdx.x % CPL;
+        bytes = (M - m0 - c * PER) * ELEM;
+        bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
+        g = bytes > 0 ? base + static_cast<long long>(r) * ld + m0 + c * PER : base;
+        step = static_cast<long long>(LPP) * ld;
+        dst = r * A_LINE + c * 16;
+    }
+    __device__ __forceinline__ void copy(u32 tile, int k0, int K) const {
+        // k0 * ld as a line advance: step / LPP elements per line
+        const long long line = step / LPP;
+        if (k0 + BK <= K) {
+#pragma unroll
+            for (int i = 0; i < COUNT; ++i)
+                cp16(tile + dst + i * LPP * A_LINE, bytes > 0 ? g + i * step + k0 * line : g, bytes);
+        } else {
+#pragma unroll
+            for (int i = 0; i < COUNT; ++i) {
+                const bool ok = bytes > 0 && k0 + r + i * LPP < K;
+                cp16(tile + dst + i * LPP * A_LINE, ok ? g + i * step + k0 * line : g, ok ? bytes : 0);
+            }
+        }
+    }
+};
+
+// In place over this thread's own chunks of a landed B' tile (its cp.async writes are visible to
+// it after cp.async.wait_group): 3xTF32 writes the TF32 head over each element and the tail to the
+// tail tile; ROUND_B rounds each element to nearest TF32.
+__device__ __forceinline__ void prepare_b(u32 slot) {
+#if SPLIT || ROUND_B
+    constexpr int CHUNKS = BN * 8;
+#pragma unroll
+    for (int i = 0; i < CHUNKS / THREADS; ++i) {
+        const int q = threadIdx.x + i * THREADS;
+        const int r = q >> 3, c = q & 7;
+        const u32 off = r * 128 + ((c ^ (r & 7)) << 4);
+        u32 x0, x1, x2, x3;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                     : "r"(slot + off));
+        const u32 h0 = tf32_rn(x0), h1 = tf32_rn(x1), h2 = tf32_rn(x2), h3 = tf32_rn(x3);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + off), "r"(h0), "r"(h1),
+                     "r"(h2), "r"(h3));
+#if SPLIT
+        const u32 t0 = tf32_rn(__float_as_uint(__uint_as_float(x0) - __uint_as_float(h0)));
+        const u32 t1 = tf32_rn(__float_as_uint(__uint_as_float(x1) - __uint_as_float(h1)));
+        const u32 t2 = tf32_rn(__float_as_uint(__uint_as_float(x2) - __uint_as_float(h2)));
+        const u32 t3 = tf32_rn(__float_as_uint(__uint_as_float(x3) - __uint_as_float(h3)));
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + B_BYTES + off),
+                     "r"(t0), "r"(t1), "r"(t2), "r"(t3));
+#endif
+    }
+#endif
+}
+
+// A' fragments of one tile for this warp's 16 rows (row0 inside the A' tile), all NSTEP k-steps:
+// f[s][0..3] in the register order of wgmma's A operand (as mma.sync's m16n8k16 / m16n8k8 A).
+__device__ __forceinline__ void load_frags(u32 a_tile, int row0, u32 (&f)[NSTEP][4]) {
+    const int lane = threadIdx.x & 31;
+#if A_KMAJOR
+    // 16 lines (m) x 32 bytes (one k-step): ldmatrix.x4, matrices (rows 0-7 | 8-15) x (bytes 0-15 |
+    // 16-31); lane l names line l % 16 at byte 16 * (l / 16).
+    const u32 base = a_tile + (row0 + (lane & 15)) * A_LINE + (lane >> 4) * 16;
+#pragma unroll
+    for (int s = 0; s < NSTEP; ++s) ldsm_x4(base + s * 32, f[s][0], f[s][1], f[s][2], f[s][3]);
+#elif ELEM == 2
+    // Lines are k, m contiguous: ldmatrix.x4.trans, matrix j = (m half j % 2, k half j / 2); lane l
+    // names k line 8 * (l / 16) + l % 8 of matrix l / 8 at m offset 8 * ((l / 8) % 2).
+    const int j = lane >> 3;
+    const u32 base = a_tile + ((j >> 1) * 8 + (lane & 7)) * A_LINE + (row0 + (j & 1) * 8) * ELEM;
+#pragma unroll
+    for (int s = 0; s < NSTEP; ++s)
+        ldsm_x4_t(base + s * KSTEP * A_LINE, f[s][0], f[s][1], f[s][2], f[s][3]);
+#else
+    // TF32, lines are k: element (m = g or g + 8, k = t or t + 4) of the 16 x 8 step, g = lane / 4,
+    // t = lane % 4; a 32-byte pad puts the four k lines 8 banks apart.
+    const int g = lane >> 2, t = lane & 3;
+    const u32 base = a_tile + t * A_LINE + (row0 + g) * 4;
+#pragma unroll
+    for (int s = 0; s < NSTEP; ++s) {
+        const u32 p = base + s * 8 * A_LINE;
+        f[s][0] = lds32(p);
+        f[s][1] = lds32(p + 32);
+        f[s][2] = lds32(p + 4 * A_LINE);
+        f[s][3] = lds32(p + 4 * A_LINE + 32);
+    }
+#endif
+}
+
+__device__ __forceinline__ elem_t to_elem(float x) {
+#if ELEM == 4
+    return x;
+#else
+    unsigned short h;
+#if defined(PREC_BF16)
+    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(x));
+#else
+    asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(x));
+#endif
+    return h;
+#endif
+}
+
+__device__ __forceinline__ void store_pair(elem_t* C, long long o0, long long o1, float x, float y,
+                                           bool ok0, bool ok1) {
+#if ELEM == 4
+    if (ok0) C[o0] = x;
+    if (ok1) C[o1] = y;
+#else
+    u32 r;  // cvt.rn.*x2.f32 d, a, b puts a in the upper half
+#if defined(PREC_BF16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(y), "f"(x));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(y), "f"(x));
+#endif
+    if (ok0) C[o0] = static_cast<unsigned short>(r & 0xffffu);
+    if (ok1) C[o1] = static_cast<unsigned short>(r >> 16);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    mma_wgmma(const elem_t* __restrict__ Ap, const elem_t* __restrict__ Bp, elem_t* __restrict__ C,
+              int M, int N, int K, int lda, int ldb, long long csm, long long csn) {
+    extern __shared__ unsigned char smem_raw[];
+    const u32 smem = (smem_u32(smem_raw) + 1023) & ~1023u;
+
+    const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
+    int bm, bn;
+    {
+        const int bid = blockIdx.x;
+        const int width = GROUP * grid_n;
+        const int first_m = (bid / width) * GROUP;
+        const int rows = min(grid_m - first_m, GROUP);
+        const int in_group = bid - (bid / width) * width;
+        bm = first_m + in_group % rows;
+        bn = in_group / rows;
+    }
+    const int m0 = bm * BM, n0 = bn * BN;
+    const int wg = threadIdx.x >> 7;
+    const int warp = (threadIdx.x >> 5) & 3;
+    const int row0 = wg * 64 + warp * 16;  // this warp's first row in the A' tile
+    const int KT = (K + BK - 1) / BK;
+    const KCopier<BN, 128, true> cb(Bp, ldb, n0, N);
+#if A_KMAJOR
+    const KCopier<BM, A_LINE, false> ca(Ap, lda, m0, M);
+#else
+    const MCopier ca(Ap, lda, m0, M);
+#endif
+    constexpr u32 A_AT = B_BYTES * (1 + SPLIT);  // A' tile's offset in a slot
+
+    float acc[ACC];
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
+#if SPLIT
+    float part[ACC];
+#endif
+    u32 frag[2][NSTEP][4];
+
+    // Tiles in flight beyond the one being multiplied. COPY_AT = 0: the copy of tile kt + AHEAD
+    // goes out right after tile kt's barrier, into tile kt-2's slot (tile kt-1's wgmma may still
+    // read its own); 2: the same, but after tile kt's wgmma are issued, so that the copy's
+    // instructions do not delay them. COPY_AT = 1: it goes out after tile kt's wgmma.wait_group 1
+    // and a second barrier, when every warpgroup is done with tile kt-1, into that slot: one tile
+    // more in flight for one barrier more per tile.
+    constexpr int AHEAD = COPY_AT == 1 ? STAGES - 1 : STAGES - 2;
+#pragma unroll
+    for (int s = 0; s < AHEAD; ++s) {
+        if (s < KT) {
+            const u32 slot = smem + s * SLOT;
+            cb.copy(slot, s * BK, K);
+            ca.copy(slot + A_AT, s * BK, K);
+        }
+        cp_commit();
+    }
+
+    auto tile = [&](int kt, u32(&f)[NSTEP][4]) {
+        const u32 slot = smem + (kt % STAGES) * SLOT;
+        cp_wait<AHEAD - 1>();
+        prepare_b(slot);
+        fence_async_smem();
+        __syncthreads();
+        auto refill = [&]() {
+            const int nk = kt + AHEAD;
+            if (nk < KT) {
+                const u32 ns = smem + (nk % STAGES) * SLOT;
+                cb.copy(ns, nk * BK, K);
+                ca.copy(ns + A_AT, nk * BK, K);
+            }
+            cp_commit();
+        };
+        if (COPY_AT == 0) refill();
+        load_frags(slot + B_BYTES * (1 + SPLIT), row0, f);
+#if SPLIT
+        u32 lo[NSTEP][4];
+#pragma unroll
+        for (int s = 0; s < NSTEP; ++s)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const u32 h = tf32_rn(f[s][r]);
+                lo[s][r] = tf32_rn(__float_as_uint(__uint_as_float(f[s][r]) - __uint_as_float(h)));
+                f[s][r] = h;
+            }
+        wg_fence();
+#pragma unroll
+        for (int s = 0; s < NSTEP; ++s) {
+            const u64 bh = desc_k128(slot + s * 32), bl = desc_k128(slot + B_BYTES + s * 32);
+            wgmma_n<BN>(part, lo[s], bh, s > 0);  // smallest terms first
+            wgmma_n<BN>(part, f[s], bl, 1);
+            wgmma_n<BN>(part, f[s], bh, 1);
+        }
+        wg_commit();
+        if (COPY_AT == 2) refill();
+        wg_wait<0>();
+#pragma unroll
+        for (int i = 0; i < ACC; ++i) acc[i] += part[i];
+        if (COPY_AT == 1) {
+            __syncthreads();
+            refill();
+        }
+#else
+#if ELEM == 4
+#pragma unroll
+        for (int s = 0; s < NSTEP; ++s)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) f[s][r] = tf32_rn(f[s][r]);
+#endif
+        wg_fence();
+#pragma unroll
+        for (int s = 0; s < NSTEP; ++s) wgmma_n<BN>(acc, f[s], desc_k128(slot + s * 32), 1);
+        wg_commit();
+        if (COPY_AT == 2) refill();
+        wg_wait<1>();
+        if (COPY_AT == 1) {
+            __syncthreads();
+            refill();
+        }
+#endif
+    };
+
+    int kt = 0;
+    for (; kt + 1 < KT; kt += 2) {
+        tile(kt, frag[0]);
+        tile(kt + 1, frag[1]);
+    }
+    if (kt < KT) tile(kt, frag[0]);
+    wg_wait<0>();
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
+
+    // Accumulator j*4 + {0,1,2,3} of a thread: D(r, c), D(r, c+1), D(r+8, c), D(r+8, c+1) with
+    // r = this warp's row + lane / 4, c = 8 j + 2 (lane % 4).
+    const int lane = threadIdx.x & 31;
+#if EPI_SMEM
+    // Through shared memory (the ring is free now): the block's BM x BN tile of D, converted to the
+    // output type, is laid out the way C lies (D_T = 1: D = C^T, so a line of the staging tile is
+    // a column of D), then copied out in 16-byte chunks along C's rows. Direct stores from the
+    // fragment layout write 8 or 16 contiguous bytes per C row and instruction.
+    __syncthreads();
+    {
+        elem_t* T = reinterpret_cast<elem_t*>(smem_raw + (smem - smem_u32(smem_raw)));
+        constexpr int LINES = D_T ? BN : BM, WIDTH = D_T ? BM : BN;  // staging tile, C's way
+        constexpr int PITCH = WIDTH + 16 / ELEM;                     // elements per line
+        const int rl = row0 + (lane >> 2), cl = 2 * (lane & 3);
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = rl + 8 * h, c = cl + 8 * j;
+                const elem_t x = to_elem(acc[4 * j + 2 * h]), y = to_elem(acc[4 * j + 2 * h + 1]);
+                if (D_T) {
+                    T[c * PITCH + i] = x;
+                    T[(c + 1) * PITCH + i] = y;
+                } else {
+                    T[i * PITCH + c] = x;
+                    T[i * PITCH + c + 1] = y;
+                }
+            }
+        }
+        __syncthreads();
+        constexpr int PER = 16 / ELEM, CPL = WIDTH / PER;
+        const int line0 = D_T ? n0 : m0, w0 = D_T ? m0 : n0;
+        const int lines = D_T ? N : M, width = D_T ? M : N;
+        const long long pitch = D_T ? csn : csm;
+        for (int q = threadIdx.x; q < LINES * CPL; q += THREADS) {
+            const int l = q / CPL, c = (q % CPL) * PER;
+            if (line0 + l >= lines || w0 + c >= width) continue;
+            elem_t* dst = C + (line0 + l) * pitch + w0 + c;
+            const elem_t* src = T + l * PITCH + c;
+            if (w0 + c + PER <= width) {
+                *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+            } else {
+                for (int e = 0; e < width - w0 - c; ++e) dst[e] = src[e];
+            }
+        }
+    }
+#else
+    const int r = m0 + row0 + (lane >> 2);
+    const int cbase = n0 + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int c = cbase + 8 * j;
+        const bool c0 = c < N, c1 = c + 1 < N;
+        if (r < M)
+            store_pair(C, r * csm + c * csn, r * csm + (c + 1) * csn, acc[4 * j], acc[4 * j + 1],
+                       c0, c1);
+        if (r + 8 < M)
+            store_pair(C, (r + 8) * csm + c * csn, (r + 8) * csm + (c + 1) * csn, acc[4 * j + 2],
+                       acc[4 * j + 3], c0, c1);
+    }
+#endif
+}
