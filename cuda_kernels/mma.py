@@ -96,7 +96,7 @@ ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 KSTEP = {"tf32": 8, "3xtf32": 8, "bf16": 16, "fp16": 16}
 DEFAULT_PRECISION = "3xtf32"
 PARAMS = ("BM", "BN", "BK", "WM", "WN", "STAGES", "frags")  # the ones 0 makes automatic
-PARAM_ORDER = PARAMS + ("group",)  # registry order, as the `params` column writes them
+PARAM_ORDER = PARAMS + ("group", "wgmma")  # registry order, as the `params` column writes them
 DEFAULTS = dict(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0)  # all automatic (the registry's)
 SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
 SMEM_PER_SM = 228 * 1024     # an H100 SM's; each resident block reserves 1 KiB more
@@ -197,9 +197,13 @@ def config_text(config: dict) -> str:
 
 
 def launch_config(M: int, N: int, precision: str = DEFAULT_PRECISION, sms: int = DEFAULT_SMS,
-                  group: int = 8, **params) -> dict:
+                  group: int = 8, wgmma: int = -1, **params) -> dict:
     """The configuration prepare() builds and launches for an M x N problem on a GPU of `sms`
-    SMs: config() with the shape rule, and group."""
+    SMs: config() with the shape rule, and group; with wgmma=1 the wgmma kernel's {wgmma: 1,
+    group}. (wgmma=-1 needs the GPU and the operands, which only prepare() has: here it is the
+    mma.sync kernel, as off a GPU.)"""
+    if _wgmma_mode(wgmma, **params) == 1:
+        return {"wgmma": 1, "group": group}
     return {**config(precision, **params, M=M, N=N, sms=sms), "group": group}
 
 
@@ -291,7 +295,8 @@ def _shown(given: dict, c: dict) -> str:
                      for k in PARAMS)
 
 
-def validate(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, precision=None, **_) -> None:
+def validate(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, precision=None, wgmma=-1,
+             **_) -> None:
     """Raise LabError (one sentence) if this combination cannot be compiled or launched: in
     `precision` when it is given, with every rule; without one (lab.compare, the tuner's cache
     check), the rules that do not depend on the element size, for what the automatic values stand
@@ -299,6 +304,7 @@ def validate(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, precision=None, **
     of them (the tuned row, or the previous defaults where that is refused; the shape rule only
     ever picks a row that passes here too), and the sentence names them."""
     given = _given(BM, BN, BK, WM, WN, STAGES, frags)
+    _wgmma_mode(wgmma, **given)
     where = "mma with " + ", ".join(f"{k}={v}" for k, v in given.items())
     if precision is not None and precision not in PRECISIONS:
         raise LabError(f"{where}: the precision must be one of {', '.join(PRECISIONS)}, not "
@@ -352,17 +358,34 @@ def defines(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, group=8,
             "ALIGN_A": int(align_a), "ALIGN_B": int(align_b), "VEC_C": bool(vec_c)}
 
 
+def _layout_a_kmajor(layout: str) -> bool:
+    """The wgmma kernel's A_KMAJOR for a layout (wgmma_plan(); tn has no wgmma build)."""
+    if layout == "tn":
+        raise LabError("mma with wgmma=1 needs A row-major or B column-major (wgmma reads its "
+                       "shared operand K-major), and layout tn has neither; use wgmma=0 "
+                       "(mma.sync)")
+    return layout == "nt"
+
+
 def build(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, group=8,
-          precision=DEFAULT_PRECISION, align_a=16, align_b=16, vec_c=True, layout="nn", **_):
+          precision=DEFAULT_PRECISION, align_a=16, align_b=16, vec_c=True, layout="nn",
+          wgmma=-1, **_):
+    if _wgmma_mode(wgmma, BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, STAGES=STAGES, frags=frags) == 1:
+        validate(precision=precision)
+        return wgmma_build(precision, _layout_a_kmajor(layout), group, layout)
     d = defines(BM, BN, BK, WM, WN, STAGES, frags, group, precision, align_a, align_b, vec_c)
     first = _first_blocks(config(precision, BM, BN, BK, WM, WN, STAGES, frags), precision)
     return spill_free_build("mma.cu", "matmul_mma", d, first, layout=layout)
 
 
 def geometry(M: int, N: int, K: int, BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0,
-             precision=DEFAULT_PRECISION, **_):
+             precision=DEFAULT_PRECISION, wgmma=-1, layout="nn", **_):
     """(grid, block, dynamic shared bytes) of the build() of the same parameters: the automatic
     values resolved without a shape, as build() does (prepare() passes concrete ones)."""
+    if wgmma == 1:
+        a_kmajor = _layout_a_kmajor(layout)
+        swap = layout[1] != "t"  # D = C^T where B is not K-major (wgmma_plan())
+        return _wgmma_geometry(N if swap else M, M if swap else N, precision, a_kmajor)
     c = config(precision, BM, BN, BK, WM, WN, STAGES, frags)
     return ((cdiv(M, c["BM"]) * cdiv(N, c["BN"]), 1, 1), (_threads(c), 1, 1), _smem(c, precision))
 
@@ -373,15 +396,148 @@ def variant_flags(p) -> dict:
     return {"align_a": alignment(p.a), "align_b": alignment(p.b), "vec_c": p.c.aligned(2 * es)}
 
 
+# ------------------------------------------------------------------------------------ wgmma
+
+# The Hopper kernel (mma_wgmma.cu) per precision: warpgroups (BM = 64 per warpgroup), BN, ring
+# depth and where each tile's copy goes out (COPY_AT). Chosen by scripts/wgmma_probe.py's sweep on
+# the H100 at 4096^3 (results/2026-11-23-h100/29-wgmma-probe.log; 30-*): 128 x 256 tiles, four
+# slots (two tiles in flight), except 3xTF32, whose two B tiles per slot and fresh per-tile sums
+# fit a 128 x 128 tile, copying after its wgmma are issued.
+WGMMA = {
+    "tf32": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
+    "3xtf32": dict(WGS=2, BN=128, STAGES=4, COPY_AT=2),
+    "bf16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
+    "fp16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
+}
+WGMMA_ARCH = "sm_90a"
+
+
+def wgmma_smem_bytes(precision: str, a_kmajor: bool) -> int:
+    """Dynamic shared memory of the wgmma kernel (mma_wgmma.cu's STAGES * SLOT, plus 1 KiB to
+    align the ring to 1024 bytes)."""
+    w, es = WGMMA[precision], ELEM_BYTES[precision]
+    bm, bk = 64 * w["WGS"], 128 // es
+    a_line = 144 if a_kmajor else bm * es + (32 if es == 4 else 16)
+    a_bytes = cdiv((a_line * (bm if a_kmajor else bk)), 1024) * 1024
+    slot = w["BN"] * 128 * (2 if precision == "3xtf32" else 1) + a_bytes
+    return w["STAGES"] * slot + 1024
+
+
+def wgmma_plan(p) -> dict:
+    """How the wgmma kernel computes Problem `p` (mma_wgmma.cu's header): D = A' B' with B'
+    K-major. B column-major (layouts nt, tt): A' = A, B' = B, D = C. Else A row-major (nn):
+    D = C^T = B^T A^T, A' = B^T (M-major), B' = A^T. Raises LabError (one sentence) where the
+    kernel cannot take the problem: layout tn (neither operand K-major), or lines of A or B not on
+    16-byte boundaries (its copies are 16-byte cp.async)."""
+    if not (p.a.aligned(16) and p.b.aligned(16)):
+        raise LabError("mma with wgmma=1 copies 16-byte chunks, so every line of A and B must "
+                       "start on a 16-byte boundary (data pointer and leading dimension); use "
+                       "wgmma=0 (mma.sync) for this problem")
+    ldc = p.c.ld
+    if p.b.trans:
+        return dict(Ap=p.a.tensor, lda=p.a.ld, a_kmajor=not p.a.trans, Bp=p.b.tensor, ldb=p.b.ld,
+                    M=p.M, N=p.N, csm=ldc, csn=1)
+    if not p.a.trans:
+        return dict(Ap=p.b.tensor, lda=p.b.ld, a_kmajor=False, Bp=p.a.tensor, ldb=p.a.ld,
+                    M=p.N, N=p.M, csm=1, csn=ldc)
+    raise LabError("mma with wgmma=1 needs A row-major or B column-major (wgmma reads its "
+                   "shared operand K-major), and this problem has layout tn; use wgmma=0 "
+                   "(mma.sync)")
+
+
+def wgmma_build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "nn"):
+    """The wgmma kernel for `precision`, compiled for sm_90a (no GPU needed)."""
+    from cuda_kernels._build import compile_kernel
+
+    d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group, **WGMMA[precision]}
+    return compile_kernel("mma_wgmma.cu", "mma_wgmma", d, layout=layout, arch=WGMMA_ARCH)
+
+
+def _wgmma_geometry(M: int, N: int, precision: str, a_kmajor: bool):
+    w = WGMMA[precision]
+    return ((cdiv(M, 64 * w["WGS"]) * cdiv(N, w["BN"]), 1, 1), (128 * w["WGS"], 1, 1),
+            wgmma_smem_bytes(precision, a_kmajor))
+
+
+def _gpu_arch(p) -> str | None:
+    import torch
+
+    t = p.c.tensor
+    if not getattr(t, "is_cuda", False):
+        return None
+    major, minor = torch.cuda.get_device_capability(t.device)
+    return f"sm_{major}{minor}"
+
+
+def _wgmma_mode(wgmma=-1, **params) -> int:
+    """wgmma as -1, 0 or 1 (True / False as 1 / 0), after the checks that need no problem: one
+    sentence for another value, or for wgmma=1 next to explicit mma.sync tile parameters."""
+    mode = int(wgmma) if isinstance(wgmma, bool) else wgmma
+    if mode not in (-1, 0, 1) or not isinstance(mode, int):
+        raise LabError(f"mma: wgmma must be -1 (automatic), 0 (mma.sync) or 1, not {wgmma!r}")
+    given = [f"{k}={params[k]}" for k in PARAMS if params.get(k)]
+    if mode == 1 and given:
+        raise LabError(f"mma with wgmma=1 takes none of the mma.sync tile parameters "
+                       f"({', '.join(given)}); leave them 0 or use wgmma=0")
+    return mode
+
+
+def use_wgmma(p, precision: str, params: dict) -> bool:
+    """Whether prepare() runs the wgmma kernel for Problem `p`: wgmma=1 always (or one sentence
+    why it cannot), wgmma=0 never; wgmma=-1 (automatic) on an sm_90 GPU where every mma.sync tile
+    parameter is automatic and wgmma_plan() takes the problem."""
+    mode = _wgmma_mode(**params)
+    if mode == 0:
+        return False
+    tiles = {k: params.get(k, 0) for k in PARAMS}
+    arch = _gpu_arch(p)
+    if mode == 1:
+        if arch is not None and arch != "sm_90":
+            raise LabError(f"mma with wgmma=1 needs an sm_90 GPU (H100, H200): wgmma is "
+                           f"Hopper's instruction, and this GPU is {arch}")
+        wgmma_plan(p)
+        return True
+    if arch != "sm_90" or any(tiles.values()):
+        return False
+    try:
+        wgmma_plan(p)
+    except LabError:
+        return False
+    return True
+
+
+def _wgmma_prepare(p, precision: str, group: int):
+    import numpy as np
+
+    from cuda_kernels._build import launcher, resources
+
+    w = wgmma_plan(p)
+    build = wgmma_build(precision, w["a_kmajor"], group, p.layout)
+    grid, block, smem = _wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"])
+    args = (w["Ap"], w["Bp"], p.c.tensor, np.int32(w["M"]), np.int32(w["N"]), np.int32(p.K),
+            np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]))
+    launch = launcher(build, grid, block, args, smem)
+    launch.build = build
+    cfg = {"wgmma": 1, "group": group}
+    launch.config = cfg
+    launch.resources = {**resources(build, grid, block, smem), "params": config_text(cfg)}
+    return launch
+
+
 @entry("mma", "cuda")
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py), with p.precision. The launch's
     `config` is the configuration that runs, the automatic values resolved for this precision and
-    shape (launch_config()); its text is launch.resources["params"], the row's `params` column."""
+    shape (launch_config()); its text is launch.resources["params"], the row's `params` column.
+    On an sm_90 GPU the automatic choice is the wgmma kernel (use_wgmma()); its `params` column
+    says wgmma=1."""
     precision = precision_of(p)
     params = {k: v for k, v in params.items()
               if k not in ("align_a", "align_b", "vec_c", "layout", "precision")}
     validate(**params, precision=precision)
+    if use_wgmma(p, precision, params):
+        return _wgmma_prepare(p, precision, params.get("group", 8))
+    params.pop("wgmma", None)
     cfg = launch_config(p.M, p.N, precision, sm_count(p.c.tensor.device), **params)
     launch = stage_launcher(build(**cfg, **variant_flags(p), precision=precision,
                                   layout=p.layout),

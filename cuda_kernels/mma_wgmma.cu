@@ -25,8 +25,8 @@
 // tile kt-2's slot. A' fragments alternate between two register sets by tile parity for the same
 // reason: wgmma reads its register operand asynchronously.
 //
-// Precision: PREC_TF32 (A' rounded to nearest TF32 in registers; B' read by the tensor core, which
-// ignores its low 13 bits, unless ROUND_B = 1 rounds it in shared memory first), PREC_3XTF32 (both
+// Precision: PREC_TF32 (A' rounded to nearest TF32 in registers; B' read by the tensor core as it
+// lies in shared memory, which ignores its low 13 bits: truncation), PREC_3XTF32 (both
 // split into a TF32 head and tail; three wgmma per step into a fresh sum added to the accumulator
 // once per tile), PREC_BF16, PREC_FP16 (16-bit inputs and output, fp32 accumulation).
 
@@ -45,19 +45,11 @@
 #ifndef A_KMAJOR
 #define A_KMAJOR 0
 #endif
-#ifndef ROUND_B
-#define ROUND_B 0
-#endif
 #ifndef COPY_AT
-#define COPY_AT 2
+#define COPY_AT 0
 #endif
-// EPI_SMEM = 1: C is written through shared memory in 16-byte chunks; needs C's lines (rows of C,
-// which are D's rows, or with D_T = 1 D's columns) contiguous and 16-byte aligned.
-#ifndef EPI_SMEM
-#define EPI_SMEM 0
-#endif
-#ifndef D_T
-#define D_T 0
+#if COPY_AT != 0 && COPY_AT != 2
+#error "COPY_AT must be 0 (copy before the tile's wgmma) or 2 (after)"
 #endif
 #ifndef GROUP
 #define GROUP 8
@@ -256,11 +248,11 @@ struct MCopier {
     }
 };
 
-// In place over this thread's own chunks of a landed B' tile (its cp.async writes are visible to
-// it after cp.async.wait_group): 3xTF32 writes the TF32 head over each element and the tail to the
-// tail tile; ROUND_B rounds each element to nearest TF32.
+// 3xTF32, in place over this thread's own chunks of a landed B' tile (its cp.async writes are
+// visible to it after cp.async.wait_group): the TF32 head over each element, the tail to the tail
+// tile.
 __device__ __forceinline__ void prepare_b(u32 slot) {
-#if SPLIT || ROUND_B
+#if SPLIT
     constexpr int CHUNKS = BN * 8;
 #pragma unroll
     for (int i = 0; i < CHUNKS / THREADS; ++i) {
@@ -274,14 +266,12 @@ __device__ __forceinline__ void prepare_b(u32 slot) {
         const u32 h0 = tf32_rn(x0), h1 = tf32_rn(x1), h2 = tf32_rn(x2), h3 = tf32_rn(x3);
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + off), "r"(h0), "r"(h1),
                      "r"(h2), "r"(h3));
-#if SPLIT
         const u32 t0 = tf32_rn(__float_as_uint(__uint_as_float(x0) - __uint_as_float(h0)));
         const u32 t1 = tf32_rn(__float_as_uint(__uint_as_float(x1) - __uint_as_float(h1)));
         const u32 t2 = tf32_rn(__float_as_uint(__uint_as_float(x2) - __uint_as_float(h2)));
         const u32 t3 = tf32_rn(__float_as_uint(__uint_as_float(x3) - __uint_as_float(h3)));
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + B_BYTES + off),
                      "r"(t0), "r"(t1), "r"(t2), "r"(t3));
-#endif
     }
 #endif
 }
@@ -317,20 +307,6 @@ __device__ __forceinline__ void load_frags(u32 a_tile, int row0, u32 (&f)[NSTEP]
         f[s][2] = lds32(p + 4 * A_LINE);
         f[s][3] = lds32(p + 4 * A_LINE + 32);
     }
-#endif
-}
-
-__device__ __forceinline__ elem_t to_elem(float x) {
-#if ELEM == 4
-    return x;
-#else
-    unsigned short h;
-#if defined(PREC_BF16)
-    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(x));
-#else
-    asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(x));
-#endif
-    return h;
 #endif
 }
 
@@ -389,13 +365,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
     u32 frag[2][NSTEP][4];
 
-    // Tiles in flight beyond the one being multiplied. COPY_AT = 0: the copy of tile kt + AHEAD
-    // goes out right after tile kt's barrier, into tile kt-2's slot (tile kt-1's wgmma may still
-    // read its own); 2: the same, but after tile kt's wgmma are issued, so that the copy's
-    // instructions do not delay them. COPY_AT = 1: it goes out after tile kt's wgmma.wait_group 1
-    // and a second barrier, when every warpgroup is done with tile kt-1, into that slot: one tile
-    // more in flight for one barrier more per tile.
-    constexpr int AHEAD = COPY_AT == 1 ? STAGES - 1 : STAGES - 2;
+    // Tiles in flight beyond the one being multiplied: the copy of tile kt + AHEAD goes into tile
+    // kt-2's slot (tile kt-1's wgmma may still read its own), right after tile kt's barrier
+    // (COPY_AT = 0) or after tile kt's wgmma are issued (COPY_AT = 2), so that the copy's
+    // instructions do not delay them. (Copying into tile kt-1's slot after a second barrier per
+    // tile, one tile more in flight, measured no faster: results/2026-11-23-h100/29-wgmma-probe.log.)
+    constexpr int AHEAD = STAGES - 2;
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
         if (s < KT) {
@@ -446,10 +421,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         wg_wait<0>();
 #pragma unroll
         for (int i = 0; i < ACC; ++i) acc[i] += part[i];
-        if (COPY_AT == 1) {
-            __syncthreads();
-            refill();
-        }
 #else
 #if ELEM == 4
 #pragma unroll
@@ -463,10 +434,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         wg_commit();
         if (COPY_AT == 2) refill();
         wg_wait<1>();
-        if (COPY_AT == 1) {
-            __syncthreads();
-            refill();
-        }
 #endif
     };
 
@@ -483,50 +450,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // Accumulator j*4 + {0,1,2,3} of a thread: D(r, c), D(r, c+1), D(r+8, c), D(r+8, c+1) with
     // r = this warp's row + lane / 4, c = 8 j + 2 (lane % 4).
     const int lane = threadIdx.x & 31;
-#if EPI_SMEM
-    // Through shared memory (the ring is free now): the block's BM x BN tile of D, converted to the
-    // output type, is laid out the way C lies (D_T = 1: D = C^T, so a line of the staging tile is
-    // a column of D), then copied out in 16-byte chunks along C's rows. Direct stores from the
-    // fragment layout write 8 or 16 contiguous bytes per C row and instruction.
-    __syncthreads();
-    {
-        elem_t* T = reinterpret_cast<elem_t*>(smem_raw + (smem - smem_u32(smem_raw)));
-        constexpr int LINES = D_T ? BN : BM, WIDTH = D_T ? BM : BN;  // staging tile, C's way
-        constexpr int PITCH = WIDTH + 16 / ELEM;                     // elements per line
-        const int rl = row0 + (lane >> 2), cl = 2 * (lane & 3);
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int i = rl + 8 * h, c = cl + 8 * j;
-                const elem_t x = to_elem(acc[4 * j + 2 * h]), y = to_elem(acc[4 * j + 2 * h + 1]);
-                if (D_T) {
-                    T[c * PITCH + i] = x;
-                    T[(c + 1) * PITCH + i] = y;
-                } else {
-                    T[i * PITCH + c] = x;
-                    T[i * PITCH + c + 1] = y;
-                }
-            }
-        }
-        __syncthreads();
-        constexpr int PER = 16 / ELEM, CPL = WIDTH / PER;
-        const int line0 = D_T ? n0 : m0, w0 = D_T ? m0 : n0;
-        const int lines = D_T ? N : M, width = D_T ? M : N;
-        const long long pitch = D_T ? csn : csm;
-        for (int q = threadIdx.x; q < LINES * CPL; q += THREADS) {
-            const int l = q / CPL, c = (q % CPL) * PER;
-            if (line0 + l >= lines || w0 + c >= width) continue;
-            elem_t* dst = C + (line0 + l) * pitch + w0 + c;
-            const elem_t* src = T + l * PITCH + c;
-            if (w0 + c + PER <= width) {
-                *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-            } else {
-                for (int e = 0; e < width - w0 - c; ++e) dst[e] = src[e];
-            }
-        }
-    }
-#else
     const int r = m0 + row0 + (lane >> 2);
     const int cbase = n0 + 2 * (lane & 3);
 #pragma unroll
@@ -540,5 +463,4 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             store_pair(C, (r + 8) * csm + c * csn, (r + 8) * csm + (c + 1) * csn, acc[4 * j + 2],
                        acc[4 * j + 3], c0, c1);
     }
-#endif
 }

@@ -443,8 +443,9 @@ def _compile_only(row: Row, variant: Variant, shape: Shape, layout: str = "nn",
         params = module.launch_config(shape[0], shape[1], **params, **extra)
         resolved = module.config_text(params)
     build = module.build(**params, layout=layout, **extra)
-    geometry_extra = (extra if "precision" in inspect.signature(module.geometry).parameters
-                      else {})
+    geometry_params = inspect.signature(module.geometry).parameters
+    geometry_extra = {**(extra if "precision" in geometry_params else {}),
+                      **({"layout": layout} if "layout" in geometry_params else {})}
     res = resources(build, *module.geometry(*shape, **params, **geometry_extra))
     if resolved is not None:
         res = {**res, "params": resolved}

@@ -361,6 +361,12 @@ STAGES: tuple[Stage, ...] = (
                   "fragment register sets (2: the next k-step's ldmatrix during this one's mma; "
                   "0: 2, except 1 for 3xtf32)", ("cuda",)),
             group(8),
+            Param("wgmma", -1, (-1, 0, 1),
+                  "multiply with Hopper's wgmma (cuda_kernels/mma_wgmma.cu: warpgroup MMA, A "
+                  "from registers, B from swizzled shared memory) instead of mma.sync; sm_90 "
+                  "GPUs only (-1: on where the GPU is sm_90, the tile parameters above are "
+                  "automatic, A is row-major or B column-major, and the lines of A and B are "
+                  "16-byte aligned; 0: mma.sync always)", ("cuda",)),
             Param("BLOCK_M", 128, (64, 128, 256), "Triton block tile rows", ("triton",)),
             Param("BLOCK_N", 0, (0, 64, 128, 256),
                   "Triton block tile columns (0: per precision, 256 for tf32/bf16/fp16, 128 "

@@ -44,14 +44,13 @@ def plan(A, B, C):
     raise ValueError("neither operand is K-major")
 
 
-def build(prec, a_kmajor, d_t, bn, wgs, stages, group, late=2, epi=0, round_b=0):
+def build(prec, a_kmajor, bn, wgs, stages, group, copy_at=0):
     from cuda_kernels._build import compile_kernel
 
     define, _ = PRECS[prec]
     return compile_kernel("mma_wgmma.cu", "mma_wgmma",
                           {define: 1, "A_KMAJOR": int(a_kmajor), "BN": bn, "WGS": wgs,
-                           "STAGES": stages, "GROUP": group, "ROUND_B": round_b,
-                           "COPY_AT": late, "EPI_SMEM": epi, "D_T": int(d_t)},
+                           "STAGES": stages, "GROUP": group, "COPY_AT": copy_at},
                           arch="sm_90a")
 
 
@@ -65,19 +64,16 @@ def smem_bytes(prec, a_kmajor, bn, wgs, stages):
     return stages * slot + 1024
 
 
-def launch_fn(A, B, C, prec, bn, wgs, stages, group, late=2, epi=0, round_b=0):
+def launch_fn(A, B, C, prec, bn, wgs, stages, group, copy_at=0):
     import numpy as np
 
     from cuda_kernels._build import launcher
 
     Ap, lda, akm, Bp, ldb, Mp, Np, csm, csn = plan(A, B, C)
     K = A.shape[1]
-    d_t = csm == 1 and csn != 1
-    b = build(prec, akm, d_t, bn, wgs, stages, group, late, epi, round_b)
+    b = build(prec, akm, bn, wgs, stages, group, copy_at)
     grid = (-(-Mp // (64 * wgs)) * -(-Np // bn), 1, 1)
-    e = PRECS[prec][1]
-    staging = (bn * (64 * wgs + 16 // e) if d_t else 64 * wgs * (bn + 16 // e)) * e + 1024
-    smem = max(smem_bytes(prec, akm, bn, wgs, stages), staging if epi else 0)
+    smem = smem_bytes(prec, akm, bn, wgs, stages)
     args = (Ap, Bp, C, np.int32(Mp), np.int32(Np), np.int32(K), np.int32(lda), np.int32(ldb),
             np.int64(csm), np.int64(csn))
     return launcher(b, grid, (128 * wgs, 1, 1), args, smem), b
@@ -101,8 +97,8 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
-DEFAULTS = {"tf32": (256, 2, 4, 8), "3xtf32": (128, 2, 4, 8), "bf16": (256, 2, 4, 8),
-            "fp16": (256, 2, 4, 8)}
+DEFAULTS = {"tf32": (256, 2, 4, 8, 0), "3xtf32": (128, 2, 4, 8, 2), "bf16": (256, 2, 4, 8, 0),
+            "fp16": (256, 2, 4, 8, 0)}
 
 
 def main(argv=None) -> int:
@@ -173,19 +169,19 @@ def main(argv=None) -> int:
             A, B = operands(torch, s, s, s, "nn", dtype, gen)
             C = torch.empty((s, s), device="cuda", dtype=dtype)
             tc = bench(cublas(torch, prec, A, B))
-            for bn, wgs, stages, late, epi in itertools.product((128, 256), (2,), (3, 4, 5), (0, 1, 2), (0, 1)):
+            for bn, wgs, stages, copy_at in itertools.product((128, 256), (2,), (3, 4, 5), (0, 2)):
                 group = 8
                 if smem_bytes(prec, False, bn, wgs, stages) > 232448:
                     continue
                 try:
-                    fn, bld = launch_fn(A, B, C, prec, bn, wgs, stages, group, late, epi)
+                    fn, bld = launch_fn(A, B, C, prec, bn, wgs, stages, group, copy_at)
                     C.fill_(float("nan"))
                     fn()
                     torch.cuda.synchronize()
                     err = rel_err(torch, C, A, B)
                     t = bench(fn)
                     record(kind="sweep", prec=prec, size=s, bn=bn, wgs=wgs, stages=stages,
-                           late=late, epi=epi, ms=t, pct=100 * tc / t, err=err, regs=bld.registers,
+                           copy_at=copy_at, ms=t, pct=100 * tc / t, err=err, regs=bld.registers,
                            spill=bld.spill_bytes)
                 except Exception as exc:  # noqa: BLE001
                     record(kind="sweep", prec=prec, bn=bn, wgs=wgs, stages=stages,

@@ -727,11 +727,14 @@ def test_cuda_mma_on_the_gpu(precision, layout):
         pytest.skip("needs a CUDA GPU")
     for M, N, K in GPU_SHAPES:
         a, b = _gpu_operands(M, N, K, precision, layout, M + N + K)
-        c = torch.empty((M, N), dtype=DTYPE[precision], device="cuda")
-        launch = _cuda().prepare(a, b, c, precision=precision)
         ref = chk.reference(a, b)
-        result = chk.check(launch, c, ref, K, precision)
-        assert result.passed, (precision, layout, M, N, K, result.reason)
+        # the automatic choice (wgmma on an sm_90 GPU where the problem allows it:
+        # tests/test_mma_wgmma.py) and the mma.sync kernel itself
+        for wgmma in (-1, 0):
+            c = torch.empty((M, N), dtype=DTYPE[precision], device="cuda")
+            launch = _cuda().prepare(a, b, c, precision=precision, wgmma=wgmma)
+            result = chk.check(launch, c, ref, K, precision)
+            assert result.passed, (precision, layout, M, N, K, wgmma, result.reason)
         if precision == "3xtf32" and K >= 512:  # fp32-level accuracy, not TF32's
             assert result.rel_err < 2e-6, result.rel_err
         if precision == "tf32" and K >= 512:  # TF32 is really in use

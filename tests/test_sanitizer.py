@@ -52,18 +52,22 @@ def test_cuda_stage_is_clean_under_compute_sanitizer(stage, tool):
 
 # The tensor-core stage computes in tf32, 3xtf32, bf16 and fp16 (not fp32): every precision under
 # memcheck, racecheck and synccheck (the cp.async ring's barriers), on a shape with interior blocks
-# (the whole-tile copy path) and edges, with the defaults and with the tuned 128 x 256 bf16 tile.
+# (the whole-tile copy path) and edges, with the defaults (on an sm_90 GPU the wgmma kernel,
+# cuda_kernels/mma_wgmma.cu), with the tuned 128 x 256 bf16 tile, and with the mma.sync kernel's
+# defaults (wgmma=0).
 MMA_SHAPE = "300x520x200"
 MMA_CASES = [(p, tool, "") for p in ("tf32", "3xtf32", "bf16", "fp16")
              for tool in ("memcheck", "racecheck", "synccheck")] + \
     [("bf16", tool, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,frags=2")
-     for tool in ("memcheck", "racecheck", "synccheck")]
+     for tool in ("memcheck", "racecheck", "synccheck")] + \
+    [(p, tool, "wgmma=0") for p in ("tf32", "bf16") for tool in ("memcheck", "racecheck")]
 
 
 @pytest.mark.skipif(SANITIZER is None, reason="compute-sanitizer not found on PATH, in the venv "
                                               "or in /usr/local/cuda/bin")
 @pytest.mark.parametrize("precision,tool,params", MMA_CASES,
-                         ids=[f"{p}-{t}-{'tuned' if q else 'defaults'}" for p, t, q in MMA_CASES])
+                         ids=[f"{p}-{t}-" + ("defaults" if not q else "mma.sync" if q == "wgmma=0"
+                                                else "tuned") for p, t, q in MMA_CASES])
 def test_mma_is_clean_under_compute_sanitizer(precision, tool, params):
     label = "mma" + (f":{params}" if params else "")
     cmd = [SANITIZER, "--tool", tool, "--error-exitcode", "1",

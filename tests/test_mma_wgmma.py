@@ -1,0 +1,313 @@
+"""The mma stage's Hopper kernel, cuda_kernels/mma_wgmma.cu (warpgroup MMA, sm_90a).
+
+CPU: the generated wgmma wrappers match their generator; every precision x operand layout compiles
+for sm_90a without spills or local memory, and its SASS holds HGMMA of the intended shape with A
+from registers; the sm_90 / bad-define builds stop with the compiler's own sentence; wgmma_plan()
+maps each layout to the kernel's D = A' B' (swap or not, strides of C); the wgmma parameter's
+checks (values, next to tile parameters, layout tn, unaligned lines) give one sentence each; the
+CPU mode reports the wgmma build's resources.
+
+GPU (marked `gpu`; sm_90 only): every precision x layout at aligned and edge sizes with K, M and N
+not multiples of the tiles (sliced views keep the lines 16-byte aligned), through the stage's
+public launcher, with wgmma forced and with the automatic choice; NaN and Inf reach C; a long K;
+the automatic choice itself (wgmma on sm_90 where it can, mma.sync where it cannot).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab import check as chk
+from lab.errors import CompileError, LabError
+from lab.operands import CUDA, describe
+from lab.stages import get_stage, parse_variants
+from mma_defaults_helpers import DTYPE, PRECISIONS, count_ops, sass_mix
+
+ROOT = Path(__file__).resolve().parent.parent
+WG_LAYOUTS = ("nn", "nt", "tt")  # the layouts with a K-major operand
+
+
+def _mma():
+    return get_stage("mma").module("cuda")
+
+
+def _params(spec: str = "mma") -> dict:
+    return parse_variants([spec])[0].params_for("cuda")
+
+
+def _one_sentence(text: str) -> None:
+    assert "\n" not in text and text.count(". ") == 0, text
+
+
+# ------------------------------------------------------------------------------ CPU
+
+
+def test_generated_wrappers_match_their_generator():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_wgmma_ops.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("layout", WG_LAYOUTS)
+def test_wgmma_builds_compile_without_spills_and_issue_hgmma(precision, layout):
+    mma = _mma()
+    build = mma.build(**_params("mma:wgmma=1"), precision=precision, layout=layout)
+    assert build.arch == "sm_90a"
+    assert build.spill_bytes == 0 and build.stack_frame == 0, build.log
+    mix = sass_mix(build)
+    from cuda_kernels import _sass
+
+    text = _sass.sass(build)
+    k = 8 if precision in ("tf32", "3xtf32") else 16
+    n = mma.WGMMA[precision]["BN"]
+    # the SASS names the input type, except fp16 (the default): HGMMA.64x256x16.F32
+    kind = {"tf32": ".TF32", "3xtf32": ".TF32", "bf16": ".BF16", "fp16": ""}[precision]
+    shape = f"HGMMA.64x{n}x{k}.F32{kind}"
+    hgmma = re.findall(r"HGMMA\.\S+ R\d+, R\d+, gdesc", text)  # A from registers (RS)
+    assert hgmma and all(h.split()[0] == shape for h in hgmma), (shape, hgmma[:3])
+    assert count_ops(mix, "HGMMA") == len(re.findall(r"\bHGMMA\b", text))
+    assert count_ops(mix, "HMMA") == 0  # no mma.sync left in this kernel
+    assert count_ops(mix, "LDL") == 0 and count_ops(mix, "STL") == 0
+    # 4 k-steps per 128-byte tile, three products each in 3xTF32; the loop body is unrolled over
+    # tile pairs, so each copy of it holds a whole number of tiles' HGMMA
+    assert len(hgmma) % (4 * (3 if precision == "3xtf32" else 1)) == 0
+
+
+def test_wgmma_source_refuses_plain_sm_90_and_bad_defines_with_the_compiler_log():
+    from cuda_kernels._build import compile_kernel
+
+    with pytest.raises(CompileError, match="needs sm_90a"):
+        compile_kernel("mma_wgmma.cu", "mma_wgmma", {"PREC_TF32": 1}, arch="sm_90")
+    with pytest.raises(CompileError, match="COPY_AT must be 0"):
+        compile_kernel("mma_wgmma.cu", "mma_wgmma", {"PREC_BF16": 1, "COPY_AT": 1},
+                       arch="sm_90a")
+    with pytest.raises(CompileError, match="BN must be 64, 128 or 256"):
+        compile_kernel("mma_wgmma.cu", "mma_wgmma", {"PREC_BF16": 1, "BN": 96}, arch="sm_90a")
+
+
+def _problem(layout, M=40, N=24, K=56, dtype=torch.float32, c=None):
+    a, b = chk.make_inputs(M, N, K, 1, "cpu", dtype=dtype, layout=layout)
+    c = torch.empty(M, N, dtype=dtype) if c is None else c
+    return describe(a, b, c, CUDA), a, b, c
+
+
+def test_wgmma_plan_maps_each_layout_to_a_k_major_shared_operand():
+    mma = _mma()
+    p, a, b, c = _problem("nn")
+    w = mma.wgmma_plan(p)  # C^T = B^T A^T: A' = B^T (n contiguous), B' = A^T (k contiguous)
+    assert w["Ap"].data_ptr() == b.data_ptr() and w["Bp"].data_ptr() == a.data_ptr()
+    assert (w["M"], w["N"], w["lda"], w["ldb"], w["a_kmajor"]) == (24, 40, 24, 56, False)
+    assert (w["csm"], w["csn"]) == (1, 24)
+    p, a, b, c = _problem("nt")  # A' = A (k contiguous), B' = B
+    w = mma.wgmma_plan(p)
+    assert w["Ap"].data_ptr() == a.data_ptr() and w["Bp"].data_ptr() == b.data_ptr()
+    assert (w["M"], w["N"], w["lda"], w["ldb"], w["a_kmajor"]) == (40, 24, 56, 56, True)
+    assert (w["csm"], w["csn"]) == (24, 1)
+    p, a, b, c = _problem("tt")  # A' = A (m contiguous)
+    w = mma.wgmma_plan(p)
+    assert (w["M"], w["N"], w["lda"], w["ldb"], w["a_kmajor"]) == (40, 24, 40, 56, False)
+    # a column-major C: the shared code hands the launcher C^T = B^T A^T, and the plan applies to
+    # that problem (nn becomes tt)
+    a, b = chk.make_inputs(40, 24, 56, 1, "cpu")
+    ct = torch.empty(24, 40).t()
+    p = describe(a, b, ct, CUDA)
+    assert p.layout == "tt" and p.M == 24
+    w = mma.wgmma_plan(p)
+    assert (w["M"], w["N"], w["csm"], w["csn"]) == (24, 40, 40, 1)
+
+
+def test_wgmma_plan_refuses_layout_tn_and_unaligned_lines_in_one_sentence():
+    mma = _mma()
+    p, *_ = _problem("tn")
+    with pytest.raises(LabError, match="layout tn") as info:
+        mma.wgmma_plan(p)
+    _one_sentence(str(info.value))
+    a = torch.randn(40, 57)[:, :56]  # ld 57 floats: 228 bytes, not a multiple of 16
+    b = torch.randn(56, 24)
+    p = describe(a, b, torch.empty(40, 24), CUDA)
+    with pytest.raises(LabError, match="16-byte boundary") as info:
+        mma.wgmma_plan(p)
+    _one_sentence(str(info.value))
+    a = torch.randn(40 * 56 + 1)[1:].view(40, 56)  # base 4 bytes past an allocation
+    p = describe(a, b, torch.empty(40, 24), CUDA)
+    with pytest.raises(LabError, match="16-byte boundary"):
+        mma.wgmma_plan(p)
+    a = torch.randn(40, 60)[:, :56]  # ld 60 floats, 240 bytes: aligned although sliced
+    assert mma.wgmma_plan(describe(a, b, torch.empty(40, 24), CUDA))["ldb"] == 60
+
+
+@pytest.mark.parametrize("spec,match", [
+    ("mma:wgmma=1,BM=128", "takes none of the mma.sync tile parameters"),
+    ("mma:wgmma=1,STAGES=3", "STAGES=3"),
+])
+def test_wgmma_next_to_tile_parameters_is_refused_up_front(spec, match):
+    with pytest.raises(LabError, match=match) as info:
+        _mma().validate(**_params(spec), precision="bf16")
+    _one_sentence(str(info.value))
+    with pytest.raises(LabError, match=match):  # lab.compare's check, without a precision
+        _mma().validate(**_params(spec))
+
+
+def test_wgmma_values_are_checked():
+    with pytest.raises(LabError, match="takes one of -1, 0, 1"):
+        parse_variants(["mma:wgmma=2"])
+    for bad in (2, "1", 1.0):
+        with pytest.raises(LabError, match="wgmma must be -1"):
+            _mma().validate(wgmma=bad)
+    _mma().validate(wgmma=True)  # a bool means on, as for the other switches
+    p, a, b, c = _problem("tn")
+    with pytest.raises(LabError, match="layout tn"):
+        _mma().use_wgmma(p, "tf32", {"wgmma": 1})
+    assert _mma().use_wgmma(p, "tf32", {"wgmma": -1}) is False
+    assert _mma().use_wgmma(p, "tf32", {"wgmma": 0}) is False
+
+
+def test_automatic_choice_is_mma_sync_off_a_gpu():
+    p, *_ = _problem("nn")
+    if torch.cuda.is_available():
+        pytest.skip("CPU-mode test")
+    assert _mma().use_wgmma(p, "bf16", _params()) is False
+    assert _mma().launch_config(4096, 4096, "bf16", **_params()).get("wgmma") is None
+
+
+@pytest.mark.parametrize("layout,grid", [("nn", 8 * 2), ("nt", 4 * 4), ("tt", 4 * 4)])
+def test_cpu_mode_reports_the_wgmma_build(layout, grid):
+    """The compile-only path (lab.run._compile_only) with wgmma=1: the sm_90a build, its shared
+    memory and the grid of the problem it computes (C^T for nn: N x M)."""
+    mma = _mma()
+    cfg = mma.launch_config(1000, 500, "bf16", **_params("mma:wgmma=1"))
+    assert cfg == {"wgmma": 1, "group": 8}
+    assert mma.config_text(cfg) == "group=8,wgmma=1"
+    (g, _, _), block, smem = mma.geometry(1000, 500, 64, **cfg, precision="bf16", layout=layout)
+    # nn: D = C^T is 500 x 1000 (4 x 4 tiles of 128 x 256); nt, tt: 1000 x 500 (8 x 2)
+    assert g == {"nn": 4 * 4, "nt": 8 * 2, "tt": 8 * 2}[layout]
+    assert block == (256, 1, 1) and smem == mma.wgmma_smem_bytes("bf16", layout == "nt")
+    assert smem <= mma.SMEM_PER_BLOCK
+
+
+def test_lab_compare_cpu_mode_compiles_the_wgmma_variant():
+    if torch.cuda.is_available():
+        pytest.skip("CPU-mode test")
+    r = subprocess.run([sys.executable, "-m", "lab.compare", "--stage", "mma:wgmma=1",
+                        "--backend", "cuda", "--precision", "tf32,bf16", "--sizes", "256",
+                        "--layout", "nn,tn"], cwd=ROOT, capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    assert "compiled" in out, out[-2000:]
+    assert "layout tn" in out, out[-2000:]  # the tn row fails with the one sentence
+    assert "Traceback" not in out
+
+
+# ------------------------------------------------------------------------------ GPU
+
+
+def _hopper():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs an sm_90 GPU")
+
+
+def _aligned(x, pad):
+    """x with its lines 16 bytes apart: a slice of a wider buffer (padded leading dimension)."""
+    col = x.stride(0) == 1 and x.stride(1) != 1
+    base = x.t() if col else x
+    rows, cols = base.shape
+    wide = torch.empty(rows, cols + pad, dtype=x.dtype, device=x.device)[:, :cols]
+    wide.copy_(base)
+    return wide.t() if col else wide
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("layout", WG_LAYOUTS)
+def test_wgmma_on_the_gpu(precision, layout):
+    _hopper()
+    dt = DTYPE[precision]
+    pad = 16 // torch.empty(0, dtype=dt).element_size()
+    for M, N, K in ((1, 1, 1), (33, 17, 40), (257, 129, 1000), (256, 512, 512),
+                    (1000, 999, 1003), (130, 260, 8)):
+        a, b = chk.make_inputs(M, N, K, M + N + K, "cuda", dtype=dt, layout=layout)
+        ref = chk.reference(a, b)
+        a, b = _aligned(a, pad - a.shape[1] % pad if layout[0] == "n" else pad - M % pad), \
+            _aligned(b, pad - N % pad if layout[1] == "n" else pad - K % pad)
+        for spec in ("mma:wgmma=1", "mma"):
+            c = torch.empty((M, N), dtype=dt, device="cuda")
+            launch = _mma().prepare(a, b, c, precision=precision, **_params(spec))
+            assert launch.config.get("wgmma") == 1, spec  # automatic: on for these problems
+            result = chk.check(launch, c, ref, K, precision)
+            assert result.passed, (precision, layout, M, N, K, spec, result.reason)
+            if precision == "3xtf32" and K >= 512:
+                assert result.rel_err < 2e-6, result.rel_err
+            if precision == "tf32" and K >= 512:
+                assert result.rel_err > 1e-5, result.rel_err
+
+
+@pytest.mark.gpu
+def test_automatic_choice_on_the_gpu():
+    _hopper()
+    mma = _mma()
+    a, b = chk.make_inputs(300, 200, 100, 3, "cuda")
+    c = torch.empty(300, 200, device="cuda")
+    assert mma.prepare(a, b, c, precision="tf32").config.get("wgmma") == 1
+    assert "wgmma" not in mma.prepare(a, b, c, precision="tf32", wgmma=0).config
+    assert "wgmma" not in mma.prepare(a, b, c, precision="tf32", BM=128).config
+    at, bt = chk.make_inputs(300, 200, 100, 3, "cuda", layout="tn")
+    launch = mma.prepare(at, bt, c, precision="tf32")  # tn: mma.sync, still right
+    assert "wgmma" not in launch.config
+    assert chk.check(launch, c, chk.reference(at, bt), 100, "tf32").passed
+    odd_a, odd_b = chk.make_inputs(300, 201, 101, 3, "cuda")  # 404-byte lines: mma.sync
+    c2 = torch.empty(300, 201, device="cuda")
+    assert "wgmma" not in mma.prepare(odd_a, odd_b, c2, precision="tf32").config
+    with pytest.raises(LabError, match="16-byte boundary"):
+        mma.prepare(odd_a, odd_b, c2, precision="tf32", wgmma=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_wgmma_carries_nan_and_inf_to_c_on_the_gpu(precision):
+    _hopper()
+    dt = DTYPE[precision]
+    M, N, K = 192, 320, 128
+    for layout in WG_LAYOUTS:
+        a, b = chk.make_inputs(M, N, K, 5, "cuda", dtype=dt)
+        a, b = a.clone(), b.clone()
+        a[3, 5] = float("nan")
+        a[40, 9] = torch.tensor(-1.0, device="cuda").log().to(dt)  # a NaN made by the GPU
+        b[7, 11] = float("inf")
+        b[20, 30] = float("-inf")
+        if layout[0] == "t":
+            a = a.t().contiguous().t()
+        if layout[1] == "t":
+            b = b.t().contiguous().t()
+        want = torch.isfinite(a.double() @ b.double())
+        if precision == "3xtf32":  # an infinite operand's tail is Inf - Inf: NaN, as in mma.sync
+            want &= torch.isfinite(a.double()).all(1, keepdim=True)
+            want &= torch.isfinite(b.double()).all(0, keepdim=True)
+        c = torch.empty((M, N), dtype=dt, device="cuda")
+        _mma().prepare(a, b, c, precision=precision, wgmma=1)()
+        assert (torch.isfinite(c) == want).all(), (precision, layout)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32", "bf16"])
+def test_wgmma_over_a_long_k_on_the_gpu(precision):
+    """K = 131,073: thousands of k-tiles through the ring and the fragment register sets, and a
+    last tile of one element."""
+    _hopper()
+    dt = DTYPE[precision]
+    M, N, K = 128, 256, 131073
+    a, b = chk.make_inputs(M, N, K, 11, "cuda", dtype=dt)
+    pad = 16 // a.element_size()
+    a = _aligned(a, pad - K % pad)
+    ref = chk.reference(a, b)
+    c = torch.empty((M, N), dtype=dt, device="cuda")
+    result = chk.check(_mma().prepare(a, b, c, precision=precision, wgmma=1), c, ref, K,
+                       precision)
+    assert result.passed, result.reason
