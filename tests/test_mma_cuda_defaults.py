@@ -64,7 +64,7 @@ def _text(config: dict) -> str:
 
 
 def test_registry_defaults_are_the_automatic_values():
-    assert _params() == {**dict.fromkeys(NAMES, 0), "group": 8}
+    assert _params() == {**dict.fromkeys(NAMES, 0), "group": 8, "wgmma": -1}
     assert _mma().DEFAULTS == dict.fromkeys(NAMES, 0)
     assert {p: _mma().AUTO[p] for p in PRECISIONS} == EXPECTED
     assert {p: _mma().SMALL_GRID[p] for p in PRECISIONS} == SMALL
