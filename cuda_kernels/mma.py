@@ -423,13 +423,19 @@ def wgmma_smem_bytes(precision: str, a_kmajor: bool) -> int:
     return w["STAGES"] * slot + 1024
 
 
+def _lines_aligned(op) -> bool:
+    """Every line of operand `op` starts on a 16-byte boundary (a single line: its start)."""
+    lines = op.cols if op.trans else op.rows
+    return op.aligned(16) or (lines <= 1 and op.tensor.data_ptr() % 16 == 0)
+
+
 def wgmma_plan(p) -> dict:
     """How the wgmma kernel computes Problem `p` (mma_wgmma.cu's header): D = A' B' with B'
     K-major. B column-major (layouts nt, tt): A' = A, B' = B, D = C. Else A row-major (nn):
     D = C^T = B^T A^T, A' = B^T (M-major), B' = A^T. Raises LabError (one sentence) where the
     kernel cannot take the problem: layout tn (neither operand K-major), or lines of A or B not on
     16-byte boundaries (its copies are 16-byte cp.async)."""
-    if not (p.a.aligned(16) and p.b.aligned(16)):
+    if not (_lines_aligned(p.a) and _lines_aligned(p.b)):
         raise LabError("mma with wgmma=1 copies 16-byte chunks, so every line of A and B must "
                        "start on a 16-byte boundary (data pointer and leading dimension); use "
                        "wgmma=0 (mma.sync) for this problem")
@@ -450,7 +456,7 @@ def wgmma_build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "n
     from cuda_kernels._build import compile_kernel
 
     d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group, **WGMMA[precision]}
-    return compile_kernel("mma_wgmma.cu", "mma_wgmma", d, layout=layout, arch=WGMMA_ARCH)
+    return compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", d, layout=layout, arch=WGMMA_ARCH)
 
 
 def _wgmma_geometry(M: int, N: int, precision: str, a_kmajor: bool):

@@ -328,8 +328,9 @@ __device__ __forceinline__ void store_pair(elem_t* C, long long o0, long long o1
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-    mma_wgmma(const elem_t* __restrict__ Ap, const elem_t* __restrict__ Bp, elem_t* __restrict__ C,
-              int M, int N, int K, int lda, int ldb, long long csm, long long csn) {
+    matmul_mma_wgmma(const elem_t* __restrict__ Ap, const elem_t* __restrict__ Bp,
+                     elem_t* __restrict__ C, int M, int N, int K, int lda, int ldb, long long csm,
+                     long long csn) {
     extern __shared__ unsigned char smem_raw[];
     const u32 smem = (smem_u32(smem_raw) + 1023) & ~1023u;
 

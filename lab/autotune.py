@@ -13,7 +13,8 @@ The search (docs/AUTOTUNE.md has the whole story):
 
 1. The space is the Cartesian product of the `choices` of every Param the registry (lab/stages.py)
    declares for the backend, minus the switches that change the numerics (NUMERICS: fast_math is
-   pinned to False, so a tuned row is checked and compared like any other fp32 row). A product
+   pinned to False, so a tuned row is checked and compared like any other fp32 row; mma's wgmma
+   to 0, since its TF32 rounds B differently, so the CUDA mma search is the mma.sync kernel's). A product
    larger than ENUMERATE_LIMIT is sampled (a fixed random generator, the defaults always in).
    `--stage stage:name=v1|v2,name=v` restricts parameters to some of their registry choices (one
    value pins it); the defaults become the registry's with each restricted parameter at its
@@ -80,7 +81,7 @@ from lab.errors import LabError
 from lab.roofline import DEFAULT_SMS
 
 # Switches that change the numerics are never searched: they stay at these values.
-NUMERICS = {"fast_math": False}
+NUMERICS = {"fast_math": False, "wgmma": 0}
 DEFAULT_BUDGET_S = 120.0
 SHORT_REP_MS = 25.0  # timing budget of one candidate during the search (at least 5 repetitions)
 LONG_REP_MS = 200.0  # ... and of a finalist during the refinement

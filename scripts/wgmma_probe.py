@@ -48,7 +48,7 @@ def build(prec, a_kmajor, bn, wgs, stages, group, copy_at=0):
     from cuda_kernels._build import compile_kernel
 
     define, _ = PRECS[prec]
-    return compile_kernel("mma_wgmma.cu", "mma_wgmma",
+    return compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma",
                           {define: 1, "A_KMAJOR": int(a_kmajor), "BN": bn, "WGS": wgs,
                            "STAGES": stages, "GROUP": group, "COPY_AT": copy_at},
                           arch="sm_90a")

@@ -84,12 +84,12 @@ def test_wgmma_source_refuses_plain_sm_90_and_bad_defines_with_the_compiler_log(
     from cuda_kernels._build import compile_kernel
 
     with pytest.raises(CompileError, match="needs sm_90a"):
-        compile_kernel("mma_wgmma.cu", "mma_wgmma", {"PREC_TF32": 1}, arch="sm_90")
+        compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", {"PREC_TF32": 1}, arch="sm_90")
     with pytest.raises(CompileError, match="COPY_AT must be 0"):
-        compile_kernel("mma_wgmma.cu", "mma_wgmma", {"PREC_BF16": 1, "COPY_AT": 1},
+        compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", {"PREC_BF16": 1, "COPY_AT": 1},
                        arch="sm_90a")
     with pytest.raises(CompileError, match="BN must be 64, 128 or 256"):
-        compile_kernel("mma_wgmma.cu", "mma_wgmma", {"PREC_BF16": 1, "BN": 96}, arch="sm_90a")
+        compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", {"PREC_BF16": 1, "BN": 96}, arch="sm_90a")
 
 
 def _problem(layout, M=40, N=24, K=56, dtype=torch.float32, c=None):
