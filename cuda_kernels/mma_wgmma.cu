@@ -179,35 +179,34 @@ template <int LINES, int PITCH, bool SWIZZLE>
 struct KCopier {
     static constexpr int PER = 16 / ELEM, LPP = THREADS / 8, COUNT = LINES / LPP;
     static_assert(LINES % LPP == 0, "tile lines must split evenly over the threads");
-    const elem_t* g;  // chunk 0's source at k = 0
-    long long step;   // elements from one of this thread's lines to the next
-    u32 dst;          // chunk 0's offset in the tile
-    u32 inside;       // bit i: line i lies inside the matrix
-    int kc;           // the chunk's first k in the tile
+    const elem_t* p[COUNT];  // each chunk's source at k = 0 (the operand's start if outside)
+    u32 dst;                 // chunk 0's offset in the tile
+    u32 inside;              // bit i: chunk i's line lies inside the matrix
+    int kc;                  // the chunks' first k in the tile
     __device__ __forceinline__ KCopier(const elem_t* base, int ld, int x0, int xlim) {
         const int r = threadIdx.x / 8, c = threadIdx.x % 8;
         kc = c * PER;
-        g = base + static_cast<long long>(x0 + r) * ld + kc;
-        step = static_cast<long long>(LPP) * ld;
         dst = r * PITCH + ((SWIZZLE ? (c ^ (r & 7)) : c) << 4);
         inside = 0;
 #pragma unroll
-        for (int i = 0; i < COUNT; ++i) inside |= (x0 + r + i * LPP < xlim ? 1u : 0u) << i;
-        if (!inside) g = base;  // a harmless address for empty copies
+        for (int i = 0; i < COUNT; ++i) {
+            const int x = x0 + r + i * LPP;
+            inside |= (x < xlim ? 1u : 0u) << i;
+            p[i] = x < xlim ? base + static_cast<long long>(x) * ld + kc : base;
+        }
     }
     __device__ __forceinline__ void copy(u32 tile, int k0, int K) const {
         if (k0 + BK <= K) {
 #pragma unroll
             for (int i = 0; i < COUNT; ++i)
-                cp16(tile + dst + i * LPP * PITCH, (inside >> i) & 1 ? g + i * step + k0 : g,
-                     (inside >> i) & 1 ? 16 : 0);
+                cp16(tile + dst + i * LPP * PITCH, p[i] + k0, (inside >> i) & 1 ? 16 : 0);
         } else {
             int bytes = (K - k0 - kc) * ELEM;
             bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
 #pragma unroll
             for (int i = 0; i < COUNT; ++i) {
                 const bool ok = ((inside >> i) & 1) && bytes > 0;
-                cp16(tile + dst + i * LPP * PITCH, ok ? g + i * step + k0 : g, ok ? bytes : 0);
+                cp16(tile + dst + i * LPP * PITCH, ok ? p[i] + k0 : p[i], ok ? bytes : 0);
             }
         }
     }
@@ -218,31 +217,32 @@ struct KCopier {
 struct MCopier {
     static constexpr int PER = 16 / ELEM, CPL = BM / PER, LPP = THREADS / CPL, COUNT = BK / LPP;
     static_assert(THREADS % CPL == 0 && BK % LPP == 0, "A' tile chunks must split evenly");
-    const elem_t* g;
-    long long step;
+    const elem_t* p[COUNT];  // each chunk's source in tile 0 (line r + i * LPP)
+    long long ld;
     u32 dst;
     int r, bytes;  // first line; bytes of the chunk inside M
-    __device__ __forceinline__ MCopier(const elem_t* base, int ld, int m0, int M) {
+    __device__ __forceinline__ MCopier(const elem_t* base, int ld_, int m0, int M) {
         r = threadIdx.x / CPL;
         const int c = threadIdx.x % CPL;
+        ld = ld_;
         bytes = (M - m0 - c * PER) * ELEM;
         bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
-        g = bytes > 0 ? base + static_cast<long long>(r) * ld + m0 + c * PER : base;
-        step = static_cast<long long>(LPP) * ld;
+#pragma unroll
+        for (int i = 0; i < COUNT; ++i)
+            p[i] = bytes > 0 ? base + (r + i * LPP) * ld + m0 + c * PER : base;
         dst = r * A_LINE + c * 16;
     }
     __device__ __forceinline__ void copy(u32 tile, int k0, int K) const {
-        // k0 * ld as a line advance: step / LPP elements per line
-        const long long line = step / LPP;
+        const long long off = bytes > 0 ? k0 * ld : 0;
         if (k0 + BK <= K) {
 #pragma unroll
             for (int i = 0; i < COUNT; ++i)
-                cp16(tile + dst + i * LPP * A_LINE, bytes > 0 ? g + i * step + k0 * line : g, bytes);
+                cp16(tile + dst + i * LPP * A_LINE, p[i] + off, bytes);
         } else {
 #pragma unroll
             for (int i = 0; i < COUNT; ++i) {
                 const bool ok = bytes > 0 && k0 + r + i * LPP < K;
-                cp16(tile + dst + i * LPP * A_LINE, ok ? g + i * step + k0 * line : g, ok ? bytes : 0);
+                cp16(tile + dst + i * LPP * A_LINE, ok ? p[i] + off : p[i], ok ? bytes : 0);
             }
         }
     }
