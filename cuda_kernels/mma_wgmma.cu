@@ -48,6 +48,12 @@
 #ifndef COPY_AT
 #define COPY_AT 0
 #endif
+#ifndef SUM_TILES
+#define SUM_TILES 1
+#endif
+#if SUM_TILES != 1 && SUM_TILES != 2
+#error "SUM_TILES must be 1 or 2"
+#endif
 #if COPY_AT != 0 && COPY_AT != 2
 #error "COPY_AT must be 0 (copy before the tile's wgmma) or 2 (after)"
 #endif
@@ -382,7 +388,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         cp_commit();
     }
 
-    auto tile = [&](int kt, u32(&f)[NSTEP][4]) {
+    auto tile = [&](int kt, u32(&f)[NSTEP][4], u32(&lo)[NSTEP][4]) {
         const u32 slot = smem + (kt % STAGES) * SLOT;
         cp_wait<AHEAD - 1>();
         prepare_b(slot);
@@ -400,7 +406,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (COPY_AT == 0) refill();
         load_frags(slot + B_BYTES * (1 + SPLIT), row0, f);
 #if SPLIT
-        u32 lo[NSTEP][4];
+        // A fresh sum spans SUM_TILES tiles: its first wgmma overwrites it, its last tile waits
+        // and adds it to the accumulator (the earlier ones leave their wgmma in flight).
+        const bool first = kt % SUM_TILES == 0;
+        const bool last = kt % SUM_TILES == SUM_TILES - 1 || kt == KT - 1;
 #pragma unroll
         for (int s = 0; s < NSTEP; ++s)
 #pragma unroll
@@ -413,15 +422,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int s = 0; s < NSTEP; ++s) {
             const u64 bh = desc_k128(slot + s * 32), bl = desc_k128(slot + B_BYTES + s * 32);
-            wgmma_n<BN>(part, lo[s], bh, s > 0);  // smallest terms first
+            wgmma_n<BN>(part, lo[s], bh, s > 0 || !first);  // smallest terms first
             wgmma_n<BN>(part, f[s], bl, 1);
             wgmma_n<BN>(part, f[s], bh, 1);
         }
         wg_commit();
         if (COPY_AT == 2) refill();
-        wg_wait<0>();
+        if (last) {
+            wg_wait<0>();
 #pragma unroll
-        for (int i = 0; i < ACC; ++i) acc[i] += part[i];
+            for (int i = 0; i < ACC; ++i) acc[i] += part[i];
+        }
 #else
 #if ELEM == 4
 #pragma unroll
@@ -438,12 +449,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
     };
 
+#if SPLIT
+    u32 tails[2][NSTEP][4];  // 3xTF32's A' tails, one set per tile parity as the heads
+#else
+    u32(&tails)[2][NSTEP][4] = frag;  // unused
+#endif
     int kt = 0;
     for (; kt + 1 < KT; kt += 2) {
-        tile(kt, frag[0]);
-        tile(kt + 1, frag[1]);
+        tile(kt, frag[0], tails[0]);
+        tile(kt + 1, frag[1], tails[1]);
     }
-    if (kt < KT) tile(kt, frag[0]);
+    if (kt < KT) tile(kt, frag[0], tails[0]);
     wg_wait<0>();
 #pragma unroll
     for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);

@@ -44,13 +44,14 @@ def plan(A, B, C):
     raise ValueError("neither operand is K-major")
 
 
-def build(prec, a_kmajor, bn, wgs, stages, group, copy_at=0):
+def build(prec, a_kmajor, bn, wgs, stages, group, copy_at=0, sum_tiles=1):
     from cuda_kernels._build import compile_kernel
 
     define, _ = PRECS[prec]
     return compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma",
                           {define: 1, "A_KMAJOR": int(a_kmajor), "BN": bn, "WGS": wgs,
-                           "STAGES": stages, "GROUP": group, "COPY_AT": copy_at},
+                           "STAGES": stages, "GROUP": group, "COPY_AT": copy_at,
+                           "SUM_TILES": sum_tiles},
                           arch="sm_90a")
 
 
@@ -64,14 +65,14 @@ def smem_bytes(prec, a_kmajor, bn, wgs, stages):
     return stages * slot + 1024
 
 
-def launch_fn(A, B, C, prec, bn, wgs, stages, group, copy_at=0):
+def launch_fn(A, B, C, prec, bn, wgs, stages, group, copy_at=0, sum_tiles=1):
     import numpy as np
 
     from cuda_kernels._build import launcher
 
     Ap, lda, akm, Bp, ldb, Mp, Np, csm, csn = plan(A, B, C)
     K = A.shape[1]
-    b = build(prec, akm, bn, wgs, stages, group, copy_at)
+    b = build(prec, akm, bn, wgs, stages, group, copy_at, sum_tiles)
     grid = (-(-Mp // (64 * wgs)) * -(-Np // bn), 1, 1)
     smem = smem_bytes(prec, akm, bn, wgs, stages)
     args = (Ap, Bp, C, np.int32(Mp), np.int32(Np), np.int32(K), np.int32(lda), np.int32(ldb),
@@ -169,19 +170,20 @@ def main(argv=None) -> int:
             A, B = operands(torch, s, s, s, "nn", dtype, gen)
             C = torch.empty((s, s), device="cuda", dtype=dtype)
             tc = bench(cublas(torch, prec, A, B))
-            for bn, wgs, stages, copy_at in itertools.product((128, 256), (2,), (3, 4, 5), (0, 2)):
+            for bn, wgs, stages, copy_at, sum_tiles in itertools.product(
+                    (128, 256), (2,), (3, 4, 5), (0, 2), (1, 2) if prec == "3xtf32" else (1,)):
                 group = 8
                 if smem_bytes(prec, False, bn, wgs, stages) > 232448:
                     continue
                 try:
-                    fn, bld = launch_fn(A, B, C, prec, bn, wgs, stages, group, copy_at)
+                    fn, bld = launch_fn(A, B, C, prec, bn, wgs, stages, group, copy_at, sum_tiles)
                     C.fill_(float("nan"))
                     fn()
                     torch.cuda.synchronize()
                     err = rel_err(torch, C, A, B)
                     t = bench(fn)
                     record(kind="sweep", prec=prec, size=s, bn=bn, wgs=wgs, stages=stages,
-                           copy_at=copy_at, ms=t, pct=100 * tc / t, err=err, regs=bld.registers,
+                           copy_at=copy_at, sum_tiles=sum_tiles, ms=t, pct=100 * tc / t, err=err, regs=bld.registers,
                            spill=bld.spill_bytes)
                 except Exception as exc:  # noqa: BLE001
                     record(kind="sweep", prec=prec, bn=bn, wgs=wgs, stages=stages,
