@@ -199,7 +199,7 @@ def test_explicit_values_override_the_automatic_ones(precision):
     explicit = _row(64, 64, 32, 32, 32, 2, 1)
     spec = "mma:" + ",".join(f"{k}={v}" for k, v in {**explicit, "group": 4}.items())
     params = _params(spec)
-    assert params == {**explicit, "group": 4}
+    assert params == {**explicit, "group": 4, "wgmma": -1}
     mma.validate(**params, precision=precision)
     for M, N in ((1, 1), (64, 64), (BIG_M, BIG_N), (8192, 8192)):
         assert mma.config(precision, **params, M=M, N=N) == explicit
@@ -447,7 +447,10 @@ def test_the_tuners_space_keeps_explicit_values_and_the_automatic_ones():
     assert choices["WM"] == choices["WN"] == (0, 32, 64, 128)
     assert choices["STAGES"] == (0, 2, 3, 4)
     assert choices["frags"] == (0, 1, 2)
-    assert space.default == _params()  # the search starts from the automatic defaults
+    # the search starts from the automatic defaults, the mma.sync kernel's (wgmma is pinned to 0:
+    # it changes TF32's numerics)
+    assert space.default == {**_params(), "wgmma": 0}
+    assert space.pinned["wgmma"] == 0
     (stage, restrict), = at._parse_stages("mma:BM=0|256,STAGES=0|3", ("cuda",))
     assert restrict == {"BM": (0, 256), "STAGES": (0, 3)}
 
@@ -461,7 +464,8 @@ def test_autotune_dry_run_exits_0_and_starts_from_the_automatic_defaults():
                 "--sizes", "4096", "--dry-run", "--max-configs", "3", "--jobs", "1", timeout=600)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "mma cuda nn 4096x4096x4096 bf16" in r.stdout
-    first = re.search(r"\n\s+1\. (BM=0,BN=0,BK=0,WM=0,WN=0,STAGES=0,frags=0,group=8): (.*)",
+    first = re.search(r"\n\s+1\. (BM=0,BN=0,BK=0,WM=0,WN=0,STAGES=0,frags=0,group=8,wgmma=0): "
+                      r"(.*)",
                       r.stdout)
     assert first, r.stdout
     assert "pruned" not in first.group(2) and "256 threads" in first.group(2), first.group(0)
