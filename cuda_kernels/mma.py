@@ -513,6 +513,21 @@ def use_wgmma(p, precision: str, params: dict) -> bool:
     return True
 
 
+def kernel_names(precision: str = DEFAULT_PRECISION, **params) -> list[str]:
+    """The extern "C" names prepare() may launch for these parameters (lab.profile's kernel
+    filter): the mma.sync kernel's, the wgmma kernel's, or with wgmma=-1 and automatic tiles
+    (chosen per GPU and problem) both."""
+    mode = _wgmma_mode(**{k: v for k, v in params.items() if k == "wgmma" or k in PARAMS})
+    if mode == -1 and any(params.get(k) for k in PARAMS):
+        mode = 0  # explicit tile parameters: the mma.sync kernel (use_wgmma())
+    names = []
+    if mode != 1:
+        names.append("matmul_mma")
+    if mode != 0:
+        names.append("matmul_mma_wgmma")
+    return names
+
+
 def _wgmma_prepare(p, precision: str, group: int):
     import numpy as np
 

@@ -280,6 +280,13 @@ def triton_kernel_names(module) -> list[str]:
 
 def kernel_filter(variant, backend: str, precision: str = "fp32") -> str:
     if backend == "cuda":
+        module = variant.stage.module("cuda")
+        if hasattr(module, "kernel_names"):  # a launcher that picks its kernel per GPU (mma)
+            names = module.kernel_names(**variant.params_for("cuda"),
+                                        **_precision_kw(module.kernel_names, precision))
+            if len(names) > 1:
+                return "regex:^(" + "|".join(names) + ")$"
+            return names[0]
         return cuda_kernel_name(variant, precision)
     names = triton_kernel_names(variant.stage.module("triton"))
     if not names:

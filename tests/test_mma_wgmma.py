@@ -192,6 +192,23 @@ def test_cpu_mode_reports_the_wgmma_build(layout, grid):
     assert smem <= mma.SMEM_PER_BLOCK
 
 
+@pytest.mark.parametrize("spec,want", [
+    ("mma", "regex:^(matmul_mma|matmul_mma_wgmma)$"),  # chosen per GPU and problem
+    ("mma:wgmma=0", "matmul_mma"),
+    ("mma:wgmma=1", "matmul_mma_wgmma"),
+    ("mma:BM=128", "matmul_mma"),  # explicit tiles: always mma.sync
+])
+def test_the_profilers_kernel_filter_names_the_kernels_prepare_may_launch(spec, want):
+    from lab.profile import kernel_filter
+
+    variant = parse_variants([spec])[0]
+    assert kernel_filter(variant, "cuda", "bf16") == want
+    for name in _mma().kernel_names(**variant.params_for("cuda")):
+        build = (_mma().build(**_params("mma:wgmma=1"), precision="bf16") if "wgmma" in name
+                 else _mma().build(**_params("mma:wgmma=0"), precision="bf16"))
+        assert build.kernel == name
+
+
 def test_lab_compare_cpu_mode_compiles_the_wgmma_variant():
     if torch.cuda.is_available():
         pytest.skip("CPU-mode test")
