@@ -364,9 +364,7 @@ def defines(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, group=8,
 def _layout_a_kmajor(layout: str) -> bool:
     """The wgmma kernel's A_KMAJOR for a layout (wgmma_plan(); tn has no wgmma build)."""
     if layout == "tn":
-        raise LabError("mma with wgmma=1 needs A row-major or B column-major (wgmma reads its "
-                       "shared operand K-major), and layout tn has neither; use wgmma=0 "
-                       "(mma.sync)")
+        raise LabError(TN_REFUSAL)
     return layout == "nt"
 
 
@@ -388,7 +386,7 @@ def geometry(M: int, N: int, K: int, BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, fra
     if wgmma == 1:
         a_kmajor = _layout_a_kmajor(layout)
         swap = layout[1] != "t"  # D = C^T where B is not K-major (wgmma_plan())
-        return _wgmma_geometry(N if swap else M, M if swap else N, precision, a_kmajor)
+        return wgmma_geometry(N if swap else M, M if swap else N, precision, a_kmajor)
     c = config(precision, BM, BN, BK, WM, WN, STAGES, frags)
     return ((cdiv(M, c["BM"]) * cdiv(N, c["BN"]), 1, 1), (_threads(c), 1, 1), _smem(c, precision))
 
@@ -416,15 +414,19 @@ WGMMA = {
 WGMMA_ARCH = "sm_90a"
 
 
-def wgmma_smem_bytes(precision: str, a_kmajor: bool) -> int:
+def wgmma_smem_bytes(precision: str, a_kmajor: bool, config: dict | None = None) -> int:
     """Dynamic shared memory of the wgmma kernel (mma_wgmma.cu's STAGES * SLOT, plus 1 KiB to
-    align the ring to 1024 bytes)."""
-    w, es = WGMMA[precision], ELEM_BYTES[precision]
+    align the ring to 1024 bytes), for the precision's WGMMA row or `config` (WGS, BN, STAGES)."""
+    w, es = config or WGMMA[precision], ELEM_BYTES[precision]
     bm, bk = 64 * w["WGS"], 128 // es
     a_line = 144 if a_kmajor else bm * es + (32 if es == 4 else 16)
     a_bytes = cdiv((a_line * (bm if a_kmajor else bk)), 1024) * 1024
     slot = w["BN"] * 128 * (2 if precision == "3xtf32" else 1) + a_bytes
     return w["STAGES"] * slot + 1024
+
+
+TN_REFUSAL = ("mma with wgmma=1 needs A row-major or B column-major (wgmma reads its shared "
+              "operand K-major), and layout tn has neither; use wgmma=0 (mma.sync)")
 
 
 def _lines_aligned(op) -> bool:
@@ -450,23 +452,27 @@ def wgmma_plan(p) -> dict:
     if not p.a.trans:
         return dict(Ap=p.b.tensor, lda=p.b.ld, a_kmajor=False, Bp=p.a.tensor, ldb=p.a.ld,
                     M=p.N, N=p.M, csm=1, csn=ldc)
-    raise LabError("mma with wgmma=1 needs A row-major or B column-major (wgmma reads its "
-                   "shared operand K-major), and this problem has layout tn; use wgmma=0 "
-                   "(mma.sync)")
+    raise LabError(TN_REFUSAL)
 
 
-def wgmma_build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "nn"):
-    """The wgmma kernel for `precision`, compiled for sm_90a (no GPU needed)."""
+def wgmma_build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "nn",
+                config: dict | None = None):
+    """The wgmma kernel for `precision`, compiled for sm_90a (no GPU needed): the precision's
+    WGMMA row, or `config` (build defines: WGS, BN, STAGES, COPY_AT, SUM_TILES; the sweeps of
+    scripts/wgmma_probe.py)."""
     from cuda_kernels._build import compile_kernel
 
-    d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group, **WGMMA[precision]}
+    d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group,
+         **(config or WGMMA[precision])}
     return compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", d, layout=layout, arch=WGMMA_ARCH)
 
 
-def _wgmma_geometry(M: int, N: int, precision: str, a_kmajor: bool):
-    w = WGMMA[precision]
+def wgmma_geometry(M: int, N: int, precision: str, a_kmajor: bool, config: dict | None = None):
+    """(grid, block, dynamic shared bytes) of the wgmma kernel for D of M x N (wgmma_plan()'s M
+    and N, which are swapped for C^T)."""
+    w = config or WGMMA[precision]
     return ((cdiv(M, 64 * w["WGS"]) * cdiv(N, w["BN"]), 1, 1), (128 * w["WGS"], 1, 1),
-            wgmma_smem_bytes(precision, a_kmajor))
+            wgmma_smem_bytes(precision, a_kmajor, config))
 
 
 def _gpu_arch(p) -> str | None:
@@ -538,7 +544,7 @@ def _wgmma_prepare(p, precision: str, group: int):
 
     w = wgmma_plan(p)
     build = wgmma_build(precision, w["a_kmajor"], group, p.layout)
-    grid, block, smem = _wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"])
+    grid, block, smem = wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"])
     args = (w["Ap"], w["Bp"], p.c.tensor, np.int32(w["M"]), np.int32(w["N"]), np.int32(p.K),
             np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]))
     launch = launcher(build, grid, block, args, smem)

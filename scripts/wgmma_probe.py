@@ -17,8 +17,7 @@ import itertools
 import sys
 from pathlib import Path
 
-PRECS = {"tf32": ("PREC_TF32", 4), "3xtf32": ("PREC_3XTF32", 4), "bf16": ("PREC_BF16", 2),
-         "fp16": ("PREC_FP16", 2)}
+PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
 
 
 def operands(torch, M, N, K, layout, dtype, gen):
@@ -30,54 +29,34 @@ def operands(torch, M, N, K, layout, dtype, gen):
     return mat(M, K, layout[0] == "t"), mat(K, N, layout[1] == "t")
 
 
-def plan(A, B, C):
-    """(Ap, lda, a_kmajor, Bp, ldb, M', N', csm, csn) for D = A' B' with B' K-major."""
-    M, K = A.shape
-    N = B.shape[1]
-    a_kmajor = A.stride(1) == 1
-    b_kmajor = B.stride(0) == 1
-    if b_kmajor:  # D = C, A' = A, B'(n, k) = B(k, n)
-        lda = A.stride(0) if a_kmajor else A.stride(1)
-        return A, lda, a_kmajor, B, B.stride(1), M, N, C.stride(0), C.stride(1)
-    if a_kmajor:  # D = C^T = B^T A^T: A'(n, k) = B(k, n) (n contiguous), B'(m, k) = A(m, k)
-        return B, B.stride(0), False, A, A.stride(0), N, M, C.stride(1), C.stride(0)
-    raise ValueError("neither operand is K-major")
-
-
-def build(prec, a_kmajor, bn, wgs, stages, group, copy_at=0, sum_tiles=1):
-    from cuda_kernels._build import compile_kernel
-
-    define, _ = PRECS[prec]
-    return compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma",
-                          {define: 1, "A_KMAJOR": int(a_kmajor), "BN": bn, "WGS": wgs,
-                           "STAGES": stages, "GROUP": group, "COPY_AT": copy_at,
-                           "SUM_TILES": sum_tiles},
-                          arch="sm_90a")
+def config(bn, wgs, stages, copy_at=0, sum_tiles=1) -> dict:
+    """Build defines of mma_wgmma.cu beyond the precision, layout and group."""
+    return {"WGS": wgs, "BN": bn, "STAGES": stages, "COPY_AT": copy_at, "SUM_TILES": sum_tiles}
 
 
 def smem_bytes(prec, a_kmajor, bn, wgs, stages):
-    e = PRECS[prec][1]
-    bm, bk = 64 * wgs, 128 // e
-    a_line = 144 if a_kmajor else bm * e + (32 if e == 4 else 16)
-    a_lines = bm if a_kmajor else bk
-    a_bytes = -(-a_line * a_lines // 1024) * 1024
-    slot = bn * 128 * (2 if prec == "3xtf32" else 1) + a_bytes
-    return stages * slot + 1024
+    from cuda_kernels.mma import wgmma_smem_bytes
+
+    return wgmma_smem_bytes(prec, a_kmajor, config(bn, wgs, stages))
 
 
 def launch_fn(A, B, C, prec, bn, wgs, stages, group, copy_at=0, sum_tiles=1):
+    """The kernel for C = A B with these build defines, planned as the stage's launcher plans it
+    (cuda_kernels/mma.py: wgmma_plan, wgmma_build, wgmma_geometry)."""
     import numpy as np
 
+    from cuda_kernels import mma
     from cuda_kernels._build import launcher
+    from lab.operands import CUDA, describe
 
-    Ap, lda, akm, Bp, ldb, Mp, Np, csm, csn = plan(A, B, C)
-    K = A.shape[1]
-    b = build(prec, akm, bn, wgs, stages, group, copy_at, sum_tiles)
-    grid = (-(-Mp // (64 * wgs)) * -(-Np // bn), 1, 1)
-    smem = smem_bytes(prec, akm, bn, wgs, stages)
-    args = (Ap, Bp, C, np.int32(Mp), np.int32(Np), np.int32(K), np.int32(lda), np.int32(ldb),
-            np.int64(csm), np.int64(csn))
-    return launcher(b, grid, (128 * wgs, 1, 1), args, smem), b
+    p = describe(A, B, C, CUDA)
+    w = mma.wgmma_plan(p)
+    cfg = config(bn, wgs, stages, copy_at, sum_tiles)
+    b = mma.wgmma_build(prec, w["a_kmajor"], group, p.layout, cfg)
+    grid, block, smem = mma.wgmma_geometry(w["M"], w["N"], prec, w["a_kmajor"], cfg)
+    args = (w["Ap"], w["Bp"], p.c.tensor, np.int32(w["M"]), np.int32(w["N"]), np.int32(p.K),
+            np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]))
+    return launcher(b, grid, block, args, smem), b
 
 
 def rel_err(torch, C, A, B):

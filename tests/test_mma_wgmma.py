@@ -10,7 +10,8 @@ CPU mode reports the wgmma build's resources.
 GPU (marked `gpu`; sm_90 only): every precision x layout at aligned and edge sizes with K, M and N
 not multiples of the tiles (sliced views keep the lines 16-byte aligned), through the stage's
 public launcher, with wgmma forced and with the automatic choice; NaN and Inf reach C; a long K;
-the automatic choice itself (wgmma on sm_90 where it can, mma.sync where it cannot).
+views (offset starts, wide rows, a column-major C); the automatic choice itself (wgmma on sm_90
+where it can, mma.sync where it cannot).
 """
 
 from __future__ import annotations
@@ -264,6 +265,36 @@ def test_wgmma_on_the_gpu(precision, layout):
                 assert result.rel_err < 2e-6, result.rel_err
             if precision == "tf32" and K >= 512:
                 assert result.rel_err > 1e-5, result.rel_err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_wgmma_on_views_on_the_gpu(precision):
+    """Operands that start 16 bytes into their buffer, rows wider than the matrix, and a
+    column-major C (the shared code hands the launcher C^T = B^T A^T, layout tt) or a C whose
+    rows are wider than it."""
+    _hopper()
+    dt = DTYPE[precision]
+    e = 16 // torch.empty(0, dtype=dt).element_size()  # elements per 16 bytes
+    M, N, K = 200, 136, 264  # lines of 16-byte multiples in every dtype
+    a0, b0 = chk.make_inputs(M, N, K, 21, "cuda", dtype=dt)
+    ref = chk.reference(a0, b0)
+
+    def buf(n):
+        return torch.empty(n + e, dtype=dt, device="cuda")[e:]  # 16 bytes past the start
+
+    cases = {
+        "offset": (buf(M * K).view(M, K).copy_(a0), buf(K * N).view(K, N).copy_(b0),
+                   torch.empty(M, N, dtype=dt, device="cuda")),
+        "wide rows": (torch.empty(M, K + e, dtype=dt, device="cuda")[:, :K].copy_(a0),
+                      torch.empty(K, N + 2 * e, dtype=dt, device="cuda")[:, e:N + e].copy_(b0),
+                      torch.empty(M, N + 3, dtype=dt, device="cuda")[:, 1:N + 1]),
+        "c column-major": (a0, b0, torch.empty(N, M, dtype=dt, device="cuda").t()),
+    }
+    for name, (a, b, c) in cases.items():
+        launch = _mma().prepare(a, b, c, precision=precision, wgmma=1)
+        result = chk.check(launch, c, ref, K, precision)
+        assert result.passed, (precision, name, result.reason)
 
 
 @pytest.mark.gpu
