@@ -49,10 +49,10 @@
 #define COPY_AT 0
 #endif
 #ifndef SUM_TILES
-#define SUM_TILES 1
+#define SUM_TILES 0
 #endif
-#if SUM_TILES != 1 && SUM_TILES != 2
-#error "SUM_TILES must be 1 or 2"
+#if SUM_TILES < 0 || SUM_TILES > 2
+#error "SUM_TILES must be 0 (3xTF32 accumulates in the tensor core), 1 or 2 (a fresh sum per tile or pair)"
 #endif
 #if COPY_AT != 0 && COPY_AT != 2
 #error "COPY_AT must be 0 (copy before the tile's wgmma) or 2 (after)"
@@ -95,7 +95,8 @@ constexpr int A_LINES = A_KMAJOR ? BM : BK;
 constexpr int A_BYTES = ((A_LINE * A_LINES + 1023) / 1024) * 1024;
 constexpr int SLOT = B_BYTES * (1 + SPLIT) + A_BYTES;
 constexpr int ACC = BN / 2;                     // accumulators per thread
-static_assert(BN == 64 || BN == 128 || BN == 256, "BN must be 64, 128 or 256");
+static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
+static_assert(WGS >= 1 && WGS <= 3, "WGS must be 1, 2 or 3");
 static_assert(STAGES >= 3 && STAGES <= 6, "STAGES must be 3..6");
 static_assert(SLOT % 1024 == 0, "ring slots must stay 1024-byte aligned");
 
@@ -160,14 +161,17 @@ __device__ __forceinline__ void wgmma_n(float* d, const u32* a, u64 b, int scale
 #if ELEM == 4
     if constexpr (N == 64) wgmma_tf32_n64(d, a[0], a[1], a[2], a[3], b, scale_d);
     if constexpr (N == 128) wgmma_tf32_n128(d, a[0], a[1], a[2], a[3], b, scale_d);
+    if constexpr (N == 192) wgmma_tf32_n192(d, a[0], a[1], a[2], a[3], b, scale_d);
     if constexpr (N == 256) wgmma_tf32_n256(d, a[0], a[1], a[2], a[3], b, scale_d);
 #elif defined(PREC_BF16)
     if constexpr (N == 64) wgmma_bf16_n64(d, a[0], a[1], a[2], a[3], b, scale_d);
     if constexpr (N == 128) wgmma_bf16_n128(d, a[0], a[1], a[2], a[3], b, scale_d);
+    if constexpr (N == 192) wgmma_bf16_n192(d, a[0], a[1], a[2], a[3], b, scale_d);
     if constexpr (N == 256) wgmma_bf16_n256(d, a[0], a[1], a[2], a[3], b, scale_d);
 #else
     if constexpr (N == 64) wgmma_f16_n64(d, a[0], a[1], a[2], a[3], b, scale_d);
     if constexpr (N == 128) wgmma_f16_n128(d, a[0], a[1], a[2], a[3], b, scale_d);
+    if constexpr (N == 192) wgmma_f16_n192(d, a[0], a[1], a[2], a[3], b, scale_d);
     if constexpr (N == 256) wgmma_f16_n256(d, a[0], a[1], a[2], a[3], b, scale_d);
 #endif
 }
@@ -181,18 +185,23 @@ __device__ __forceinline__ void wgmma_n(float* d, const u32* a, u64 b, int scale
 // K-major operand (B', and A' with A_KMAJOR): LINES lines of 8 16-byte chunks; thread t copies
 // chunk t % 8 of lines t / 8 + i * (THREADS / 8). B' lines are swizzled (chunk c of line r at
 // c ^ (r % 8): a constant per thread, since THREADS / 8 is a multiple of 8); A' lines are padded.
+// Where the threads do not divide the lines evenly (3 warpgroups), the last round's chunks past
+// the tile are skipped (`mine`).
 template <int LINES, int PITCH, bool SWIZZLE>
 struct KCopier {
-    static constexpr int PER = 16 / ELEM, LPP = THREADS / 8, COUNT = LINES / LPP;
-    static_assert(LINES % LPP == 0, "tile lines must split evenly over the threads");
+    static constexpr int PER = 16 / ELEM, LPP = THREADS / 8, FULL = LINES / LPP;
+    static constexpr int COUNT = (LINES + LPP - 1) / LPP;
+    static_assert(LPP % 8 == 0, "the swizzle needs a multiple of 8 lines per round");
     const elem_t* p[COUNT];  // each chunk's source at k = 0 (the operand's start if outside)
     u32 dst;                 // chunk 0's offset in the tile
     u32 inside;              // bit i: chunk i's line lies inside the matrix
+    bool mine;               // the last round's chunk lies inside the tile (uneven rounds)
     int kc;                  // the chunks' first k in the tile
     __device__ __forceinline__ KCopier(const elem_t* base, int ld, int x0, int xlim) {
         const int r = threadIdx.x / 8, c = threadIdx.x % 8;
         kc = c * PER;
         dst = r * PITCH + ((SWIZZLE ? (c ^ (r & 7)) : c) << 4);
+        mine = r + FULL * LPP < LINES;
         inside = 0;
 #pragma unroll
         for (int i = 0; i < COUNT; ++i) {
@@ -205,14 +214,16 @@ struct KCopier {
         if (k0 + BK <= K) {
 #pragma unroll
             for (int i = 0; i < COUNT; ++i)
-                cp16(tile + dst + i * LPP * PITCH, p[i] + k0, (inside >> i) & 1 ? 16 : 0);
+                if (i < FULL || mine)
+                    cp16(tile + dst + i * LPP * PITCH, p[i] + k0, (inside >> i) & 1 ? 16 : 0);
         } else {
             int bytes = (K - k0 - kc) * ELEM;
             bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
 #pragma unroll
             for (int i = 0; i < COUNT; ++i) {
                 const bool ok = ((inside >> i) & 1) && bytes > 0;
-                cp16(tile + dst + i * LPP * PITCH, ok ? p[i] + k0 : p[i], ok ? bytes : 0);
+                if (i < FULL || mine)
+                    cp16(tile + dst + i * LPP * PITCH, ok ? p[i] + k0 : p[i], ok ? bytes : 0);
             }
         }
     }
@@ -261,8 +272,9 @@ __device__ __forceinline__ void prepare_b(u32 slot) {
 #if SPLIT
     constexpr int CHUNKS = BN * 8;
 #pragma unroll
-    for (int i = 0; i < CHUNKS / THREADS; ++i) {
+    for (int i = 0; i < (CHUNKS + THREADS - 1) / THREADS; ++i) {
         const int q = threadIdx.x + i * THREADS;
+        if (CHUNKS % THREADS != 0 && q >= CHUNKS) break;
         const int r = q >> 3, c = q & 7;
         const u32 off = r * 128 + ((c ^ (r & 7)) << 4);
         u32 x0, x1, x2, x3;
@@ -367,7 +379,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     float acc[ACC];
 #pragma unroll
     for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
-#if SPLIT
+#if SPLIT && SUM_TILES > 0
     float part[ACC];
 #endif
     u32 frag[2][NSTEP][4];
@@ -406,10 +418,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (COPY_AT == 0) refill();
         load_frags(slot + B_BYTES * (1 + SPLIT), row0, f);
 #if SPLIT
-        // A fresh sum spans SUM_TILES tiles: its first wgmma overwrites it, its last tile waits
-        // and adds it to the accumulator (the earlier ones leave their wgmma in flight).
-        const bool first = kt % SUM_TILES == 0;
-        const bool last = kt % SUM_TILES == SUM_TILES - 1 || kt == KT - 1;
 #pragma unroll
         for (int s = 0; s < NSTEP; ++s)
 #pragma unroll
@@ -419,6 +427,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 f[s][r] = h;
             }
         wg_fence();
+#if SUM_TILES == 0
+        // All three products go straight into the accumulator (smallest terms first), and the
+        // tile's wgmma stay in flight while the next tile is prepared.
+#pragma unroll
+        for (int s = 0; s < NSTEP; ++s) {
+            const u64 bh = desc_k128(slot + s * 32), bl = desc_k128(slot + B_BYTES + s * 32);
+            wgmma_n<BN>(acc, lo[s], bh, 1);
+            wgmma_n<BN>(acc, f[s], bl, 1);
+            wgmma_n<BN>(acc, f[s], bh, 1);
+        }
+        wg_commit();
+        if (COPY_AT == 2) refill();
+        wg_wait<1>();
+#else
+        // A fresh sum spans SUM_TILES tiles: its first wgmma overwrites it, its last tile waits
+        // (draining the tensor pipe) and adds it to the accumulator in fp32.
+        const bool first = kt % SUM_TILES == 0;
+        const bool last = kt % SUM_TILES == SUM_TILES - 1 || kt == KT - 1;
 #pragma unroll
         for (int s = 0; s < NSTEP; ++s) {
             const u64 bh = desc_k128(slot + s * 32), bl = desc_k128(slot + B_BYTES + s * 32);
@@ -433,6 +459,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[i] += part[i];
         }
+#endif
 #else
 #if ELEM == 4
 #pragma unroll

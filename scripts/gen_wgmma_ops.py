@@ -18,7 +18,7 @@ HEADER = Path(__file__).resolve().parent.parent / "cuda_kernels" / "wgmma_ops.cu
 
 # (name in the function, PTX type, k per instruction, takes imm-trans-b)
 TYPES = (("tf32", "tf32", 8, False), ("bf16", "bf16", 16, True), ("f16", "f16", 16, True))
-WIDTHS = (64, 128, 256)
+WIDTHS = (64, 128, 192, 256)
 
 
 def wrapper(name: str, ptx: str, k: int, trans: bool, n: int) -> str:

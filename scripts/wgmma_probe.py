@@ -1,7 +1,7 @@
 """Check and time cuda_kernels/mma_wgmma.cu directly, outside the stage's launcher: every precision,
 the three layouts it takes, several sizes, and a sweep of its build parameters at one size.
 
-    PYTHONPATH=. python scripts/wgmma_probe.py [--out DIR] [--sizes 4096,8192] [--sweep 4096]
+    PYTHONPATH=. python scripts/wgmma_probe.py [--out DIR] [--sizes 4096,8192] [--sweep 4096,8192]
 
 Needs an sm_90 GPU (H100, H200). Prints one line per check and per timing; with --out it also
 writes probe.csv there. Each row's error is ||C - ref|| / ||ref|| against float64 of the inputs the
@@ -29,20 +29,15 @@ def operands(torch, M, N, K, layout, dtype, gen):
     return mat(M, K, layout[0] == "t"), mat(K, N, layout[1] == "t")
 
 
-def config(bn, wgs, stages, copy_at=0, sum_tiles=1) -> dict:
+def config(bn, wgs, stages, copy_at=0, sum_tiles=0) -> dict:
     """Build defines of mma_wgmma.cu beyond the precision, layout and group."""
     return {"WGS": wgs, "BN": bn, "STAGES": stages, "COPY_AT": copy_at, "SUM_TILES": sum_tiles}
 
 
-def smem_bytes(prec, a_kmajor, bn, wgs, stages):
-    from cuda_kernels.mma import wgmma_smem_bytes
-
-    return wgmma_smem_bytes(prec, a_kmajor, config(bn, wgs, stages))
-
-
-def launch_fn(A, B, C, prec, bn, wgs, stages, group, copy_at=0, sum_tiles=1):
-    """The kernel for C = A B with these build defines, planned as the stage's launcher plans it
-    (cuda_kernels/mma.py: wgmma_plan, wgmma_build, wgmma_geometry)."""
+def launch_fn(A, B, C, prec, cfg=None, group=8):
+    """The kernel for C = A B with build defines `cfg` (default: the launcher's WGMMA row),
+    planned as the stage's launcher plans it (cuda_kernels/mma.py: wgmma_plan, wgmma_build,
+    wgmma_geometry)."""
     import numpy as np
 
     from cuda_kernels import mma
@@ -51,7 +46,7 @@ def launch_fn(A, B, C, prec, bn, wgs, stages, group, copy_at=0, sum_tiles=1):
 
     p = describe(A, B, C, CUDA)
     w = mma.wgmma_plan(p)
-    cfg = config(bn, wgs, stages, copy_at, sum_tiles)
+    cfg = cfg or mma.WGMMA[prec]
     b = mma.wgmma_build(prec, w["a_kmajor"], group, p.layout, cfg)
     grid, block, smem = mma.wgmma_geometry(w["M"], w["N"], prec, w["a_kmajor"], cfg)
     args = (w["Ap"], w["Bp"], p.c.tensor, np.int32(w["M"]), np.int32(w["N"]), np.int32(p.K),
@@ -77,8 +72,13 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
-DEFAULTS = {"tf32": (256, 2, 4, 8, 0), "3xtf32": (128, 2, 4, 8, 2), "bf16": (256, 2, 4, 8, 0),
-            "fp16": (256, 2, 4, 8, 0)}
+def sweep_grid(prec):
+    """(BN, WGS, STAGES, COPY_AT, SUM_TILES) tried by --sweep; shapes over the shared memory an
+    H100 block can have are skipped."""
+    if prec == "3xtf32":
+        return itertools.product((128, 192), (2, 3), (3, 4), (0, 2), (0, 1))
+    return [(256, 2, 4, 0, 0), (256, 2, 3, 0, 0), (192, 2, 4, 0, 0), (192, 3, 4, 0, 0),
+            (192, 3, 3, 0, 0), (128, 3, 4, 0, 0), (256, 2, 4, 2, 0)]
 
 
 def main(argv=None) -> int:
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--sizes", default="4096,8192")
     ap.add_argument("--precisions", default="tf32,3xtf32,bf16,fp16")
-    ap.add_argument("--sweep", type=int, default=0, help="sweep build parameters at this size")
+    ap.add_argument("--sweep", default="", help="sweep build parameters at these sizes (comma list)")
     ap.add_argument("--layouts", default="nn,nt,tt")
     args = ap.parse_args(argv)
     try:
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
                 A, B = operands(torch, M, N, K, layout, dtype, gen)
                 C = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
                 try:
-                    fn, bld = launch_fn(A, B, C, prec, *DEFAULTS[prec])
+                    fn, bld = launch_fn(A, B, C, prec)
                     fn()
                     torch.cuda.synchronize()
                     err = rel_err(torch, C, A, B)
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
             for layout in ("nn",):
                 A, B = operands(torch, s, s, s, layout, dtype, gen)
                 C = torch.empty((s, s), device="cuda", dtype=dtype)
-                fn, bld = launch_fn(A, B, C, prec, *DEFAULTS[prec])
+                fn, bld = launch_fn(A, B, C, prec)
                 fn()
                 torch.cuda.synchronize()
                 err = rel_err(torch, C, A, B) if s <= 4096 else float("nan")
@@ -142,24 +142,24 @@ def main(argv=None) -> int:
                 tc = bench(cublas(torch, prec, A, B))
                 record(kind="time", prec=prec, layout=layout, size=s, ms=t, cublas_ms=tc,
                        pct=100 * tc / t, tflops=2 * s ** 3 / t / 1e9, err=err)
-    if args.sweep:
-        s = args.sweep
+    for s in [int(x) for x in args.sweep.split(",") if x]:
+        from cuda_kernels.mma import wgmma_smem_bytes
+
         for prec in precs:
             dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec, torch.float32)
             A, B = operands(torch, s, s, s, "nn", dtype, gen)
             C = torch.empty((s, s), device="cuda", dtype=dtype)
             tc = bench(cublas(torch, prec, A, B))
-            for bn, wgs, stages, copy_at, sum_tiles in itertools.product(
-                    (128, 256), (2,), (3, 4, 5), (0, 2), (1, 2) if prec == "3xtf32" else (1,)):
-                group = 8
-                if smem_bytes(prec, False, bn, wgs, stages) > 232448:
+            for bn, wgs, stages, copy_at, sum_tiles in sweep_grid(prec):
+                cfg = config(bn, wgs, stages, copy_at, sum_tiles)
+                if wgmma_smem_bytes(prec, False, cfg) > 232448:
                     continue
                 try:
-                    fn, bld = launch_fn(A, B, C, prec, bn, wgs, stages, group, copy_at, sum_tiles)
+                    fn, bld = launch_fn(A, B, C, prec, cfg)
                     C.fill_(float("nan"))
                     fn()
                     torch.cuda.synchronize()
-                    err = rel_err(torch, C, A, B)
+                    err = rel_err(torch, C, A, B) if s <= 4096 else float("nan")
                     t = bench(fn)
                     record(kind="sweep", prec=prec, size=s, bn=bn, wgs=wgs, stages=stages,
                            copy_at=copy_at, sum_tiles=sum_tiles, ms=t, pct=100 * tc / t, err=err, regs=bld.registers,

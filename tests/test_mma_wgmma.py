@@ -89,8 +89,13 @@ def test_wgmma_source_refuses_plain_sm_90_and_bad_defines_with_the_compiler_log(
     with pytest.raises(CompileError, match="COPY_AT must be 0"):
         compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", {"PREC_BF16": 1, "COPY_AT": 1},
                        arch="sm_90a")
-    with pytest.raises(CompileError, match="BN must be 64, 128 or 256"):
+    with pytest.raises(CompileError, match="BN must be 64, 128, 192 or 256"):
         compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", {"PREC_BF16": 1, "BN": 96}, arch="sm_90a")
+    with pytest.raises(CompileError, match="WGS must be 1, 2 or 3"):
+        compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", {"PREC_BF16": 1, "WGS": 4}, arch="sm_90a")
+    with pytest.raises(CompileError, match="SUM_TILES must be 0"):
+        compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", {"PREC_3XTF32": 1, "SUM_TILES": 3},
+                       arch="sm_90a")
 
 
 def _problem(layout, M=40, N=24, K=56, dtype=torch.float32, c=None):
