@@ -407,7 +407,7 @@ def variant_flags(p) -> dict:
 # against 170% before them; the other precisions are within 1.5% either way).
 WGMMA = {
     "tf32": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
-    "3xtf32": dict(WGS=2, BN=128, STAGES=4, COPY_AT=2, SUM_TILES=0),
+    "3xtf32": dict(WGS=2, BN=128, STAGES=4, COPY_AT=0, SUM_TILES=1),
     "bf16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
     "fp16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
 }

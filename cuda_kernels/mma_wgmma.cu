@@ -83,6 +83,7 @@ typedef float elem_t;
 #else
 #define SPLIT 0
 #endif
+#define FRESH (SPLIT && SUM_TILES > 0)  // 3xTF32 sums each tile (or pair) afresh
 
 constexpr int BM = 64 * WGS;
 constexpr int THREADS = 128 * WGS;
@@ -379,8 +380,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     float acc[ACC];
 #pragma unroll
     for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
-#if SPLIT && SUM_TILES > 0
-    float part[ACC];
+#if FRESH
+    float part[ACC];  // 3xTF32's fresh sum
+#else
+    float* part = acc;  // unused
 #endif
     u32 frag[2][NSTEP][4];
 
@@ -389,7 +392,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // (COPY_AT = 0) or after tile kt's wgmma are issued (COPY_AT = 2), so that the copy's
     // instructions do not delay them. (Copying into tile kt-1's slot after a second barrier per
     // tile, one tile more in flight, measured no faster: results/2026-11-23-h100/29-wgmma-probe.log.)
-    constexpr int AHEAD = STAGES - 2;
+    // 3xTF32 with fresh sums over two tiles leaves a tile's wgmma unwaited one tile longer, so one
+    // tile fewer is in flight.
+    constexpr int AHEAD = STAGES - 2 - (FRESH && SUM_TILES == 2 ? 1 : 0);
+    static_assert(AHEAD >= 1, "SUM_TILES=2 needs STAGES >= 4");
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
         if (s < KT) {
@@ -400,80 +406,56 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         cp_commit();
     }
 
-    auto tile = [&](int kt, u32(&f)[NSTEP][4], u32(&lo)[NSTEP][4]) {
+    auto refill = [&](int kt) {
+        const int nk = kt + AHEAD;
+        if (nk < KT) {
+            const u32 ns = smem + (nk % STAGES) * SLOT;
+            cb.copy(ns, nk * BK, K);
+            ca.copy(ns + A_AT, nk * BK, K);
+        }
+        cp_commit();
+    };
+    // Tile kt's operands ready in shared memory and registers: its copy landed, B' split (3xTF32),
+    // the barrier, A' fragments loaded (and rounded or split).
+    auto prep = [&](int kt, u32(&f)[NSTEP][4], u32(&lo)[NSTEP][4]) {
         const u32 slot = smem + (kt % STAGES) * SLOT;
         cp_wait<AHEAD - 1>();
         prepare_b(slot);
         fence_async_smem();
         __syncthreads();
-        auto refill = [&]() {
-            const int nk = kt + AHEAD;
-            if (nk < KT) {
-                const u32 ns = smem + (nk % STAGES) * SLOT;
-                cb.copy(ns, nk * BK, K);
-                ca.copy(ns + A_AT, nk * BK, K);
-            }
-            cp_commit();
-        };
-        if (COPY_AT == 0) refill();
-        load_frags(slot + B_BYTES * (1 + SPLIT), row0, f);
-#if SPLIT
+        if (COPY_AT == 0) refill(kt);
+        load_frags(slot + A_AT, row0, f);
 #pragma unroll
         for (int s = 0; s < NSTEP; ++s)
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
+#if SPLIT
                 const u32 h = tf32_rn(f[s][r]);
                 lo[s][r] = tf32_rn(__float_as_uint(__uint_as_float(f[s][r]) - __uint_as_float(h)));
                 f[s][r] = h;
+#elif ELEM == 4
+                f[s][r] = tf32_rn(f[s][r]);
+#endif
             }
-        wg_fence();
-#if SUM_TILES == 0
-        // All three products go straight into the accumulator (smallest terms first), and the
-        // tile's wgmma stay in flight while the next tile is prepared.
-#pragma unroll
-        for (int s = 0; s < NSTEP; ++s) {
-            const u64 bh = desc_k128(slot + s * 32), bl = desc_k128(slot + B_BYTES + s * 32);
-            wgmma_n<BN>(acc, lo[s], bh, 1);
-            wgmma_n<BN>(acc, f[s], bl, 1);
-            wgmma_n<BN>(acc, f[s], bh, 1);
-        }
-        wg_commit();
-        if (COPY_AT == 2) refill();
-        wg_wait<1>();
-#else
-        // A fresh sum spans SUM_TILES tiles: its first wgmma overwrites it, its last tile waits
-        // (draining the tensor pipe) and adds it to the accumulator in fp32.
-        const bool first = kt % SUM_TILES == 0;
-        const bool last = kt % SUM_TILES == SUM_TILES - 1 || kt == KT - 1;
-#pragma unroll
-        for (int s = 0; s < NSTEP; ++s) {
-            const u64 bh = desc_k128(slot + s * 32), bl = desc_k128(slot + B_BYTES + s * 32);
-            wgmma_n<BN>(part, lo[s], bh, s > 0 || !first);  // smallest terms first
-            wgmma_n<BN>(part, f[s], bl, 1);
-            wgmma_n<BN>(part, f[s], bh, 1);
-        }
-        wg_commit();
-        if (COPY_AT == 2) refill();
-        if (last) {
-            wg_wait<0>();
-#pragma unroll
-            for (int i = 0; i < ACC; ++i) acc[i] += part[i];
-        }
-#endif
-#else
-#if ELEM == 4
-#pragma unroll
-        for (int s = 0; s < NSTEP; ++s)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) f[s][r] = tf32_rn(f[s][r]);
-#endif
+    };
+    // Tile kt's wgmma, one commit group; 3xTF32 puts its three products (smallest first) into
+    // `dst`, starting it afresh when `fresh`.
+    auto issue = [&](int kt, float* dst, bool fresh, const u32(&f)[NSTEP][4],
+                     const u32(&lo)[NSTEP][4]) {
+        const u32 slot = smem + (kt % STAGES) * SLOT;
         wg_fence();
 #pragma unroll
-        for (int s = 0; s < NSTEP; ++s) wgmma_n<BN>(acc, f[s], desc_k128(slot + s * 32), 1);
-        wg_commit();
-        if (COPY_AT == 2) refill();
-        wg_wait<1>();
+        for (int s = 0; s < NSTEP; ++s) {
+#if SPLIT
+            const u64 bh = desc_k128(slot + s * 32), bl = desc_k128(slot + B_BYTES + s * 32);
+            wgmma_n<BN>(dst, lo[s], bh, s > 0 || !fresh);
+            wgmma_n<BN>(dst, f[s], bl, 1);
+            wgmma_n<BN>(dst, f[s], bh, 1);
+#else
+            wgmma_n<BN>(dst, f[s], desc_k128(slot + s * 32), 1);
 #endif
+        }
+        wg_commit();
     };
 
 #if SPLIT
@@ -481,12 +463,41 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #else
     u32(&tails)[2][NSTEP][4] = frag;  // unused
 #endif
+#if FRESH
+    // 3xTF32 with fresh sums: tile kt+1 is prepared while tile kt's wgmma run, and only then does
+    // the warpgroup wait for them (draining its wgmma) and add the fresh sum in fp32. The wgmma
+    // pipe idles for that wait and add, not for the next tile's copy wait, split and loads.
+    auto step = [&](int kt, int par) {
+        const bool first = kt % SUM_TILES == 0;
+        const bool last = kt % SUM_TILES == SUM_TILES - 1 || kt == KT - 1;
+        issue(kt, part, first, frag[par], tails[par]);
+        if (COPY_AT == 2) refill(kt);
+        if (kt + 1 < KT) prep(kt + 1, frag[par ^ 1], tails[par ^ 1]);
+        if (last) {
+            wg_wait<0>();
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) {
+                reg_fence(part[i]);
+                acc[i] += part[i];
+            }
+        }
+    };
+    if (KT > 0) prep(0, frag[0], tails[0]);
+#else
+    // Tile kt's wgmma stay in flight (wgmma.wait_group 1) while tile kt+1 is prepared and issued.
+    auto step = [&](int kt, int par) {
+        prep(kt, frag[par], tails[par]);
+        issue(kt, acc, false, frag[par], tails[par]);
+        if (COPY_AT == 2) refill(kt);
+        wg_wait<1>();
+    };
+#endif
     int kt = 0;
     for (; kt + 1 < KT; kt += 2) {
-        tile(kt, frag[0], tails[0]);
-        tile(kt + 1, frag[1], tails[1]);
+        step(kt, 0);
+        step(kt + 1, 1);
     }
-    if (kt < KT) tile(kt, frag[0], tails[0]);
+    if (kt < KT) step(kt, 0);
     wg_wait<0>();
 #pragma unroll
     for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
