@@ -471,7 +471,8 @@ def wgmma_geometry(M: int, N: int, precision: str, a_kmajor: bool, config: dict 
     """(grid, block, dynamic shared bytes) of the wgmma kernel for D of M x N (wgmma_plan()'s M
     and N, which are swapped for C^T)."""
     w = config or WGMMA[precision]
-    return ((cdiv(M, 64 * w["WGS"]) * cdiv(N, w["BN"]), 1, 1), (128 * w["WGS"], 1, 1),
+    threads = 128 * (w["WGS"] + w.get("PRODUCER", 0))
+    return ((cdiv(M, 64 * w["WGS"]) * cdiv(N, w["BN"]), 1, 1), (threads, 1, 1),
             wgmma_smem_bytes(precision, a_kmajor, config))
 
 

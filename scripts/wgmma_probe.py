@@ -29,9 +29,30 @@ def operands(torch, M, N, K, layout, dtype, gen):
     return mat(M, K, layout[0] == "t"), mat(K, N, layout[1] == "t")
 
 
-def config(bn, wgs, stages, copy_at=0, sum_tiles=0) -> dict:
-    """Build defines of mma_wgmma.cu beyond the precision, layout and group."""
-    return {"WGS": wgs, "BN": bn, "STAGES": stages, "COPY_AT": copy_at, "SUM_TILES": sum_tiles}
+def config(bn, wgs, stages, copy_at=0, sum_tiles=0, producer=0, regs=(232, 40)) -> dict:
+    """Build defines of mma_wgmma.cu beyond the precision, layout and group (with a producer
+    warpgroup: the consumer and producer register counts)."""
+    c = {"WGS": wgs, "BN": bn, "STAGES": stages, "COPY_AT": copy_at, "SUM_TILES": sum_tiles}
+    if producer:
+        c.update(PRODUCER=1, CONSUMER_REGS=regs[0], PRODUCER_REGS=regs[1])
+    return c
+
+
+def describe_cfg(cfg: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in cfg.items())
+
+
+def parse_cfg(text: str, prec: str) -> dict | None:
+    """--config KEY=V,... over the precision's WGMMA row (None: the row itself)."""
+    if not text:
+        return None
+    from cuda_kernels.mma import WGMMA
+
+    cfg = dict(WGMMA[prec])
+    for item in text.split(","):
+        k, v = item.split("=")
+        cfg[k.strip()] = int(v)
+    return cfg
 
 
 def launch_fn(A, B, C, prec, cfg=None, group=8):
@@ -73,13 +94,15 @@ def bench(fn):
 
 
 def sweep_grid(prec):
-    """(BN, WGS, STAGES, COPY_AT, SUM_TILES) tried by --sweep; shapes over the shared memory an
-    H100 block can have are skipped."""
+    """Build configurations tried by --sweep; those over the shared memory an H100 block can have
+    are skipped."""
     if prec == "3xtf32":
-        return [(bn, wgs, st, ca, su) for (bn, wgs) in ((128, 2), (64, 2), (64, 3))
-                for st in (3, 4) for ca in (0, 2) for su in (1, 2) if not (su == 2 and st < 4)]
-    return [(256, 2, 4, 0, 0), (256, 2, 3, 0, 0), (192, 2, 4, 0, 0), (192, 3, 4, 0, 0),
-            (192, 3, 3, 0, 0), (128, 3, 4, 0, 0), (256, 2, 4, 2, 0)]
+        return ([config(128, 2, st, 0, 1) for st in (3, 4)]
+                + [config(128, 2, st, 0, su, 1, regs) for st in (3, 4) for su in (1, 0)
+                   for regs in ((232, 40), (224, 56))])
+    return ([config(256, 2, 4, 0, 0)]
+            + [config(bn, 2, st, 0, 0, 1, regs) for bn in (128, 192) for st in (4, 5)
+               for regs in ((240, 24), (232, 40))])
 
 
 def main(argv=None) -> int:
@@ -89,6 +112,8 @@ def main(argv=None) -> int:
     ap.add_argument("--precisions", default="tf32,3xtf32,bf16,fp16")
     ap.add_argument("--sweep", default="", help="sweep build parameters at these sizes (comma list)")
     ap.add_argument("--layouts", default="nn,nt,tt")
+    ap.add_argument("--config", default="", help="KEY=V,... over the defaults, for the checks "
+                    "and timings (for example PRODUCER=1,CONSUMER_REGS=232,PRODUCER_REGS=40)")
     args = ap.parse_args(argv)
     try:
         import torch
@@ -117,7 +142,7 @@ def main(argv=None) -> int:
                 A, B = operands(torch, M, N, K, layout, dtype, gen)
                 C = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
                 try:
-                    fn, bld = launch_fn(A, B, C, prec)
+                    fn, bld = launch_fn(A, B, C, prec, parse_cfg(args.config, prec))
                     fn()
                     torch.cuda.synchronize()
                     err = rel_err(torch, C, A, B)
@@ -135,7 +160,7 @@ def main(argv=None) -> int:
             for layout in ("nn",):
                 A, B = operands(torch, s, s, s, layout, dtype, gen)
                 C = torch.empty((s, s), device="cuda", dtype=dtype)
-                fn, bld = launch_fn(A, B, C, prec)
+                fn, bld = launch_fn(A, B, C, prec, parse_cfg(args.config, prec))
                 fn()
                 torch.cuda.synchronize()
                 err = rel_err(torch, C, A, B) if s <= 4096 else float("nan")
@@ -151,8 +176,7 @@ def main(argv=None) -> int:
             A, B = operands(torch, s, s, s, "nn", dtype, gen)
             C = torch.empty((s, s), device="cuda", dtype=dtype)
             tc = bench(cublas(torch, prec, A, B))
-            for bn, wgs, stages, copy_at, sum_tiles in sweep_grid(prec):
-                cfg = config(bn, wgs, stages, copy_at, sum_tiles)
+            for cfg in sweep_grid(prec):
                 if wgmma_smem_bytes(prec, False, cfg) > 232448:
                     continue
                 try:
@@ -162,11 +186,10 @@ def main(argv=None) -> int:
                     torch.cuda.synchronize()
                     err = rel_err(torch, C, A, B) if s <= 4096 else float("nan")
                     t = bench(fn)
-                    record(kind="sweep", prec=prec, size=s, bn=bn, wgs=wgs, stages=stages,
-                           copy_at=copy_at, sum_tiles=sum_tiles, ms=t, pct=100 * tc / t, err=err, regs=bld.registers,
-                           spill=bld.spill_bytes)
+                    record(kind="sweep", prec=prec, size=s, cfg=describe_cfg(cfg), ms=t,
+                           pct=100 * tc / t, err=err, regs=bld.registers, spill=bld.spill_bytes)
                 except Exception as exc:  # noqa: BLE001
-                    record(kind="sweep", prec=prec, bn=bn, wgs=wgs, stages=stages,
+                    record(kind="sweep", prec=prec, size=s, cfg=describe_cfg(cfg),
                            error=str(exc)[:200])
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
