@@ -92,6 +92,9 @@ constexpr int BM = 64 * WGS;
 #if PRODUCER && SUM_TILES == 2
 #error "PRODUCER=1 takes SUM_TILES 0 or 1"
 #endif
+#ifndef ORDERED
+#define ORDERED 0
+#endif
 #ifndef PRODUCER_REGS
 #define PRODUCER_REGS 40
 #endif
@@ -491,8 +494,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
 #if FRESH
     float part[ACC];  // 3xTF32's fresh sum
-#else
-    float* part = acc;  // unused
 #endif
     u32 frag[2][NSTEP][4];
 #if SPLIT
@@ -537,6 +538,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         wg_commit();
     };
 #if FRESH
+    // ORDERED = 1: warpgroup w issues tile kt's wgmma only after warpgroup w-1 has issued its own
+    // (named barrier w), so the wgmma pipe runs them one warpgroup after the other and one
+    // warpgroup's wait and add overlap the next one's wgmma.
+    auto ordered_issue = [&](int kt, bool fresh, int par) {
+        if (ORDERED && wg > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(wg) : "memory");
+        issue(kt, part, fresh, frag[par], tails[par]);
+        if (ORDERED && wg + 1 < WGS) asm volatile("bar.arrive %0, 256;\n" ::"r"(wg + 1) : "memory");
+    };
     // Add the fresh sum to the accumulator once its wgmma are done (3xTF32).
     auto add_part = [&]() {
 #pragma unroll
@@ -557,7 +566,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // Tile kt+1's fragments are loaded while tile kt's wgmma run; then the warpgroup waits for
     // them, adds the fresh sum and releases the slot.
     auto step = [&](int kt, int par) {
-        issue(kt, part, true, frag[par], tails[par]);
+        ordered_issue(kt, true, par);
         if (kt + 1 < KT) {
             ready(kt + 1);
             frags(kt + 1, frag[par ^ 1], tails[par ^ 1]);
@@ -623,7 +632,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     auto step = [&](int kt, int par) {
         const bool first = kt % SUM_TILES == 0;
         const bool last = kt % SUM_TILES == SUM_TILES - 1 || kt == KT - 1;
-        issue(kt, part, first, frag[par], tails[par]);
+        ordered_issue(kt, first, par);
         if (COPY_AT == 2) refill(kt);
         if (kt + 1 < KT) prep(kt + 1, frag[par ^ 1], tails[par ^ 1]);
         if (last) {
