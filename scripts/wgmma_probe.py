@@ -115,6 +115,8 @@ def main(argv=None) -> int:
     ap.add_argument("--layouts", default="nn,nt,tt")
     ap.add_argument("--config", default="", help="KEY=V,... over the defaults, for the checks "
                     "and timings (for example PRODUCER=1,CONSUMER_REGS=232,PRODUCER_REGS=40)")
+    ap.add_argument("--once", type=int, default=0, help="only launch the kernel (--config over "
+                    "the first precision's defaults) twice at this size, for a profiler")
     args = ap.parse_args(argv)
     try:
         import torch
@@ -128,6 +130,16 @@ def main(argv=None) -> int:
     gen.manual_seed(1)
     rows = []
     precs = args.precisions.split(",")
+    if args.once:
+        prec, s = precs[0], args.once
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec, torch.float32)
+        A, B = operands(torch, s, s, s, "nn", dtype, gen)
+        C = torch.empty((s, s), device="cuda", dtype=dtype)
+        fn, _ = launch_fn(A, B, C, prec, parse_cfg(args.config, prec))
+        fn()
+        fn()
+        torch.cuda.synchronize()
+        return 0
 
     def record(**row):
         rows.append(row)
