@@ -92,6 +92,9 @@ constexpr int BM = 64 * WGS;
 #if PRODUCER && SUM_TILES == 2
 #error "PRODUCER=1 takes SUM_TILES 0 or 1"
 #endif
+#ifndef HEAD_TRUNC
+#define HEAD_TRUNC 0
+#endif
 #ifndef ORDERED
 #define ORDERED 0
 #endif
@@ -328,9 +331,15 @@ __device__ __forceinline__ void prepare_b(u32 slot, int t) {
         asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
                      : "r"(slot + off));
+#if HEAD_TRUNC
+        // The head stays as it landed: the tensor core reads its top 19 bits (truncation).
+        const u32 h0 = x0 & 0xffffe000u, h1 = x1 & 0xffffe000u, h2 = x2 & 0xffffe000u,
+                  h3 = x3 & 0xffffe000u;
+#else
         const u32 h0 = tf32_rn(x0), h1 = tf32_rn(x1), h2 = tf32_rn(x2), h3 = tf32_rn(x3);
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + off), "r"(h0), "r"(h1),
                      "r"(h2), "r"(h3));
+#endif
         const u32 t0 = tf32_rn(__float_as_uint(__uint_as_float(x0) - __uint_as_float(h0)));
         const u32 t1 = tf32_rn(__float_as_uint(__uint_as_float(x1) - __uint_as_float(h1)));
         const u32 t2 = tf32_rn(__float_as_uint(__uint_as_float(x2) - __uint_as_float(h2)));

@@ -97,10 +97,8 @@ def sweep_grid(prec):
     """Build configurations tried by --sweep; those over the shared memory an H100 block can have
     are skipped."""
     if prec == "3xtf32":
-        return ([dict(config(128, 2, st, ca, 1), ORDERED=o) for st in (3, 4) for ca in (0, 2)
-                 for o in (0, 1)]
-                + [dict(config(128, 2, st, 0, 1, 1, (232, 40)), ORDERED=o) for st in (3, 4)
-                   for o in (0, 1)])
+        return [dict(config(128, 2, st, ca, su), HEAD_TRUNC=h) for st in (3, 4) for ca in (0, 2)
+                for su in (1, 2) for h in (0, 1) if not (su == 2 and st < 4)]
     return ([config(256, 2, 4, 0, 0)]
             + [config(bn, 2, st, 0, 0, 1, regs) for bn in (128, 192) for st in (4, 5)
                for regs in ((240, 24), (232, 40))])
