@@ -400,11 +400,13 @@ def variant_flags(p) -> dict:
 # ------------------------------------------------------------------------------------ wgmma
 
 # The Hopper kernel (mma_wgmma.cu) per precision: warpgroups (BM = 64 per warpgroup), BN, ring
-# depth and where each tile's copy goes out (COPY_AT). Chosen by scripts/wgmma_probe.py's sweeps on
-# the H100 at 4096^3 (results/2026-11-23-h100/29-wgmma-probe.log, 30-wgmma-probe-copier.log):
-# 128 x 256 tiles, four slots (two tiles in flight); 3xTF32, whose two B tiles per slot and fresh
-# per-tile sums fit a 128 x 128 tile, copies after its wgmma are issued (182% of cuBLAS fp32
-# against 170% before them; the other precisions are within 1.5% either way).
+# depth, where each tile's copy goes out (COPY_AT) and, for 3xTF32, how many tiles one fresh sum
+# spans (SUM_TILES). Chosen by scripts/wgmma_probe.py's sweeps on the H100 at 4096^3 and 8192^3
+# (results/2026-11-23-h100/29-wgmma-probe.log, 30-wgmma-probe-copier.log, 33-*, 34-*): 128 x 256
+# tiles, four slots (two tiles in flight); 3xTF32, whose two B tiles per slot and fresh sums fit
+# a 128 x 128 tile, prepares tile kt+1 before it waits for tile kt (181-185% of cuBLAS fp32 at
+# COPY_AT 0 or 2). One fresh sum per tile: per pair was 1-2% faster with 1.5x the error, and no
+# fresh sum (the tensor core's own accumulation over all of K) had 90x the error (2.9e-5).
 WGMMA = {
     "tf32": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
     "3xtf32": dict(WGS=2, BN=128, STAGES=4, COPY_AT=0, SUM_TILES=1),
@@ -471,8 +473,7 @@ def wgmma_geometry(M: int, N: int, precision: str, a_kmajor: bool, config: dict 
     """(grid, block, dynamic shared bytes) of the wgmma kernel for D of M x N (wgmma_plan()'s M
     and N, which are swapped for C^T)."""
     w = config or WGMMA[precision]
-    threads = 128 * (w["WGS"] + w.get("PRODUCER", 0))
-    return ((cdiv(M, 64 * w["WGS"]) * cdiv(N, w["BN"]), 1, 1), (threads, 1, 1),
+    return ((cdiv(M, 64 * w["WGS"]) * cdiv(N, w["BN"]), 1, 1), (128 * w["WGS"], 1, 1),
             wgmma_smem_bytes(precision, a_kmajor, config))
 
 

@@ -86,26 +86,7 @@ typedef float elem_t;
 #define FRESH (SPLIT && SUM_TILES > 0)  // 3xTF32 sums each tile (or pair) afresh
 
 constexpr int BM = 64 * WGS;
-#ifndef PRODUCER
-#define PRODUCER 0
-#endif
-#if PRODUCER && SUM_TILES == 2
-#error "PRODUCER=1 takes SUM_TILES 0 or 1"
-#endif
-#ifndef HEAD_TRUNC
-#define HEAD_TRUNC 0
-#endif
-#ifndef ORDERED
-#define ORDERED 0
-#endif
-#ifndef PRODUCER_REGS
-#define PRODUCER_REGS 40
-#endif
-#ifndef CONSUMER_REGS
-#define CONSUMER_REGS 232
-#endif
-constexpr int THREADS = 128 * (WGS + PRODUCER);  // the block
-constexpr int COPIERS = PRODUCER ? 128 : THREADS;  // the threads that copy tiles
+constexpr int THREADS = 128 * WGS;
 constexpr int BK = 128 / ELEM;                  // elements of K per tile (128 bytes)
 constexpr int KSTEP = ELEM == 4 ? 8 : 16;       // elements of K per wgmma
 constexpr int NSTEP = BK / KSTEP;               // wgmma per tile and warpgroup (4)
@@ -209,51 +190,33 @@ __device__ __forceinline__ void wgmma_n(float* d, const u32* a, u64 b, int scale
 // the tile are skipped (`mine`).
 template <int LINES, int PITCH, bool SWIZZLE>
 struct KCopier {
-    static constexpr int PER = 16 / ELEM, LPP = COPIERS / 8, FULL = LINES / LPP;
+    static constexpr int PER = 16 / ELEM, LPP = THREADS / 8, FULL = LINES / LPP;
     static constexpr int COUNT = (LINES + LPP - 1) / LPP;
     static_assert(LPP % 8 == 0, "the swizzle needs a multiple of 8 lines per round");
-#if PRODUCER
-    // The producer warpgroup runs on few registers: one pointer and a stride, not one per chunk.
-    const elem_t *p0, *b0;
-    long long step;
-    __device__ __forceinline__ const elem_t* at(int i) const {
-        return (inside >> i) & 1 ? p0 + i * step : b0;
-    }
-#else
     const elem_t* p[COUNT];  // each chunk's source at k = 0 (the operand's start if outside)
-    __device__ __forceinline__ const elem_t* at(int i) const { return p[i]; }
-#endif
     u32 dst;                 // chunk 0's offset in the tile
     u32 inside;              // bit i: chunk i's line lies inside the matrix
     bool mine;               // the last round's chunk lies inside the tile (uneven rounds)
     int kc;                  // the chunks' first k in the tile
-    __device__ __forceinline__ KCopier(const elem_t* base, int ld, int x0, int xlim, int t) {
-        const int r = t / 8, c = t % 8;
+    __device__ __forceinline__ KCopier(const elem_t* base, int ld, int x0, int xlim) {
+        const int r = threadIdx.x / 8, c = threadIdx.x % 8;
         kc = c * PER;
         dst = r * PITCH + ((SWIZZLE ? (c ^ (r & 7)) : c) << 4);
         mine = r + FULL * LPP < LINES;
         inside = 0;
 #pragma unroll
-        for (int i = 0; i < COUNT; ++i) inside |= (x0 + r + i * LPP < xlim ? 1u : 0u) << i;
-#if PRODUCER
-        p0 = base + static_cast<long long>(x0 + r) * ld + kc;
-        b0 = base;
-        step = static_cast<long long>(LPP) * ld;
-#else
-#pragma unroll
         for (int i = 0; i < COUNT; ++i) {
             const int x = x0 + r + i * LPP;
+            inside |= (x < xlim ? 1u : 0u) << i;
             p[i] = x < xlim ? base + static_cast<long long>(x) * ld + kc : base;
         }
-#endif
     }
     __device__ __forceinline__ void copy(u32 tile, int k0, int K) const {
         if (k0 + BK <= K) {
 #pragma unroll
             for (int i = 0; i < COUNT; ++i)
                 if (i < FULL || mine)
-                    cp16(tile + dst + i * LPP * PITCH, at(i) + ((inside >> i) & 1 ? k0 : 0),
-                         (inside >> i) & 1 ? 16 : 0);
+                    cp16(tile + dst + i * LPP * PITCH, p[i] + k0, (inside >> i) & 1 ? 16 : 0);
         } else {
             int bytes = (K - k0 - kc) * ELEM;
             bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
@@ -261,7 +224,7 @@ struct KCopier {
             for (int i = 0; i < COUNT; ++i) {
                 const bool ok = ((inside >> i) & 1) && bytes > 0;
                 if (i < FULL || mine)
-                    cp16(tile + dst + i * LPP * PITCH, ok ? at(i) + k0 : at(i), ok ? bytes : 0);
+                    cp16(tile + dst + i * LPP * PITCH, ok ? p[i] + k0 : p[i], ok ? bytes : 0);
             }
         }
     }
@@ -270,33 +233,21 @@ struct KCopier {
 // M-major A' (A_KMAJOR = 0): BK lines (k) of BM * ELEM / 16 chunks (m); thread t copies chunk
 // t % CPL of lines t / CPL + i * (THREADS / CPL). The chunk's m range is fixed per thread.
 struct MCopier {
-    static constexpr int PER = 16 / ELEM, CPL = BM / PER, LPP = COPIERS / CPL, COUNT = BK / LPP;
-    static_assert(COPIERS % CPL == 0 && BK % LPP == 0, "A' tile chunks must split evenly");
-#if PRODUCER
-    const elem_t* p0;  // chunk 0's source in tile 0; chunk i's lies i * LPP lines further
-    __device__ __forceinline__ const elem_t* at(int i) const {
-        return p0 + (bytes > 0 ? i * LPP * ld : 0);
-    }
-#else
+    static constexpr int PER = 16 / ELEM, CPL = BM / PER, LPP = THREADS / CPL, COUNT = BK / LPP;
+    static_assert(THREADS % CPL == 0 && BK % LPP == 0, "A' tile chunks must split evenly");
     const elem_t* p[COUNT];  // each chunk's source in tile 0 (line r + i * LPP)
-    __device__ __forceinline__ const elem_t* at(int i) const { return p[i]; }
-#endif
     long long ld;
     u32 dst;
     int r, bytes;  // first line; bytes of the chunk inside M
-    __device__ __forceinline__ MCopier(const elem_t* base, int ld_, int m0, int M, int t) {
-        r = t / CPL;
-        const int c = t % CPL;
+    __device__ __forceinline__ MCopier(const elem_t* base, int ld_, int m0, int M) {
+        r = threadIdx.x / CPL;
+        const int c = threadIdx.x % CPL;
         ld = ld_;
         bytes = (M - m0 - c * PER) * ELEM;
         bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
-#if PRODUCER
-        p0 = bytes > 0 ? base + r * ld + m0 + c * PER : base;
-#else
 #pragma unroll
         for (int i = 0; i < COUNT; ++i)
             p[i] = bytes > 0 ? base + (r + i * LPP) * ld + m0 + c * PER : base;
-#endif
         dst = r * A_LINE + c * 16;
     }
     __device__ __forceinline__ void copy(u32 tile, int k0, int K) const {
@@ -304,12 +255,12 @@ struct MCopier {
         if (k0 + BK <= K) {
 #pragma unroll
             for (int i = 0; i < COUNT; ++i)
-                cp16(tile + dst + i * LPP * A_LINE, at(i) + off, bytes);
+                cp16(tile + dst + i * LPP * A_LINE, p[i] + off, bytes);
         } else {
 #pragma unroll
             for (int i = 0; i < COUNT; ++i) {
                 const bool ok = bytes > 0 && k0 + r + i * LPP < K;
-                cp16(tile + dst + i * LPP * A_LINE, ok ? at(i) + off : at(i), ok ? bytes : 0);
+                cp16(tile + dst + i * LPP * A_LINE, ok ? p[i] + off : p[i], ok ? bytes : 0);
             }
         }
     }
@@ -318,28 +269,22 @@ struct MCopier {
 // 3xTF32, in place over this thread's own chunks of a landed B' tile (its cp.async writes are
 // visible to it after cp.async.wait_group): the TF32 head over each element, the tail to the tail
 // tile.
-__device__ __forceinline__ void prepare_b(u32 slot, int t) {
+__device__ __forceinline__ void prepare_b(u32 slot) {
 #if SPLIT
     constexpr int CHUNKS = BN * 8;
 #pragma unroll
-    for (int i = 0; i < (CHUNKS + COPIERS - 1) / COPIERS; ++i) {
-        const int q = t + i * COPIERS;
-        if (CHUNKS % COPIERS != 0 && q >= CHUNKS) break;
+    for (int i = 0; i < (CHUNKS + THREADS - 1) / THREADS; ++i) {
+        const int q = threadIdx.x + i * THREADS;
+        if (CHUNKS % THREADS != 0 && q >= CHUNKS) break;
         const int r = q >> 3, c = q & 7;
         const u32 off = r * 128 + ((c ^ (r & 7)) << 4);
         u32 x0, x1, x2, x3;
         asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
                      : "r"(slot + off));
-#if HEAD_TRUNC
-        // The head stays as it landed: the tensor core reads its top 19 bits (truncation).
-        const u32 h0 = x0 & 0xffffe000u, h1 = x1 & 0xffffe000u, h2 = x2 & 0xffffe000u,
-                  h3 = x3 & 0xffffe000u;
-#else
         const u32 h0 = tf32_rn(x0), h1 = tf32_rn(x1), h2 = tf32_rn(x2), h3 = tf32_rn(x3);
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + off), "r"(h0), "r"(h1),
                      "r"(h2), "r"(h3));
-#endif
         const u32 t0 = tf32_rn(__float_as_uint(__uint_as_float(x0) - __uint_as_float(h0)));
         const u32 t1 = tf32_rn(__float_as_uint(__uint_as_float(x1) - __uint_as_float(h1)));
         const u32 t2 = tf32_rn(__float_as_uint(__uint_as_float(x2) - __uint_as_float(h2)));
@@ -401,24 +346,6 @@ __device__ __forceinline__ void store_pair(elem_t* C, long long o0, long long o1
 #endif
 }
 
-// mbarriers (PRODUCER = 1): full[s] completes when the producer has landed (and split) slot s,
-// empty[s] when every consumer warp is done reading it.
-__device__ __forceinline__ void mbar_init(u32 bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    asm volatile(
-        "{\n.reg .pred p;\nWAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-        "@!p bra WAIT;\n}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     matmul_mma_wgmma(const elem_t* __restrict__ Ap, const elem_t* __restrict__ Bp,
                      elem_t* __restrict__ C, int M, int N, int K, int lda, int ldb, long long csm,
@@ -438,65 +365,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         bn = in_group / rows;
     }
     const int m0 = bm * BM, n0 = bn * BN;
-    const int KT = (K + BK - 1) / BK;
-    constexpr u32 A_AT = B_BYTES * (1 + SPLIT);  // A' tile's offset in a slot
-#if PRODUCER
-    // Warpgroup 0 copies (and splits) tiles into the ring; warpgroups 1..WGS multiply. Neither
-    // side waits at a block-wide barrier: full/empty mbarriers per slot pass the tiles along, so
-    // the consumer warpgroups drift apart and one's wait and add overlap the other's wgmma.
-    __shared__ __align__(8) u64 bars[2 * STAGES];
-    const u32 full = smem_u32(bars), empty = full + 8 * STAGES;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full + 8 * s, 128);
-            mbar_init(empty + 8 * s, 4 * WGS);
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x < 128) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
-        const int t = threadIdx.x;
-        const KCopier<BN, 128, true> cb(Bp, ldb, n0, N, t);
-#if A_KMAJOR
-        const KCopier<BM, A_LINE, false> ca(Ap, lda, m0, M, t);
-#else
-        const MCopier ca(Ap, lda, m0, M, t);
-#endif
-        // Tile j is copied into slot j % STAGES once the consumers released it; tile j - D, whose
-        // copy was issued D tiles earlier, is then waited for, split, and handed over.
-        constexpr int D = STAGES - 2;
-        for (int j = 0; j < KT + D; ++j) {
-            if (j < KT) {
-                const int s = j % STAGES;
-                if (j >= STAGES) mbar_wait(empty + 8 * s, ((j / STAGES) - 1) & 1);
-                const u32 slot = smem + s * SLOT;
-                cb.copy(slot, j * BK, K);
-                ca.copy(slot + A_AT, j * BK, K);
-            }
-            cp_commit();
-            const int jj = j - D;
-            if (jj >= 0) {
-                cp_wait<D>();
-                prepare_b(smem + (jj % STAGES) * SLOT, t);
-                fence_async_smem();
-                mbar_arrive(full + 8 * (jj % STAGES));
-            }
-        }
-        return;
-    }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
-    const int wg = (threadIdx.x >> 7) - 1;
-#else
     const int wg = threadIdx.x >> 7;
-    const KCopier<BN, 128, true> cb(Bp, ldb, n0, N, threadIdx.x);
-#if A_KMAJOR
-    const KCopier<BM, A_LINE, false> ca(Ap, lda, m0, M, threadIdx.x);
-#else
-    const MCopier ca(Ap, lda, m0, M, threadIdx.x);
-#endif
-#endif
     const int warp = (threadIdx.x >> 5) & 3;
     const int row0 = wg * 64 + warp * 16;  // this warp's first row in the A' tile
+    const int KT = (K + BK - 1) / BK;
+    const KCopier<BN, 128, true> cb(Bp, ldb, n0, N);
+#if A_KMAJOR
+    const KCopier<BM, A_LINE, false> ca(Ap, lda, m0, M);
+#else
+    const MCopier ca(Ap, lda, m0, M);
+#endif
+    constexpr u32 A_AT = B_BYTES * (1 + SPLIT);  // A' tile's offset in a slot
 
     float acc[ACC];
 #pragma unroll
@@ -505,15 +384,45 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     float part[ACC];  // 3xTF32's fresh sum
 #endif
     u32 frag[2][NSTEP][4];
-#if SPLIT
-    u32 tails[2][NSTEP][4];  // 3xTF32's A' tails, one set per tile parity as the heads
-#else
-    u32(&tails)[2][NSTEP][4] = frag;  // unused
-#endif
 
-    // A' fragments of tile kt (its slot landed) into registers, rounded (TF32) or split (3xTF32).
-    auto frags = [&](int kt, u32(&f)[NSTEP][4], u32(&lo)[NSTEP][4]) {
-        load_frags(smem + (kt % STAGES) * SLOT + A_AT, row0, f);
+    // Tiles in flight beyond the one being multiplied: the copy of tile kt + AHEAD goes into tile
+    // kt-2's slot (tile kt-1's wgmma may still read its own), right after tile kt's barrier
+    // (COPY_AT = 0) or after tile kt's wgmma are issued (COPY_AT = 2), so that the copy's
+    // instructions do not delay them. (Copying into tile kt-1's slot after a second barrier per
+    // tile, one tile more in flight, measured no faster: results/2026-11-23-h100/29-wgmma-probe.log.)
+    // 3xTF32 with fresh sums over two tiles leaves a tile's wgmma unwaited one tile longer, so one
+    // tile fewer is in flight.
+    constexpr int AHEAD = STAGES - 2 - (FRESH && SUM_TILES == 2 ? 1 : 0);
+    static_assert(AHEAD >= 1, "SUM_TILES=2 needs STAGES >= 4");
+#pragma unroll
+    for (int s = 0; s < AHEAD; ++s) {
+        if (s < KT) {
+            const u32 slot = smem + s * SLOT;
+            cb.copy(slot, s * BK, K);
+            ca.copy(slot + A_AT, s * BK, K);
+        }
+        cp_commit();
+    }
+
+    auto refill = [&](int kt) {
+        const int nk = kt + AHEAD;
+        if (nk < KT) {
+            const u32 ns = smem + (nk % STAGES) * SLOT;
+            cb.copy(ns, nk * BK, K);
+            ca.copy(ns + A_AT, nk * BK, K);
+        }
+        cp_commit();
+    };
+    // Tile kt's operands ready in shared memory and registers: its copy landed, B' split (3xTF32),
+    // the barrier, A' fragments loaded (and rounded or split).
+    auto prep = [&](int kt, u32(&f)[NSTEP][4], u32(&lo)[NSTEP][4]) {
+        const u32 slot = smem + (kt % STAGES) * SLOT;
+        cp_wait<AHEAD - 1>();
+        prepare_b(slot);
+        fence_async_smem();
+        __syncthreads();
+        if (COPY_AT == 0) refill(kt);
+        load_frags(slot + A_AT, row0, f);
 #pragma unroll
         for (int s = 0; s < NSTEP; ++s)
 #pragma unroll
@@ -546,107 +455,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
         wg_commit();
     };
-#if FRESH
-    // ORDERED = 1: warpgroup w issues tile kt's wgmma only after warpgroup w-1 has issued its own
-    // (named barrier w), so the wgmma pipe runs them one warpgroup after the other and one
-    // warpgroup's wait and add overlap the next one's wgmma.
-    auto ordered_issue = [&](int kt, bool fresh, int par) {
-        if (ORDERED && wg > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(wg) : "memory");
-        issue(kt, part, fresh, frag[par], tails[par]);
-        if (ORDERED && wg + 1 < WGS) asm volatile("bar.arrive %0, 256;\n" ::"r"(wg + 1) : "memory");
-    };
-    // Add the fresh sum to the accumulator once its wgmma are done (3xTF32).
-    auto add_part = [&]() {
-#pragma unroll
-        for (int i = 0; i < ACC; ++i) {
-            reg_fence(part[i]);
-            acc[i] += part[i];
-        }
-    };
-#endif
 
-#if PRODUCER
-    auto ready = [&](int kt) { mbar_wait(full + 8 * (kt % STAGES), (kt / STAGES) & 1); };
-    auto release = [&](int kt) {  // one arrival per consumer warp
-        __syncwarp();
-        if ((threadIdx.x & 31) == 0) mbar_arrive(empty + 8 * (kt % STAGES));
-    };
-#if FRESH
-    // Tile kt+1's fragments are loaded while tile kt's wgmma run; then the warpgroup waits for
-    // them, adds the fresh sum and releases the slot.
-    auto step = [&](int kt, int par) {
-        ordered_issue(kt, true, par);
-        if (kt + 1 < KT) {
-            ready(kt + 1);
-            frags(kt + 1, frag[par ^ 1], tails[par ^ 1]);
-        }
-        wg_wait<0>();
-        add_part();
-        release(kt);
-    };
-    if (KT > 0) {
-        ready(0);
-        frags(0, frag[0], tails[0]);
-    }
+#if SPLIT
+    u32 tails[2][NSTEP][4];  // 3xTF32's A' tails, one set per tile parity as the heads
 #else
-    auto step = [&](int kt, int par) {
-        ready(kt);
-        frags(kt, frag[par], tails[par]);
-        issue(kt, acc, false, frag[par], tails[par]);
-        wg_wait<1>();
-        if (kt > 0) release(kt - 1);
-    };
+    u32(&tails)[2][NSTEP][4] = frag;  // unused
 #endif
-#else
-    // Tiles in flight beyond the one being multiplied: the copy of tile kt + AHEAD goes into tile
-    // kt-2's slot (tile kt-1's wgmma may still read its own), right after tile kt's barrier
-    // (COPY_AT = 0) or after tile kt's wgmma are issued (COPY_AT = 2), so that the copy's
-    // instructions do not delay them. (Copying into tile kt-1's slot after a second barrier per
-    // tile, one tile more in flight, measured no faster: results/2026-11-23-h100/29-wgmma-probe.log.)
-    // 3xTF32 with fresh sums over two tiles leaves a tile's wgmma unwaited one tile longer, so one
-    // tile fewer is in flight.
-    constexpr int AHEAD = STAGES - 2 - (FRESH && SUM_TILES == 2 ? 1 : 0);
-    static_assert(AHEAD >= 1, "SUM_TILES=2 needs STAGES >= 4");
-#pragma unroll
-    for (int s = 0; s < AHEAD; ++s) {
-        if (s < KT) {
-            const u32 slot = smem + s * SLOT;
-            cb.copy(slot, s * BK, K);
-            ca.copy(slot + A_AT, s * BK, K);
-        }
-        cp_commit();
-    }
-    auto refill = [&](int kt) {
-        const int nk = kt + AHEAD;
-        if (nk < KT) {
-            const u32 ns = smem + (nk % STAGES) * SLOT;
-            cb.copy(ns, nk * BK, K);
-            ca.copy(ns + A_AT, nk * BK, K);
-        }
-        cp_commit();
-    };
-    // Tile kt ready in shared memory and registers: its copy landed, B' split (3xTF32), the
-    // barrier, A' fragments.
-    auto prep = [&](int kt, u32(&f)[NSTEP][4], u32(&lo)[NSTEP][4]) {
-        cp_wait<AHEAD - 1>();
-        prepare_b(smem + (kt % STAGES) * SLOT, threadIdx.x);
-        fence_async_smem();
-        __syncthreads();
-        if (COPY_AT == 0) refill(kt);
-        frags(kt, f, lo);
-    };
 #if FRESH
     // 3xTF32 with fresh sums: tile kt+1 is prepared while tile kt's wgmma run, and only then does
-    // the warpgroup wait for them (draining its wgmma) and add the fresh sum in fp32.
+    // the warpgroup wait for them (draining its wgmma) and add the fresh sum in fp32. The wgmma
+    // pipe idles for that wait and add, not for the next tile's copy wait, split and loads.
     auto step = [&](int kt, int par) {
         const bool first = kt % SUM_TILES == 0;
         const bool last = kt % SUM_TILES == SUM_TILES - 1 || kt == KT - 1;
-        ordered_issue(kt, first, par);
+        issue(kt, part, first, frag[par], tails[par]);
         if (COPY_AT == 2) refill(kt);
         if (kt + 1 < KT) prep(kt + 1, frag[par ^ 1], tails[par ^ 1]);
         if (last) {
             wg_wait<0>();
-            add_part();
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) {
+                reg_fence(part[i]);
+                acc[i] += part[i];
+            }
         }
     };
     if (KT > 0) prep(0, frag[0], tails[0]);
@@ -658,7 +489,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (COPY_AT == 2) refill(kt);
         wg_wait<1>();
     };
-#endif
 #endif
     int kt = 0;
     for (; kt + 1 < KT; kt += 2) {

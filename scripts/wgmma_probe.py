@@ -1,7 +1,12 @@
 """Check and time cuda_kernels/mma_wgmma.cu directly, outside the stage's launcher: every precision,
-the three layouts it takes, several sizes, and a sweep of its build parameters at one size.
+the three layouts it takes, several sizes, and a sweep of its build parameters.
 
-    PYTHONPATH=. python scripts/wgmma_probe.py [--out DIR] [--sizes 4096,8192] [--sweep 4096,8192]
+    PYTHONPATH=. python scripts/wgmma_probe.py [--out DIR] [--precisions tf32,3xtf32]
+        [--config SUM_TILES=2,STAGES=4] [--sizes 4096,8192] [--sweep 4096,8192] [--once 4096]
+
+--config sets build defines over the precision's WGMMA row (cuda_kernels/mma.py) for the checks
+and timings; --sweep times sweep_grid()'s configurations at each size; --once only launches the
+first precision's kernel twice (for Nsight Compute's --launch-skip 1 --launch-count 1).
 
 Needs an sm_90 GPU (H100, H200). Prints one line per check and per timing; with --out it also
 writes probe.csv there. Each row's error is ||C - ref|| / ||ref|| against float64 of the inputs the
@@ -29,13 +34,11 @@ def operands(torch, M, N, K, layout, dtype, gen):
     return mat(M, K, layout[0] == "t"), mat(K, N, layout[1] == "t")
 
 
-def config(bn, wgs, stages, copy_at=0, sum_tiles=0, producer=0, regs=(232, 40)) -> dict:
-    """Build defines of mma_wgmma.cu beyond the precision, layout and group (with a producer
-    warpgroup: the consumer and producer register counts)."""
-    c = {"WGS": wgs, "BN": bn, "STAGES": stages, "COPY_AT": copy_at, "SUM_TILES": sum_tiles}
-    if producer:
-        c.update(PRODUCER=1, CONSUMER_REGS=regs[0], PRODUCER_REGS=regs[1])
-    return c
+def config(bn, wgs, stages, copy_at=0, sum_tiles=None) -> dict:
+    """Build defines of mma_wgmma.cu beyond the precision, layout and group (SUM_TILES: 3xTF32
+    only)."""
+    c = {"WGS": wgs, "BN": bn, "STAGES": stages, "COPY_AT": copy_at}
+    return c if sum_tiles is None else {**c, "SUM_TILES": sum_tiles}
 
 
 def describe_cfg(cfg: dict) -> str:
@@ -97,11 +100,11 @@ def sweep_grid(prec):
     """Build configurations tried by --sweep; those over the shared memory an H100 block can have
     are skipped."""
     if prec == "3xtf32":
-        return [dict(config(128, 2, st, ca, su), HEAD_TRUNC=h) for st in (3, 4) for ca in (0, 2)
-                for su in (1, 2) for h in (0, 1) if not (su == 2 and st < 4)]
-    return ([config(256, 2, 4, 0, 0)]
-            + [config(bn, 2, st, 0, 0, 1, regs) for bn in (128, 192) for st in (4, 5)
-               for regs in ((240, 24), (232, 40))])
+        return ([config(128, 2, st, ca, su) for st in (3, 4) for ca in (0, 2) for su in (0, 1, 2)
+                 if not (su == 2 and st < 4)]
+                + [config(64, wgs, 4, 0, 1) for wgs in (2, 3)])
+    return [config(bn, wgs, st, ca) for (bn, wgs) in ((256, 2), (192, 2), (192, 3), (128, 3))
+            for st in (3, 4) for ca in (0, 2)]
 
 
 def main(argv=None) -> int:
@@ -112,7 +115,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", default="", help="sweep build parameters at these sizes (comma list)")
     ap.add_argument("--layouts", default="nn,nt,tt")
     ap.add_argument("--config", default="", help="KEY=V,... over the defaults, for the checks "
-                    "and timings (for example PRODUCER=1,CONSUMER_REGS=232,PRODUCER_REGS=40)")
+                    "and timings (for example SUM_TILES=2,STAGES=4)")
     ap.add_argument("--once", type=int, default=0, help="only launch the kernel (--config over "
                     "the first precision's defaults) twice at this size, for a profiler")
     args = ap.parse_args(argv)

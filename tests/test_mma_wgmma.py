@@ -7,9 +7,13 @@ maps each layout to the kernel's D = A' B' (swap or not, strides of C); the wgmm
 checks (values, next to tile parameters, layout tn, unaligned lines) give one sentence each; the
 CPU mode reports the wgmma build's resources.
 
+The build options that scripts/wgmma_probe.py sweeps (SUM_TILES, three warpgroups, 192-column
+tiles, one warpgroup) compile without spills to HGMMA of their width.
+
 GPU (marked `gpu`; sm_90 only): every precision x layout at aligned and edge sizes with K, M and N
 not multiples of the tiles (sliced views keep the lines 16-byte aligned), through the stage's
-public launcher, with wgmma forced and with the automatic choice; NaN and Inf reach C; a long K;
+public launcher, with wgmma forced and with the automatic choice; the sweep's build options at
+edge sizes; NaN and Inf reach C; a long K;
 views (offset starts, wide rows, a column-major C); the automatic choice itself (wgmma on sm_90
 where it can, mma.sync where it cannot).
 """
@@ -79,6 +83,38 @@ def test_wgmma_builds_compile_without_spills_and_issue_hgmma(precision, layout):
     # 4 k-steps per 128-byte tile, three products each in 3xTF32; the loop body is unrolled over
     # tile pairs, so each copy of it holds a whole number of tiles' HGMMA
     assert len(hgmma) % (4 * (3 if precision == "3xtf32" else 1)) == 0
+
+
+# Build options that scripts/wgmma_probe.py sweeps beyond the WGMMA rows the launcher uses: 3xTF32
+# summed straight in the tensor core (SUM_TILES=0) or afresh over two tiles, three warpgroups
+# (copy rounds that do not divide the tile evenly), 192-column tiles, one warpgroup.
+VARIANTS = [
+    ("3xtf32", dict(WGS=2, BN=128, STAGES=4, COPY_AT=0, SUM_TILES=0)),
+    ("3xtf32", dict(WGS=2, BN=128, STAGES=4, COPY_AT=2, SUM_TILES=2)),
+    ("3xtf32", dict(WGS=2, BN=64, STAGES=3, COPY_AT=0, SUM_TILES=1)),
+    ("bf16", dict(WGS=3, BN=128, STAGES=4, COPY_AT=0)),
+    ("tf32", dict(WGS=2, BN=192, STAGES=4, COPY_AT=2)),
+    ("fp16", dict(WGS=3, BN=192, STAGES=3, COPY_AT=0)),
+    ("tf32", dict(WGS=1, BN=64, STAGES=3, COPY_AT=0)),
+]
+
+
+@pytest.mark.parametrize("precision,config", VARIANTS)
+@pytest.mark.parametrize("a_kmajor", [False, True])
+def test_wgmma_build_options_compile_without_spills(precision, config, a_kmajor):
+    mma = _mma()
+    build = mma.wgmma_build(precision, a_kmajor, 8, "nt" if a_kmajor else "nn", config)
+    assert build.spill_bytes == 0 and build.stack_frame == 0, build.log
+    assert "C751" not in build.log, build.log  # no "wgmma serialized" from ptxas
+    from cuda_kernels import _sass
+
+    k = 8 if precision in ("tf32", "3xtf32") else 16
+    shapes = set(re.findall(r"HGMMA\.(64x\d+x\d+)", _sass.sass(build)))
+    assert shapes == {f"64x{config['BN']}x{k}"}, shapes
+    grid, block, smem = mma.wgmma_geometry(1000, 999, precision, a_kmajor, config)
+    assert block == (128 * config["WGS"], 1, 1)
+    assert grid[0] == -(-1000 // (64 * config["WGS"])) * -(-999 // config["BN"])
+    assert smem <= 232448
 
 
 def test_wgmma_source_refuses_plain_sm_90_and_bad_defines_with_the_compiler_log():
@@ -300,6 +336,36 @@ def test_wgmma_on_views_on_the_gpu(precision):
         launch = _mma().prepare(a, b, c, precision=precision, wgmma=1)
         result = chk.check(launch, c, ref, K, precision)
         assert result.passed, (precision, name, result.reason)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision,config", VARIANTS)
+def test_wgmma_build_options_on_the_gpu(precision, config):
+    """The sweep's build options give the right C at edge sizes, in both A' layouts (nn: A' is
+    M-major; nt: K-major), launched the way scripts/wgmma_probe.py launches them."""
+    _hopper()
+    import numpy as np
+
+    from cuda_kernels._build import launcher
+
+    mma = _mma()
+    dt = DTYPE[precision]
+    pad = 16 // torch.empty(0, dtype=dt).element_size()
+    for layout in ("nn", "nt"):
+        for M, N, K in ((33, 17, 40), (257, 199, 1000), (200, 72, 40)):
+            a, b = chk.make_inputs(M, N, K, M + N + K, "cuda", dtype=dt, layout=layout)
+            ref = chk.reference(a, b)
+            a = _aligned(a, pad - K % pad)
+            b = _aligned(b, pad - N % pad if layout[1] == "n" else pad - K % pad)
+            c = torch.empty((M, N), dtype=dt, device="cuda")
+            w = mma.wgmma_plan(describe(a, b, c, CUDA))
+            build = mma.wgmma_build(precision, w["a_kmajor"], 8, layout, config)
+            grid, block, smem = mma.wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"], config)
+            args = (w["Ap"], w["Bp"], c, np.int32(w["M"]), np.int32(w["N"]), np.int32(K),
+                    np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]),
+                    np.int64(w["csn"]))
+            result = chk.check(launcher(build, grid, block, args, smem), c, ref, K, precision)
+            assert result.passed, (precision, config, layout, M, N, K, result.reason)
 
 
 @pytest.mark.gpu
