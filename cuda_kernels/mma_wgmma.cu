@@ -9,7 +9,7 @@
 // (The fourth layout, tn, has neither operand K-major; the mma.sync kernel in mma.cu takes it.)
 // D's element (i, j) is stored at C[i * csm + j * csn], which covers both C and C^T.
 // A' may lie either way (A_KMAJOR = 1: A'(m, k) = Ap[m * lda + k]; 0: Ap[k * lda + m]): it goes
-// through registers, loaded with ldmatrix (16-bit elements, and K-major TF32) or 32-bit LDS.
+// through registers, loaded with ldmatrix (16-bit elements, and K-major TF32) or 64-bit LDS.
 //
 // Block: WGS warpgroups (128 threads each) over BM = 64 * WGS rows of D and BN columns; each
 // warpgroup owns 64 rows and all BN columns (BN / 2 accumulators per thread). k-tile: 128 bytes of
@@ -78,6 +78,7 @@ typedef float elem_t;
 #define ELEM 4
 #endif
 
+#define ROWPAIR (ELEM == 4 && !A_KMAJOR)  // see load_frags
 #if defined(PREC_3XTF32)
 #define SPLIT 1
 #else
@@ -137,11 +138,6 @@ __device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                  : "r"(addr));
-}
-__device__ __forceinline__ u32 lds32(u32 addr) {
-    u32 r;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(r) : "r"(addr));
-    return r;
 }
 __device__ __forceinline__ u32 tf32_rn(u32 x) {
     u32 r;
@@ -314,17 +310,19 @@ __device__ __forceinline__ void load_frags(u32 a_tile, int row0, u32 (&f)[NSTEP]
     for (int s = 0; s < NSTEP; ++s)
         ldsm_x4_t(base + s * KSTEP * A_LINE, f[s][0], f[s][1], f[s][2], f[s][3]);
 #else
-    // TF32, lines are k: element (m = g or g + 8, k = t or t + 4) of the 16 x 8 step, g = lane / 4,
-    // t = lane % 4; a 32-byte pad puts the four k lines 8 banks apart.
+    // TF32, lines are k: element (fragment row g or g + 8, k = t or t + 4) of the 16 x 8 step,
+    // g = lane / 4, t = lane % 4. Fragment rows g and g + 8 are tile rows 2g and 2g + 1 (ROWPAIR;
+    // the epilogue stores them there), adjacent in a k line, so one LDS.64 loads both; a 32-byte
+    // pad puts the four k lines 8 banks apart (each 16-lane phase of an LDS.64 is conflict-free).
     const int g = lane >> 2, t = lane & 3;
-    const u32 base = a_tile + t * A_LINE + (row0 + g) * 4;
+    const u32 base = a_tile + t * A_LINE + (row0 + 2 * g) * 4;
 #pragma unroll
     for (int s = 0; s < NSTEP; ++s) {
         const u32 p = base + s * 8 * A_LINE;
-        f[s][0] = lds32(p);
-        f[s][1] = lds32(p + 32);
-        f[s][2] = lds32(p + 4 * A_LINE);
-        f[s][3] = lds32(p + 4 * A_LINE + 32);
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(f[s][0]), "=r"(f[s][1]) : "r"(p));
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
+                     : "=r"(f[s][2]), "=r"(f[s][3])
+                     : "r"(p + 4 * A_LINE));
     }
 #endif
 }
@@ -500,10 +498,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
 
-    // Accumulator j*4 + {0,1,2,3} of a thread: D(r, c), D(r, c+1), D(r+8, c), D(r+8, c+1) with
-    // r = this warp's row + lane / 4, c = 8 j + 2 (lane % 4).
+    // Accumulator j*4 + {0,1,2,3} of a thread: D(r, c), D(r, c+1), D(r2, c), D(r2, c+1) with
+    // c = 8 j + 2 (lane % 4), r = this warp's row + lane / 4 and r2 = r + 8, or with ROWPAIR
+    // r = this warp's row + 2 (lane / 4) and r2 = r + 1.
     const int lane = threadIdx.x & 31;
-    const int r = m0 + row0 + (lane >> 2);
+    const int r = m0 + row0 + (ROWPAIR ? 2 : 1) * (lane >> 2), r2 = r + (ROWPAIR ? 1 : 8);
     const int cbase = n0 + 2 * (lane & 3);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
@@ -512,8 +511,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (r < M)
             store_pair(C, r * csm + c * csn, r * csm + (c + 1) * csn, acc[4 * j], acc[4 * j + 1],
                        c0, c1);
-        if (r + 8 < M)
-            store_pair(C, (r + 8) * csm + c * csn, (r + 8) * csm + (c + 1) * csn, acc[4 * j + 2],
+        if (r2 < M)
+            store_pair(C, r2 * csm + c * csn, r2 * csm + (c + 1) * csn, acc[4 * j + 2],
                        acc[4 * j + 3], c0, c1);
     }
 }
