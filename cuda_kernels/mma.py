@@ -404,12 +404,14 @@ def variant_flags(p) -> dict:
 # spans (SUM_TILES). Chosen by scripts/wgmma_probe.py's sweeps on the H100 at 4096^3 and 8192^3
 # (results/2026-11-23-h100/29-wgmma-probe.log, 30-wgmma-probe-copier.log, 33-*, 34-*): 128 x 256
 # tiles, four slots (two tiles in flight); 3xTF32, whose two B tiles per slot and fresh sums fit
-# a 128 x 128 tile, prepares tile kt+1 before it waits for tile kt (181-185% of cuBLAS fp32 at
-# COPY_AT 0 or 2). One fresh sum per tile: per pair was 1-2% faster with 1.5x the error, and no
-# fresh sum (the tensor core's own accumulation over all of K) had 90x the error (2.9e-5).
+# a 128 x 128 tile, prepares tile kt+1 before it waits for tile kt, and sums each pair of tiles
+# afresh: 190% / 187% of cuBLAS fp32 at 4096^3 / 8192^3 against 183% / 177% with a fresh sum
+# per tile (39-wgmma-probe-rowpair.log), for a relative error of 4.9e-7 against 3.2e-7 (cuBLAS
+# fp32: 1.1e-6). No fresh sum at all (the tensor core's own accumulation over all of K) was a
+# few percent faster still, at 2.9e-5: 25x cuBLAS fp32's error.
 WGMMA = {
     "tf32": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
-    "3xtf32": dict(WGS=2, BN=128, STAGES=4, COPY_AT=0, SUM_TILES=1),
+    "3xtf32": dict(WGS=2, BN=128, STAGES=4, COPY_AT=0, SUM_TILES=2),
     "bf16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
     "fp16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
 }
