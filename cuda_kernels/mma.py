@@ -541,14 +541,17 @@ def kernel_names(precision: str = DEFAULT_PRECISION, **params) -> list[str]:
     return names
 
 
-def _wgmma_prepare(p, precision: str, group: int):
+def wgmma_prepare(p, precision: str, group: int = 8, config: dict | None = None):
+    """The wgmma kernel's launch for Problem `p` (wgmma_plan, wgmma_build, wgmma_geometry): the
+    precision's WGMMA row, or `config` (build defines; scripts/wgmma_probe.py's sweeps). The
+    launch carries its build, config and resources as the stage's other launches do."""
     import numpy as np
 
     from cuda_kernels._build import launcher, resources
 
     w = wgmma_plan(p)
-    build = wgmma_build(precision, w["a_kmajor"], group, p.layout)
-    grid, block, smem = wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"])
+    build = wgmma_build(precision, w["a_kmajor"], group, p.layout, config)
+    grid, block, smem = wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"], config)
     args = (w["Ap"], w["Bp"], p.c.tensor, np.int32(w["M"]), np.int32(w["N"]), np.int32(p.K),
             np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]))
     launch = launcher(build, grid, block, args, smem)
@@ -571,7 +574,7 @@ def prepare(p, **params):
               if k not in ("align_a", "align_b", "vec_c", "layout", "precision")}
     validate(**params, precision=precision)
     if use_wgmma(p, precision, params):
-        return _wgmma_prepare(p, precision, params.get("group", 8))
+        return wgmma_prepare(p, precision, params.get("group", 8))
     params.pop("wgmma", None)
     cfg = launch_config(p.M, p.N, precision, sm_count(p.c.tensor.device), **params)
     launch = stage_launcher(build(**cfg, **variant_flags(p), precision=precision,

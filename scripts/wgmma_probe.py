@@ -53,29 +53,22 @@ def parse_cfg(text: str, prec: str) -> dict | None:
 
     cfg = dict(WGMMA[prec])
     for item in text.split(","):
-        k, v = item.split("=")
-        cfg[k.strip()] = int(v)
+        k, _, v = item.partition("=")
+        try:
+            cfg[k.strip()] = int(v)
+        except ValueError:
+            raise SystemExit(f"--config takes KEY=INTEGER items separated by commas, not {item!r}")
     return cfg
 
 
 def launch_fn(A, B, C, prec, cfg=None, group=8):
-    """The kernel for C = A B with build defines `cfg` (default: the launcher's WGMMA row),
-    planned as the stage's launcher plans it (cuda_kernels/mma.py: wgmma_plan, wgmma_build,
-    wgmma_geometry)."""
-    import numpy as np
-
+    """(the launch, its build) for C = A B with build defines `cfg` (default: the launcher's
+    WGMMA row), planned as the stage's launcher plans it (cuda_kernels/mma.py: wgmma_prepare)."""
     from cuda_kernels import mma
-    from cuda_kernels._build import launcher
     from lab.operands import CUDA, describe
 
-    p = describe(A, B, C, CUDA)
-    w = mma.wgmma_plan(p)
-    cfg = cfg or mma.WGMMA[prec]
-    b = mma.wgmma_build(prec, w["a_kmajor"], group, p.layout, cfg)
-    grid, block, smem = mma.wgmma_geometry(w["M"], w["N"], prec, w["a_kmajor"], cfg)
-    args = (w["Ap"], w["Bp"], p.c.tensor, np.int32(w["M"]), np.int32(w["N"]), np.int32(p.K),
-            np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]))
-    return launcher(b, grid, block, args, smem), b
+    launch = mma.wgmma_prepare(describe(A, B, C, CUDA), prec, group, cfg)
+    return launch, launch.build
 
 
 def rel_err(torch, C, A, B):
@@ -119,6 +112,11 @@ def main(argv=None) -> int:
     ap.add_argument("--once", type=int, default=0, help="only launch the kernel (--config over "
                     "the first precision's defaults) twice at this size, for a profiler")
     args = ap.parse_args(argv)
+    for prec in args.precisions.split(","):
+        if prec not in PRECISIONS:
+            print(f"--precisions takes {', '.join(PRECISIONS)}, not {prec!r}", file=sys.stderr)
+            return 2
+        parse_cfg(args.config, prec)  # a malformed --config stops here, before any GPU work
     try:
         import torch
     except ImportError:

@@ -342,12 +342,8 @@ def test_wgmma_on_views_on_the_gpu(precision):
 @pytest.mark.parametrize("precision,config", VARIANTS)
 def test_wgmma_build_options_on_the_gpu(precision, config):
     """The sweep's build options give the right C at edge sizes, in both A' layouts (nn: A' is
-    M-major; nt: K-major), launched the way scripts/wgmma_probe.py launches them."""
+    M-major; nt: K-major), launched through wgmma_prepare() as scripts/wgmma_probe.py does."""
     _hopper()
-    import numpy as np
-
-    from cuda_kernels._build import launcher
-
     mma = _mma()
     dt = DTYPE[precision]
     pad = 16 // torch.empty(0, dtype=dt).element_size()
@@ -358,13 +354,8 @@ def test_wgmma_build_options_on_the_gpu(precision, config):
             a = _aligned(a, pad - K % pad)
             b = _aligned(b, pad - N % pad if layout[1] == "n" else pad - K % pad)
             c = torch.empty((M, N), dtype=dt, device="cuda")
-            w = mma.wgmma_plan(describe(a, b, c, CUDA))
-            build = mma.wgmma_build(precision, w["a_kmajor"], 8, layout, config)
-            grid, block, smem = mma.wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"], config)
-            args = (w["Ap"], w["Bp"], c, np.int32(w["M"]), np.int32(w["N"]), np.int32(K),
-                    np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]),
-                    np.int64(w["csn"]))
-            result = chk.check(launcher(build, grid, block, args, smem), c, ref, K, precision)
+            launch = mma.wgmma_prepare(describe(a, b, c, CUDA), precision, 8, config)
+            result = chk.check(launch, c, ref, K, precision)
             assert result.passed, (precision, config, layout, M, N, K, result.reason)
 
 
