@@ -2,7 +2,8 @@
 ring, in four precisions; and, on sm_90 GPUs, for cuda_kernels/mma_wgmma.cu, the same GEMM through
 Hopper's wgmma (the `wgmma` parameter: -1 automatic, 0, 1; use_wgmma() decides per GPU and
 problem, wgmma_plan() maps the layout onto the kernel's D = A' B' with a K-major B', WGMMA holds
-its configuration per precision; see the section "wgmma" below and docs/stages/mma.md).
+its configuration per precision, wgmma_prepare() builds the launch, also for other build configs;
+see the section "wgmma" below and docs/stages/mma.md).
 
 Geometry: block (BM/WM)*(BN/WN) warps (1-D; 256 threads at the automatic defaults of tf32, bf16
 and fp16, 128 in 3xtf32 and on the 128 x 128 tiles of small problems); 1-D grid of
