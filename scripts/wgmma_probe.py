@@ -2,11 +2,14 @@
 the three layouts it takes, several sizes, and a sweep of its build parameters.
 
     PYTHONPATH=. python scripts/wgmma_probe.py [--out DIR] [--precisions tf32,3xtf32]
-        [--config SUM_TILES=2,STAGES=4] [--sizes 4096,8192] [--sweep 4096,8192] [--once 4096]
+        [--config SUM_TILES=2,STAGES=4] [--sizes 4096,8192] [--sweep 4096,8192]
+        [--configs "SK=0;SK=1,HALVES=1"] [--once 4096]
 
---config sets build defines over the precision's WGMMA row (cuda_kernels/mma.py) for the checks
-and timings; --sweep times sweep_grid()'s configurations at each size; --once only launches the
-first precision's kernel twice (for Nsight Compute's --launch-skip 1 --launch-count 1).
+--config sets build defines (and SK, the stream-K split: 0 off, 1 over the GPU's SMs, n > 1
+over n blocks) over the precision's WGMMA row (cuda_kernels/mma.py) for the checks and timings;
+--sweep times sweep_grid()'s configurations at each size, or with --configs those configurations
+(each over the WGMMA row); --once only launches the first precision's kernel twice (for Nsight
+Compute's --launch-skip 1 --launch-count 1).
 
 Needs an sm_90 GPU (H100, H200). Prints one line per check and per timing; with --out it also
 writes probe.csv there. Each row's error is ||C - ref|| / ||ref|| against float64 of the inputs the
@@ -109,6 +112,8 @@ def main(argv=None) -> int:
     ap.add_argument("--layouts", default="nn,nt,tt")
     ap.add_argument("--config", default="", help="KEY=V,... over the defaults, for the checks "
                     "and timings (for example SUM_TILES=2,STAGES=4)")
+    ap.add_argument("--configs", default="", help="with --sweep: these configurations "
+                    "(KEY=V,... each, separated by ';') instead of the built-in grid")
     ap.add_argument("--once", type=int, default=0, help="only launch the kernel (--config over "
                     "the first precision's defaults) twice at this size, for a profiler")
     args = ap.parse_args(argv)
@@ -117,6 +122,8 @@ def main(argv=None) -> int:
             print(f"--precisions takes {', '.join(PRECISIONS)}, not {prec!r}", file=sys.stderr)
             return 2
         parse_cfg(args.config, prec)  # a malformed --config stops here, before any GPU work
+        for text in filter(None, args.configs.split(";")):
+            parse_cfg(text, prec)
     try:
         import torch
     except ImportError:
@@ -188,7 +195,9 @@ def main(argv=None) -> int:
             A, B = operands(torch, s, s, s, "nn", dtype, gen)
             C = torch.empty((s, s), device="cuda", dtype=dtype)
             tc = bench(cublas(torch, prec, A, B))
-            for cfg in sweep_grid(prec):
+            grid = ([parse_cfg(t, prec) for t in args.configs.split(";") if t]
+                    or sweep_grid(prec))
+            for cfg in grid:
                 if wgmma_smem_bytes(prec, False, cfg) > 232448:
                     continue
                 try:
