@@ -387,8 +387,7 @@ def geometry(M: int, N: int, K: int, BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, fra
     if wgmma == 1:
         a_kmajor = _layout_a_kmajor(layout)
         swap = layout[1] != "t"  # D = C^T where B is not K-major (wgmma_plan())
-        return wgmma_geometry(N if swap else M, M if swap else N, precision, a_kmajor, None, K,
-                              DEFAULT_SMS)
+        return wgmma_geometry(N if swap else M, M if swap else N, precision, a_kmajor)
     c = config(precision, BM, BN, BK, WM, WN, STAGES, frags)
     return ((cdiv(M, c["BM"]) * cdiv(N, c["BN"]), 1, 1), (_threads(c), 1, 1), _smem(c, precision))
 
@@ -418,7 +417,6 @@ WGMMA = {
     "fp16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
 }
 WGMMA_ARCH = "sm_90a"
-LAUNCH_KEYS = ("SK",)  # WGMMA keys that shape the launch, not the build
 
 
 def wgmma_smem_bytes(precision: str, a_kmajor: bool, config: dict | None = None) -> int:
@@ -470,47 +468,15 @@ def wgmma_build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "n
     from cuda_kernels._build import compile_kernel
 
     d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group,
-         **{k: v for k, v in (config or WGMMA[precision]).items() if k not in LAUNCH_KEYS}}
+         **(config or WGMMA[precision])}
     return compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", d, layout=layout, arch=WGMMA_ARCH)
 
 
-def streamk_split(tiles: int, k_tiles: int, sms: int) -> tuple[int, int, int]:
-    """(data-parallel tiles, stream-K blocks, k-tiles per stream-K block) for `tiles` output tiles
-    of `k_tiles` k-tiles each on `sms` blocks at once (one per SM). Where the tiles fill their last
-    wave only in part, all waves but the last two stay one tile per block and the tiles of those
-    two are shared out evenly over `sms` blocks by k-tile, so no SM idles through a part-filled
-    last wave. Each stream-K block gets at least one tile's worth, so a tile is split between two
-    blocks at most. (0 stream-K blocks: every block one tile.)"""
-    if sms < 1 or tiles <= sms or tiles % sms == 0:
-        return tiles, 0, 0
-    dp = (tiles // sms - 1) * sms
-    iters = (tiles - dp) * k_tiles
-    per = -(-iters // sms)
-    return dp, -(-iters // per), per
-
-
-def wgmma_streamk(M: int, N: int, K: int, precision: str, config: dict | None = None,
-                  sms: int = 0) -> tuple[int, int, int, int]:
-    """(data-parallel tiles, stream-K blocks, k-tiles per stream-K block, tiles) of the wgmma
-    kernel for D of M x N, K deep, on `sms` SMs, as the config's SK asks: 1, streamk_split() for
-    `sms`; n > 1, for n blocks at once; 0 (or K = 0), every block one tile."""
-    w = config or WGMMA[precision]
-    tiles = cdiv(M, 64 * w["WGS"]) * cdiv(N, w["BN"])
-    sk = w.get("SK", 0)
-    if not sk or K <= 0:
-        return tiles, 0, 0, tiles
-    return (*streamk_split(tiles, cdiv(K, 128 // ELEM_BYTES[precision]), sms if sk == 1 else sk),
-            tiles)
-
-
-def wgmma_geometry(M: int, N: int, precision: str, a_kmajor: bool, config: dict | None = None,
-                   K: int = 0, sms: int = 0):
+def wgmma_geometry(M: int, N: int, precision: str, a_kmajor: bool, config: dict | None = None):
     """(grid, block, dynamic shared bytes) of the wgmma kernel for D of M x N (wgmma_plan()'s M
-    and N, which are swapped for C^T); given K and the SM count, the grid counts the stream-K
-    blocks (wgmma_streamk())."""
+    and N, which are swapped for C^T)."""
     w = config or WGMMA[precision]
-    dp, blocks, _, _ = wgmma_streamk(M, N, K, precision, config, sms)
-    return ((dp + blocks, 1, 1), (128 * w["WGS"], 1, 1),
+    return ((cdiv(M, 64 * w["WGS"]) * cdiv(N, w["BN"]), 1, 1), (128 * w["WGS"], 1, 1),
             wgmma_smem_bytes(precision, a_kmajor, config))
 
 
@@ -584,27 +550,12 @@ def wgmma_prepare(p, precision: str, group: int = 8, config: dict | None = None)
 
     from cuda_kernels._build import launcher, resources
 
-    import torch
-
     w = wgmma_plan(p)
     build = wgmma_build(precision, w["a_kmajor"], group, p.layout, config)
-    dev = p.c.tensor.device
-    sms = sm_count(dev)
-    grid, block, smem = wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"], config, p.K, sms)
-    dp, _, per, tiles = wgmma_streamk(w["M"], w["N"], p.K, precision, config, sms)
-    if tiles > dp:  # stream-K: partial sums of the tiles it may split, and their flags
-        split = tiles - dp
-        acc = (config or WGMMA[precision])["BN"] // 2 * block[0]
-        ws = torch.empty(split * acc, dtype=torch.float32, device=dev)
-        flags = torch.zeros(split, dtype=torch.int32, device=dev)
-        extra = (ws, flags)
-    else:
-        extra = (np.uint64(0), np.uint64(0))
+    grid, block, smem = wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"], config)
     args = (w["Ap"], w["Bp"], p.c.tensor, np.int32(w["M"]), np.int32(w["N"]), np.int32(p.K),
-            np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]),
-            np.int32(dp), np.int64(per), *extra)
+            np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]))
     launch = launcher(build, grid, block, args, smem)
-    launch.workspace = extra  # kept alive with the launch
     launch.build = build
     cfg = {"wgmma": 1, "group": group}
     launch.config = cfg

@@ -58,12 +58,6 @@
 #if SUM_TILES < 0 || SUM_TILES > 2
 #error "SUM_TILES must be 0 (3xTF32 accumulates in the tensor core), 1 or 2 (a fresh sum per tile or pair)"
 #endif
-#ifndef HALVES
-#define HALVES 0
-#endif
-#if HALVES && !(defined(PREC_3XTF32) && SUM_TILES > 0)
-#error "HALVES needs 3xTF32 with fresh sums (SUM_TILES 1 or 2)"
-#endif
 #if COPY_AT != 0 && COPY_AT != 2
 #error "COPY_AT must be 0 (copy before the tile's wgmma) or 2 (after)"
 #endif
@@ -108,7 +102,6 @@ constexpr int A_BYTES = ((A_LINE * A_LINES + 1023) / 1024) * 1024;
 constexpr int SLOT = B_BYTES * (1 + SPLIT) + A_BYTES;
 constexpr int ACC = BN / 2;                     // accumulators per thread
 static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
-static_assert(!HALVES || BN == 128 || BN == 256, "HALVES needs BN 128 or 256");
 static_assert(WGS >= 1 && WGS <= 3, "WGS must be 1, 2 or 3");
 static_assert(STAGES >= 3 && STAGES <= 6, "STAGES must be 3..6");
 static_assert(SLOT % 1024 == 0, "ring slots must stay 1024-byte aligned");
@@ -355,282 +348,175 @@ __device__ __forceinline__ void store_pair(elem_t* C, long long o0, long long o1
 #endif
 }
 
-// Stream-K fix-up (see the header): the partial sums of a tile whose K is split between two
-// blocks pass through `ws` in the accumulators' own order (coalesced: element i of thread t at
-// i * THREADS + t), behind a flag per split tile.
-__device__ __forceinline__ int flag_acquire(const int* f) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(f) : "memory");
-    return v;
-}
-__device__ __forceinline__ void flag_release(int* f, int v) {
-    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(f), "r"(v) : "memory");
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     matmul_mma_wgmma(const elem_t* __restrict__ Ap, const elem_t* __restrict__ Bp,
                      elem_t* __restrict__ C, int M, int N, int K, int lda, int ldb, long long csm,
-                     long long csn, int dp_tiles, long long sk_iters, float* __restrict__ ws,
-                     int* __restrict__ flags) {
+                     long long csn) {
     extern __shared__ unsigned char smem_raw[];
     const u32 smem = (smem_u32(smem_raw) + 1023) & ~1023u;
 
     const int grid_m = (M + BM - 1) / BM, grid_n = (N + BN - 1) / BN;
-    const int KT = (K + BK - 1) / BK;
+    int bm, bn;
+    {
+        const int bid = blockIdx.x;
+        const int width = GROUP * grid_n;
+        const int first_m = (bid / width) * GROUP;
+        const int rows = min(grid_m - first_m, GROUP);
+        const int in_group = bid - (bid / width) * width;
+        bm = first_m + in_group % rows;
+        bn = in_group / rows;
+    }
+    const int m0 = bm * BM, n0 = bn * BN;
     const int wg = threadIdx.x >> 7;
     const int warp = (threadIdx.x >> 5) & 3;
     const int row0 = wg * 64 + warp * 16;  // this warp's first row in the A' tile
+    const int KT = (K + BK - 1) / BK;
+    const KCopier<BN, 128, true> cb(Bp, ldb, n0, N);
+#if A_KMAJOR
+    const KCopier<BM, A_LINE, false> ca(Ap, lda, m0, M);
+#else
+    const MCopier ca(Ap, lda, m0, M);
+#endif
     constexpr u32 A_AT = B_BYTES * (1 + SPLIT);  // A' tile's offset in a slot
 
-    // This block's work, as a range of (tile, k-tile) iterations in tile-major order: one whole
-    // tile (the first dp_tiles blocks), or sk_iters iterations of the tiles after them (stream-K).
-    long long it, it_end;
-    if (static_cast<int>(blockIdx.x) < dp_tiles) {
-        it = static_cast<long long>(blockIdx.x) * KT;
-        it_end = it + KT;
-    } else {
-        const long long total = static_cast<long long>(grid_m) * grid_n * KT;
-        it = static_cast<long long>(dp_tiles) * KT + (blockIdx.x - dp_tiles) * sk_iters;
-        it_end = min(it + sk_iters, total);
+    float acc[ACC];
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
+#if FRESH
+    float part[ACC];  // 3xTF32's fresh sum
+#endif
+    u32 frag[2][NSTEP][4];
+
+    // Tiles in flight beyond the one being multiplied: the copy of tile kt + AHEAD goes into tile
+    // kt-2's slot (tile kt-1's wgmma may still read its own), right after tile kt's barrier
+    // (COPY_AT = 0) or after tile kt's wgmma are issued (COPY_AT = 2), so that the copy's
+    // instructions do not delay them. (Copying into tile kt-1's slot after a second barrier per
+    // tile, one tile more in flight, measured no faster: results/2026-11-23-h100/29-wgmma-probe.log.)
+    // 3xTF32 with fresh sums over two tiles leaves a tile's wgmma unwaited one tile longer, so one
+    // tile fewer is in flight.
+    constexpr int AHEAD = STAGES - 2 - (FRESH && SUM_TILES == 2 ? 1 : 0);
+    static_assert(AHEAD >= 1, "SUM_TILES=2 needs STAGES >= 4");
+#pragma unroll
+    for (int s = 0; s < AHEAD; ++s) {
+        if (s < KT) {
+            const u32 slot = smem + s * SLOT;
+            cb.copy(slot, s * BK, K);
+            ca.copy(slot + A_AT, s * BK, K);
+        }
+        cp_commit();
     }
 
-    for (bool again = false; it < it_end; again = true) {
-        // One segment: tile `tile`, k-tiles [kb, ke).
-        const int tile = static_cast<int>(it / KT);
-        const int kb = static_cast<int>(it - static_cast<long long>(tile) * KT);
-        const int ke = static_cast<int>(min(static_cast<long long>(KT), kb + (it_end - it)));
-        it += ke - kb;
-        if (again) __syncthreads();  // the last segment's wgmma have left the ring
-
-        int bm, bn;
-        {
-            const int width = GROUP * grid_n;
-            const int first_m = (tile / width) * GROUP;
-            const int rows = min(grid_m - first_m, GROUP);
-            const int in_group = tile - (tile / width) * width;
-            bm = first_m + in_group % rows;
-            bn = in_group / rows;
+    auto refill = [&](int kt) {
+        const int nk = kt + AHEAD;
+        if (nk < KT) {
+            const u32 ns = smem + (nk % STAGES) * SLOT;
+            cb.copy(ns, nk * BK, K);
+            ca.copy(ns + A_AT, nk * BK, K);
         }
-        const int m0 = bm * BM, n0 = bn * BN;
-        const KCopier<BN, 128, true> cb(Bp, ldb, n0, N);
-#if A_KMAJOR
-        const KCopier<BM, A_LINE, false> ca(Ap, lda, m0, M);
-#else
-        const MCopier ca(Ap, lda, m0, M);
-#endif
-
-        float acc[ACC];
+        cp_commit();
+    };
+    // Tile kt's operands ready in shared memory and registers: its copy landed, B' split (3xTF32),
+    // the barrier, A' fragments loaded (and rounded or split).
+    auto prep = [&](int kt, u32(&f)[NSTEP][4], u32(&lo)[NSTEP][4]) {
+        const u32 slot = smem + (kt % STAGES) * SLOT;
+        cp_wait<AHEAD - 1>();
+        prepare_b(slot);
+        fence_async_smem();
+        __syncthreads();
+        if (COPY_AT == 0) refill(kt);
+        load_frags(slot + A_AT, row0, f);
 #pragma unroll
-        for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
-#if FRESH
-        float part[ACC];  // 3xTF32's fresh sum
-#endif
-        u32 frag[2][NSTEP][4];
-
-        // Tiles in flight beyond the one being multiplied: the copy of tile kt + AHEAD goes into
-        // tile kt-2's slot (tile kt-1's wgmma may still read its own), right after tile kt's
-        // barrier (COPY_AT = 0) or after tile kt's wgmma are issued (COPY_AT = 2), so that the
-        // copy's instructions do not delay them. (Copying into tile kt-1's slot after a second
-        // barrier per tile, one tile more in flight, measured no faster:
-        // results/2026-11-23-h100/29-wgmma-probe.log.) 3xTF32 with fresh sums over two tiles in
-        // one piece leaves a tile's wgmma unwaited one tile longer, so one tile fewer is in
-        // flight; in halves (HALVES) it waits for tile kt-1 before tile kt+1's copy goes out.
-        constexpr int AHEAD = STAGES - 2 - (FRESH && !HALVES && SUM_TILES == 2 ? 1 : 0);
-        static_assert(AHEAD >= 1, "SUM_TILES=2 needs STAGES >= 4");
+        for (int s = 0; s < NSTEP; ++s)
 #pragma unroll
-        for (int s = 0; s < AHEAD; ++s) {
-            if (kb + s < ke) {
-                const u32 slot = smem + ((kb + s) % STAGES) * SLOT;
-                cb.copy(slot, (kb + s) * BK, K);
-                ca.copy(slot + A_AT, (kb + s) * BK, K);
-            }
-            cp_commit();
-        }
-
-        auto refill = [&](int kt) {
-            const int nk = kt + AHEAD;
-            if (nk < ke) {
-                const u32 ns = smem + (nk % STAGES) * SLOT;
-                cb.copy(ns, nk * BK, K);
-                ca.copy(ns + A_AT, nk * BK, K);
-            }
-            cp_commit();
-        };
-        // Tile kt's operands ready in shared memory and registers: its copy landed, B' split
-        // (3xTF32), the barrier, A' fragments loaded (and rounded or split).
-        auto prep = [&](int kt, u32(&f)[NSTEP][4], u32(&lo)[NSTEP][4]) {
-            const u32 slot = smem + (kt % STAGES) * SLOT;
-            cp_wait<AHEAD - 1>();
-            prepare_b(slot);
-            fence_async_smem();
-            __syncthreads();
-            if (COPY_AT == 0) refill(kt);
-            load_frags(slot + A_AT, row0, f);
-#pragma unroll
-            for (int s = 0; s < NSTEP; ++s)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
+            for (int r = 0; r < 4; ++r) {
 #if SPLIT
-                    const u32 h = tf32_rn(f[s][r]);
-                    lo[s][r] =
-                        tf32_rn(__float_as_uint(__uint_as_float(f[s][r]) - __uint_as_float(h)));
-                    f[s][r] = h;
+                const u32 h = tf32_rn(f[s][r]);
+                lo[s][r] = tf32_rn(__float_as_uint(__uint_as_float(f[s][r]) - __uint_as_float(h)));
+                f[s][r] = h;
 #elif ELEM == 4
-                    f[s][r] = tf32_rn(f[s][r]);
-#endif
-                }
-        };
-        // Tile kt's wgmma over columns [h * W, (h + 1) * W) of the tile, one commit group;
-        // 3xTF32 puts its three products (smallest first) into `dst` (the first accumulator of
-        // those columns), starting it afresh when `fresh`.
-        auto issue = [&](int kt, int h, float* dst, bool fresh, const u32(&f)[NSTEP][4],
-                         const u32(&lo)[NSTEP][4]) {
-            constexpr int W = HALVES ? BN / 2 : BN;
-            const u32 slot = smem + (kt % STAGES) * SLOT + h * W * 128;
-            wg_fence();
-#pragma unroll
-            for (int s = 0; s < NSTEP; ++s) {
-#if SPLIT
-                const u64 bh = desc_k128(slot + s * 32), bl = desc_k128(slot + B_BYTES + s * 32);
-                wgmma_n<W>(dst, lo[s], bh, s > 0 || !fresh);
-                wgmma_n<W>(dst, f[s], bl, 1);
-                wgmma_n<W>(dst, f[s], bh, 1);
-#else
-                wgmma_n<W>(dst, f[s], desc_k128(slot + s * 32), 1);
+                f[s][r] = tf32_rn(f[s][r]);
 #endif
             }
-            wg_commit();
-        };
+    };
+    // Tile kt's wgmma, one commit group; 3xTF32 puts its three products (smallest first) into
+    // `dst`, starting it afresh when `fresh`.
+    auto issue = [&](int kt, float* dst, bool fresh, const u32(&f)[NSTEP][4],
+                     const u32(&lo)[NSTEP][4]) {
+        const u32 slot = smem + (kt % STAGES) * SLOT;
+        wg_fence();
+#pragma unroll
+        for (int s = 0; s < NSTEP; ++s) {
+#if SPLIT
+            const u64 bh = desc_k128(slot + s * 32), bl = desc_k128(slot + B_BYTES + s * 32);
+            wgmma_n<BN>(dst, lo[s], bh, s > 0 || !fresh);
+            wgmma_n<BN>(dst, f[s], bl, 1);
+            wgmma_n<BN>(dst, f[s], bh, 1);
+#else
+            wgmma_n<BN>(dst, f[s], desc_k128(slot + s * 32), 1);
+#endif
+        }
+        wg_commit();
+    };
 
 #if SPLIT
-        u32 tails[2][NSTEP][4];  // 3xTF32's A' tails, one set per tile parity as the heads
+    u32 tails[2][NSTEP][4];  // 3xTF32's A' tails, one set per tile parity as the heads
 #else
-        u32(&tails)[2][NSTEP][4] = frag;  // unused
+    u32(&tails)[2][NSTEP][4] = frag;  // unused
 #endif
-#if FRESH && HALVES
-        // 3xTF32 with fresh sums in two column halves, each its own commit group: the sum of
-        // half h is added once that half's wgmma are done (wgmma.wait_group 1) while the other
-        // half's still run, so the wgmma pipe never drains for an add.
-        constexpr int HA = ACC / 2;
-        auto add_half = [&](int h) {
+#if FRESH
+    // 3xTF32 with fresh sums: tile kt+1 is prepared while tile kt's wgmma run, and only then does
+    // the warpgroup wait for them (draining its wgmma) and add the fresh sum in fp32. The wgmma
+    // pipe idles for that wait and add, not for the next tile's copy wait, split and loads.
+    auto step = [&](int kt, int par) {
+        const bool first = kt % SUM_TILES == 0;
+        const bool last = kt % SUM_TILES == SUM_TILES - 1 || kt == KT - 1;
+        issue(kt, part, first, frag[par], tails[par]);
+        if (COPY_AT == 2) refill(kt);
+        if (kt + 1 < KT) prep(kt + 1, frag[par ^ 1], tails[par ^ 1]);
+        if (last) {
+            wg_wait<0>();
 #pragma unroll
-            for (int i = 0; i < HA; ++i) {
-                reg_fence(part[h * HA + i]);
-                acc[h * HA + i] += part[h * HA + i];
+            for (int i = 0; i < ACC; ++i) {
+                reg_fence(part[i]);
+                acc[i] += part[i];
             }
-        };
-        auto step = [&](int kt, int par, bool first, bool later) {
-            if (first && later) {  // in flight: tile kt-1's halves 0 and 1
-                wg_wait<1>();
-                add_half(0);
-            }
-            issue(kt, 0, part, first, frag[par], tails[par]);
-            if (first && later) {  // in flight: tile kt-1's half 1, tile kt's half 0
-                wg_wait<1>();
-                add_half(1);
-            }
-            issue(kt, 1, part + HA, first, frag[par], tails[par]);
-            if (COPY_AT == 2) refill(kt);
-            wg_wait<2>();  // tile kt-1 done: its fragment registers and slot are free
-            if (kt + 1 < ke) prep(kt + 1, frag[par ^ 1], tails[par ^ 1]);
-        };
-        // Tile kb starts a sum; so does every tile after it with SUM_TILES=1, and every second
-        // one with 2: the loop's steps know at compile time where sums start (the compiler
-        // tracks the commit groups in flight only through straight code).
-        prep(kb, frag[0], tails[0]);
-        step(kb, 0, true, false);
-        int kt = kb + 1;
-        for (; kt + 1 < ke; kt += 2) {
-            step(kt, 1, SUM_TILES == 1, true);
-            step(kt + 1, 0, true, true);
         }
-        if (kt < ke) step(kt, 1, SUM_TILES == 1, true);
-#elif FRESH
-        // 3xTF32 with fresh sums: tile kt+1 is prepared while tile kt's wgmma run, and only then
-        // does the warpgroup wait for them (draining its wgmma) and add the fresh sum in fp32. The
-        // wgmma pipe idles for that wait and add, not for the next tile's copy wait, split and
-        // loads.
-        auto step = [&](int kt, int par) {
-            const bool first = (kt - kb) % SUM_TILES == 0;
-            const bool last = (kt - kb) % SUM_TILES == SUM_TILES - 1 || kt == ke - 1;
-            issue(kt, 0, part, first, frag[par], tails[par]);
-            if (COPY_AT == 2) refill(kt);
-            if (kt + 1 < ke) prep(kt + 1, frag[par ^ 1], tails[par ^ 1]);
-            if (last) {
-                wg_wait<0>();
-#pragma unroll
-                for (int i = 0; i < ACC; ++i) {
-                    reg_fence(part[i]);
-                    acc[i] += part[i];
-                }
-            }
-        };
-        prep(kb, frag[0], tails[0]);
+    };
+    if (KT > 0) prep(0, frag[0], tails[0]);
 #else
-        // Tile kt's wgmma stay in flight (wgmma.wait_group 1) while tile kt+1 is prepared and
-        // issued.
-        auto step = [&](int kt, int par) {
-            prep(kt, frag[par], tails[par]);
-            issue(kt, 0, acc, false, frag[par], tails[par]);
-            if (COPY_AT == 2) refill(kt);
-            wg_wait<1>();
-        };
+    // Tile kt's wgmma stay in flight (wgmma.wait_group 1) while tile kt+1 is prepared and issued.
+    auto step = [&](int kt, int par) {
+        prep(kt, frag[par], tails[par]);
+        issue(kt, acc, false, frag[par], tails[par]);
+        if (COPY_AT == 2) refill(kt);
+        wg_wait<1>();
+    };
 #endif
-#if !(FRESH && HALVES)
-        int kt = kb;
-        for (; kt + 1 < ke; kt += 2) {
-            step(kt, 0);
-            step(kt + 1, 1);
-        }
-        if (kt < ke) step(kt, 0);
-#endif
-        wg_wait<0>();
-#if FRESH && HALVES
-        add_half(0);
-        add_half(1);
-#endif
+    int kt = 0;
+    for (; kt + 1 < KT; kt += 2) {
+        step(kt, 0);
+        step(kt + 1, 1);
+    }
+    if (kt < KT) step(kt, 0);
+    wg_wait<0>();
 #pragma unroll
-        for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
+    for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
 
-        // Stream-K: a segment that ends its tile but does not start it hands its sum to the
-        // block that starts the tile (which works on it last, so finds it ready); that block adds
-        // it and stores the tile.
-        if (kb > 0 || ke < KT) {
-            const int slot = tile - dp_tiles;
-            float* w = ws + static_cast<long long>(slot) * ACC * THREADS + threadIdx.x;
-            if (kb > 0) {
+    // Accumulator j*4 + {0,1,2,3} of a thread: D(r, c), D(r, c+1), D(r2, c), D(r2, c+1) with
+    // c = 8 j + 2 (lane % 4), r = this warp's row + lane / 4 and r2 = r + 8, or with ROWPAIR
+    // r = this warp's row + 2 (lane / 4) and r2 = r + 1.
+    const int lane = threadIdx.x & 31;
+    const int r = m0 + row0 + (ROWPAIR ? 2 : 1) * (lane >> 2), r2 = r + (ROWPAIR ? 1 : 8);
+    const int cbase = n0 + 2 * (lane & 3);
 #pragma unroll
-                for (int i = 0; i < ACC; ++i) __stcg(w + i * THREADS, acc[i]);
-                __threadfence();
-                __syncthreads();
-                if (threadIdx.x == 0) flag_release(flags + slot, 1);
-                continue;
-            }
-            if (threadIdx.x == 0)
-                while (flag_acquire(flags + slot) == 0) __nanosleep(64);
-            __syncthreads();
-#pragma unroll
-            for (int i = 0; i < ACC; ++i) acc[i] += __ldcg(w + i * THREADS);
-            __syncthreads();
-            if (threadIdx.x == 0) flags[slot] = 0;  // ready for the next launch
-        }
-
-        // Accumulator j*4 + {0,1,2,3} of a thread: D(r, c), D(r, c+1), D(r2, c), D(r2, c+1)
-        // with c = 8 j + 2 (lane % 4), r = this warp's row + lane / 4 and r2 = r + 8, or with
-        // ROWPAIR r = this warp's row + 2 (lane / 4) and r2 = r + 1.
-        const int lane = threadIdx.x & 31;
-        const int r = m0 + row0 + (ROWPAIR ? 2 : 1) * (lane >> 2), r2 = r + (ROWPAIR ? 1 : 8);
-        const int cbase = n0 + 2 * (lane & 3);
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int c = cbase + 8 * j;
-            const bool c0 = c < N, c1 = c + 1 < N;
-            if (r < M)
-                store_pair(C, r * csm + c * csn, r * csm + (c + 1) * csn, acc[4 * j],
-                           acc[4 * j + 1], c0, c1);
-            if (r2 < M)
-                store_pair(C, r2 * csm + c * csn, r2 * csm + (c + 1) * csn, acc[4 * j + 2],
-                           acc[4 * j + 3], c0, c1);
-        }
+    for (int j = 0; j < BN / 8; ++j) {
+        const int c = cbase + 8 * j;
+        const bool c0 = c < N, c1 = c + 1 < N;
+        if (r < M)
+            store_pair(C, r * csm + c * csn, r * csm + (c + 1) * csn, acc[4 * j], acc[4 * j + 1],
+                       c0, c1);
+        if (r2 < M)
+            store_pair(C, r2 * csm + c * csn, r2 * csm + (c + 1) * csn, acc[4 * j + 2],
+                       acc[4 * j + 3], c0, c1);
     }
 }

@@ -3,11 +3,10 @@ the three layouts it takes, several sizes, and a sweep of its build parameters.
 
     PYTHONPATH=. python scripts/wgmma_probe.py [--out DIR] [--precisions tf32,3xtf32]
         [--config SUM_TILES=2,STAGES=4] [--sizes 4096,8192] [--sweep 4096,8192]
-        [--configs "SK=0;SK=1,HALVES=1"] [--once 4096]
+        [--configs "STAGES=3;STAGES=4"] [--once 4096]
 
---config sets build defines (and SK, the stream-K split: 0 off, 1 over the GPU's SMs, n > 1
-over n blocks) over the precision's WGMMA row (cuda_kernels/mma.py) for the checks and timings;
---sweep times sweep_grid()'s configurations at each size, or with --configs those configurations
+--config sets build defines over the precision's WGMMA row (cuda_kernels/mma.py) for the checks
+and timings; --sweep times sweep_grid()'s configurations at each size, or with --configs those configurations
 (each over the WGMMA row); --once only launches the first precision's kernel twice (for Nsight
 Compute's --launch-skip 1 --launch-count 1).
 
