@@ -467,9 +467,14 @@ def wgmma_build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "n
     scripts/wgmma_probe.py)."""
     from cuda_kernels._build import compile_kernel
 
-    d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group,
-         **(config or WGMMA[precision])}
-    return compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", d, layout=layout, arch=WGMMA_ARCH)
+    return compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma",
+                          _wgmma_defines(precision, a_kmajor, group, config), layout=layout,
+                          arch=WGMMA_ARCH)
+
+
+def _wgmma_defines(precision: str, a_kmajor: bool, group: int, config: dict | None) -> dict:
+    return {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group,
+            **(config or WGMMA[precision])}
 
 
 def wgmma_geometry(M: int, N: int, precision: str, a_kmajor: bool, config: dict | None = None):
@@ -553,14 +558,46 @@ def wgmma_prepare(p, precision: str, group: int = 8, config: dict | None = None)
     w = wgmma_plan(p)
     build = wgmma_build(precision, w["a_kmajor"], group, p.layout, config)
     grid, block, smem = wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"], config)
+    tails = None
+    if (config or WGMMA[precision]).get("B_TAILS"):
+        import torch
+
+        # B' tails, split by split_tails before the GEMM, in B's layout (N lines, ldb apart)
+        tails = torch.empty(max(1, (w["N"] - 1) * w["ldb"] + p.K), dtype=torch.float32,
+                            device=p.c.tensor.device)
     args = (w["Ap"], w["Bp"], p.c.tensor, np.int32(w["M"]), np.int32(w["N"]), np.int32(p.K),
-            np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]))
+            np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]),
+            tails if tails is not None else np.uint64(0))
     launch = launcher(build, grid, block, args, smem)
+    if tails is not None:
+        split = _tails_launcher(w, p.K, tails,
+                                _wgmma_defines(precision, w["a_kmajor"], group, config), p.layout)
+        gemm = launch
+
+        def launch():
+            split()
+            gemm()
+        launch.parts = {"split": split, "gemm": gemm}
     launch.build = build
     cfg = {"wgmma": 1, "group": group}
     launch.config = cfg
     launch.resources = {**resources(build, grid, block, smem), "params": config_text(cfg)}
     return launch
+
+
+def _tails_launcher(w: dict, K: int, tails, defines: dict, layout: str):
+    """The launch of mma_wgmma.cu's split_tails over B' (wgmma_plan()'s Bp: w["N"] lines of K,
+    w["ldb"] apart) into `tails`, built with the GEMM's defines."""
+    import numpy as np
+
+    from cuda_kernels._build import compile_kernel, launcher
+
+    build = compile_kernel("mma_wgmma.cu", "split_tails", defines, layout=layout,
+                           arch=WGMMA_ARCH)
+    chunks = w["N"] * cdiv(K, 4)
+    grid = (max(1, min(cdiv(chunks, 256), 132 * 16)), 1, 1)
+    return launcher(build, grid, (256, 1, 1),
+                    (w["Bp"], tails, np.int32(w["N"]), np.int32(K), np.int32(w["ldb"])))
 
 
 @entry("mma", "cuda")

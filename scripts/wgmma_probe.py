@@ -206,8 +206,10 @@ def main(argv=None) -> int:
                     torch.cuda.synchronize()
                     err = rel_err(torch, C, A, B) if s <= 4096 else float("nan")
                     t = bench(fn)
+                    parts = {f"{k}_ms": bench(f) for k, f in getattr(fn, "parts", {}).items()}
                     record(kind="sweep", prec=prec, size=s, cfg=describe_cfg(cfg), ms=t,
-                           pct=100 * tc / t, err=err, regs=bld.registers, spill=bld.spill_bytes)
+                           pct=100 * tc / t, err=err, regs=bld.registers, spill=bld.spill_bytes,
+                           **parts)
                 except Exception as exc:  # noqa: BLE001
                     record(kind="sweep", prec=prec, size=s, cfg=describe_cfg(cfg),
                            error=str(exc)[:200])
