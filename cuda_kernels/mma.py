@@ -401,20 +401,22 @@ def variant_flags(p) -> dict:
 # ------------------------------------------------------------------------------------ wgmma
 
 # The Hopper kernel (mma_wgmma.cu) per precision: warpgroups (BM = 64 per warpgroup), BN, ring
-# depth, where each tile's copy goes out (COPY_AT) and, for 3xTF32, how many tiles one fresh sum
-# spans (SUM_TILES). Chosen by scripts/wgmma_probe.py's sweeps on the H100 at 4096^3 and 8192^3
-# (results/2026-11-23-h100/29-wgmma-probe.log, 30-wgmma-probe-copier.log, 33-*, 34-*): 128 x 256
-# tiles, four slots (two tiles in flight); 3xTF32, whose two B tiles per slot and fresh sums fit
-# a 128 x 128 tile, prepares tile kt+1 before it waits for tile kt, and sums each pair of tiles
-# afresh: 190% / 187% of cuBLAS fp32 at 4096^3 / 8192^3 against 183% / 177% with a fresh sum
-# per tile (39-wgmma-probe-rowpair.log), for a relative error of 4.9e-7 against 3.2e-7 (cuBLAS
-# fp32: 1.1e-6). No fresh sum at all (the tensor core's own accumulation over all of K) was a
-# few percent faster still, at 2.9e-5: 25x cuBLAS fp32's error.
+# depth, where each tile's copy goes out (COPY_AT), whether A' fragments are loaded before that
+# copy (LOAD_FIRST) and, for 3xTF32, how many tiles one fresh sum spans (SUM_TILES). Chosen by
+# scripts/wgmma_probe.py's sweeps on the H100 at 4096^3 and 8192^3
+# (results/2026-11-23-h100/29-wgmma-probe.log, 30-wgmma-probe-copier.log, 33-*, 34-*, 45-*):
+# 128 x 256 tiles, four slots (two tiles in flight); 3xTF32, whose two B tiles per slot and fresh
+# sums fit a 128 x 128 tile, prepares tile kt+1 before it waits for tile kt, and sums each pair
+# of tiles afresh: 190% / 187% of cuBLAS fp32 at 4096^3 / 8192^3 against 183% / 177% with a
+# fresh sum per tile (39-wgmma-probe-rowpair.log), for a relative error of 4.9e-7 against 3.2e-7
+# (cuBLAS fp32: 1.1e-6). No fresh sum at all (the tensor core's own accumulation over all of K)
+# was a few percent faster still, at 2.9e-5: 25x cuBLAS fp32's error. LOAD_FIRST=1 is 1-4%
+# faster for 3xTF32 and 3-6% slower for the others (45-wgmma-probe-grouped-loads.log).
 WGMMA = {
-    "tf32": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
-    "3xtf32": dict(WGS=2, BN=128, STAGES=4, COPY_AT=0, SUM_TILES=2),
-    "bf16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
-    "fp16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0),
+    "tf32": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0, LOAD_FIRST=0),
+    "3xtf32": dict(WGS=2, BN=128, STAGES=4, COPY_AT=0, LOAD_FIRST=1, SUM_TILES=2),
+    "bf16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0, LOAD_FIRST=0),
+    "fp16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0, LOAD_FIRST=0),
 }
 WGMMA_ARCH = "sm_90a"
 
@@ -467,14 +469,9 @@ def wgmma_build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "n
     scripts/wgmma_probe.py)."""
     from cuda_kernels._build import compile_kernel
 
-    return compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma",
-                          _wgmma_defines(precision, a_kmajor, group, config), layout=layout,
-                          arch=WGMMA_ARCH)
-
-
-def _wgmma_defines(precision: str, a_kmajor: bool, group: int, config: dict | None) -> dict:
-    return {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group,
-            **(config or WGMMA[precision])}
+    d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group,
+         **(config or WGMMA[precision])}
+    return compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", d, layout=layout, arch=WGMMA_ARCH)
 
 
 def wgmma_geometry(M: int, N: int, precision: str, a_kmajor: bool, config: dict | None = None):
@@ -558,46 +555,14 @@ def wgmma_prepare(p, precision: str, group: int = 8, config: dict | None = None)
     w = wgmma_plan(p)
     build = wgmma_build(precision, w["a_kmajor"], group, p.layout, config)
     grid, block, smem = wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"], config)
-    tails = None
-    if (config or WGMMA[precision]).get("B_TAILS"):
-        import torch
-
-        # B' tails, split by split_tails before the GEMM, in B's layout (N lines, ldb apart)
-        tails = torch.empty(max(1, (w["N"] - 1) * w["ldb"] + p.K), dtype=torch.float32,
-                            device=p.c.tensor.device)
     args = (w["Ap"], w["Bp"], p.c.tensor, np.int32(w["M"]), np.int32(w["N"]), np.int32(p.K),
-            np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]),
-            tails if tails is not None else np.uint64(0))
+            np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]))
     launch = launcher(build, grid, block, args, smem)
-    if tails is not None:
-        split = _tails_launcher(w, p.K, tails,
-                                _wgmma_defines(precision, w["a_kmajor"], group, config), p.layout)
-        gemm = launch
-
-        def launch():
-            split()
-            gemm()
-        launch.parts = {"split": split, "gemm": gemm}
     launch.build = build
     cfg = {"wgmma": 1, "group": group}
     launch.config = cfg
     launch.resources = {**resources(build, grid, block, smem), "params": config_text(cfg)}
     return launch
-
-
-def _tails_launcher(w: dict, K: int, tails, defines: dict, layout: str):
-    """The launch of mma_wgmma.cu's split_tails over B' (wgmma_plan()'s Bp: w["N"] lines of K,
-    w["ldb"] apart) into `tails`, built with the GEMM's defines."""
-    import numpy as np
-
-    from cuda_kernels._build import compile_kernel, launcher
-
-    build = compile_kernel("mma_wgmma.cu", "split_tails", defines, layout=layout,
-                           arch=WGMMA_ARCH)
-    chunks = w["N"] * cdiv(K, 4)
-    grid = (max(1, min(cdiv(chunks, 256), 132 * 16)), 1, 1)
-    return launcher(build, grid, (256, 1, 1),
-                    (w["Bp"], tails, np.int32(w["N"]), np.int32(K), np.int32(w["ldb"])))
 
 
 @entry("mma", "cuda")

@@ -25,7 +25,10 @@
 // tile kt-2's slot. A' fragments alternate between two register sets by tile parity for the same
 // reason: wgmma reads its register operand asynchronously. 3xTF32 with fresh sums (SUM_TILES 1 or
 // 2) waits for all of a sum's wgmma before adding it, so it prepares tile kt+1 between issuing
-// tile kt's wgmma and that wait.
+// tile kt's wgmma and that wait. Preparing a tile is a chain of waits (copy landed, B' split,
+// barrier, A' loads) that the tile's wgmma must cover, so each step issues all its shared-memory
+// loads before using the first (prepare_b), and LOAD_FIRST=1 issues the A' loads before the next
+// tile's copy (faster for 3xTF32, slower for the rest: results/2026-11-23-h100/45-*).
 //
 // Precision: PREC_TF32 (A' rounded to nearest TF32 in registers; B' read by the tensor core as it
 // lies in shared memory, which ignores its low 13 bits: truncation), PREC_3XTF32 (both
@@ -65,14 +68,9 @@
 #define GROUP 8
 #endif
 #ifndef LOAD_FIRST
-#define LOAD_FIRST 1
+#define LOAD_FIRST 0
 #endif
-#ifndef B_TAILS
-#define B_TAILS 0
-#endif
-#if B_TAILS && !defined(PREC_3XTF32)
-#error "B_TAILS is a 3xTF32 option (B' tails split beforehand)"
-#endif
+
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -158,12 +156,6 @@ __device__ __forceinline__ u32 tf32_rn(u32 x) {
     return r;
 }
 
-// What the TF32 head trunc(x) (x with its low 13 bits cleared) leaves, rounded to TF32.
-__device__ __forceinline__ float tail_of(float x) {
-    const float h = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
-    return __uint_as_float(tf32_rn(__float_as_uint(x - h)));
-}
-
 // Shared-memory matrix descriptor of a K-major, 128-byte-swizzled tile: start address, leading
 // byte offset (unused by this layout; 1 by convention), stride byte offset 1024 (from one group of
 // 8 lines to the next), layout type 1 (128-byte swizzle) in bits 62-63.
@@ -226,14 +218,12 @@ struct KCopier {
             p[i] = x < xlim ? base + static_cast<long long>(x) * ld + kc : base;
         }
     }
-    // `delta`: bytes from the operand to a second array of the same layout (B' tails).
-    __device__ __forceinline__ void copy(u32 tile, int k0, int K, long long delta = 0) const {
+    __device__ __forceinline__ void copy(u32 tile, int k0, int K) const {
         if (k0 + BK <= K) {
 #pragma unroll
             for (int i = 0; i < COUNT; ++i)
                 if (i < FULL || mine)
-                    cp16(tile + dst + i * LPP * PITCH, at(p[i] + k0, delta),
-                         (inside >> i) & 1 ? 16 : 0);
+                    cp16(tile + dst + i * LPP * PITCH, p[i] + k0, (inside >> i) & 1 ? 16 : 0);
         } else {
             int bytes = (K - k0 - kc) * ELEM;
             bytes = bytes < 0 ? 0 : (bytes > 16 ? 16 : bytes);
@@ -241,13 +231,9 @@ struct KCopier {
             for (int i = 0; i < COUNT; ++i) {
                 const bool ok = ((inside >> i) & 1) && bytes > 0;
                 if (i < FULL || mine)
-                    cp16(tile + dst + i * LPP * PITCH, at(ok ? p[i] + k0 : p[i], delta),
-                         ok ? bytes : 0);
+                    cp16(tile + dst + i * LPP * PITCH, ok ? p[i] + k0 : p[i], ok ? bytes : 0);
             }
         }
-    }
-    static __device__ __forceinline__ const void* at(const elem_t* q, long long delta) {
-        return reinterpret_cast<const char*>(q) + delta;
     }
 };
 
@@ -291,7 +277,7 @@ struct MCopier {
 // visible to it after cp.async.wait_group): the TF32 head over each element, the tail to the tail
 // tile.
 __device__ __forceinline__ void prepare_b(u32 slot) {
-#if SPLIT && !B_TAILS
+#if SPLIT
     constexpr int CHUNKS = BN * 8, PER = (CHUNKS + THREADS - 1) / THREADS;
     // All of this thread's loads go out before the first split, so their latencies overlap.
     u32 x[PER][4], off[PER];
@@ -378,7 +364,7 @@ __device__ __forceinline__ void store_pair(elem_t* C, long long o0, long long o1
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     matmul_mma_wgmma(const elem_t* __restrict__ Ap, const elem_t* __restrict__ Bp,
                      elem_t* __restrict__ C, int M, int N, int K, int lda, int ldb, long long csm,
-                     long long csn, const elem_t* __restrict__ Tp) {
+                     long long csn) {
     extern __shared__ unsigned char smem_raw[];
     const u32 smem = (smem_u32(smem_raw) + 1023) & ~1023u;
 
@@ -405,10 +391,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const MCopier ca(Ap, lda, m0, M);
 #endif
     constexpr u32 A_AT = B_BYTES * (1 + SPLIT);  // A' tile's offset in a slot
-    // B_TAILS: B' tails, split beforehand (split_tails), lie at Tp in B's layout.
-    const long long tdelta = B_TAILS ? reinterpret_cast<const char*>(Tp) -
-                                           reinterpret_cast<const char*>(Bp)
-                                     : 0;
 
     float acc[ACC];
 #pragma unroll
@@ -432,7 +414,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (s < KT) {
             const u32 slot = smem + s * SLOT;
             cb.copy(slot, s * BK, K);
-            if (B_TAILS) cb.copy(slot + B_BYTES, s * BK, K, tdelta);
             ca.copy(slot + A_AT, s * BK, K);
         }
         cp_commit();
@@ -443,7 +424,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (nk < KT) {
             const u32 ns = smem + (nk % STAGES) * SLOT;
             cb.copy(ns, nk * BK, K);
-            if (B_TAILS) cb.copy(ns + B_BYTES, nk * BK, K, tdelta);
             ca.copy(ns + A_AT, nk * BK, K);
         }
         cp_commit();
@@ -552,30 +532,5 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (r2 < M)
             store_pair(C, r2 * csm + c * csn, r2 * csm + (c + 1) * csn, acc[4 * j + 2],
                        acc[4 * j + 3], c0, c1);
-    }
-}
-
-// 3xTF32 with B_TAILS: the tails of B' (its N' lines of K, ldb apart), split once before the GEMM
-// instead of in every block that reads the tile: T = rn_tf32(x - trunc_tf32(x)). The heads stay
-// the values themselves, which the tensor core reads truncated to TF32.
-extern "C" __global__ void __launch_bounds__(256)
-    split_tails(const float* __restrict__ Bp, float* __restrict__ T, int lines, int K, int ldb) {
-    const int chunks = (K + 3) / 4;
-    const long long total = static_cast<long long>(lines) * chunks;
-    for (long long q = blockIdx.x * 256LL + threadIdx.x; q < total; q += 256LL * gridDim.x) {
-        const long long line = q / chunks;
-        const int k = static_cast<int>(q - line * chunks) * 4;
-        const long long o = line * ldb + k;
-        if (k + 4 <= K) {
-            const float4 x = *reinterpret_cast<const float4*>(Bp + o);
-            float4 t;
-            t.x = tail_of(x.x);
-            t.y = tail_of(x.y);
-            t.z = tail_of(x.z);
-            t.w = tail_of(x.w);
-            *reinterpret_cast<float4*>(T + o) = t;
-        } else {
-            for (int j = 0; k + j < K; ++j) T[o + j] = tail_of(Bp[o + j]);
-        }
     }
 }

@@ -38,9 +38,9 @@ def operands(torch, M, N, K, layout, dtype, gen):
 
 def config(bn, wgs, stages, copy_at=0, sum_tiles=None) -> dict:
     """Build defines of mma_wgmma.cu beyond the precision, layout and group (SUM_TILES: 3xTF32
-    only)."""
+    only, which also loads its A' fragments before each tile's copy, as its WGMMA row does)."""
     c = {"WGS": wgs, "BN": bn, "STAGES": stages, "COPY_AT": copy_at}
-    return c if sum_tiles is None else {**c, "SUM_TILES": sum_tiles}
+    return c if sum_tiles is None else {**c, "LOAD_FIRST": 1, "SUM_TILES": sum_tiles}
 
 
 def describe_cfg(cfg: dict) -> str:
@@ -206,10 +206,8 @@ def main(argv=None) -> int:
                     torch.cuda.synchronize()
                     err = rel_err(torch, C, A, B) if s <= 4096 else float("nan")
                     t = bench(fn)
-                    parts = {f"{k}_ms": bench(f) for k, f in getattr(fn, "parts", {}).items()}
                     record(kind="sweep", prec=prec, size=s, cfg=describe_cfg(cfg), ms=t,
-                           pct=100 * tc / t, err=err, regs=bld.registers, spill=bld.spill_bytes,
-                           **parts)
+                           pct=100 * tc / t, err=err, regs=bld.registers, spill=bld.spill_bytes)
                 except Exception as exc:  # noqa: BLE001
                     record(kind="sweep", prec=prec, size=s, cfg=describe_cfg(cfg),
                            error=str(exc)[:200])

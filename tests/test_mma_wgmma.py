@@ -93,7 +93,7 @@ VARIANTS = [
     ("3xtf32", dict(WGS=2, BN=128, STAGES=4, COPY_AT=2, SUM_TILES=2)),
     ("3xtf32", dict(WGS=2, BN=64, STAGES=3, COPY_AT=0, SUM_TILES=1)),
     ("bf16", dict(WGS=3, BN=128, STAGES=4, COPY_AT=0)),
-    ("tf32", dict(WGS=2, BN=192, STAGES=4, COPY_AT=2)),
+    ("tf32", dict(WGS=2, BN=192, STAGES=4, COPY_AT=2, LOAD_FIRST=1)),
     ("fp16", dict(WGS=3, BN=192, STAGES=3, COPY_AT=0)),
     ("tf32", dict(WGS=1, BN=64, STAGES=3, COPY_AT=0)),
 ]
