@@ -70,7 +70,9 @@
 #ifndef LOAD_FIRST
 #define LOAD_FIRST 0
 #endif
-
+#if LOAD_FIRST != 0 && LOAD_FIRST != 1
+#error "LOAD_FIRST must be 0 (A' loads after the next tile's copy) or 1 (before it)"
+#endif
 
 typedef unsigned int u32;
 typedef unsigned long long u64;

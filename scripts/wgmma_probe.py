@@ -6,9 +6,9 @@ the three layouts it takes, several sizes, and a sweep of its build parameters.
         [--configs "STAGES=3;STAGES=4"] [--once 4096]
 
 --config sets build defines over the precision's WGMMA row (cuda_kernels/mma.py) for the checks
-and timings; --sweep times sweep_grid()'s configurations at each size, or with --configs those configurations
-(each over the WGMMA row); --once only launches the first precision's kernel twice (for Nsight
-Compute's --launch-skip 1 --launch-count 1).
+and timings; --sweep times sweep_grid()'s configurations at each size, or with --configs those
+configurations (each over the WGMMA row); --once only launches the first precision's kernel
+twice (for Nsight Compute's --launch-skip 1 --launch-count 1).
 
 Needs an sm_90 GPU (H100, H200). Prints one line per check and per timing; with --out it also
 writes probe.csv there. Each row's error is ||C - ref|| / ||ref|| against float64 of the inputs the

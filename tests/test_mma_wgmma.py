@@ -20,6 +20,7 @@ where it can, mma.sync where it cannot).
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -132,6 +133,19 @@ def test_wgmma_source_refuses_plain_sm_90_and_bad_defines_with_the_compiler_log(
     with pytest.raises(CompileError, match="SUM_TILES must be 0"):
         compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", {"PREC_3XTF32": 1, "SUM_TILES": 3},
                        arch="sm_90a")
+    with pytest.raises(CompileError, match="LOAD_FIRST must be 0"):
+        compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", {"PREC_3XTF32": 1, "LOAD_FIRST": 2},
+                       arch="sm_90a")
+
+
+def test_wgmma_probe_refuses_a_malformed_configs_list_before_any_gpu_work():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "wgmma_probe.py"), "--precisions",
+                        "3xtf32", "--sweep", "4096", "--configs", "STAGES=3;STAGES=four"],
+                       capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode != 0
+    assert "KEY=INTEGER" in r.stderr and "STAGES=four" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
 
 
 def _problem(layout, M=40, N=24, K=56, dtype=torch.float32, c=None):
