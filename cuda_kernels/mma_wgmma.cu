@@ -70,12 +70,6 @@
 #ifndef LOAD_FIRST
 #define LOAD_FIRST 0
 #endif
-#ifndef EARLY_SPLIT
-#define EARLY_SPLIT 0
-#endif
-#if EARLY_SPLIT && !(defined(PREC_3XTF32) && SUM_TILES > 0 && COPY_AT == 0)
-#error "EARLY_SPLIT needs 3xTF32 with fresh sums (SUM_TILES 1 or 2) and COPY_AT=0"
-#endif
 #if LOAD_FIRST != 0 && LOAD_FIRST != 1
 #error "LOAD_FIRST must be 0 (A' loads after the next tile's copy) or 1 (before it)"
 #endif
@@ -415,7 +409,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // tile, one tile more in flight, measured no faster: results/2026-11-23-h100/29-wgmma-probe.log.)
     // 3xTF32 with fresh sums over two tiles leaves a tile's wgmma unwaited one tile longer, so one
     // tile fewer is in flight.
-    constexpr int AHEAD = STAGES - 2 - (FRESH && SUM_TILES == 2 && !EARLY_SPLIT ? 1 : 0);
+    constexpr int AHEAD = STAGES - 2 - (FRESH && SUM_TILES == 2 ? 1 : 0);
     static_assert(AHEAD >= 1, "SUM_TILES=2 needs STAGES >= 4");
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
@@ -440,19 +434,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // the barrier, A' fragments loaded (and rounded or split).
     auto prep = [&](int kt, u32(&f)[NSTEP][4], u32(&lo)[NSTEP][4]) {
         const u32 slot = smem + (kt % STAGES) * SLOT;
-        if (!EARLY_SPLIT) {
-            cp_wait<AHEAD - 1>();
-            prepare_b(slot);
-        }
+        cp_wait<AHEAD - 1>();
+        prepare_b(slot);
         fence_async_smem();
         __syncthreads();
         if (LOAD_FIRST) load_frags(slot + A_AT, row0, f);  // its latency overlaps the refill
         if (COPY_AT == 0) refill(kt);
         if (!LOAD_FIRST) load_frags(slot + A_AT, row0, f);
-        if (EARLY_SPLIT && kt + 1 < KT) {  // tile kt+1's copy landed: split it now, so that its
-            cp_wait<AHEAD - 1>();          // stores are done before its own barrier comes
-            prepare_b(smem + ((kt + 1) % STAGES) * SLOT);
-        }
 #pragma unroll
         for (int s = 0; s < NSTEP; ++s)
 #pragma unroll
@@ -500,7 +488,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         const bool last = kt % SUM_TILES == SUM_TILES - 1 || kt == KT - 1;
         issue(kt, part, first, frag[par], tails[par]);
         if (COPY_AT == 2) refill(kt);
-        if (EARLY_SPLIT) wg_wait<1>();  // tile kt-1 done: its slot and registers are free
         if (kt + 1 < KT) prep(kt + 1, frag[par ^ 1], tails[par ^ 1]);
         if (last) {
             wg_wait<0>();
@@ -511,10 +498,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
         }
     };
-    if (EARLY_SPLIT && KT > 0) {
-        cp_wait<AHEAD - 1>();
-        prepare_b(smem);
-    }
     if (KT > 0) prep(0, frag[0], tails[0]);
 #else
     // Tile kt's wgmma stay in flight (wgmma.wait_group 1) while tile kt+1 is prepared and issued.
