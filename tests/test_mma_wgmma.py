@@ -7,8 +7,8 @@ maps each layout to the kernel's D = A' B' (swap or not, strides of C); the wgmm
 checks (values, next to tile parameters, layout tn, unaligned lines) give one sentence each; the
 CPU mode reports the wgmma build's resources.
 
-The build options that scripts/wgmma_probe.py sweeps (SUM_TILES, three warpgroups, 192-column
-tiles, one warpgroup) compile without spills to HGMMA of their width.
+The build options that scripts/wgmma_probe.py sweeps (SUM_TILES, LOAD_FIRST, three warpgroups,
+192-column tiles, one warpgroup) compile without spills to HGMMA of their width.
 
 GPU (marked `gpu`; sm_90 only): every precision x layout at aligned and edge sizes with K, M and N
 not multiples of the tiles (sliced views keep the lines 16-byte aligned), through the stage's
@@ -88,7 +88,8 @@ def test_wgmma_builds_compile_without_spills_and_issue_hgmma(precision, layout):
 
 # Build options that scripts/wgmma_probe.py sweeps beyond the WGMMA rows the launcher uses: 3xTF32
 # summed straight in the tensor core (SUM_TILES=0) or afresh over two tiles, three warpgroups
-# (copy rounds that do not divide the tile evenly), 192-column tiles, one warpgroup.
+# (copy rounds that do not divide the tile evenly), 192-column tiles, one warpgroup; 3xTF32 with
+# LOAD_FIRST=0 and TF32 with LOAD_FIRST=1 (the other way round from their WGMMA rows).
 VARIANTS = [
     ("3xtf32", dict(WGS=2, BN=128, STAGES=4, COPY_AT=0, SUM_TILES=0)),
     ("3xtf32", dict(WGS=2, BN=128, STAGES=4, COPY_AT=2, SUM_TILES=2)),
