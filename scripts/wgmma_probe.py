@@ -59,7 +59,8 @@ def parse_cfg(text: str, prec: str) -> dict | None:
         try:
             cfg[k.strip()] = int(v)
         except ValueError:
-            raise SystemExit(f"--config takes KEY=INTEGER items separated by commas, not {item!r}")
+            raise SystemExit(f"--config and --configs take KEY=INTEGER items separated by commas, "
+                             f"not {item!r}")
     return cfg
 
 
