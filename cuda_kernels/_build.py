@@ -4,8 +4,9 @@ Shared by every CUDA launcher. Compilation needs no GPU (NVRTC is a library), so
 the lab and the CPU tests use `compile_kernel` alone; `launcher` is the only part that needs a GPU.
 
 Compile-time parameters (tile sizes, switches) arrive as `-DNAME=value` defines, so one .cu file
-serves every variant of a stage, and each distinct (source, defines, options, arch) is compiled once
-per process.
+serves every variant of a stage. Each distinct (source, defines, options, arch) is compiled once per
+process, and its cubin and ptxas report are kept on disk by content (cuda_kernels/_cache.py), so
+another process, test file or command gets them without compiling again.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.errors import CompileError, LabError
+
+from cuda_kernels import _cache
 
 KERNEL_DIR = Path(__file__).resolve().parent
 # Without a GPU, compile for sm_90: the NVIDIA H100 80GB HBM3 that results/ were measured on.
@@ -130,8 +133,16 @@ def nvrtc_compile(source: str, options: tuple[str, ...], output: str = "cubin") 
     path = KERNEL_DIR / source
     try:
         code = path.read_bytes()
+        # the on-disk cache's key: this source, every header it includes, the options (the
+        # checkout's own path left out) and the compiler's version (cuda_kernels/_cache.py)
+        key = _cache.digest("nvrtc", output, "%d.%d" % nvrtc_version(),
+                            *(o.replace(str(KERNEL_DIR), "<kernels>") for o in options),
+                            *_cache.closure_parts(path, (KERNEL_DIR,)))
     except OSError as exc:
         raise LabError(f"cannot read CUDA source {path}: {exc.strerror}") from exc
+    hit = _cache.load("nvrtc", key, (output, "log"))
+    if hit is not None:
+        return hit[output], hit["log"].decode()
     get_size, get = {"cubin": (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN),
                      "ptx": (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)}[output]
     prog = _check(nvrtc.nvrtcCreateProgram(code, source.encode(), 0, [], []), "nvrtcCreateProgram")
@@ -148,6 +159,7 @@ def nvrtc_compile(source: str, options: tuple[str, ...], output: str = "cubin") 
         _check(get(prog, buf), f"get {output}")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+    _cache.store("nvrtc", key, {output: bytes(buf), "log": log.encode()})
     return bytes(buf), log
 
 

@@ -1,5 +1,13 @@
-"""Test set-up: without a GPU, Triton kernels must run under the interpreter, and the switch has to
-be on before any @triton.jit kernel module is imported."""
+"""Test set-up shared by every test file.
+
+- Without a GPU, Triton kernels must run under the interpreter, and the switch has to be on before
+  any @triton.jit kernel module is imported.
+- Tiers: `pytest -m fast` runs the fast tier (the harness, registry, table, checks, occupancy,
+  plots and docs: no CUDA or g++ compile, no Triton kernel beyond a few tiny shapes), under two
+  minutes on a 2-core machine; `pytest` runs everything; `pytest -m gpu` the GPU tests.
+  A test file joins the fast tier by its name in FAST_FILES below (its tests are all fast), a
+  single test by `@pytest.mark.fast`.
+"""
 
 import os
 
@@ -10,8 +18,20 @@ HAS_GPU = torch.cuda.is_available()
 if not HAS_GPU:
     os.environ["TRITON_INTERPRET"] = "1"
 
+# Whole files in the fast tier. Keep every file here fast from a cold build cache: none of them
+# compiles a CUDA kernel, builds with g++ or starts a `python -m lab...` subprocess.
+FAST_FILES = frozenset({
+    "test_registry.py", "test_harness.py", "test_table.py", "test_check_k.py",
+    "test_docs_words.py", "test_occupancy.py", "test_conditions.py", "test_precision.py",
+    "test_realign.py", "test_plot.py", "test_build_cache.py",
+})
+
 
 def pytest_collection_modifyitems(config, items):
+    fast = pytest.mark.fast
+    for item in items:
+        if item.path.name in FAST_FILES:
+            item.add_marker(fast)
     if HAS_GPU:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -27,16 +27,35 @@ threads still read, puts NaN into C. Copies must be 4, 8 or 16 bytes, aligned to
 both sides (as on the GPU), and src_bytes at most the copy size.
 
     run(build, grid, block, M, N, K, lda, ldb, ldc, smem_dynamic=None) -> (ok, output)
+
+Every g++ build of the tests goes through `compile_async` (this module's Emulator, and the tests
+with a main() of their own): at most as many compiles run at once as there are cores, and each
+executable is kept in the on-disk build cache (cuda_kernels/_cache.py) under a key made of the
+compiler's version, its flags and the preprocessed source (so every header and define counts, and
+no path does). A second test run, or a second test file building the same kernel, compiles nothing.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 KERNELS = Path(__file__).resolve().parent.parent / "cuda_kernels"
+sys.path.insert(0, str(KERNELS.parent))
+from cuda_kernels import _cache  # noqa: E402
+
+# The flags of the emulated kernels: AddressSanitizer and UBSan, stop at the first finding.
+SANITIZE = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+# g++ builds run on this pool: at most one per core (an unbounded start of every build at once
+# put 35 g++ processes on 2 cores).
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1),
+                                              thread_name_prefix="g++")
 
 EMULATOR = r"""
 #include <algorithm>
@@ -176,6 +195,48 @@ def compiler() -> str | None:
     return shutil.which("g++") or shutil.which("clang++")
 
 
+@functools.lru_cache(maxsize=None)
+def compiler_version() -> str:
+    cxx = compiler()
+    return subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout if cxx else ""
+
+
+def compile_async(main: Path, exe: Path, defines: dict | None = None, flags=SANITIZE,
+                  include: Path = KERNELS) -> concurrent.futures.Future:
+    """Compile `main` (a .cpp that may #include KERNEL_FILE and other files named by `defines`)
+    into an executable, on the shared pool; the future's result is the executable's path (in the
+    build cache when it is on, else `exe`). A failed compile raises AssertionError with g++'s log.
+    """
+    cxx = compiler()
+    cmd = [cxx, "-std=c++20", "-pthread", "-Wno-unknown-pragmas", *flags, f"-I{include}",
+           *(f"-D{k}={v}" for k, v in (defines or {}).items())]
+
+    def job() -> Path:
+        pre = subprocess.run([*cmd, "-E", "-P", str(main)], capture_output=True)
+        if pre.returncode:
+            raise AssertionError(f"{cxx} could not preprocess {main}:\n"
+                                 + pre.stderr.decode(errors="replace")[-3000:])
+        key = _cache.digest("g++", compiler_version(), *flags, pre.stdout)
+        folder = _cache.entry("emulator", key)
+        if folder is not None and (folder / "exe").is_file():
+            return folder / "exe"
+        out = subprocess.run([*cmd, str(main), "-o", str(exe)], capture_output=True, text=True)
+        if out.returncode:
+            raise AssertionError(f"{cxx} could not compile {main.name} with "
+                                 f"{' '.join(cmd[4:])}:\n" + out.stderr[-3000:])
+        folder = _cache.store("emulator", key, {"exe": exe.read_bytes()}, executable=("exe",))
+        return folder / "exe" if folder is not None else exe
+
+    return _POOL.submit(job)
+
+
+def prelude() -> str:
+    """EMULATOR up to its `#include KERNEL_FILE`: for tests that bring their own main()."""
+    head, sep, _ = EMULATOR.partition("#include KERNEL_FILE")
+    assert sep, "EMULATOR has no '#include KERNEL_FILE' to cut at"
+    return head
+
+
 _EXTERN_SHARED = re.compile(
     r"extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s*)?(\w+)\s+(\w+)\s*\[\s*\]\s*;")
 
@@ -220,25 +281,13 @@ class Emulator:
         if rewritten is not None:  # dynamic shared memory: compile a rewritten copy
             source = self.root / f"{exe.name}_{Path(build.source).name}"
             source.write_text(rewritten)
-        cmd = [self.cxx, "-std=c++20", "-O1", "-g", "-pthread", "-Wno-unknown-pragmas",
-               "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KERNELS}",
-               f'-DKERNEL_FILE="{source}"', f"-DKERNEL_NAME={build.kernel}",
-               *(f"-D{k}={v}" for k, v in defines_of(build).items()),
-               str(self.root / "emulator.cpp"), "-o", str(exe)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.exes[key] = (exe, proc, None)
+        defines = {"KERNEL_FILE": f'"{source}"', "KERNEL_NAME": build.kernel,
+                   **defines_of(build)}
+        self.exes[key] = compile_async(self.root / "emulator.cpp", exe, defines)
         return key
 
     def executable(self, build) -> Path:
-        key = self.start(build)
-        exe, proc, err = self.exes[key]
-        if proc is not None:
-            _, err = proc.communicate()
-            self.exes[key] = (exe, None, err if proc.returncode else "")
-        if err:
-            raise AssertionError(f"{self.cxx} could not compile {build.source} for the emulator:\n"
-                                 + err[-3000:])
-        return exe
+        return self.exes[self.start(build)].result()
 
     def run(self, build, grid, block, M, N, K, lda, ldb, ldc,
             smem_dynamic: int | None = None) -> tuple[bool, str]:

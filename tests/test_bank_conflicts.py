@@ -329,7 +329,7 @@ def offsets_of(tmp_path_factory):
     """{case: (as_off, bs_off, split mismatches, array sizes, build)}: g++ builds of the .cu."""
     import concurrent.futures
 
-    from cuda_emulator import EMULATOR, KERNELS, compiler, defines_of
+    from cuda_emulator import EMULATOR, compile_async, compiler, defines_of
 
     from cuda_kernels import bank_conflicts
 
@@ -345,11 +345,8 @@ def offsets_of(tmp_path_factory):
         cfg, fix, layout = case
         build = bank_conflicts.build(BM=cfg.BM, BN=cfg.BN, BK=cfg.BK, TM=cfg.TM, TN=cfg.TN,
                                      fix=fix, layout=layout)
-        exe = root / f"offsets_{i}"
-        subprocess.run([cxx, "-std=c++20", "-O0", "-pthread", "-Wno-unknown-pragmas",
-                        f"-I{KERNELS}", *(f"-D{k}={v}" for k, v in defines_of(build).items()),
-                        str(main), "-o", str(exe)], check=True, capture_output=True, text=True)
-        lines = subprocess.run([str(exe)], check=True, capture_output=True,
+        exe = compile_async(main, root / f"offsets_{i}", defines_of(build), flags=("-O0",))
+        lines = subprocess.run([str(exe.result())], check=True, capture_output=True,
                                text=True).stdout.split("\n")
         na, nb = cfg.BK * cfg.BM, cfg.BK * cfg.BN
         tail = lines[na + nb].split()

@@ -28,7 +28,6 @@ offset (unaligned) views, and a few tile variants; 3xTF32 at fp32-level error, T
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -227,11 +226,7 @@ class MmaEmulator:
 
         self.ce = ce
         self.root = root
-        self.cxx = ce.compiler()
-        head, sep, _ = ce.EMULATOR.partition("#include KERNEL_FILE")
-        if not sep:
-            pytest.skip("tests/cuda_emulator.py's prelude has no '#include KERNEL_FILE' to cut at")
-        (root / "mma_emulator.cpp").write_text(head + MAIN)
+        (root / "mma_emulator.cpp").write_text(ce.prelude() + MAIN)
         self.exes: dict = {}
 
     def start(self, build, source: Path | None = None):
@@ -243,23 +238,12 @@ class MmaEmulator:
         exe = self.root / f"mma_{len(self.exes)}"
         src = self.root / f"{exe.name}.cu"
         src.write_text(ce.emulated_source(source or ce.KERNELS / build.source))
-        cmd = [self.cxx, "-std=c++20", "-O1", "-g", "-pthread", "-Wno-unknown-pragmas",
-               "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{ce.KERNELS}",
-               f'-DKERNEL_FILE="{src}"', *(f"-D{k}={v}" for k, v in ce.defines_of(build).items()),
-               str(self.root / "mma_emulator.cpp"), "-o", str(exe)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.exes[key] = (exe, proc, None)
+        self.exes[key] = ce.compile_async(self.root / "mma_emulator.cpp", exe,
+                                          {"KERNEL_FILE": f'"{src}"', **ce.defines_of(build)})
         return key
 
     def executable(self, build, source: Path | None = None) -> Path:
-        key = self.start(build, source)
-        exe, proc, err = self.exes[key]
-        if proc is not None:
-            _, err = proc.communicate()
-            self.exes[key] = (exe, None, err if proc.returncode else "")
-        if err:
-            raise AssertionError("g++ could not compile mma.cu for the emulator:\n" + err[-4000:])
-        return exe
+        return self.exes[self.start(build, source)].result()
 
     def run(self, build, precision, params, M, N, K, lda, ldb, ldc, offs=(0, 0, 0),
             source: Path | None = None) -> tuple[bool, str]:

@@ -200,20 +200,11 @@ def twins(tmp_path_factory):
     src = root / "mma.cu"
     src.write_text(ce.emulated_source(KERNELS / "mma.cu"))
     (root / "harness.cpp").write_text(_prelude(ce) + HARNESS_MAIN)
-    procs = {}
-    for mode in (1, 2):
-        exe = root / f"twin_{mode}"
-        cmd = [ce.compiler(), "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas",
-               f"-I{KERNELS}", f'-DKERNEL_FILE="{src}"', "-DPREC_TF32=1", f"-DTF32_RN={mode}",
-               str(root / "harness.cpp"), "-o", str(exe)]
-        procs[mode] = (exe, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                             text=True))
-    exes = {}
-    for mode, (exe, proc) in procs.items():
-        _, err = proc.communicate()
-        assert proc.returncode == 0, f"g++ could not build the TF32 harness:\n{err[-3000:]}"
-        exes[mode] = exe
-    return exes
+    futures = {mode: ce.compile_async(root / "harness.cpp", root / f"twin_{mode}",
+                                      {"KERNEL_FILE": f'"{src}"', "PREC_TF32": 1,
+                                       "TF32_RN": mode}, flags=("-O1",))
+               for mode in (1, 2)}
+    return {mode: f.result() for mode, f in futures.items()}
 
 
 def _run_twin(exe: Path, x: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -402,23 +393,15 @@ class NanEmulator:
         exe = self.root / f"nan_{len(self.exes)}"
         src = self.root / f"{exe.name}.cu"
         src.write_text(self.ce.emulated_source(source or KERNELS / "mma.cu"))
-        cmd = [self.ce.compiler(), "-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas",
-               "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KERNELS}",
-               f'-DKERNEL_FILE="{src}"',
-               *(f"-D{k}={v}" for k, v in self.defines(precision, layout, rn).items()),
-               str(self.root / "nan_main.cpp"), "-o", str(exe)]
-        self.exes[key] = (exe, subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE, text=True), None)
+        self.exes[key] = self.ce.compile_async(
+            self.root / "nan_main.cpp", exe,
+            {"KERNEL_FILE": f'"{src}"', **self.defines(precision, layout, rn)},
+            flags=("-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"))
         return key
 
     def run(self, precision: str, layout: str, rn: int, M: int, N: int, K: int,
             source: Path | None = None) -> tuple[bool, str]:
-        key = self.start(precision, layout, rn, source)
-        exe, proc, err = self.exes[key]
-        if proc is not None:
-            _, err = proc.communicate()
-            self.exes[key] = (exe, None, err if proc.returncode else "")
-        assert not err, "g++ could not compile mma.cu for the emulator:\n" + err[-4000:]
+        exe = self.exes[self.start(precision, layout, rn, source)].result()
         grid, block, smem = _cuda().geometry(M, N, K, **{**_params(), **SMALL}, precision=precision)
         # leading dimensions past the widths (gaps of NaN the kernel must not read), lines on 16
         # bytes (ALIGN_A / ALIGN_B 16), C's rows on 8 (VEC_C)

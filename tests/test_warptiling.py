@@ -144,11 +144,8 @@ def _ld(width: int, aligned: bool) -> int:
 
 @pytest.fixture(scope="module")
 def splitk_programs(tmp_path_factory):
-    """One g++ executable per SPLIT_CASES entry (compiled two at a time): {index: path}."""
-    import concurrent.futures
-    import os
-
-    from cuda_emulator import EMULATOR, KERNELS, compiler, defines_of
+    """One g++ executable per SPLIT_CASES entry (tests/cuda_emulator.py's pool): {index: path}."""
+    from cuda_emulator import EMULATOR, KERNELS, compile_async, compiler, defines_of
 
     if compiler() is None:
         pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
@@ -162,21 +159,13 @@ def splitk_programs(tmp_path_factory):
         tile, layout, splitk, flags = SPLIT_CASES[i]
         build = warptiling.build(**_cuda_params(tile, splitk, flags), layout=layout)
         assert build.spill_bytes == 0
-        defines = {**defines_of(build), "RTHREADS": warptiling.REDUCE_THREADS}
-        exe = root / f"splitk_{i}"
-        cmd = [compiler(), "-std=c++20", "-O1", "-g", "-pthread", "-Wno-unknown-pragmas",
-               "-fsanitize=address,undefined", "-fno-sanitize-recover=all", f"-I{KERNELS}",
-               f'-DKERNEL_FILE="{KERNELS / "warptiling.cu"}"',
-               f'-DREDUCE_FILE="{KERNELS / "splitk_reduce.cu"}"',
-               *(f"-D{k}={v}" for k, v in defines.items()), str(root / "splitk.cpp"), "-o",
-               str(exe)]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode:
-            raise AssertionError(f"g++ failed for case {i}:\n{out.stderr[-3000:]}")
-        return exe
+        defines = {"KERNEL_FILE": f'"{KERNELS / "warptiling.cu"}"',
+                   "REDUCE_FILE": f'"{KERNELS / "splitk_reduce.cu"}"',
+                   **defines_of(build), "RTHREADS": warptiling.REDUCE_THREADS}
+        return compile_async(root / "splitk.cpp", root / f"splitk_{i}", defines)
 
-    with concurrent.futures.ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
-        return dict(zip(range(len(SPLIT_CASES)), pool.map(compile_case, range(len(SPLIT_CASES)))))
+    futures = [compile_case(i) for i in range(len(SPLIT_CASES))]
+    return {i: f.result() for i, f in enumerate(futures)}
 
 
 @CPU
