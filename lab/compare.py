@@ -25,7 +25,7 @@ import argparse
 import os
 import sys
 
-from lab.cli import ArgumentParser, guarded
+from lab.cli import ArgumentParser, guarded, plural, wrap
 from lab.errors import LabError
 from lab.shapes import PRESETS
 from lab.stages import BACKENDS, PRECISIONS, STAGES
@@ -175,15 +175,16 @@ def _main(argv: list[str] | None) -> int:
         if not args.fail_on_regression >= 0:
             raise LabError(f"--fail-on-regression must be a percentage of 0 or more, not "
                            f"{args.fail_on_regression:g}")
-    from lab.cli import check_writable
+    from lab.cli import check_folder, check_writable
 
     csv_paths = None
     if args.csv:  # before any work: a long GPU run must not end in an unwritable path
         csv_paths = check_writable(args.csv)
     plotter = None
     if args.plot:  # the folder, and that plotting can be imported, before any work
-        plot_csv = check_writable(str(Path(args.plot) / "run.csv"))
-        csv_paths = csv_paths or plot_csv
+        check_folder(args.plot, "--plot")  # the error names the folder, not a CSV path
+        if csv_paths is None:  # without --csv the run's CSV goes into the plot folder
+            csv_paths = check_writable(str(Path(args.plot) / "run.csv"))
         plotter = _plotter()
     baseline = None
     if args.baseline:
@@ -228,32 +229,44 @@ def _main(argv: list[str] | None) -> int:
     matched = base_mod.apply(rows, baseline) if baseline is not None else 0
     shown = report.summarize_repeats(rows) if args.repeat > 1 else rows
     report.render(shown, mode, console, wide=args.wide, spread=args.repeat > 1)
-    for r in shown:  # which configuration each stage:auto row ran
+
+    def say(text: str) -> None:  # a note under the table, wrapped at spaces to the terminal
+        console.print(escape(wrap(text, subsequent="  ")), highlight=False, soft_wrap=True)
+
+    for r in shown:  # which configuration each stage:auto row ran (or, in CPU mode, compiled)
         if r.stage.endswith(":auto") and r.status in report.OK_STATUSES:
-            console.print(escape(f"{r.stage} {r.backend} {r.layout} {r.M}x{r.N}x{r.K} ran "
-                                 f"{r.params or 'the defaults'} ({r.detail})"), highlight=False)
+            say(auto_note(r))
+    if args.repeat > 1 and mode == "cpu":
+        say(f"--repeat {args.repeat} is for timed GPU runs; CPU mode times nothing, so each "
+            f"row shows once")
     conditions = report.conditions_line(rows)
     if conditions:
-        console.print(escape(conditions), highlight=False)
+        say(conditions)
     if csv_paths:
         from lab import env
 
         csv_path, env_path = report.write_csv(rows, csv_paths[0], env.collect(mode, args.seed))
         console.print(f"wrote {csv_path} and {env_path}")
     if plotter is not None:
-        drawn = plotter.draw([csv_path], args.plot)
-        console.print(escape(f"wrote {len(drawn)} plot{'s' if len(drawn) != 1 else ''} to "
-                             f"{args.plot}" + (": " + ", ".join(Path(p).name for p in drawn)
-                                               if drawn else "")), highlight=False)
+        import contextlib
+        import io
+
+        notes = io.StringIO()  # lab.plot's line on the plots it skipped, wrapped here
+        try:
+            with contextlib.redirect_stderr(notes):
+                drawn = plotter.draw([csv_path], args.plot)
+        finally:
+            for line in notes.getvalue().splitlines():
+                print(wrap(line, subsequent="  "), file=sys.stderr, flush=True)
+        say(f"wrote {plural(len(drawn), 'plot')} to {args.plot}"
+            + (": " + ", ".join(Path(p).name for p in drawn) if drawn else ""))
     if baseline is not None:
-        console.print(escape(f"compared with {args.baseline}: {matched} of {len(rows)} rows "
-                             f"matched a timed row")
-                      + ("" if mode == "gpu" else " (CPU mode times nothing)"), highlight=False)
+        say(f"compared with {args.baseline}: {matched} of {plural(len(rows), 'row')} matched a "
+            f"timed row" + ("" if mode == "gpu" else " (CPU mode times nothing)"))
     failed = [r for r in rows if r.status not in report.OK_STATUSES]
     skipped = sum(r.status == "skipped" for r in rows)
-    ok = len(rows) - len(failed) - skipped
-    console.print(f"{ok} rows ok, {len(failed)} failed" + (f", {skipped} skipped" if skipped else "")
-                  + f" ({mode} mode)")
+    console.print(summary_line(len(rows) - len(failed) - skipped, len(failed), skipped, mode,
+                               args.repeat))
     slower = []
     if args.fail_on_regression is not None:
         slower = base_mod.regressed(rows, args.fail_on_regression)
@@ -263,6 +276,28 @@ def _main(argv: list[str] | None) -> int:
                           + escape(", ".join(base_mod.describe(r) for r in slower)),
                           highlight=False)
     return 1 if failed or slower else 0
+
+
+def summary_line(ok: int, failed: int, skipped: int, mode: str, repeat: int = 1) -> str:
+    """The last line of a run: '1 row ok, 0 failed (cpu mode)', '2 rows ok, 1 failed, 1 skipped
+    over 3 repeats (gpu mode)'. The counts are rows of the CSV (every repeat)."""
+    return (f"{plural(ok, 'row')} ok, {failed} failed" + (f", {skipped} skipped" if skipped else "")
+            + (f" over {repeat} repeats" if repeat > 1 else "") + f" ({mode} mode)")
+
+
+def auto_note(r) -> str:
+    """What a stage:auto row ran: on a GPU the configuration and why (the cached winner or the
+    defaults); in CPU mode what happened to the defaults instead (compiled, checked under the
+    interpreter, or skipped), since there is no GPU to look a tuned configuration up for."""
+    where = f"{r.stage} {r.backend} {r.layout} {r.M}x{r.N}x{r.K}"
+    params = r.params.replace(",", ", ") if r.params else "the defaults"
+    if r.mode != "cpu":
+        return f"{where} ran {params} ({r.detail})"
+    done = {"compiled": "compiled for sm_90 by NVRTC, not run",
+            "pass": "checked under the Triton interpreter, not timed",
+            "skipped": "not run (larger than the Triton interpreter takes)"}.get(r.status, r.status)
+    return (f"{where}: CPU mode has no GPU to look up a tuned configuration for, so the defaults "
+            f"were {done}: {params}")
 
 
 def _plotter():

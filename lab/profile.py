@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from lab.cli import ArgumentParser, guarded
+from lab.cli import ArgumentParser, guarded, note
 from lab.errors import LabError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -162,8 +162,8 @@ def runnable(variants, backends, shape, precision: str) -> list[tuple]:
     validate(plan)
     skipped = plan.unsupported()
     if skipped:
-        print(f"note: skipped (the stage does not compute in that precision): "
-              f"{', '.join(skipped)}", file=sys.stderr, flush=True)
+        note(f"note: skipped (the stage does not compute in that precision): "
+             f"{', '.join(skipped)}", file=sys.stderr)
     return [(v, b) for v in variants for b in backends if plan.runs(v, b, precision)]
 
 
@@ -582,7 +582,8 @@ def profile_all(targets: list[Target], shape, args) -> int:
     if rows:
         render(rows, shape, peaks)
     if dropped:
-        log(f"note: this ncu does not know {', '.join(sorted(dropped))}; shown as n/a")
+        note(f"note: this ncu does not know {', '.join(sorted(dropped))}; shown as n/a",
+             file=sys.stderr)
     if args.csv and rows:
         path = write_csv(rows, args.csv, peaks)
         print(f"wrote {path}")
@@ -1126,9 +1127,9 @@ def static_view(pairs, shape, args) -> int:
     from lab import ncu as N
 
     ncu = "" if N.find_tool("ncu") else " (and ncu, not found here either)"
-    print(f"note: profiling with Nsight Compute needs a CUDA GPU{ncu} and torch sees none; "
-          "below is the static view instead: each kernel compiled for sm_90, never run",
-          file=sys.stderr, flush=True)
+    note(f"note: profiling with Nsight Compute needs a CUDA GPU{ncu} and torch sees none; "
+         "below is the static view instead: each kernel compiled for sm_90, never run",
+         file=sys.stderr)
     items, failures, interpreted = [], [], []
     for v, backend in pairs:
         try:
@@ -1139,9 +1140,9 @@ def static_view(pairs, shape, args) -> int:
         except LabError as exc:
             failures.append((v.label, backend, str(exc)))
     if interpreted:
-        print(f"note: Triton kernels ({', '.join(interpreted)}) are left out: TRITON_INTERPRET=1 "
-              "is set, so they are interpreted and have no SASS; unset it to see them",
-              file=sys.stderr)
+        note(f"note: Triton kernels ({', '.join(interpreted)}) are left out: TRITON_INTERPRET=1 "
+             "is set, so they are interpreted and have no SASS; unset it to see them",
+             file=sys.stderr)
     if items:
         render_static(items, shape, cublas=not args.no_cublas)
     if args.csv and items:

@@ -462,6 +462,76 @@ def wrap_cell(text: str, width: int, breaks: str = ":,") -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def _least(cols: list[str], cells: list[list[str]]) -> list[int]:
+    """The narrowest each column can be with every token whole: its header's longest word, and
+    the longest piece of any cell (cells break only after the characters in _BREAKS)."""
+    return [max([*(len(w) for w in c.split()),
+                 *(len(p.rstrip()) for row in cells for p in _pieces(row[i], _BREAKS.get(c, "")))])
+            for i, c in enumerate(cols)]
+
+
+# The columns that say which row a cell belongs to: repeated in every table of a split one.
+_KEY_COLUMNS = ("stage", "backend", "prec", "layout", "size")
+
+
+def split_columns(cols: list[str], cells: list[list[str]], max_width: int) -> list[list[int]]:
+    """The column indices of each table to print: one table when every column fits `max_width`
+    with its tokens whole (one space between columns), else several, each repeating the key
+    columns (stage, backend, precision, layout, size) and taking the next columns in order while
+    they fit. A column never narrows below its longest word, so no number, header or name is cut
+    in two (a --wide table at 80 columns prints as two tables)."""
+    least = _least(cols, cells)
+    n = len(cols)
+    if sum(least) + n - 1 <= max_width:
+        return [list(range(n))]
+    key = [i for i, c in enumerate(cols) if c in _KEY_COLUMNS]
+    rest = [i for i in range(n) if i not in key]
+    room = max_width - (sum(least[i] for i in key) + len(key))  # what a table has left
+
+    def width(part: list[int]) -> int:  # the rest-columns of one table, a space before each
+        return sum(least[i] + 1 for i in part)
+
+    # the fewest tables (each column in order, at least one per table), then the split of the
+    # columns over them whose widest table is narrowest, so that the tables look alike
+    best: list[list[int]] | None = None
+    for count in range(1, len(rest) + 1):
+        best = _balanced(rest, count, width, room)
+        if best is not None:
+            break
+    return [key + part for part in (best or [rest])]
+
+
+def _balanced(items: list[int], count: int, width, room: int) -> list[list[int]] | None:
+    """`items` cut into `count` runs, each no wider than `room` (a single item may be), whose
+    widest run is as narrow as possible; None when `count` runs cannot hold them."""
+    from functools import lru_cache
+
+    @lru_cache(maxsize=None)
+    def cut(start: int, left: int) -> tuple[float, tuple]:
+        if left == 1:
+            w = width(items[start:])
+            return (w, (len(items),)) if w <= room or len(items) - start == 1 else \
+                (math.inf, ())
+        best = (math.inf, ())
+        for end in range(start + 1, len(items) - left + 2):
+            w = width(items[start:end])
+            if w > room and end - start > 1:
+                break
+            rest_w, ends = cut(end, left - 1)
+            if max(w, rest_w) < best[0]:
+                best = (max(w, rest_w), (end, *ends))
+        return best
+
+    w, ends = cut(0, count)
+    if w == math.inf:
+        return None
+    out, start = [], 0
+    for end in ends:
+        out.append(items[start:end])
+        start = end
+    return out
+
+
 def _fit(cols: list[str], cells: list[list[str]], max_width: int) -> tuple[list[int], int]:
     """Column widths and the gap between columns that fit `max_width`.
 
@@ -476,9 +546,7 @@ def _fit(cols: list[str], cells: list[list[str]], max_width: int) -> tuple[list[
     for gap in (2, 1):
         if sum(natural) + gap * (n - 1) <= max_width:
             return natural, gap
-    least = [max([*(len(w) for w in c.split()),
-                  *(len(p.rstrip()) for row in cells for p in _pieces(row[i], _BREAKS.get(c, "")))])
-             for i, c in enumerate(cols)]
+    least = _least(cols, cells)
     widths = list(natural)
     excess = sum(widths) + (n - 1) - max_width
     s = cols.index("stage")
@@ -512,25 +580,33 @@ def render(rows: list[Row], mode: str, console=None, wide: bool = False,
     from rich.text import Text
 
     console = console or Console()
-    cols = columns(rows, mode, wide, spread)
-    cells = [[_COLUMNS[c][0](r) for c in cols] for r in rows]
-    widths, gap = _fit(cols, cells, console.width)
+    all_cols = columns(rows, mode, wide, spread)
+    all_cells = [[_COLUMNS[c][0](r) for c in all_cols] for r in rows]
+    groups = split_columns(all_cols, all_cells, console.width)
     caption = ("every column: docs/COLUMNS.md" if wide else
                "--wide adds the resource and clock columns; every column: docs/COLUMNS.md")
     if any(within_noise(r) or baseline_within_noise(r) for r in rows):
         caption = "~ = the difference is within the row's noise (docs/TRUST.md); " + caption
-    table = Table(title=_title(rows, mode), caption=caption, header_style="bold",
-                  box=Box(_BOX), show_edge=False, pad_edge=False, padding=(0, gap - 1, 0, 0))
-    for c, w in zip(cols, widths):
-        table.add_column(c, justify=_COLUMNS[c][1], width=w, overflow="fold")
-    for r, row in zip(rows, cells):
-        texts = []
-        for c, cell, w in zip(cols, row, widths):
-            if len(cell) > w and c in _BREAKS:
-                cell = wrap_cell(cell, w, _BREAKS[c])
-            texts.append(Text(cell, style=_STYLES.get(r.status, "") if c == "status" else ""))
-        table.add_row(*texts)
-    console.print(table)
+    for n, group in enumerate(groups):
+        cols = [all_cols[i] for i in group]
+        cells = [[row[i] for i in group] for row in all_cells]
+        widths, gap = _fit(cols, cells, console.width)
+        title = _title(rows, mode) if n == 0 else "(continued)"
+        table = Table(title=title, caption=caption if n == len(groups) - 1 else None,
+                      header_style="bold", box=Box(_BOX), show_edge=False, pad_edge=False,
+                      padding=(0, gap - 1, 0, 0))
+        for c, w in zip(cols, widths):
+            table.add_column(c, justify=_COLUMNS[c][1], width=w, overflow="fold")
+        for r, row in zip(rows, cells):
+            texts = []
+            for c, cell, w in zip(cols, row, widths):
+                if len(cell) > w and c in _BREAKS:
+                    cell = wrap_cell(cell, w, _BREAKS[c])
+                texts.append(Text(cell, style=_STYLES.get(r.status, "") if c == "status" else ""))
+            table.add_row(*texts)
+        if n:
+            console.print()
+        console.print(table)
     for r in rows:  # why a row failed, in full, below the table
         if r.status not in OK_STATUSES:
             console.print(f"[red]{r.status}[/red] {escape(r.stage)} {r.backend} {r.layout} "

@@ -201,3 +201,126 @@ def test_a_size_too_large_for_the_gpu_is_refused_before_allocating(monkeypatch):
     check_memory([Shape(4096, 4096, 4096)])  # ~0.8 GiB: fine
     with pytest.raises(LabError, match=r"needs about .* GiB of GPU memory but only 8.0 GiB is free"):
         check_memory([Shape(30000, 30000, 30000)])
+
+
+# ------------------------------------------------- what the run says under its table, at 80 columns
+def compare_in_process(capsys, monkeypatch, *args) -> tuple[int, str, str]:
+    """lab.compare in this process (CPU mode) at 80 columns: (exit status, stdout, stderr)."""
+    from lab.compare import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code = main(["--mode", "cpu", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@cpu_only
+def test_auto_rows_in_cpu_mode_say_what_happened_wrapped_at_spaces(capsys, monkeypatch):
+    from lab.compare import auto_note
+    from lab.report import Row
+
+    code, out, _ = compare_in_process(capsys, monkeypatch, "--stage", "warptiling:auto",
+                                      "--sizes", "8")
+    assert code == 0
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("warptiling:auto cuda"))
+    note = lines[start:next(i for i in range(start + 1, len(lines))
+                            if not lines[i].startswith("  "))]
+    text = " ".join(note)
+    assert " ran " not in text and "not run (no GPU)" not in text  # no "ran" next to "not run"
+    assert "the defaults were compiled for sm_90 by NVRTC, not run" in text
+    assert all(len(line) <= 80 for line in note)
+    assert "fast_math=False," in text.split() and "splitk=1" in text.split()  # never cut
+    tri = next(line for line in lines if line.startswith("warptiling:auto triton"))
+    assert "checked under the Triton interpreter, not timed" in " ".join(" ".join(
+        lines[lines.index(tri):lines.index(tri) + 3]).split())
+    # a row on a GPU did run: the note says so, with the configuration and why
+    row = Row("warptiling:auto", "cuda", "fp32", 64, 64, 64, params="BM=64,BN=64",
+              detail="auto: cached winner for 64x64x64:a4 nn on Fake GPU")
+    assert auto_note(row) == ("warptiling:auto cuda nn 64x64x64 ran BM=64, BN=64 (auto: cached "
+                              "winner for 64x64x64:a4 nn on Fake GPU)")
+
+
+@cpu_only
+def test_repeat_in_cpu_mode_says_why_the_table_shows_one_row(capsys, monkeypatch):
+    code, out, _ = compare_in_process(capsys, monkeypatch, "--stage", "tiled", "--backend",
+                                      "triton", "--sizes", "8", "--repeat", "3")
+    assert code == 0
+    note = [line for line in out.splitlines() if line.startswith("--repeat 3")]
+    assert note == ["--repeat 3 is for timed GPU runs; CPU mode times nothing, so each row shows "
+                    "once"]
+    assert out.rstrip().splitlines()[-1] == "3 rows ok, 0 failed over 3 repeats (cpu mode)"
+
+
+def test_the_summary_line_counts_in_the_singular_and_the_plural():
+    from lab.cli import plural
+    from lab.compare import summary_line
+
+    assert summary_line(1, 0, 0, "cpu") == "1 row ok, 0 failed (cpu mode)"
+    assert summary_line(0, 1, 1, "gpu") == "0 rows ok, 1 failed, 1 skipped (gpu mode)"
+    assert summary_line(2, 0, 0, "gpu", repeat=2) == "2 rows ok, 0 failed over 2 repeats (gpu mode)"
+    assert [plural(n, "plot") for n in (0, 1, 2)] == ["0 plots", "1 plot", "2 plots"]
+    assert plural(1, "entry", "entries") == "1 entry" and plural(3, "entry", "entries") == \
+        "3 entries"
+
+
+@cpu_only
+def test_one_row_ok_is_singular_and_the_plot_note_is_wrapped(tmp_path, capsys, monkeypatch):
+    code, out, err = compare_in_process(capsys, monkeypatch, "--stage", "tiled", "--backend",
+                                        "triton", "--sizes", "8", "--plot", str(tmp_path / "p"))
+    assert code == 0
+    assert out.rstrip().splitlines()[-1] == "1 row ok, 0 failed (cpu mode)"
+    assert "wrote 0 plots to" in out
+    lines = err.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("plots skipped: "))
+    note = [lines[start]] + [line for line in lines[start + 1:] if line.startswith("  ")]
+    assert len(note) > 1 and all(len(line) <= 80 for line in note)
+    assert "ladder (no passing GPU row with a % of cuBLAS)" in " ".join(" ".join(note).split())
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs a folder nobody can create in")
+@pytest.mark.parametrize("with_csv", [True, False])
+def test_an_unwritable_plot_folder_is_named_not_the_csv(tmp_path, with_csv):
+    csv = tmp_path / "run.csv"
+    r = run("--stage", "tiled", "--sizes", "8", "--plot", "/proc/lab-plots",
+            *(["--csv", str(csv)] if with_csv else []))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith("error: --plot /proc/lab-plots: cannot create that folder")
+    assert "run.csv" not in r.stderr and "CPU mode" not in r.stderr
+
+
+def test_check_folder_refuses_a_file_and_creates_a_missing_folder(tmp_path):
+    from lab.cli import check_folder
+    from lab.errors import LabError
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(LabError, match=r"--plot .*afile: it is a file, not a folder"):
+        check_folder(str(tmp_path / "afile"), "--plot")
+    with pytest.raises(LabError, match=r"afile is a file, not a folder"):
+        check_folder(str(tmp_path / "afile" / "plots"), "--plot")
+    made = check_folder(str(tmp_path / "new" / "plots"), "--plot")
+    assert made.is_dir() and list(made.iterdir()) == []  # the write test leaves nothing
+
+
+# ------------------------------------------------------------------------------- python -m lab
+def test_python_m_lab_lists_the_commands_one_line_each():
+    import importlib.util
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
+    r = subprocess.run([sys.executable, "-m", "lab"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and r.stderr == ""
+    lines = r.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    for command in ("lab.compare", "lab.autotune", "lab.profile", "lab.doctor", "lab.plot",
+                    "lab.results", "lab.occupancy"):
+        listed = [line for line in lines if line.split()[:1] == [command]]
+        assert len(listed) == 1 and len(listed[0].split()) > 2, command  # one line, with words
+        assert importlib.util.find_spec(command) is not None  # a real command
+        i = lines.index(listed[0])
+        assert i + 1 == len(lines) or not lines[i + 1].startswith(" " * 10)  # not wrapped
+    assert "README.md" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "lab", "compare"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
+    assert "python -m lab.compare" in r.stderr

@@ -56,6 +56,18 @@ def run_cli(*args, timeout=300, env_extra=None, drop=()):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def notes(stderr: str) -> list[str]:
+    """The notes on stderr, each as one line again: a note is wrapped to the terminal's width,
+    its continuation lines indented by two spaces."""
+    out: list[str] = []
+    for line in stderr.strip().splitlines():
+        if line.startswith("  ") and out:
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
 @pytest.fixture(scope="module")
 def kernels():
     return {k.kernel: k for k in N.parse_raw_csv(SYNTHETIC.read_text())}
@@ -528,12 +540,18 @@ def test_dry_run_refuses_csv(tmp_path):
 def test_profiling_without_a_gpu_says_so_and_shows_the_static_view():
     """The README's example, from a plain shell (no TRITON_INTERPRET): one line saying why nothing
     is profiled, then both kernels compiled for sm_90 with their resources and instruction mix."""
-    r = run_cli("--stage", "tiled", "--size", "4096", drop=("TRITON_INTERPRET",))
+    r = run_cli("--stage", "tiled", "--size", "4096", drop=("TRITON_INTERPRET",),
+                env_extra={"COLUMNS": "80"})
     assert r.returncode == 0, r.stderr
-    lines = r.stderr.strip().splitlines()
+    lines = notes(r.stderr)
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("note: ") and "Nsight Compute" in lines[0] and "GPU" in lines[0]
     assert "Traceback" not in r.stderr
+    # the note (about 180 characters) is wrapped to the terminal at spaces, never mid-word
+    raw = r.stderr.strip().splitlines()
+    assert len(raw) > 1 and all(len(line) <= 80 for line in raw)
+    assert lines[0].endswith("below is the static view instead: each kernel compiled for sm_90, "
+                             "never run")
     out = r.stdout
     assert "Static view" in out and "matmul_tiled " in out and "matmul_tiled_kernel" in out
     assert "SASS FFMA" in out and "theoretical occupancy" in out and "sm_90" in out
@@ -567,7 +585,7 @@ def test_profiling_without_a_gpu_under_the_interpreter_shows_cuda_and_says_why_n
     r = run_cli("--stage", "tiled", "--size", "256", "--csv", str(out),
                 env_extra={"TRITON_INTERPRET": "1"})
     assert r.returncode == 0, r.stderr
-    lines = r.stderr.strip().splitlines()
+    lines = notes(r.stderr)
     assert len(lines) == 2 and "Nsight Compute" in lines[0]
     assert "TRITON_INTERPRET=1" in lines[1] and "unset it" in lines[1]
     assert "matmul_tiled" in r.stdout and "matmul_tiled_kernel" not in r.stdout
@@ -866,7 +884,7 @@ def test_stages_without_the_precision_are_skipped_with_one_line():
     runs there."""
     r = run_cli("--stage", "all", "--backend", "cuda", "--precision", "bf16", "--dry-run")
     assert r.returncode == 0, r.stderr
-    lines = r.stderr.strip().splitlines()
+    lines = notes(r.stderr)  # one note, wrapped to the terminal's width
     assert len(lines) == 1 and lines[0].startswith("note: skipped (the stage does not compute "
                                                    "in that precision): naive cuda bf16, ")
     assert "vectorized cuda bf16" in lines[0] and "mma" not in lines[0]

@@ -137,6 +137,59 @@ def test_console_width_comes_from_COLUMNS(monkeypatch):
     assert_fits(console.export_text(), 80)
 
 
+def allowed_tokens(rows, mode, wide) -> set[str]:
+    """Every whitespace-separated word the table may print whole: header words, the pieces a cell
+    may wrap into (after ':' ',' '+' ...), the title's and the captions' words."""
+    cols = report.columns(rows, mode, wide)
+    words = {w for c in cols for w in c.split()}
+    for r in rows:
+        for c in cols:
+            pieces = report._pieces(report._COLUMNS[c][0](r), report._BREAKS.get(c, ""))
+            for i in range(len(pieces)):  # a wrapped line holds one or more whole pieces
+                for j in range(i + 1, len(pieces) + 1):
+                    words.update("".join(pieces[i:j]).split())
+    words.update(report._title(rows, mode).split())
+    words.update(("~ = the difference is within the row's noise (docs/TRUST.md); --wide adds the "
+                  "resource and clock columns; every column: docs/COLUMNS.md (continued)").split())
+    return words
+
+
+@pytest.mark.parametrize("mode", ["gpu", "cpu"], ids=["gpu-rows", "cpu-rows"])  # id 'gpu' = the marker
+def test_wide_table_at_80_columns_cuts_no_number_header_or_name(mode):
+    """--wide at 80 columns: more columns than fit, so a second table (same rows, the key columns
+    again) takes the rest; no cell or header is folded mid-word ('9.8e-0' / '8', 'backen' / 'd',
+    '10' / '0' for occupancy 100 were)."""
+    rows = gpu_rows() if mode == "gpu" else cpu_rows()
+    text = rendered(rows, mode, 80, wide=True)
+    assert_fits(text, 80)
+    body = [line for line in text.splitlines() if not line.lstrip().startswith("─")]
+    allowed = allowed_tokens(rows, mode, wide=True)
+    allowed |= {w for r in rows if r.status not in report.OK_STATUSES
+                for w in f"{r.status} {r.stage} {r.backend} {r.layout} {report._size(r)}: "
+                         f"{r.detail}".split()}
+    cut = [w for line in body for w in line.split() if w not in allowed]
+    assert not cut, cut
+    assert text.count("(continued)") >= 1
+    tables = text.split("(continued)")
+    for part in tables:  # each table names its rows: stage, backend, size
+        head = next(line for line in part.splitlines() if "backend" in line)
+        assert "stage" in head and "size" in head
+    for col in report.columns(rows, mode, wide=True):  # every column is in one of the tables
+        assert all(w in text.split() for w in col.split()), col
+
+
+def test_a_table_that_fits_is_not_split():
+    rows = cpu_rows()
+    assert "(continued)" not in rendered(rows, "cpu", 80)
+    assert "(continued)" not in rendered(rows, "cpu", 250, wide=True)
+    cols = report.columns(rows, "cpu", wide=True)
+    cells = [[report._COLUMNS[c][0](r) for c in cols] for r in rows]
+    groups = report.split_columns(cols, cells, 80)
+    assert len(groups) == 2 and all(g[:3] == [0, 1, 2] for g in groups)  # stage, backend, size
+    rest = [i for g in groups for i in g[3:]]
+    assert rest == list(range(3, len(cols)))  # every other column once, in order
+
+
 def test_wide_adds_resource_columns_and_narrow_has_none():
     rows = gpu_rows()
     narrow, wide = headers(rendered(rows, "gpu")), headers(rendered(rows, "gpu", 250, wide=True))
