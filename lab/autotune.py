@@ -4,7 +4,7 @@ the winner so that `--stage <stage>:auto` rows of lab.compare run it.
     python -m lab.autotune --stage vectorized --sizes 4096
     python -m lab.autotune --stage vectorized,blocktile_2d --backend cuda --sizes 1025,4096 \
         --budget-s 300 --max-configs 200
-    python -m lab.autotune --stage vectorized --sizes 4096 --dry-run   # no GPU needed
+    python -m lab.autotune --stage vectorized --sizes 4096 --dry-run   # no GPU, seconds
     python -m lab.autotune --stage warptiling:splitk=16|32,BM=64|128 --backend cuda \
         --sizes 320x192x786432                                         # a restricted space
     python -m lab.autotune --show                                      # the cache
@@ -53,6 +53,11 @@ The search (docs/AUTOTUNE.md has the whole story):
    times in turn; the lowest of a configuration's medians is its time, and the fastest wins (a tie
    goes to the one found first).
 
+The dry run (--dry-run, no GPU) describes steps 1 to 4 in seconds: the space, the validate prune
+(candidates()), and the resource prune estimated from NVRTC builds of a bounded sample
+(compile_sample(): the defaults, the split-K seeds and DRY_RUN_SAMPLE configurations picked at
+random, no new build after DRY_RUN_COMPILE_S); --compile-all builds the whole valid space.
+
 Nothing here imports torch or a kernel until it is needed; every piece that touches the GPU is a
 plain function handed to `search` (launch factory, checker, timer, resource probe), so the tests
 drive the whole search on the CPU with fakes.
@@ -71,12 +76,12 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
-from lab.cli import ArgumentParser, guarded
+from lab.cli import ArgumentParser, guarded, plural, wrap
 from lab.errors import LabError
 from lab.roofline import DEFAULT_SMS
 
@@ -99,6 +104,11 @@ TILE_EDGES = {"cuda": ("BM", "BN"), "triton": ("BLOCK_M", "BLOCK_N")}
 NEAREST_VALID_LIMIT = 20_000  # configurations validate() may be asked for a restricted default
 SEED_REPAIR_LIMIT = 2_000  # ... and for a seed it refuses
 COMPILE_AHEAD_PER_JOB = 2  # configurations handed to the compile pool per worker
+# --dry-run: NVRTC builds of a sample instead of the whole space, so that it answers in seconds
+DRY_RUN_SAMPLE = 12  # valid configurations picked at random for the resource estimate (CUDA)
+DRY_RUN_COMPILE_S = 12.0  # seconds of builds one dry run starts, over all its CUDA searches
+DRY_RUN_SHOWN = 10  # Triton: candidates listed in search order (nothing to compile)
+PROGRESS_EVERY_S = 2.0  # a progress line at most this often (logs and pipes)
 CACHE_ENV = "LAB_TUNE_CACHE"
 DEFAULT_CACHE = "~/.cache/matmul-lab/autotune.json"
 CACHE_FORMAT = "matmul-lab autotune cache"
@@ -144,11 +154,15 @@ class Space:
     def key(self, params: dict) -> tuple:
         return tuple(params[n] for n in self.names)
 
-    def describe(self) -> str:
-        dims = " x ".join(f"{p.name} {len(p.choices)}" for p in self.searched) or "nothing"
+    def describe(self, dims: bool = True) -> str:
+        """'864 configurations (BM 3 x ... x unroll 2); pinned: fast_math=0', with any
+        restriction; without `dims` the product is left out (the dry run lists each parameter)."""
+        dims_text = " x ".join(f"{p.name} {len(p.choices)}" for p in self.searched) or "nothing"
         pins = ", ".join(f"{k}={_fmt(v)}" for k, v in self.pinned.items()
                          if k not in self.restricted)
-        return (f"{self.size} configurations ({dims})"
+        return (f"{self.size} configurations" + (f" ({dims_text})" if dims else
+                                                 f", {plural(len(self.searched), 'parameter')} "
+                                                 f"searched")
                 + (f"; restricted: {restriction_text(self.restricted)}" if self.restricted
                    else "")
                 + (f"; pinned: {pins}" if pins else ""))
@@ -593,6 +607,56 @@ class Result:
 Progress = Callable[[str, int, int, "Trial | None", "Trial | None"], None]
 
 
+@dataclass
+class Candidates:
+    """What search() draws its candidates from (and what the dry run describes): the enumerated
+    configurations, those validate() accepts (one per build), the fixed shuffled order of the
+    valid ones after the defaults, and the split-K seeds."""
+
+    configs: list[dict]  # enumerated: the whole space, or a sample of ENUMERATE_LIMIT
+    sampled: bool
+    valid: list[dict]  # accepted by validate(), one per identity (the first spelling)
+    invalid: list[tuple[dict, str]]  # (configuration, validate()'s sentence)
+    same_build: int  # valid configurations merged into an earlier one with the same identity
+    shuffled: list[dict]  # the valid ones after the defaults, in the fixed random order
+    seeds: list[dict]  # the split-K seeds that validate() accepts
+    sms: int  # the SM count the seeds aim at
+    why_invalid: Callable[[dict], str | None]  # validate(), remembered per configuration
+    ident: Callable[[dict], object]  # the identity (or Space.key)
+
+
+def candidates(space: Space, *, validate: Callable[[dict], str | None] | None = None,
+               identity: Callable[[dict], object] | None = None,
+               shape: tuple[int, int, int] = (0, 0, 0), sm_count: int | None = None, limits=None,
+               enumerate_limit: int = ENUMERATE_LIMIT) -> Candidates:
+    """Enumerate `space`, validate-prune it, merge configurations of one build (`identity`),
+    shuffle the rest in the fixed order and list the split-K seeds: steps 1 to 3 of the module's
+    doc, without building or launching anything."""
+    validate = validate or (lambda params: None)
+    configs, sampled = space.enumerate(enumerate_limit)
+    verdicts: dict[tuple, str | None] = {}
+
+    def why_invalid(params: dict) -> str | None:
+        k = space.key(params)
+        if k not in verdicts:
+            verdicts[k] = validate(params)
+        return verdicts[k]
+
+    ident = identity or space.key
+    valid = [c for c in configs if why_invalid(c) is None]
+    invalid = [(c, why_invalid(c)) for c in configs if why_invalid(c) is not None]
+    all_valid = len(valid)
+    valid = _unique(valid, ident)  # one candidate per build
+    rng = random.Random(ORDER_RNG)
+    shuffled = valid[1:] if valid and space.key(valid[0]) == space.key(space.default) else valid[:]
+    rng.shuffle(shuffled)
+    sms = int(sm_count or getattr(limits, "sm_count", None) or SEED_SMS)
+    seeds = _unique([c for c in splitk_seeds(space, *shape, sm_count=sms, validate=why_invalid)
+                     if why_invalid(c) is None], ident)
+    return Candidates(configs, sampled, valid, invalid, all_valid - len(valid), shuffled, seeds,
+                      sms, why_invalid, ident)
+
+
 def search(space: Space, *, launch_factory: Callable[[dict], Callable],
            checker: Callable[[Callable], object], timer: Callable[[dict, Callable, float], float],
            validate: Callable[[dict], str | None] | None = None,
@@ -626,29 +690,12 @@ def search(space: Space, *, launch_factory: Callable[[dict], Callable],
     distinct value tuple is its own candidate.
     """
     start = clock()
-    validate = validate or (lambda params: None)
-    configs, sampled = space.enumerate(enumerate_limit)
-    verdicts: dict[tuple, str | None] = {}
-
-    def why_invalid(params: dict) -> str | None:
-        k = space.key(params)
-        if k not in verdicts:
-            verdicts[k] = validate(params)
-        return verdicts[k]
-
-    ident = identity or space.key
-    valid = [c for c in configs if why_invalid(c) is None]
-    invalid = [(c, why_invalid(c)) for c in configs if why_invalid(c) is not None]
-    all_valid = len(valid)
-    valid = _unique(valid, ident)  # one candidate per build
-    same_build = all_valid - len(valid)
-    rng = random.Random(ORDER_RNG)
-    shuffled = valid[1:] if valid and space.key(valid[0]) == space.key(space.default) else valid[:]
-    rng.shuffle(shuffled)
+    cands = candidates(space, validate=validate, identity=identity, shape=shape,
+                       sm_count=sm_count, limits=limits, enumerate_limit=enumerate_limit)
+    configs, sampled, valid, invalid = cands.configs, cands.sampled, cands.valid, cands.invalid
+    same_build, shuffled, seeds, sms = cands.same_build, cands.shuffled, cands.seeds, cands.sms
+    why_invalid, ident = cands.why_invalid, cands.ident
     default_key = space.key(space.default)
-    sms = int(sm_count or getattr(limits, "sm_count", None) or SEED_SMS)
-    seeds = _unique([c for c in splitk_seeds(space, *shape, sm_count=sms, validate=why_invalid)
-                     if why_invalid(c) is None], ident)
     # where the next pick comes from: the defaults, the seeds, the shuffled order (positions)
     cursor = {"default": 1 if valid and space.key(valid[0]) == default_key else 0, "seed": 0,
               "shuffled": 0}
@@ -1361,8 +1408,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", metavar="PATH",
                    help=f"the cache file (default ${CACHE_ENV}, else {DEFAULT_CACHE})")
     p.add_argument("--dry-run", action="store_true",
-                   help="no GPU needed: show the space, what validate() prunes and (CUDA) what "
-                        "the NVRTC builds prune, and the first candidates in order; time nothing")
+                   help="no GPU needed, seconds: show the space (each parameter and its "
+                        "values), how many configurations validate() keeps, an estimate of what "
+                        "the resource prune keeps (CUDA: NVRTC builds of a sample) and a sample "
+                        "of configurations; time nothing")
+    p.add_argument("--sample", type=int, metavar="N",
+                   help=f"with --dry-run: compile N valid configurations picked at random for the "
+                        f"resource estimate, with no time limit (default {DRY_RUN_SAMPLE}, "
+                        f"within {DRY_RUN_COMPILE_S:g} s of builds in all)")
+    p.add_argument("--compile-all", action="store_true",
+                   help="with --dry-run: compile every valid configuration, in search order "
+                        "(minutes to hours; --max-configs N stops after N)")
     p.add_argument("--show", action="store_true",
                    help="print the cache's entries (those of --stage, if given) and exit")
     return p
@@ -1484,9 +1540,21 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.show:
         return _show(args)
+    if (args.sample is not None or args.compile_all) and not args.dry_run:
+        raise LabError(f"{'--sample' if args.sample is not None else '--compile-all'} belongs "
+                       f"to --dry-run (how many builds it compiles); add --dry-run or drop it")
+    if args.sample is not None and args.sample < 0:
+        raise LabError("--sample must be 0 or more (builds picked at random for the estimate)")
+    if args.sample is not None and args.compile_all:
+        raise LabError("--sample and --compile-all both say how much --dry-run compiles; give "
+                       "one of them")
     if not args.dry_run and not gpu_available():
-        raise LabError("tuning times kernels and needs a CUDA GPU, and torch sees none here "
-                       "(--dry-run shows the search space and its pruning without one)")
+        example = (f"python -m lab.autotune --stage {args.stage} --sizes "
+                   f"{','.join(args.sizes)} --dry-run" if args.stage and args.sizes
+                   else "python -m lab.autotune --stage vectorized --sizes 4096 --dry-run")
+        raise LabError(f"tuning times kernels and needs a CUDA GPU, and torch sees none here "
+                       f"({example} shows the search space and its pruning without one, in "
+                       f"seconds)")
     from lab.compare import parse_backends, parse_layouts
     from lab.shapes import parse_sizes
     from lab.stages import PRECISIONS
@@ -1510,13 +1578,24 @@ def _main(argv: list[str] | None) -> int:
         raise LabError("--max-configs must be 1 or more")
     if args.jobs < 1:
         raise LabError("--jobs must be 1 or more (1 compiles one candidate at a time)")
+    # a stage named on its own must compute in every precision asked for; one that 'all' listed
+    # is left out where it does not (one line says which), as lab.compare does
+    named = {x.split(":", 1)[0].strip().lower() for x in args.stage.split(",")
+             if x.strip() and "=" not in x.split(":", 1)[0]}
+    left_out = []
     for s, _restrict in stages:
         for be in backends:
             for precision in precisions:
-                if precision not in precisions_of(s, be):
+                if precision in precisions_of(s, be):
+                    continue
+                if s.name in named:
                     raise LabError(f"stage {s.name} ({be}) supports precision "
                                    f"{', '.join(precisions_of(s, be))}, not {precision}; name the "
                                    f"backends and precisions it has with --backend, --precision")
+                left_out.append(f"{s.name} {be} {precision}")
+    if left_out:
+        print(wrap("not searched (the stage does not compute in that precision): "
+                   + ", ".join(left_out), subsequent="  "), file=sys.stderr)
     # One search per bucket: a second size in a bucket already searched would overwrite it.
     jobs, seen = [], {}
     for shape in shapes:
@@ -1527,9 +1606,10 @@ def _main(argv: list[str] | None) -> int:
             continue
         seen[b] = shape
         jobs += [(st, _for_backend(st, be, r), be, shape, lay, pr) for st, r in stages
-                 for be in backends for lay in layouts for pr in precisions]
+                 for be in backends for lay in layouts for pr in precisions
+                 if pr in precisions_of(st, be)]
     if args.dry_run:
-        seen_spaces = set()
+        todo, seen_spaces = [], set()
         for st, r, be, shape, lay, pr in jobs:
             # the space is the same in every precision; what validate() and the builds prune is
             # not where the element size matters (mma)
@@ -1537,7 +1617,12 @@ def _main(argv: list[str] | None) -> int:
                 continue
             if (st.name, be, shape, lay, pr) not in seen_spaces:
                 seen_spaces.add((st.name, be, shape, lay, pr))
-                _dry_run(st, be, shape, lay, args.max_configs, r, args.jobs, pr)
+                todo.append((st, r, be, shape, lay, pr))
+        budget = DryRunBudget(None if args.sample is not None else DRY_RUN_COMPILE_S,
+                              sum(be == "cuda" for _st, _r, be, *_ in todo))
+        for st, r, be, shape, lay, pr in todo:
+            _dry_run(st, be, shape, lay, args.max_configs, r, args.jobs, pr, sample=args.sample,
+                     budget=budget, compile_all=args.compile_all)
         return 0
     path = cache_path(args.cache)
     if path.is_dir():
@@ -1646,7 +1731,7 @@ def report_lines(outcome: Outcome, title: str) -> list[str]:
     lines.append(f"  {r.valid} pass validate ({invalid} rejected{_same_text(r)}); "
                  f"tried {len(r.trials)}: "
                  f"{r.count('timed')} timed, {r.count('pruned')} pruned by resources, "
-                 f"{r.count('wrong')} wrong, {r.count('error')} errors; "
+                 f"{r.count('wrong')} wrong, {plural(r.count('error'), 'error')}; "
                  f"{r.not_reached} not reached"
                  + (f" (stopped: {r.stopped})" if r.stopped else "") + f"; {r.elapsed_s:.0f} s")
     if r.seeds:
@@ -1672,7 +1757,7 @@ def report_lines(outcome: Outcome, title: str) -> list[str]:
     for t in errors[:3]:
         lines.append(f"  error: {params_text(t.params)}: {t.detail}")
     if len(errors) > 3:
-        lines.append(f"  ... and {len(errors) - 3} more errors")
+        lines.append(f"  ... and {plural(len(errors) - 3, 'more error')}")
     if e is None:
         lines.append("  no configuration passed its check; nothing cached")
         return lines
@@ -1713,22 +1798,352 @@ def _show(args) -> int:
     return 0
 
 
-def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None,
-             restrict: dict | None = None, jobs: int = 1, precision: str = "fp32") -> None:
-    """The space and its pruning without a GPU: validate(), and for CUDA the NVRTC builds for sm_90
-    (spills, fit; `jobs` threads compile ahead), in the order the search takes them while the
-    defaults stay the fastest (the real order follows the timings). `search` itself runs, with a
-    stand-in for the GPU, and the split-K seeds aim at SEED_SMS SMs."""
+class DryRunBudget:
+    """The seconds of NVRTC builds a dry run may spend (DRY_RUN_COMPILE_S), shared out over its
+    CUDA searches: each takes what is left divided by the searches still to come, so that
+    `--stage all` answers in seconds too. None: no time limit (an explicit --sample N)."""
+
+    def __init__(self, seconds: float | None, searches: int):
+        self.left = seconds
+        self.searches = max(1, searches)
+
+    def share(self) -> float | None:
+        return None if self.left is None else max(0.0, self.left) / self.searches
+
+    def spent(self, seconds: float) -> None:
+        if self.left is not None:
+            self.left -= seconds
+        self.searches = max(1, self.searches - 1)
+
+
+class _Ticker:
+    """Progress of a dry-run phase that may take more than a moment: a transient rich bar on a
+    terminal, else a line on stderr at most every PROGRESS_EVERY_S seconds (and a last one when a
+    phase that printed any ends)."""
+
+    def __init__(self, title: str, total: int, stream=None):
+        self.title, self.total, self.done = title, total, 0
+        self.stream = stream or sys.stderr
+        self.start = self.last = time.monotonic()
+        self.printed = 0  # the count the last line showed
+        self.bar = None
+        sys.stdout.flush()  # what was said so far comes before the progress
+        try:
+            from rich.console import Console
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn)
+
+            console = Console(file=self.stream)
+            if console.is_terminal:
+                self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                    MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                                    transient=True)
+                self.bar.start()
+                self.task = self.bar.add_task(title, total=total)
+        except ImportError:  # rich is a dependency, but plain lines work without it
+            self.bar = None
+
+    def set_total(self, total: int) -> None:
+        if total != self.total:
+            self.total = total
+            if self.bar is not None:
+                self.bar.update(self.task, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done)
+            return
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            self.printed = self.done
+            print(f"  {self.title}: {self.done}/{self.total} ({now - self.start:.0f} s)",
+                  file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+        elif self.printed and self.printed != self.done:
+            print(f"  {self.title}: {self.done}/{self.total} "
+                  f"({time.monotonic() - self.start:.0f} s)", file=self.stream, flush=True)
+
+
+def compile_sample(probe: Callable[[dict], dict | None], configs: list[dict], jobs: int = 1,
+                   seconds: float | None = None, on_done: Callable[[], None] | None = None,
+                   clock: Callable[[], float] = time.monotonic) -> list[Trial | None]:
+    """Run `probe` (a CUDA build) on `configs` in order, on up to `jobs` threads, starting no new
+    build that would not end within `seconds` at the mean time of the builds so far (the first
+    always starts; those running finish). One Trial per configuration, in order: status "fit"
+    (resources in `resources`), "pruned" (spills, or no block fits an SM: `detail`), "error" (the
+    build failed), its build time in `ms`; None for one never started."""
+    start = clock()
+    out: list[Trial | None] = [None] * len(configs)
+    took: list[float] = []  # seconds of each finished build
+
+    def build(i: int) -> Trial:
+        t = Trial(dict(configs[i]), i)
+        began = clock()
+        try:
+            res = probe(configs[i])
+            problem = resource_problem(res)
+            t.resources = res
+            t.status, t.detail = ("pruned", problem) if problem else ("fit", "")
+        except Exception as exc:  # a build error is reported, the other builds go on
+            text = str(exc).strip().splitlines()
+            first = text[0] if text else ""
+            t.status = "error"
+            t.detail = first if isinstance(exc, LabError) else f"{type(exc).__name__}: {first}"
+        t.ms = 1000 * (clock() - began)  # the build's wall time
+        return t
+
+    def room() -> bool:  # would one more build end in time, at the mean time of those so far?
+        expected = sum(took) / len(took) if took else 0.0
+        return seconds is None or clock() - start + expected < seconds
+
+    pending: dict[Future, int] = {}
+    nxt = 0
+    with ThreadPoolExecutor(max_workers=max(1, jobs),
+                            thread_name_prefix="lab-autotune-dry-run") as pool:
+        while nxt < len(configs) or pending:
+            while nxt < len(configs) and len(pending) < max(1, jobs) and (nxt == 0 or room()):
+                pending[pool.submit(build, nxt)] = nxt
+                nxt += 1
+            if not pending:
+                break
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                out[pending.pop(fut)] = trial = fut.result()
+                took.append(trial.ms / 1000)
+                if on_done:
+                    on_done()
+    return out
+
+
+def _n(x: int) -> str:
+    """12,803: a count with thousands separators."""
+    return f"{x:,}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _resources_text(res: dict) -> str:
     from lab.occupancy import SM90, from_resources
+
+    occ = from_resources(res, SM90)
+    return (f"{res['registers']} regs, "
+            f"{(res['smem_static'] or 0) + (res['smem_dynamic'] or 0)} B smem, "
+            f"{res['threads']} threads, {occ.blocks_per_sm} blocks/SM "
+            f"({100 * occ.occupancy:.0f}%)")
+
+
+def _trial_line(i: int, t: Trial, seed: bool = False) -> str:
+    head = f"  {i:>4}. {params_text(t.params)}" + (" (split-K seed)" if seed else "")
+    if t.status == "pruned":
+        return f"{head}: pruned: {t.detail}"
+    if t.status == "error":
+        return f"{head}: error: {t.detail}"
+    if t.resources:
+        return f"{head}: {_resources_text(t.resources)}"
+    return head
+
+
+def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None = None,
+             restrict: dict | None = None, jobs: int = 1, precision: str = "fp32", *,
+             sample: int | None = None, budget: DryRunBudget | None = None,
+             compile_all: bool = False) -> None:
+    """The space and its pruning without a GPU, in seconds: every searched parameter and its
+    values; how many configurations the space declares, how many the search considers (a sample
+    above ENUMERATE_LIMIT) and how many pass validate(); for CUDA an estimate of the resource
+    prune from NVRTC builds for sm_90 of a sample (the defaults, the split-K seeds, then `sample`
+    valid configurations picked at random: at most DRY_RUN_SAMPLE by default, within the
+    budget's seconds); and a sample of configurations with their resources. `compile_all`
+    compiles every valid configuration instead (_dry_run_all)."""
+    if compile_all:
+        return _dry_run_all(stage, backend, shape, layout, max_configs, restrict, jobs, precision)
+    M, N, K = shape
+    module = stage.module(backend)
+    validate = validator(module, precision)
+    print(f"{stage.name} {backend} {layout} {M}x{N}x{K} {precision} "
+          f"(bucket {bucket(M, N, K)}):", flush=True)
+    space = space_of(stage, backend, restrict, validate)
+    c = candidates(space, validate=validate, shape=(M, N, K), sm_count=SEED_SMS,
+                   identity=build_identity(module, M, N, precision, SEED_SMS))
+    say = lambda text, indent="  ": print(wrap(text, indent=indent, subsequent=indent + "  "),  # noqa: E731
+                                          flush=True)
+    say(f"space {space.describe(dims=False)}")
+    if space.searched:
+        width = max(len(p.name) for p in space.searched)
+        for p in space.searched:
+            print(f"    {p.name:<{width}}  {'|'.join(_fmt(v) for v in p.choices)} "
+                  f"(default {_fmt(space.default[p.name])})")
+    valid, considered = len(c.valid) + c.same_build, len(c.configs)
+    print("  pruning:")
+    say(f"{_n(space.size)} configurations in the declared space", "    ")
+    if c.sampled:
+        say(f"{_n(considered)} of them considered: the search samples a space above "
+            f"{_n(ENUMERATE_LIMIT)} configurations (a fixed random sample, the defaults in it)",
+            "    ")
+    rate = valid / considered if considered else 0.0
+    say(f"{_n(valid)} pass validate, {_n(len(c.invalid))} rejected"
+        + (f" ({100 * rate:.0f}% pass; at that rate about "
+           f"{_n(int(round(rate * space.size, -2)))} of the declared space)" if c.sampled
+           else ""), "    ")
+    if c.invalid:
+        say(f"rejected, for example: {c.invalid[0][1]}", "      ")
+    if c.same_build:
+        say(f"{_n(len(c.valid))} distinct builds: {_n(c.same_build)} more are the same build as "
+            f"one of those once the automatic values are resolved for this shape", "    ")
+    if c.seeds:
+        say(f"split-K seeds (tiles x splitk near 1x, 2x, 4x {c.sms} SMs): "
+            + "; ".join(_seed_text(sd, backend) for sd in c.seeds))
+    if backend == "cuda":
+        _dry_run_builds(stage, module, space, c, shape, layout, precision, max_configs, jobs,
+                        sample, budget, say)
+    else:
+        _dry_run_order(space, c, validate, shape, layout, max_configs, module, precision, say)
+
+
+def _dry_run_builds(stage, module, space, c: Candidates, shape, layout, precision, max_configs,
+                    jobs, sample, budget, say) -> None:
+    """The CUDA part of a dry run: a sample compiled with NVRTC for sm_90, the resource prune
+    estimated from its random part, and the sample listed."""
+    M, N, K = shape
+    picked: list[tuple[dict, str]] = []  # (configuration, why: default | seed | random)
+    seen = set()
+
+    def add(config: dict, why: str) -> None:
+        k = c.ident(config)
+        if k not in seen:
+            seen.add(k)
+            picked.append((config, why))
+
+    if c.valid:
+        add(c.valid[0], "default")
+    wanted = DRY_RUN_SAMPLE if sample is None else sample
+    # the seeds and the random picks in turn, so that a build budget cut short still leaves
+    # random builds for the estimate
+    seed_queue, random_queue = list(c.seeds), list(c.shuffled[:wanted])
+    while seed_queue or random_queue:
+        if random_queue:
+            add(random_queue.pop(0), "random")
+        if seed_queue:
+            add(seed_queue.pop(0), "seed")
+    if max_configs is not None:
+        picked = picked[:max_configs]
+    extra = {} if precision == "fp32" else {"precision": precision}
+    probe = cuda_probe(module, M, N, K, layout, extra)
+    if jobs > 1:
+        _warm_build_caches()
+    seconds = budget.share() if budget is not None and sample is None else None
+    ticker = _Ticker(f"{stage.name} cuda: NVRTC builds of the sample", len(picked))
+    began = time.monotonic()
+    try:
+        trials = compile_sample(probe, [cfg for cfg, _ in picked], jobs, seconds, ticker.advance)
+    finally:
+        ticker.close()
+        if budget is not None:
+            budget.spent(time.monotonic() - began)
+    built = [(t, why) for t, (_, why) in zip(trials, picked) if t is not None]
+    randoms = [t for t, why in built if why == "random"]
+    fit = [t for t in randoms if t.status == "fit"]
+    pruned = [t for t in randoms if t.status == "pruned"]
+    errors = [t for t in randoms if t.status == "error"]
+    valid = len(c.valid)
+    valid_builds = ("distinct valid builds" if c.same_build else "valid builds")
+    compiled_keys = {c.ident(t.params) for t, _ in built}
+    everything = bool(valid) and all(c.ident(v) in compiled_keys for v in c.valid)
+    if everything:  # every valid build compiled: the counts are exact
+        kept = sum(t.status == "fit" for t, _ in built)
+        say(f"resource pruning, exact: {kept} of the {valid} {valid_builds} fit one sm_90 SM "
+            f"without spills (NVRTC; every one compiled)"
+            + (f"; {sum(t.status == 'pruned' for t, _ in built)} pruned, "
+               f"{plural(sum(t.status == 'error' for t, _ in built), 'error')}"
+               if kept < len(built) else ""), "    ")
+    elif randoms:
+        share = len(fit) / len(randoms)
+        say(f"resource pruning, an estimate: {len(fit)} of {plural(len(randoms), 'build')} "
+            f"picked at random "
+            f"fit one sm_90 SM without spills (NVRTC), so about {_n(round(share * valid))} of "
+            f"the {_n(valid)} {valid_builds} would be kept"
+            + (f" ({len(pruned)} pruned: {pruned[0].detail}" + (", ..." if len(pruned) > 1 else "")
+               + ")" if pruned else "")
+            + (f" ({len(errors)} failed to build)" if errors else ""), "    ")
+    elif not any(why == "random" for _, why in picked):
+        say("resource pruning: not estimated, the sample holds no configuration picked at random"
+            + (" (--max-configs)" if max_configs is not None else " (--sample 0)"), "    ")
+    else:
+        say("resource pruning: not estimated, no configuration picked at random was compiled in "
+            "the time the dry run allows itself; --sample N compiles N of them", "    ")
+    what = {"default": "the defaults", "seed": "the split-K seeds",
+            "random": plural(len(randoms), "valid configuration") + " picked at random"}
+    parts = [what[w] for w in ("default", "seed", "random") if any(why == w for _, why in built)]
+    if parts:
+        listed = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+        say(f"sample, built by NVRTC for sm_90 ({listed}):")
+    for i, (t, why) in enumerate(built, 1):
+        print(_trial_line(i, t, why == "seed"))
+    left = len(picked) - len(built)
+    spent = sum(t.ms for t, _ in built) / 1000
+    per_build = spent / len(built) if built else 0.0
+    if left:
+        say(f"{left} more of the sample not compiled: a dry run starts no new build after "
+            f"{DRY_RUN_COMPILE_S:.0f} s of builds, shared by its CUDA searches (--sample N "
+            f"compiles N of them, however long it takes)")
+    if not everything and valid:
+        jobs_text = f"{jobs} thread{'s' if jobs != 1 else ''}"
+        say(f"--compile-all compiles all {_n(valid)} valid builds in search order"
+            + (f" (about {_duration(per_build * valid / max(1, jobs))} on {jobs_text} at this "
+               f"sample's {per_build:.1f} s a build)" if per_build >= 0.05 else ""))
+
+
+def _dry_run_order(space, c: Candidates, validate, shape, layout, max_configs, module, precision,
+                   say) -> None:
+    """The Triton part of a dry run: its builds need a GPU, so the first candidates in the order
+    the search takes them while the defaults stay the fastest."""
+    M, N, K = shape
+    say("resource pruning: not estimated here, a Triton kernel's registers and spills are known "
+        "only after it compiles on a GPU (those that spill are pruned there)", "    ")
+    default_key = space.key(space.default)
+    shown = DRY_RUN_SHOWN if max_configs is None else max_configs
+    r = search(space, launch_factory=lambda params: (lambda: None),
+               checker=lambda launch: True,
+               timer=lambda params, launch, rep_ms: 1.0 if space.key(params) == default_key
+               else 2.0,
+               validate=validate, budget_s=math.inf, max_configs=shown, shape=(M, N, K),
+               layout=layout, refine_rounds=0, sm_count=SEED_SMS,
+               identity=build_identity(module, M, N, precision, SEED_SMS))
+    print("  sample, the first candidates in search order (while the defaults stay the "
+          "fastest):")
+    for i, t in enumerate(r.trials, 1):
+        print(_trial_line(i, t, t.how == "seed"))
+    if r.not_reached:
+        print(f"  ... and {_n(r.not_reached)} more")
+
+
+def _dry_run_all(stage, backend: str, shape, layout: str, max_configs: int | None,
+                 restrict: dict | None = None, jobs: int = 1, precision: str = "fp32") -> None:
+    """--dry-run --compile-all: every valid configuration, and for CUDA its NVRTC build for
+    sm_90 (spills, fit; `jobs` threads compile ahead), in the order the search takes them while
+    the defaults stay the fastest (the real order follows the timings), with progress. `search`
+    itself runs, with a stand-in for the GPU, and the split-K seeds aim at SEED_SMS SMs. This
+    takes minutes to hours (each build 0.1 to 2 s): the plain dry run estimates instead."""
+    from lab.occupancy import SM90
 
     M, N, K = shape
     module = stage.module(backend)
     space = space_of(stage, backend, restrict, validator(module, precision))
     default_key = space.key(space.default)
     if max_configs is None and backend != "cuda":
-        max_configs = 10  # nothing is compiled: the first few show the order
-    print(f"{stage.name} {backend} {layout} {M}x{N}x{K} {precision} "
-          f"(bucket {bucket(M, N, K)}):")
+        max_configs = DRY_RUN_SHOWN  # nothing is compiled: the first few show the order
+    title = f"{stage.name} {backend} {layout} {M}x{N}x{K} {precision}"
+    print(f"{title} (bucket {bucket(M, N, K)}):", flush=True)
 
     def stand_in(params):  # launches nothing
         return lambda: None
@@ -1742,15 +2157,25 @@ def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None,
     if probe is not None and jobs > 1:
         _warm_build_caches()
         ahead = CompileAhead(probe, space.key, jobs)
+    ticker = None
+    on_progress = None
+    if probe is not None:
+        ticker = _Ticker(f"{stage.name} cuda: NVRTC builds, in search order", 0)
+
+        def on_progress(phase, done, total, trial, best):
+            ticker.set_total(min(total, max_configs) if max_configs is not None else total)
+            ticker.advance(done - ticker.done)
     try:
         r = search(space, launch_factory=stand_in, checker=lambda launch: True, timer=timer,
                    validate=validator(module, precision), probe=ahead.probe if ahead else probe,
-                   limits=SM90, budget_s=math.inf, max_configs=max_configs, shape=(M, N, K),
-                   layout=layout, refine_rounds=0, sm_count=SEED_SMS,
+                   limits=SM90, budget_s=math.inf, max_configs=max_configs,
+                   shape=(M, N, K), layout=layout, refine_rounds=0, sm_count=SEED_SMS,
                    prefetch=ahead.prefetch if ahead else None,
-                   compile_ahead=ahead.lookahead if ahead else 0,
+                   compile_ahead=ahead.lookahead if ahead else 0, on_progress=on_progress,
                    identity=build_identity(module, M, N, precision, SEED_SMS))
     finally:
+        if ticker is not None:
+            ticker.close()
         if ahead is not None:
             ahead.close()
     print(f"  space {r.space}" + (f"; sampled {r.considered}" if r.sampled else ""))
@@ -1764,24 +2189,10 @@ def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None,
         print("  resources: a Triton kernel's registers and spills are known only after it "
               "compiles on the GPU (those that spill are pruned there); the search order:")
     for i, t in enumerate(r.trials, 1):
-        head = f"  {i:>4}. {params_text(t.params)}" + (" (split-K seed)" if t.how == "seed"
-                                                        else "")
-        if t.status == "pruned":
-            print(f"{head}: pruned: {t.detail}")
-        elif t.status == "error":
-            print(f"{head}: error: {t.detail}")
-        elif t.resources:
-            res = t.resources
-            occ = from_resources(res, SM90)
-            print(f"{head}: {res['registers']} regs, "
-                  f"{(res['smem_static'] or 0) + (res['smem_dynamic'] or 0)} B smem, "
-                  f"{res['threads']} threads, {occ.blocks_per_sm} blocks/SM "
-                  f"({100 * occ.occupancy:.0f}%)")
-        else:
-            print(head)
+        print(_trial_line(i, t, t.how == "seed"))
     if backend == "cuda":
         print(f"  {r.count('timed')} fit, {r.count('pruned')} pruned by resources, "
-              f"{r.count('error')} errors"
+              f"{plural(r.count('error'), 'error')}"
               + (f"; {r.not_reached} not compiled (--max-configs)" if r.not_reached else ""))
     elif r.not_reached:
         print(f"  ... and {r.not_reached} more")

@@ -730,10 +730,11 @@ def test_dry_run_shows_the_restricted_space():
     r = cli("--stage", "warptiling:splitk=16|32,BM=64|128", "--backend", "cuda", "--sizes",
             "320x192x786432", "--dry-run", "--max-configs", "1")
     assert r.returncode == 0, r.stderr
-    assert "restricted: BM=64|128, splitk=16|32; pinned: fast_math=0" in r.stdout
+    flat = " ".join(r.stdout.split())  # notes are wrapped to the terminal's width
+    assert "restricted: BM=64|128, splitk=16|32; pinned: fast_math=0" in flat
     assert "1. BM=128,BN=128,BK=16," in r.stdout and "splitk=16: " in r.stdout
     assert "split-K seeds (tiles x splitk near 1x, 2x, 4x 132 SMs): BM=128,BN=128,splitk=32" \
-        in r.stdout
+        in flat
 
 
 # ----------------------------------------------------------------------------- split-K seeds
