@@ -6,10 +6,9 @@
 #   tests    pytest -m gpu on the files in $TESTS (default: every GPU test)
 #   compare  python -m lab.compare with $STAGES, $SIZES and $COMPARE_ARGS, CSV $NAME.csv
 #   tune     python -m lab.autotune with $TUNE_STAGES, $TUNE_SIZES, $TUNE_ARGS (log $TUNE_NAME.log)
-#   ceiling  scripts/mma_ceiling.py (mma.sync's rate from registers alone)
-#   stalls   scripts/ncu_stalls.sh (ncu sections of a few kernels; $TARGETS to choose them)
-#   counters scripts/bank_conflicts_counters.sh
-#   realign  scripts/realign_copy_cost.py with $REALIGN_STAGES and $REALIGN_SIZES (the copies' cost)
+#   ceiling  scripts/experiments/mma_ceiling.py (mma.sync's rate from registers alone)
+#   stalls   scripts/experiments/ncu_stalls.sh (ncu sections of a few kernels; $TARGETS chooses)
+#   counters scripts/experiments/bank_conflicts_counters.sh
 # Usage (device): LAB_COMMIT=<sha> STAGES=... SIZES=... bash scripts/gpu_batch.sh doctor compare
 set -uo pipefail
 OUT=${OUT:-out}
@@ -29,13 +28,10 @@ for step in "$@"; do
                --csv "$W/$NAME.csv" 2>&1 | tee "$W/$NAME.log" | grep -v '^  ' ;;
     tune) python3 -m lab.autotune --stage "$TUNE_STAGES" --sizes "$TUNE_SIZES" ${TUNE_ARGS:-} 2>&1 \
             | tee "$W/${TUNE_NAME:-tune}.log" | grep -v '^  .* search \[' | tail -40 ;;
-    ceiling) python3 scripts/mma_ceiling.py "$W/mma-ceiling.csv" 2>&1 | tee "$W/mma-ceiling.log" \
+    ceiling) python3 scripts/experiments/mma_ceiling.py "$W/mma-ceiling.csv" 2>&1 | tee "$W/mma-ceiling.log" \
                | grep best ;;
-    stalls) bash scripts/ncu_stalls.sh "$W" 2>&1 | tee "$W/stalls.log" | tail -80 ;;
-    counters) bash scripts/bank_conflicts_counters.sh "$W" 2>&1 | tee "$W/counters.log" | tail -30 ;;
-    realign) python3 scripts/realign_copy_cost.py --stage "${REALIGN_STAGES:-warptiling:auto}" \
-               --sizes "${REALIGN_SIZES:-1025}" --csv "$W/realign-copy-cost.csv" 2>&1 \
-               | tee "$W/realign-copy-cost.log" | tail -20 ;;
+    stalls) bash scripts/experiments/ncu_stalls.sh "$W" 2>&1 | tee "$W/stalls.log" | tail -80 ;;
+    counters) bash scripts/experiments/bank_conflicts_counters.sh "$W" 2>&1 | tee "$W/counters.log" | tail -30 ;;
     *) echo "unknown step $step" ;;
   esac
 done

@@ -51,7 +51,9 @@ NAMES_IT = re.compile(r"SGEMM_CUDA", re.I)
 
 
 def doc_files() -> list[Path]:
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "results" / "README.md"]
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
+             *sorted((ROOT / "results").glob("**/README.md")), ROOT / "results" / "files.txt",
+             *sorted((ROOT / "scripts").glob("**/README.md"))]
     return [f for f in files if f.is_file()]
 
 
@@ -79,8 +81,9 @@ def test_docs_speak_to_users(path):
 
 def test_the_scanned_files_include_the_docs():
     names = {str(p.relative_to(ROOT)) for p in doc_files()}
-    assert {"README.md", "results/README.md", "docs/ARCHITECTURE.md",
-            "docs/stages/naive.md"} <= names
+    assert {"README.md", "results/README.md", "docs/ARCHITECTURE.md", "docs/GLOSSARY.md",
+            "docs/stages/naive.md", "results/files.txt", "results/2026-11-25-h100/README.md",
+            "scripts/experiments/README.md"} <= names
 
 
 @pytest.mark.parametrize("text", [
@@ -122,3 +125,73 @@ def test_the_rules_catch_internal_words(text):
 ])
 def test_the_rules_allow_ordinary_uses(text):
     assert not hits_in(text, "x.md"), hits_in(text, "x.md")
+
+
+# ------------------------------------------------------------------ the glossary is linked
+
+GLOSSARY = ROOT / "docs" / "GLOSSARY.md"
+# anchor in docs/GLOSSARY.md -> how a newcomer meets the term in the README or the results pages
+TERMS = {
+    "percent-of-cublas": r"% of cuBLAS",
+    "cublas": r"\bcuBLAS\b",
+    "fp32": r"\bfp32\b",
+    "tf32": r"(?<![x\w])TF32\b",
+    "3xtf32": r"\b3xTF32\b",
+    "bf16-and-fp16": r"\b(?:bf16|fp16)\b",
+    "median-p20-p80": r"\bp20/p80\b",
+    "l2-flush": r"\bL2 flush",
+    "noise-and-repeats": r"\bnoise\b",
+    "roofline": r"\broofline\b",
+    "occupancy": r"\boccupancy\b",
+    "nsight-compute": r"\bNsight Compute\b",
+    "sgemm-cuda": r"\bSGEMM_CUDA\b",
+    "sm-90-and-sm-90a": r"\bsm_90a?\b",
+    "tensor-cores": r"\btensor[- ]cores?\b",
+    "mma-sync": r"\bmma\.sync\b",
+    "ldmatrix": r"\bldmatrix\b",
+    "wgmma": r"\bwgmma\b",
+    "cp-async": r"\bcp\.async\b",
+    "block-rasterization": r"\bblock rasterization\b|\bgrouped block order\b",
+    "warp-tiling-parameters": r"\bWNITER\b",
+    "split-k": r"\bsplit-K\b",
+    "shape-bucket": r"\bshape bucket\b|:a128\b",
+    "layouts": r"--layout\b|\blayout nn\b",
+    "autotuner": r"\bautotuner\b",
+    "nvrtc": r"\bNVRTC\b",
+}
+
+
+def glossary_anchors() -> set[str]:
+    return set(re.findall(r'<a id="([^"]+)"></a>', GLOSSARY.read_text(encoding="utf-8")))
+
+
+def newcomer_text(path: Path) -> str:
+    """What a newcomer reads: the README without its "Set up" section (its commands belong to
+    another page's owner) and without the generated summary's glossary-free command lines."""
+    text = path.read_text(encoding="utf-8")
+    if path.name == "README.md" and path.parent == ROOT:
+        start = text.index("## Set up")
+        end = text.index("\n## ", start + 1)
+        text = text[:start] + text[end:]
+    return text
+
+
+def test_the_glossary_defines_every_term_it_is_asked_for():
+    assert set(TERMS) <= glossary_anchors()
+
+
+@pytest.mark.parametrize("name", ["README.md", "results/README.md"])
+def test_every_term_a_newcomer_meets_points_to_the_glossary(name):
+    text = newcomer_text(ROOT / name)
+    unlinked = [anchor for anchor, pattern in TERMS.items()
+                if re.search(pattern, text) and f"GLOSSARY.md#{anchor})" not in text]
+    assert unlinked == [], f"{name} uses these terms without a link to docs/GLOSSARY.md#..."
+
+
+def test_every_link_into_the_glossary_names_an_entry_it_has():
+    anchors = glossary_anchors()
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
+             *sorted((ROOT / "results").glob("**/README.md"))]
+    for page in pages:
+        for anchor in re.findall(r"GLOSSARY\.md#([\w-]+)", page.read_text(encoding="utf-8")):
+            assert anchor in anchors, f"{page.relative_to(ROOT)}: #{anchor}"

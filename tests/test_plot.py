@@ -23,6 +23,8 @@ RUN = ROOT / "results" / "2026-11-22-h100"
 FINAL = RUN / "08-final-all.csv"  # 1024^3, 1025^3, 2048^3, 4096^3, 4096x2048x1000
 LAYOUTS = RUN / "15-layouts-4096-all.csv"  # 4096^3, layouts nn, nt, tn, tt
 PROFILE = RUN / "05-profile-ladder-ncu.csv"  # lab.profile, no .env.json beside it
+FULL = ROOT / "results" / "2026-11-25-h100" / "ladder.csv"  # every stage, 5 precisions, 4 sizes
+FULL_PROFILE = ROOT / "results" / "2026-11-25-h100" / "profile-4096.csv"  # fp32 + bf16 rows
 GPU = "NVIDIA H100 80GB HBM3"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -204,14 +206,31 @@ def test_sweep_has_a_line_per_stage_and_backend_and_cublas(figs):
     assert cublas.get_color() == "black" and cublas.get_linewidth() >= 3
     assert sorted(cublas.get_ydata()) == pytest.approx(
         sorted(df[df.backend == "cublas"].gflops / 1000))
-    assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
-    # x: M for squares, the cube root of M*N*K otherwise
-    assert sorted(cublas.get_xdata()) == pytest.approx(
-        sorted([1024, 1025, 2048, 4096, (4096 * 2048 * 1000) ** (1 / 3)]))
-    ticks = [t.get_text() for t in ax.get_xticklabels()]
-    assert "1024³ / 1025³" in ticks and "4096³" in ticks
-    assert "TFLOP/s" in ax.get_ylabel() and "size" in ax.get_xlabel()
+    assert ax.get_yscale() == "log"
+    # the sizes evenly spaced in increasing order of M*N*K: 1024^3 and 1025^3 a slot apart
+    order = ["1024³", "1025³", "4096x2048x1000", "2048³", "4096³"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == order
+    assert list(cublas.get_xdata()) == [0, 1, 2, 3, 4]
+    assert "TFLOP/s" in ax.get_ylabel() and ax.get_xlabel() == ""
+    assert "size" in fig.get_supxlabel()  # one axis caption for the figure, not one per panel
     assert GPU in title(fig) and "fp32" in title(fig)
+
+
+def test_sweep_of_several_precisions_has_fp32_across_the_top_and_one_axis_caption(figs):
+    fig = figs([FULL])["sweep"]
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[0] == "fp32" and set(titles[1:]) == {
+        "tf32", "3xtf32 (cuBLAS fp32 for reference)", "bf16", "fp16"}
+    top, rest = fig.axes[0], fig.axes[1:]
+    assert top.get_position().width > 2 * rest[0].get_position().width
+    ys = {round(ax.get_position().y0, 3) for ax in rest}
+    assert len(ys) == 1 and top.get_position().y0 > ys.pop()  # one row below the fp32 panel
+    assert all(ax.get_xlabel() == "" for ax in fig.axes) and "size" in fig.get_supxlabel()
+    df = read_csv(FULL)
+    fp32 = df[(df.precision == "fp32") & (df.backend != "cublas")]
+    drawn = {line.get_gid() for line in top.get_lines() if line.get_gid()
+             and "/" in line.get_gid()}
+    assert drawn == {f"{s}/{b}" for s, b in zip(fp32.stage, fp32.backend)}
 
 
 def test_sweep_needs_three_sizes(figs):
@@ -252,23 +271,193 @@ def test_roofline_has_both_roofs_and_a_point_per_kernel(figs):
 # -------------------------------------------------------------------------------- occupancy
 
 
-def test_occupancy_has_a_point_per_gpu_row_with_both(figs):
-    fig = figs([FINAL])["occupancy"]
-    ax = fig.axes[0]
-    df = read_csv(FINAL)
-    rows = df[df.occupancy.notna() & df.gflops.notna() & (df.backend != "cublas")]
+def _occupancy_points(fig) -> dict:
     got = {}
-    for coll in ax.collections:
-        got[coll.get_gid()] = coll.get_offsets()
+    for ax in fig.axes:
+        for coll in ax.collections:
+            got.setdefault(coll.get_gid(), []).extend(map(tuple, coll.get_offsets()))
+    return got
+
+
+def test_occupancy_has_a_point_per_kernel_at_one_size(figs):
+    fig = figs([FINAL])["occupancy"]
+    (ax,) = fig.axes
+    df = read_csv(FINAL)
+    rows = df[df.occupancy.notna() & df.gflops.notna() & (df.backend != "cublas")
+              & (df.M == 4096) & (df.N == 4096) & (df.K == 4096)]
+    got = _occupancy_points(fig)
     assert set(got) == {"occupancy/cuda", "occupancy/triton"}
-    assert sum(len(v) for v in got.values()) == len(rows) == 80
+    assert sum(len(v) for v in got.values()) == len(rows) == 16
+    # y: the row's TFLOP/s; x: its occupancy's slot (occupancies in increasing order), the
+    # points of one slot side by side within it
+    slots = sorted({round(100 * float(o), 2) for o in rows.occupancy})
+    assert [t.get_text() for t in ax.get_xticklabels()] == [f"{o:g}%" for o in slots]
     cuda = rows[rows.backend == "cuda"]
-    want = sorted(zip(100 * cuda.occupancy.astype(float), cuda.gflops / 1000))
-    assert np.allclose(sorted(map(tuple, got["occupancy/cuda"])), want)
-    assert ax.get_xlim()[1] > 100 and "%" in ax.get_xlabel() and "TFLOP/s" in ax.get_ylabel()
-    labels = {t.get_text() for t in ax.texts}
-    assert "vectorized/cuda" in labels and "naive/triton" in labels
-    assert "occupancy" in title(fig).lower() and GPU in title(fig)
+    want = sorted(gf / 1000 for gf in cuda.gflops)
+    assert sorted(y for _, y in got["occupancy/cuda"]) == pytest.approx(want)
+    for (x, y), (o, gf) in zip(sorted(got["occupancy/cuda"], key=lambda p: p[1]),
+                               sorted(zip(cuda.occupancy, cuda.gflops), key=lambda p: p[1])):
+        assert abs(x - slots.index(round(100 * float(o), 2))) < 0.4
+    assert ax.get_yscale() == "log" and "%" in ax.get_xlabel() and "TFLOP/s" in ax.get_ylabel()
+    labels = {t.get_text() for t in ax.texts if t.get_gid() == "label"}
+    assert len(labels) == 16 and "vectorized/cuda" in labels and "naive/triton" in labels
+    assert "occupancy" in title(fig).lower() and GPU in title(fig) and "4096³" in title(fig)
+
+
+def test_occupancy_of_several_precisions_puts_the_tensor_cores_in_a_panel_of_their_own(figs):
+    fig = figs([FULL])["occupancy"]
+    fp32_ax, tensor_ax = fig.axes
+    assert "fp32" in fp32_ax.get_title() and "tensor-core" in tensor_ax.get_title()
+    df = read_csv(FULL)
+    rows = df[(df.backend != "cublas") & (df.M == 4096) & df.occupancy.notna()]
+    n_fp32 = int((rows.precision == "fp32").sum())
+    assert sum(len(c.get_offsets()) for c in fp32_ax.collections) == n_fp32
+    assert sum(len(c.get_offsets()) for c in tensor_ax.collections) == len(rows) - n_fp32
+    for ax in fig.axes:  # every point named next to it
+        n = sum(len(c.get_offsets()) for c in ax.collections)
+        assert len([t for t in ax.texts if t.get_gid() == "label"]) == n
+
+
+# ------------------------------------------------------------------ several precisions (ladder)
+
+
+def test_ladder_of_several_precisions_is_every_stage_at_4096_a_panel_per_precision(figs):
+    fig = figs([FULL])["ladder"]
+    df = read_csv(FULL)
+    rows = df[(df.backend != "cublas") & (df.M == 4096) & (df.N == 4096) & (df.K == 4096)]
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["fp32 on CUDA cores: % of cuBLAS fp32", "tf32: % of cuBLAS tf32",
+                      "3xtf32: % of cuBLAS fp32", "bf16: % of cuBLAS bf16",
+                      "fp16: % of cuBLAS fp16"]
+    assert "4096³" in title(fig) and GPU in title(fig) and "2026-11-25" in title(fig)
+    for ax, prec in zip(fig.axes, ["fp32", "tf32", "3xtf32", "bf16", "fp16"]):
+        part = rows[rows.precision == prec]
+        heights = bars(ax)
+        assert heights == pytest.approx({f"{s}/{b}": p for s, b, p in
+                                         zip(part.stage, part.backend, part.pct_cublas)})
+        values = [t for t in ax.texts if t.get_gid() == "value"]
+        assert len(values) == len(heights)  # every bar says its value
+        stages = [t.get_text() for t in ax.get_xticklabels()]
+        assert stages == [s.name for s in STAGES if s.name in set(part.stage)]
+        missing = [t for t in ax.texts if t.get_gid() == "missing"]
+        assert len(missing) == 2 * len(stages) - len(heights)  # "no CUDA" where none
+        assert (by_gid(ax, "sgemm_cuda") != []) == (prec == "fp32")
+    # every stage of the registry is on the picture
+    shown = {t.get_text() for ax in fig.axes for t in ax.get_xticklabels()}
+    assert shown == {s.name for s in STAGES}
+
+
+def test_roofline_of_several_precisions_has_a_roof_each_and_a_closer_panel(figs):
+    fig = figs([FULL_PROFILE])["roofline"]
+    main, zoom = fig.axes
+    df = read_csv(FULL_PROFILE)
+    for s, b in zip(df.stage, df.backend):
+        assert len(by_gid(main, f"{s}/{b}")) == len(df[(df.stage == s) & (df.backend == b)])
+    assert len(by_gid(main, "roof-compute")) == 2 and len(by_gid(main, "roof-dram")) == 1
+    texts = {t.get_text() for t in main.texts}
+    assert "FP32 compute roof: 66.9 TFLOP/s" in texts
+    assert any(t.startswith("bf16 tensor-core compute roof") for t in texts)
+    assert {"cuBLAS fp32", "cuBLAS bf16"} <= {t.get_text() for a in fig.axes for t in a.texts}
+    (box,) = [p for p in main.patches if p.get_gid() == "zoom-box"]
+    zoomed = [line for line in zoom.get_lines() if (line.get_gid() or "").endswith("/zoom")]
+    assert len(zoomed) >= plot.ROOF_ZOOM_MIN
+    labels = [t for a in fig.axes for t in a.texts if t.get_gid() == "label"]
+    assert len(labels) == len(df)  # every kernel named once, in one of the two panels
+
+
+# ------------------------------------------------------------------------- legible: no text
+# over text, in any figure the committed files give
+
+
+def _text_corners(t, renderer):
+    """The corners (display units) of a text's own rectangle, rotated as drawn."""
+    import math
+
+    from matplotlib.text import Text
+
+    bb = Text.get_window_extent(t, renderer)
+    theta = math.radians(t.get_rotation() % 180)
+    if abs(math.sin(theta)) < 1e-6:
+        return [(bb.x0, bb.y0), (bb.x1, bb.y0), (bb.x1, bb.y1), (bb.x0, bb.y1)]
+    rotation = t.get_rotation()
+    t.set_rotation(0)
+    flat = Text.get_window_extent(t, renderer)
+    t.set_rotation(rotation)
+    w, h = flat.width, flat.height
+    c, s = math.cos(theta), math.sin(theta)
+    p = (bb.x0 + h * s, bb.y0) if s * c >= 0 else (bb.x1, bb.y0 + w * s)
+    u, v = (w * c, w * s), (-h * s, h * c)
+    return [p, (p[0] + u[0], p[1] + u[1]), (p[0] + u[0] + v[0], p[1] + u[1] + v[1]),
+            (p[0] + v[0], p[1] + v[1])]
+
+
+def _apart(a, b, pad=0.5) -> bool:
+    """Two convex quadrilaterals do not overlap (separating axis)."""
+    import math
+
+    for poly in (a, b):
+        for i in range(4):
+            (x0, y0), (x1, y1) = poly[i], poly[(i + 1) % 4]
+            nx, ny = y0 - y1, x1 - x0
+            n = math.hypot(nx, ny) or 1.0
+            pa = [(x * nx + y * ny) / n for x, y in a]
+            pb = [(x * nx + y * ny) / n for x, y in b]
+            if max(pa) <= min(pb) + pad or max(pb) <= min(pa) + pad:
+                return True
+    return False
+
+
+def overlapping_texts(fig) -> list[tuple[str, str]]:
+    """Every pair of drawn texts (titles, axis labels, tick labels in view, annotations, legend
+    entries) whose rectangles overlap."""
+    from matplotlib.text import Text
+
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    seen, texts = set(), []
+
+    def add(t):
+        if t is None or id(t) in seen or not t.get_visible() or not t.get_text().strip():
+            return
+        seen.add(id(t))
+        if Text.get_window_extent(t, renderer).width > 0:
+            texts.append((t.get_text(), _text_corners(t, renderer)))
+
+    for t in fig.texts:
+        add(t)
+    for legend in fig.legends:
+        for t in legend.get_texts():
+            add(t)
+    for ax in fig.axes:
+        for t in (ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts):
+            add(t)
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if lo - 1e-9 * abs(hi) <= tick.get_loc() <= hi + 1e-9 * abs(hi):
+                    add(tick.label1)
+        if ax.get_legend():
+            for t in ax.get_legend().get_texts():
+                add(t)
+    return [(a, b) for i, (a, pa) in enumerate(texts) for b, pb in texts[i + 1:]
+            if not _apart(pa, pb)]
+
+
+@pytest.mark.parametrize("csvs", [[FULL, FULL_PROFILE], [FINAL, PROFILE], [LAYOUTS]],
+                         ids=["full-run", "first-day", "layouts"])
+def test_no_text_is_drawn_over_another(csvs, figs):
+    for name, fig in figs(csvs).items():
+        assert overlapping_texts(fig) == [], name
+
+
+def test_the_overlap_check_sees_colliding_labels(figs):
+    fig = figs([FINAL])["ladder"]
+    ax = fig.axes[-1]
+    ax.set_xticks(range(len(ax.get_xticks())), [t.get_text() for t in ax.get_xticklabels()],
+                  rotation=0)  # long stage names side by side, upright: they collide
+    ax.annotate("over the title", (0.5, 1.0), xycoords="axes fraction", ha="center",
+                va="bottom", fontsize=14)
+    assert len(overlapping_texts(fig)) >= 2
 
 
 # --------------------------------------------------------------------------------- the CLI

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The shared-memory bank counters behind docs/stages/bank_conflicts.md, on a GPU machine with ncu.
 #
-#   bash scripts/bank_conflicts_counters.sh            # N=2048 by default; OUT=out by default
-#   PARTS=table bash scripts/bank_conflicts_counters.sh    # only part 1 (about 2-3 minutes)
-#   PARTS=sass  bash scripts/bank_conflicts_counters.sh    # only part 2 (about 4-6 minutes)
+#   bash scripts/experiments/bank_conflicts_counters.sh            # N=2048 by default; OUT=out by default
+#   PARTS=table bash scripts/experiments/bank_conflicts_counters.sh    # only part 1 (about 2-3 minutes)
+#   PARTS=sass  bash scripts/experiments/bank_conflicts_counters.sh    # only part 2 (about 4-6 minutes)
 #
 # Part 1 ("table"): python -m lab.profile on the CUDA variants (fix = none, pad, swizzle, raw at
 #   BK = 8; none and swizzle at BK = 16) and cuBLAS, layout nn (lab.profile builds row-major

@@ -1,6 +1,6 @@
 """How fast can mma.sync go on this GPU, with nothing else in the way? A ceiling for stage mma.
 
-    PYTHONPATH=. python scripts/mma_ceiling.py OUT.csv
+    PYTHONPATH=. python scripts/experiments/mma_ceiling.py OUT.csv
 
 Each warp issues ILP independent mma.sync chains (m16n8k16 bf16 / fp16, m16n8k8 tf32) on operands
 held in registers: no loads, no shared memory, no epilogue, only the tensor-core instruction and
@@ -19,7 +19,7 @@ import csv
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 SOURCE = r"""

@@ -2,7 +2,7 @@
 # Why naive is 3x slower at 1024^3 than at 1025^3: Nsight Compute's L1 counters for the naive CUDA
 # kernel at several sizes (one launch each, after a warm-up launch). Needs a GPU and ncu.
 # Writes $OUT/naive-l1-<size>.csv (raw ncu CSV) and $OUT/naive-l1-metrics.txt (the L1 metrics
-# this ncu knows that count conflicts). Usage: bash scripts/naive_pow2_counters.sh 1024 1025 ...
+# this ncu knows that count conflicts). Usage: bash scripts/experiments/naive_pow2_counters.sh 1024 1025 ...
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"

@@ -2,7 +2,7 @@
 and then once more (the launch to profile: `ncu --launch-skip WARM --launch-count 1`).
 
     ncu --launch-skip 2 --launch-count 1 -k regex:matmul --section ... \
-        python scripts/ncu_mma_target.py mma cuda bf16 4096 BM=128,BN=256,BK=64
+        python scripts/experiments/ncu_mma_target.py mma cuda bf16 4096 BM=128,BN=256,BK=64
 
 Parameters are a comma list of name=value (integers, or words such as pipeline=cp_async), as lab.compare's stage:params. The output
 is checked against the float64 reference first (a wrong kernel is not worth profiling).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 WARM = 2

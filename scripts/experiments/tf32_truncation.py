@@ -8,9 +8,9 @@ cuda_kernels.mma.defines so that every build of this process gets the value give
 `stage` column is renamed `mma[TF32_RN=0]` in the CSV so the two kinds of row cannot be mixed
 up). Run it next to an ordinary lab.compare of the same rows:
 
-    python scripts/tf32_truncation.py --stage mma --backend cuda --precision tf32 \
+    python scripts/experiments/tf32_truncation.py --stage mma --backend cuda --precision tf32 \
         --sizes 4096,8192 --csv out/tf32-truncated.csv
-    python scripts/tf32_truncation.py --tf32-rn 2 --stage mma ... --csv out/tf32-add.csv
+    python scripts/experiments/tf32_truncation.py --tf32-rn 2 --stage mma ... --csv out/tf32-add.csv
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pandas as pd  # noqa: E402
 

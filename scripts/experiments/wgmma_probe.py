@@ -1,7 +1,7 @@
 """Check and time cuda_kernels/mma_wgmma.cu directly, outside the stage's launcher: every precision,
 the three layouts it takes, several sizes, and a sweep of its build parameters.
 
-    PYTHONPATH=. python scripts/wgmma_probe.py [--out DIR] [--precisions tf32,3xtf32]
+    PYTHONPATH=. python scripts/experiments/wgmma_probe.py [--out DIR] [--precisions tf32,3xtf32]
         [--config SUM_TILES=2,STAGES=4] [--sizes 4096,8192] [--sweep 4096,8192]
         [--configs "STAGES=3;STAGES=4"] [--once 4096]
 
