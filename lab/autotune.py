@@ -1975,8 +1975,10 @@ def _dry_run(stage, backend: str, shape, layout: str, max_configs: int | None = 
     space = space_of(stage, backend, restrict, validate)
     c = candidates(space, validate=validate, shape=(M, N, K), sm_count=SEED_SMS,
                    identity=build_identity(module, M, N, precision, SEED_SMS))
-    say = lambda text, indent="  ": print(wrap(text, indent=indent, subsequent=indent + "  "),  # noqa: E731
-                                          flush=True)
+
+    def say(text: str, indent: str = "  ") -> None:  # a note, wrapped to the terminal at spaces
+        print(wrap(text, indent=indent, subsequent=indent + "  "), flush=True)
+
     say(f"space {space.describe(dims=False)}")
     if space.searched:
         width = max(len(p.name) for p in space.searched)

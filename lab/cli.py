@@ -57,7 +57,8 @@ def note(text: str, file=None, width: int | None = None, indent: str = "",
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
-    """'1 row', '2 rows', '0 rows' (`many` for an irregular plural: plural(2, 'entry', 'entries'))."""
+    """'1 row', '2 rows', '0 rows' (`many` for an irregular plural: plural(2, 'entry',
+    'entries'))."""
     return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
@@ -94,9 +95,10 @@ def check_writable(path: str) -> tuple:
     return csv, env
 
 
-def check_folder(path: str, what: str) -> "Path":
+def check_folder(path: str, what: str):
     """Refuse at once (one LabError sentence naming `path` and the option `what`) a folder that
-    cannot be created or written into, before a long run starts; create it if missing."""
+    cannot be created or written into, before a long run starts; create it if missing. Returns
+    the folder as a Path."""
     import tempfile
     from pathlib import Path
 
