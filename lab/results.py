@@ -459,27 +459,42 @@ def results_readme(root: Path = RESULTS) -> str:
         "random seed, and `commit`, the code that ran. The GPU machine receives a copy of the "
         "source without its "
         "git history, so `commit` is the label its command was given (`LAB_COMMIT`) and `dirty` "
-        "is always false there: read them as labels, not as proof of the code state. A few "
-        "older files say in a `commit_note` field that their label was corrected afterwards.",
+        "is always false there: read them as labels, not as proof of the code state (see also "
+        "\"Files corrected after they were made\", below).",
         f"- **Comparing files.** `pct_cublas` compares a kernel with cuBLAS at the same "
         f"precision timed beside it in the same run, so percentages can be compared across "
         f"files and days; milliseconds only within one file (the clock, the temperature and "
         f"the power cap move between runs). Timing: CUDA events, the 50 MB "
         f"{g('L2 flushed', 'l2-flush')} before every repetition, the median with p20/p80; why "
         f"each of these matters: [docs/TRUST.md](../docs/TRUST.md).",
-        f"- **siboehm/SGEMM_CUDA**, the public CUDA SGEMM tutorial whose kernel sequence the "
-        f"CUDA stages follow, was built for {g('sm_90', 'sm-90-and-sm-90a')} and run on an "
-        f"NVIDIA H100 80GB HBM3 on "
-        f"2026-11-22 at 4096^3 fp32; in % of cuBLAS fp32 of the same run its kernels reached: "
-        f"naive 1.0, coalescing 12.4, shared-memory 17.9, 1D blocktiling 33.4, 2D blocktiling "
-        f"50.3, vectorized 61.5 (the diamonds of the ladder picture), bank-conflict fixes 54.7 "
-        f"/ 45.3, autotuned 60.9, warptiling 70.9; its double-buffering kernel gave wrong "
-        f"results. That run's output is not among these files.",
         f"- Words such as {g('TF32', 'tf32')}, {g('block rasterization', 'block-rasterization')}, "
         f"{g('WNITER', 'warp-tiling-parameters')}, {g('split-K', 'split-k')}, "
         f"{g('mma.sync', 'mma-sync')}, {g('wgmma', 'wgmma')} or the tuner's "
         f"{g('shape bucket', 'shape-bucket')} "
         f"`4096x4096x4096:a128` are explained in [docs/GLOSSARY.md](../{GLOSSARY}).", "",
+        "### siboehm/SGEMM_CUDA on the H100", "",
+        "[siboehm/SGEMM_CUDA](https://github.com/siboehm/SGEMM_CUDA), the public CUDA SGEMM "
+        "tutorial whose kernel sequence the CUDA stages follow, was built for "
+        f"{g('sm_90', 'sm-90-and-sm-90a')} and run on an NVIDIA H100 80GB HBM3 on 2026-11-22 at "
+        "4096^3 fp32. In % of cuBLAS fp32 timed in the same run, its kernels reached: naive 1.0, "
+        "global-memory coalescing 12.4, shared-memory tiling 17.9, 1D blocktiling 33.4, 2D "
+        "blocktiling 50.3, vectorized 61.5 (these six are the diamonds of the ladder picture), "
+        "the two bank-conflict fixes 54.7 and 45.3, autotuned 60.9, warptiling 70.9; its "
+        "double-buffering kernel gave wrong results. That run's output is not among these "
+        "files; the stage pages quote these figures next to ours.", "",
+        "### Files corrected after they were made", "",
+        "- `2026-11-22-h100/05-profile-ladder-ncu.csv` was first parsed by a version of "
+        "`lab/ncu.py` that read ncu's nanosecond durations as seconds, so its `duration_ms`, "
+        "`achieved_tflops` and `pct_of_roof` were 1e9 off. The file now holds a new run of the "
+        "same command with the fixed parser (same H100, same day: cuBLAS 2.665 ms, CUDA `naive` "
+        "275.5 ms). Against the first run's raw counters, which "
+        "[docs/PROFILING.md](../docs/PROFILING.md) quotes, every duration agrees within 1.5%, "
+        "and hit rates, sectors per request, DRAM bytes and the top stall agree closely, except "
+        "the Triton `coalesced` twin, whose kernel changed in between: 18.0 ms, 1.01 GB of DRAM "
+        "traffic and `long_scoreboard` 81% of stalls, against 17.7 ms, 0.88 GB and 63%.",
+        "- Several `.env.json` files of 2026-11-22 carry a `commit_note`: the label given when they "
+        "were measured was mistyped or pointed at an older tree, and `commit` holds the "
+        "corrected one (or null where it could not be known).", "",
         "## Folders", "",
         "| folder | GPU | files | what it holds |", "|---|---|---:|---|",
     ]
