@@ -29,19 +29,30 @@ GPU = "NVIDIA H100 80GB HBM3"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+_DRAWN: dict = {}  # the figures of a list of CSVs, drawn once for the tests that only read them
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _clear_drawn():
+    yield
+    for out in _DRAWN.values():
+        for f in out.values():
+            f.clear()
+    _DRAWN.clear()
+
+
 @pytest.fixture
 def figs():
-    """figures(...) and close nothing by hand: clear them after the test."""
-    made = []
+    """figures(...) of some CSVs, drawn once per module: the tests look at them and change
+    nothing (a test that changes a figure draws its own with plot.figures)."""
 
     def make(paths):
-        out = plot.figures([str(p) for p in paths])
-        made.extend(out.values())
-        return out
+        key = tuple(str(p) for p in paths)
+        if key not in _DRAWN:
+            _DRAWN[key] = plot.figures(list(key))
+        return _DRAWN[key]
 
-    yield make
-    for f in made:
-        f.clear()
+    return make
 
 
 def bars(ax) -> dict:
@@ -450,8 +461,8 @@ def test_no_text_is_drawn_over_another(csvs, figs):
         assert overlapping_texts(fig) == [], name
 
 
-def test_the_overlap_check_sees_colliding_labels(figs):
-    fig = figs([FINAL])["ladder"]
+def test_the_overlap_check_sees_colliding_labels():
+    fig = plot.figures([str(FINAL)])["ladder"]  # its own: this test changes it
     ax = fig.axes[-1]
     ax.set_xticks(range(len(ax.get_xticks())), [t.get_text() for t in ax.get_xticklabels()],
                   rotation=0)  # long stage names side by side, upright: they collide
