@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import itertools
 import sys
 from pathlib import Path
 
