@@ -403,7 +403,7 @@ def variant_flags(p) -> dict:
 # The Hopper kernel (mma_wgmma.cu) per precision: warpgroups (BM = 64 per warpgroup), BN, ring
 # depth, where each tile's copy goes out (COPY_AT), whether A' fragments are loaded before that
 # copy (LOAD_FIRST) and, for 3xTF32, how many tiles one fresh sum spans (SUM_TILES). Chosen by
-# scripts/wgmma_probe.py's sweeps on the H100 at 4096^3 and 8192^3
+# scripts/experiments/wgmma_probe.py's sweeps on the H100 at 4096^3 and 8192^3
 # (results/2026-11-23-h100/29-wgmma-probe.log, 30-wgmma-probe-copier.log, 33-*, 34-*, 45-*):
 # 128 x 256 tiles, four slots (two tiles in flight); 3xTF32, whose two B tiles per slot and fresh
 # sums fit a 128 x 128 tile, prepares tile kt+1 before it waits for tile kt, and sums each pair
@@ -466,7 +466,7 @@ def wgmma_build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "n
                 config: dict | None = None):
     """The wgmma kernel for `precision`, compiled for sm_90a (no GPU needed): the precision's
     WGMMA row, or `config` (build defines: WGS, BN, STAGES, COPY_AT, SUM_TILES; the sweeps of
-    scripts/wgmma_probe.py)."""
+    scripts/experiments/wgmma_probe.py)."""
     from cuda_kernels._build import compile_kernel
 
     d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group,
@@ -546,8 +546,8 @@ def kernel_names(precision: str = DEFAULT_PRECISION, **params) -> list[str]:
 
 def wgmma_prepare(p, precision: str, group: int = 8, config: dict | None = None):
     """The wgmma kernel's launch for Problem `p` (wgmma_plan, wgmma_build, wgmma_geometry): the
-    precision's WGMMA row, or `config` (build defines; scripts/wgmma_probe.py's sweeps). The
-    launch carries its build, config and resources as the stage's other launches do."""
+    precision's WGMMA row, or `config` (build defines; scripts/experiments/wgmma_probe.py's
+    sweeps). The launch carries its build, config and resources as the stage's other launches do."""
     import numpy as np
 
     from cuda_kernels._build import launcher, resources

@@ -66,7 +66,7 @@ def _params(backend: str = "cuda", **changes) -> dict:
 
 def _with_tf32_rn(monkeypatch, rn: int | None):
     """Every build of cuda_kernels.mma made while the test runs gets -DTF32_RN=rn (None: the
-    source's default), as scripts/tf32_truncation.py does for its runs."""
+    source's default), as scripts/experiments/tf32_truncation.py does for its runs."""
     if rn is None:
         return
     mma = _cuda()

@@ -7,8 +7,8 @@ maps each layout to the kernel's D = A' B' (swap or not, strides of C); the wgmm
 checks (values, next to tile parameters, layout tn, unaligned lines) give one sentence each; the
 CPU mode reports the wgmma build's resources.
 
-The build options that scripts/wgmma_probe.py sweeps (SUM_TILES, LOAD_FIRST, three warpgroups,
-192-column tiles, one warpgroup) compile without spills to HGMMA of their width.
+The build options that scripts/experiments/wgmma_probe.py sweeps (SUM_TILES, LOAD_FIRST, three
+warpgroups, 192-column tiles, one warpgroup) compile without spills to HGMMA of their width.
 
 GPU (marked `gpu`; sm_90 only): every precision x layout at aligned and edge sizes with K, M and N
 not multiples of the tiles (sliced views keep the lines 16-byte aligned), through the stage's
@@ -86,9 +86,9 @@ def test_wgmma_builds_compile_without_spills_and_issue_hgmma(precision, layout):
     assert len(hgmma) % (4 * (3 if precision == "3xtf32" else 1)) == 0
 
 
-# Build options that scripts/wgmma_probe.py sweeps beyond the WGMMA rows the launcher uses: 3xTF32
-# summed straight in the tensor core (SUM_TILES=0) or afresh over two tiles, three warpgroups
-# (copy rounds that do not divide the tile evenly), 192-column tiles, one warpgroup; 3xTF32 with
+# Build options that scripts/experiments/wgmma_probe.py sweeps beyond the WGMMA rows the launcher
+# uses: 3xTF32 summed straight in the tensor core (SUM_TILES=0) or afresh over two tiles, three
+# warpgroups (copy rounds that do not divide the tile evenly), 192-column tiles, one warpgroup; 3xTF32 with
 # LOAD_FIRST=0 and TF32 with LOAD_FIRST=1 (the other way round from their WGMMA rows).
 VARIANTS = [
     ("3xtf32", dict(WGS=2, BN=128, STAGES=4, COPY_AT=0, SUM_TILES=0)),
@@ -140,7 +140,8 @@ def test_wgmma_source_refuses_plain_sm_90_and_bad_defines_with_the_compiler_log(
 
 
 def test_wgmma_probe_refuses_a_malformed_configs_list_before_any_gpu_work():
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "wgmma_probe.py"), "--precisions",
+    probe = ROOT / "scripts" / "experiments" / "wgmma_probe.py"
+    r = subprocess.run([sys.executable, str(probe), "--precisions",
                         "3xtf32", "--sweep", "4096", "--configs", "STAGES=3;STAGES=four"],
                        capture_output=True, text=True, cwd=ROOT,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -357,7 +358,8 @@ def test_wgmma_on_views_on_the_gpu(precision):
 @pytest.mark.parametrize("precision,config", VARIANTS)
 def test_wgmma_build_options_on_the_gpu(precision, config):
     """The sweep's build options give the right C at edge sizes, in both A' layouts (nn: A' is
-    M-major; nt: K-major), launched through wgmma_prepare() as scripts/wgmma_probe.py does."""
+    M-major; nt: K-major), launched through wgmma_prepare() as
+    scripts/experiments/wgmma_probe.py does."""
     _hopper()
     mma = _mma()
     dt = DTYPE[precision]

@@ -10,8 +10,8 @@ shared layouts, and this lab does not use it). So the kernel is vectorized's twi
 stage's knobs are the real ones Triton has: num_stages, num_warps and the tile.
 
 What Triton does for you instead (read off the compiled TTGIR for sm_90, Triton 3.9 on the CPU,
-shared_layouts() below; scripts/bank_conflicts_counters.sh records the same on the GPU machine's
-Triton 3.6):
+shared_layouts() below; scripts/experiments/bank_conflicts_counters.sh records the same on the
+GPU machine's Triton 3.6):
 - it never transposes: each operand tile is stored in shared memory in its global order (A
   k-contiguous for a row-major A, m-contiguous for a transposed one), as
   #ttg.swizzled_shared<{vec = 1, perPhase = 1, maxPhase = 1}>: maxPhase = 1 means NO swizzle and

@@ -49,10 +49,10 @@ below (95.4% at 4096^3 without it, 23-*-no-wait.csv).
 The race: Triton 3.6's pipeline lets up to three wgmma of a k-tile stay in flight across the
 loop's back edge, and ptxas gives the next k-tile's A fragments the same registers. In the SASS,
 the LDS of the next fragments writes registers that an HGMMA still in flight reads. One
-configuration of the first search gave wrong elements of C. scripts/tf32_regs_race.py ran it
-40 times at 4096^3: 40 of 40 results differed from each other and were refused
-(24-tf32-regs-race.log). So on sm_90 the kernel waits for every wgmma of the previous k-tile
-(RS_WAIT: wgmma.wait_group 0) before it loads the fragments; with the wait, 0 of 40 differed.
+configuration of the first search gave wrong elements of C. A script (since removed; see
+scripts/experiments/README.md) ran it 40 times at 4096^3: 40 of 40 results differed from each
+other and were refused (24-tf32-regs-race.log). So on sm_90 the kernel waits for every wgmma of
+the previous k-tile (RS_WAIT: wgmma.wait_group 0) before it loads the fragments; with the wait, 0 of 40 differed.
 Under the Triton interpreter (TRITON_INTERPRET=1, CPU mode) only the numbers are checked: the
 interpreter multiplies in NumPy (TF32 and 3xTF32 are computed in fp32 there; bf16 tiles are
 upcast to fp32 first, _common.dot_meta, because the interpreter multiplies bf16 as integers).
