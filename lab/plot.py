@@ -1015,7 +1015,9 @@ def draw(csv_paths, out_dir, file=None, metadata: dict | None = None) -> list[Pa
         parts.append("plots skipped: " + "; ".join(f"{n} ({why})" for n, why in skipped.items()))
     parts += notes
     if parts:
-        print("; ".join(parts), file=file or sys.stderr)
+        from lab.cli import note
+
+        note("; ".join(parts), file=file or sys.stderr)
     return written
 
 
