@@ -15,7 +15,7 @@ COMMANDS = (
     ("lab.profile", "Nsight Compute counters per kernel; --sass, --ptx need no GPU"),
     ("lab.doctor", "what this machine can do: versions, NVRTC, ncu, clocks"),
     ("lab.plot", "PNGs (ladder, sweep, roofline, occupancy) of a run's CSV"),
-    ("lab.results", "results/README.md, the summaries and plots from the committed run"),
+    ("lab.results", "results/README.md, summaries and plots from the committed run"),
     ("lab.occupancy", "theoretical occupancy of a block (threads, registers) by hand"),
 )
 
