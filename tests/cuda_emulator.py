@@ -1,13 +1,27 @@
 """Run the CUDA kernels on the CPU: g++ against a small emulation of CUDA's thread model.
 
-No GPU here, but the .cu files are plain C++ apart from a few CUDA keywords. EMULATOR below
-defines those keywords and runs one std::thread per CUDA thread (std::barrier for __syncthreads,
-static locals for __shared__, one block after another), so g++ can compile each kernel and check
-C against a float64 reference: the index math, the bounds tests and zero fill, the GROUP block
-order, the VEC variants and the operand layouts. AddressSanitizer catches a load outside A or B,
-UBSan a float4 access that is not 16-byte aligned (the emulated float4 is alignas(16) like
-CUDA's). A, B and C live in buffers with gaps (a leading dimension larger than the matrix) that
-hold NaN: a kernel that reads a gap gets NaN into C, one that writes a gap or past C is counted.
+No GPU here, but the .cu files are plain C++ apart from a few CUDA keywords. EMULATOR below defines
+those keywords and runs each block's CUDA threads as fibers on one OS thread (thread model below;
+static locals for __shared__, one block after another), so g++ can compile each kernel and check C
+against a float64 reference: the index math, the bounds tests and zero fill, the GROUP block order,
+the VEC variants and the operand layouts. AddressSanitizer catches a load outside A or B, UBSan a
+float4 access that is not 16-byte aligned (the emulated float4 is alignas(16) like CUDA's). A, B
+and C live in buffers with gaps (a leading dimension larger than the matrix) that hold NaN: a
+kernel that reads a gap gets NaN into C, one that writes a gap or past C is counted.
+
+Thread model: lab_run_grid(gx, gy, bx, by, smem, body) runs the blocks one after another, and a
+block's bx * by CUDA threads as fibers on the calling OS thread, each with its own 1 MiB stack
+(mmap'd, with a PROT_NONE guard page below it, so an overflow faults). A fiber runs until it
+reaches __syncthreads(), then the next one runs: a barrier is a stack switch (a few instructions
+on x86-64, ucontext's swapcontext elsewhere or where a CET shadow stack is on), not a wait of
+hundreds of OS threads on 2 cores. threadIdx, blockIdx and the cp.async state are the running
+fiber's. The fibers run in order up to one barrier and in reverse order up to the next, and every
+other block starts in reverse, so a read of shared memory that lacks the barrier after the write
+it needs runs before that write somewhere, whichever thread writes. A barrier that some threads
+of a block reach while others have returned aborts with a message naming the block, instead of
+hanging. AddressSanitizer is told of every switch (__sanitizer_start_switch_fiber /
+__sanitizer_finish_switch_fiber), so it checks each fiber's stack as its own: no false positive,
+and an access past a local array is still caught. tests/test_emulator.py holds these promises.
 
 A kernel is compiled with exactly the -D defines its NVRTC build used (read off Build.options), so
 what runs here is what runs on the GPU.
@@ -59,7 +73,6 @@ _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() 
 
 EMULATOR = r"""
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -68,20 +81,23 @@ EMULATOR = r"""
 #include <memory>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
+#include <sys/mman.h>
+#include <unistd.h>
 using std::max;
 using std::min;
 struct Dim3 { unsigned x = 0, y = 0, z = 0; };
+// The running CUDA thread's indices; set by the block's scheduler each time it resumes a fiber.
 thread_local Dim3 threadIdx, blockIdx;
-std::barrier<>* g_barrier = nullptr;
-inline void __syncthreads() { g_barrier->arrive_and_wait(); }
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) float2 { float x, y; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline float2 make_float2(float a, float b) { return {a, b}; }
 // Dynamic shared memory of the running block (extern __shared__ arrays point here).
 unsigned char* lab_dynamic_smem = nullptr;
-// cp.async: copies land when a wait_group covers their group (see the module docstring).
+// cp.async: copies land when a wait_group covers their group (see the module docstring). The
+// running CUDA thread's copies and group count; the scheduler swaps them with the fiber's own.
 struct LabCopy { unsigned char* dst; const unsigned char* src; int bytes, src_bytes; long group; };
 thread_local std::vector<LabCopy> lab_copies;
 thread_local long lab_groups = 0;  // groups this thread has committed
@@ -116,26 +132,270 @@ inline void lab_cp_async_wait(int n) {  // all but the newest n committed groups
 #define __device__
 #define __host__
 #define __forceinline__ inline
+
+// ---- The thread model: a block's CUDA threads are fibers on the calling OS thread.
+// Each fiber has its own stack (mmap'd, with a PROT_NONE guard page below it, so an overflow
+// faults). A scheduler on the caller's stack resumes the fibers one at a time; a fiber runs until
+// it reaches __syncthreads() (or returns), then switches back. One pass over the block is one
+// barrier phase: after it every thread waits at the barrier (next phase) or has returned (the
+// block is done); a mix of both aborts, naming the block. The order of the pass alternates,
+// forward then reverse, with the phase and the block, so a read of shared memory that lacks the
+// barrier after the write it needs runs before that write in some block, whichever thread writes.
+#if defined(__SANITIZE_ADDRESS__)
+#define LAB_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LAB_ASAN 1
+#endif
+#endif
+#ifdef LAB_ASAN
+#include <sanitizer/common_interface_defs.h>
+#define LAB_NO_ASAN __attribute__((no_sanitize_address))
+#else
+#define LAB_NO_ASAN
+#endif
+#include <ucontext.h>
+// x86-64 switches stacks with the few instructions of lab_fiber_switch: no system call, and no
+// ASan interceptor (ASan's swapcontext wipes the shadow of the stack it enters, and with it the
+// redzones of the frames suspended there). Elsewhere, where the CPU's shadow stack (Intel CET) is
+// on, or with -DLAB_FIBER_UCONTEXT, ucontext's swapcontext switches.
+#if defined(__x86_64__) && !defined(LAB_FIBER_UCONTEXT)
+#define LAB_FIBER_ASM 1
+extern "C" void lab_fiber_switch(void** save_sp, void* to_sp);
+asm(R"(
+    .pushsection .text
+    .p2align 4
+    .type lab_fiber_switch, @function
+lab_fiber_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size lab_fiber_switch, .-lab_fiber_switch
+    .popsection
+)");
+inline bool lab_shadow_stack_on() {  // rdsspq: a no-op (ssp stays 0) unless a shadow stack is on
+    unsigned long long ssp = 0;
+    asm volatile(".byte 0xf3, 0x48, 0x0f, 0x1e, 0xc8" : "+a"(ssp));
+    return ssp != 0;
+}
+#endif
+
+struct LabFiber {
+    unsigned char* stack = nullptr;  // lowest address of the usable stack
+    void* sp = nullptr;              // saved stack pointer (lab_fiber_switch)
+    ucontext_t uc;                   // saved context (swapcontext)
+    Dim3 tid;
+    std::vector<LabCopy> copies;     // its cp.async state while it is switched out
+    long groups = 0;
+    enum State { READY, AT_BARRIER, DONE } state = READY;
+    void* fake_stack = nullptr;      // ASan's fake stack of the fiber while it is switched out
+};
+struct LabBlockRun {
+    std::vector<LabFiber> fibers;
+    unsigned char* map = nullptr;
+    size_t map_bytes = 0, stack_bytes = 0;
+    bool asm_switch = false;
+    LabFiber* cur = nullptr;
+    void (*call)(void*) = nullptr;  // the kernel call, type-erased
+    void* ctx = nullptr;
+    void* main_sp = nullptr;        // the scheduler's context
+    ucontext_t main_uc;
+    const void* main_bottom = nullptr;  // the scheduler's stack (for ASan)
+    size_t main_size = 0;
+    void* main_fake = nullptr;
+};
+thread_local LabBlockRun* lab_block_run = nullptr;
+// Stack of each emulated thread. The largest kernel frames (mma.cu at its biggest warp tiles)
+// use under 10 KiB under ASan; the rest is room for ASan's and UBSan's reports. Pages are
+// committed only when touched.
+#ifndef LAB_FIBER_STACK
+#define LAB_FIBER_STACK (1024 * 1024)
+#endif
+inline const char* lab_fiber_switching() {  // how the fibers of lab_run_grid switch
+#ifdef LAB_FIBER_ASM
+    if (!lab_shadow_stack_on()) return "asm";
+#endif
+    return "ucontext";
+}
+
+inline void lab_switch(LabBlockRun* run, void** save_sp, ucontext_t* save_uc, void* to_sp,
+                       ucontext_t* to_uc) {
+#ifdef LAB_FIBER_ASM
+    if (run->asm_switch) {
+        lab_fiber_switch(save_sp, to_sp);
+        return;
+    }
+#endif
+    swapcontext(save_uc, to_uc);
+}
+// Leave the running fiber for the scheduler (state: why); back when the scheduler resumes it.
+inline void lab_fiber_leave(LabBlockRun* run, LabFiber* f, LabFiber::State state) {
+    f->state = state;
+#ifdef LAB_ASAN
+    // a fiber that has returned is never resumed: ASan may free its fake stack
+    __sanitizer_start_switch_fiber(state == LabFiber::DONE ? nullptr : &f->fake_stack,
+                                   run->main_bottom, run->main_size);
+#endif
+    lab_switch(run, &f->sp, &f->uc, run->main_sp, &run->main_uc);
+#ifdef LAB_ASAN
+    __sanitizer_finish_switch_fiber(f->fake_stack, nullptr, nullptr);
+#endif
+}
+// Where a fiber starts. It never returns: its last act is to leave for the scheduler for good.
+LAB_NO_ASAN __attribute__((noinline)) void lab_fiber_body(LabBlockRun* run) { run->call(run->ctx); }
+[[noreturn]] LAB_NO_ASAN void lab_fiber_start() {
+    LabBlockRun* run = lab_block_run;
+#ifdef LAB_ASAN
+    // learns the bounds of the stack it came from: the scheduler's
+    __sanitizer_finish_switch_fiber(nullptr, &run->main_bottom, &run->main_size);
+#endif
+    lab_fiber_body(run);
+    lab_fiber_leave(run, run->cur, LabFiber::DONE);
+    std::fprintf(stderr, "lab_run_grid: a CUDA thread that had returned was resumed\n");
+    std::abort();
+}
+// (Re)start fiber f at the top of its stack, with its thread index and no cp.async state.
+inline void lab_fiber_init(LabBlockRun* run, LabFiber& f) {
+    unsigned char* top = f.stack + run->stack_bytes;
+    if (run->asm_switch) {
+        // the stack as lab_fiber_switch leaves it: mxcsr and x87 control word, r15..r12, rbx, rbp
+        // (0), the return address (lab_fiber_start, entered as if called: a null return address
+        // above it ends the stack for unwinders)
+        void** p = reinterpret_cast<void**>(top);
+        *--p = nullptr;
+        *--p = reinterpret_cast<void*>(&lab_fiber_start);
+        for (int i = 0; i < 6; ++i) *--p = nullptr;
+        unsigned mxcsr = 0;
+        unsigned short fpucw = 0;
+#ifdef LAB_FIBER_ASM
+        asm volatile("stmxcsr %0" : "=m"(mxcsr));
+        asm volatile("fnstcw %0" : "=m"(fpucw));
+#endif
+        --p;
+        std::memcpy(p, &mxcsr, 4);
+        std::memcpy(reinterpret_cast<unsigned char*>(p) + 4, &fpucw, 2);
+        f.sp = p;
+    } else {
+        getcontext(&f.uc);
+        f.uc.uc_stack.ss_sp = f.stack;
+        f.uc.uc_stack.ss_size = run->stack_bytes;
+        f.uc.uc_link = nullptr;
+        makecontext(&f.uc, lab_fiber_start, 0);
+    }
+    f.state = LabFiber::READY;
+    f.fake_stack = nullptr;
+    f.copies.clear();
+    f.groups = 0;
+}
+// Run fiber f (as the CUDA thread it is) until it reaches a barrier or returns.
+inline void lab_fiber_resume(LabBlockRun* run, LabFiber& f) {
+    run->cur = &f;
+    threadIdx = f.tid;
+    lab_copies.swap(f.copies);
+    lab_groups = f.groups;
+#ifdef LAB_ASAN
+    __sanitizer_start_switch_fiber(&run->main_fake, f.stack, run->stack_bytes);
+#endif
+    lab_switch(run, &run->main_sp, &run->main_uc, f.sp, &f.uc);
+#ifdef LAB_ASAN
+    __sanitizer_finish_switch_fiber(run->main_fake, nullptr, nullptr);
+#endif
+    lab_copies.swap(f.copies);
+    f.groups = lab_groups;
+    run->cur = nullptr;
+}
+inline void __syncthreads() {
+    LabBlockRun* run = lab_block_run;
+    if (!run || !run->cur) {
+        std::fprintf(stderr, "__syncthreads() outside lab_run_grid\n");
+        std::abort();
+    }
+    lab_fiber_leave(run, run->cur, LabFiber::AT_BARRIER);
+}
+template <typename Body>
+void lab_fiber_call(void* body) { (*static_cast<Body*>(body))(); }
+
 // A launch on the CPU: the blocks of a gx x gy grid one after another, each a team of bx x by
-// std::threads that share one barrier and `smem` bytes of dynamic shared memory, NaN until
+// CUDA threads (fibers, above) that share `smem` bytes of dynamic shared memory, NaN until
 // written. `body` is what every thread runs: the kernel call with its arguments.
 template <typename Body>
 void lab_run_grid(unsigned gx, unsigned gy, unsigned bx, unsigned by, long smem, Body body) {
-    for (unsigned bid = 0; bid < gx * gy; ++bid) {
-        std::barrier<> bar(bx * by);
-        g_barrier = &bar;
-        std::unique_ptr<float4[]> dynamic(new float4[(smem + 15) / 16]);
-        for (long i = 0; i < (smem + 15) / 16; ++i) dynamic[i] = {NAN, NAN, NAN, NAN};
-        lab_dynamic_smem = reinterpret_cast<unsigned char*>(dynamic.get());
-        std::vector<std::thread> team;
-        for (unsigned t = 0; t < bx * by; ++t)
-            team.emplace_back([&, t] {
-                threadIdx = {t % bx, t / bx, 0};
-                blockIdx = {bid % gx, bid / gx, 0};
-                body();
-            });
-        for (auto& th : team) th.join();
+    const unsigned threads = bx * by, blocks = gx * gy;
+    if (threads == 0 || blocks == 0) return;
+    if (lab_block_run) {
+        std::fprintf(stderr, "lab_run_grid called from inside a kernel\n");
+        std::abort();
     }
+    LabBlockRun run;
+    run.call = &lab_fiber_call<Body>;
+    run.ctx = &body;
+    run.asm_switch = std::strcmp(lab_fiber_switching(), "asm") == 0;
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    run.stack_bytes = (size_t(LAB_FIBER_STACK) + page - 1) / page * page;
+    const size_t slot = page + run.stack_bytes;  // guard page, stack
+    run.map_bytes = slot * threads;
+    void* map = mmap(nullptr, run.map_bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) {
+        std::fprintf(stderr, "lab_run_grid: cannot map %zu bytes of stacks\n", run.map_bytes);
+        std::abort();
+    }
+    run.map = static_cast<unsigned char*>(map);
+    run.fibers.resize(threads);
+    for (unsigned t = 0; t < threads; ++t) {
+        if (mprotect(run.map + t * slot, page, PROT_NONE)) {
+            std::fprintf(stderr, "lab_run_grid: cannot protect a stack's guard page\n");
+            std::abort();
+        }
+        run.fibers[t].stack = run.map + t * slot + page;
+        run.fibers[t].tid = {t % bx, t / bx, 0};
+    }
+    std::unique_ptr<float4[]> dynamic(new float4[(smem + 15) / 16]);
+    lab_dynamic_smem = reinterpret_cast<unsigned char*>(dynamic.get());
+    lab_block_run = &run;
+    for (unsigned bid = 0; bid < blocks; ++bid) {
+        for (long i = 0; i < (smem + 15) / 16; ++i) dynamic[i] = {NAN, NAN, NAN, NAN};
+        blockIdx = {bid % gx, bid / gx, 0};
+        for (LabFiber& f : run.fibers) lab_fiber_init(&run, f);
+        for (unsigned phase = 0;; ++phase) {
+            const bool reverse = (bid + phase) % 2;
+            unsigned waiting = 0, done = 0;
+            for (unsigned i = 0; i < threads; ++i) {
+                LabFiber& f = run.fibers[reverse ? threads - 1 - i : i];
+                lab_fiber_resume(&run, f);
+                ++(f.state == LabFiber::DONE ? done : waiting);
+            }
+            if (done == threads) break;
+            if (waiting != threads) {
+                std::fprintf(stderr, "lab_run_grid: block (%u, %u): %u of its %u threads wait at "
+                             "__syncthreads() (barrier %u) while %u have returned: every thread "
+                             "of a block must reach each barrier\n", blockIdx.x, blockIdx.y,
+                             waiting, threads, phase + 1, done);
+                std::abort();
+            }
+        }
+    }
+    lab_block_run = nullptr;
+    lab_dynamic_smem = nullptr;
+    munmap(run.map, run.map_bytes);
 }
 #define __launch_bounds__(...)
 #define __restrict__
