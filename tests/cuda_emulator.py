@@ -159,7 +159,7 @@ inline void lab_cp_async_wait(int n) {  // all but the newest n committed groups
 // ASan interceptor (ASan's swapcontext wipes the shadow of the stack it enters, and with it the
 // redzones of the frames suspended there). Elsewhere, where the CPU's shadow stack (Intel CET) is
 // on, or with -DLAB_FIBER_UCONTEXT, ucontext's swapcontext switches.
-#if defined(__x86_64__) && !defined(LAB_FIBER_UCONTEXT)
+#if defined(__x86_64__) && defined(__ELF__) && !defined(LAB_FIBER_UCONTEXT)
 #define LAB_FIBER_ASM 1
 extern "C" void lab_fiber_switch(void** save_sp, void* to_sp);
 asm(R"(
