@@ -189,14 +189,16 @@ def probe_triton_interpreter(timeout: float) -> Finding:
 
 
 def probe_cxx(timeout: float) -> Finding:
-    """A C++20 compiler with <barrier> and ASan/UBSan: what tests/cuda_emulator.py needs."""
+    """A C++20 compiler with ASan/UBSan and ASan's fiber interface: what tests/cuda_emulator.py
+    needs."""
     cxx = shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         return Finding("cxx_emulator", "C++ for the emulator", "not found", False,
                        "no g++ or clang++ was found, so the tests that run the CUDA kernels on the "
                        "CPU (tests/cuda_emulator.py) are skipped; install g++ 11 or newer")
-    src = ("#include <barrier>\n#include <thread>\nint main() { std::barrier<> b(2); "
-           "std::thread t([&] { b.arrive_and_wait(); }); b.arrive_and_wait(); t.join(); }\n")
+    src = ("#include <sanitizer/common_interface_defs.h>\n#include <ucontext.h>\n"
+           "#include <vector>\nint main() { auto f = &__sanitizer_finish_switch_fiber; "
+           "std::vector<int> v(2); return f && v.size() == 2 ? 0 : 1; }\n")
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "probe.cpp").write_text(src)
         rc, out = _run([cxx, "-std=c++20", "-pthread", "-fsanitize=address,undefined",
@@ -207,8 +209,8 @@ def probe_cxx(timeout: float) -> Finding:
         return Finding("cxx_emulator", "C++ for the emulator", f"{Path(cxx).name}: C++20, ASan/UBSan",
                        True)
     return Finding("cxx_emulator", "C++ for the emulator", f"{Path(cxx).name} fails", False,
-                   f"{Path(cxx).name} could not build a C++20 program with <barrier> and "
-                   f"AddressSanitizer ({_last_line(out)}), so the CUDA emulator tests fail; "
+                   f"{Path(cxx).name} could not build a C++20 program with AddressSanitizer and "
+                   f"its fiber interface ({_last_line(out)}), so the CUDA emulator tests fail; "
                    f"install g++ 11 or newer with libasan and libubsan")
 
 

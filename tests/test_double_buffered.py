@@ -150,8 +150,6 @@ def emulated(tmp_path_factory):
             running.append(build)
     for build in running:
         finish(build)
-    if errors and "barrier" in errors[0] and len(errors) == len(EMU_CASES):
-        pytest.skip(f"{emulator.cxx} lacks C++20 <barrier>")
     assert not errors, errors[0]
     return emulator, builds
 

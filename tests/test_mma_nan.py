@@ -347,7 +347,7 @@ int main(int argc, char** argv) {
 # nearest (2^-11 each), 3xTF32's dropped and rounded small terms.
 E_PROD = {"tf32": 2.0**-10 + 2.0**-21, "3xtf32": 2.0**-19}
 # One warp, 32 x 32 x 16 tiles, 2 stages: a few blocks of 32 emulated threads per shape (the
-# emulator runs a thread per CUDA thread; the launcher takes tiles the registry's choices do
+# emulator runs a fiber per CUDA thread; the launcher takes tiles the registry's choices do
 # not). A 32-float line still takes the TF32 runs (LDS.128) path for M/N-contiguous tiles, and
 # ldmatrix for K-contiguous ones: nn and tt cover both paths of each operand.
 SMALL = {"BM": 32, "BN": 32, "BK": 16, "WM": 32, "WN": 32, "STAGES": 2}
