@@ -136,21 +136,37 @@ def read_source(path) -> Source:
     return Source(path, df, env, kind)
 
 
-def _distinct(values) -> list:
+def distinct(values) -> list:
+    """The values in first-seen order, once each, without None and empty strings."""
     out = []
     for v in values:
         if v not in (None, "") and v not in out:
             out.append(v)
     return out
 
+def _bar_legend(fig, backends) -> None:
+    """One legend under the figure for every panel's bars and marks: backends first, then the
+    cuBLAS line, then the rest (each label once)."""
+    handles, labels = {}, []
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in handles:
+                handles[lab] = h
+                labels.append(lab)
+    first = [BACKEND_LABEL.get(b, b) for b in backends] + ["cuBLAS = 100%"]
+    labels.sort(key=lambda lab: first.index(lab) if lab in first else len(first))
+    fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center",
+               ncols=len(labels), fontsize=FONTSIZE, frameon=False)
+
+
 
 def title_suffix(sources: list[Source], precisions=()) -> str:
     """'GPU, precision, date, commit abc1234' from the environment files (missing parts left out;
     differing values joined with ' / ')."""
-    gpus = _distinct(s.env.get("gpu") for s in sources)
-    dates = _distinct(str(s.env["timestamp"])[:10] for s in sources if s.env.get("timestamp"))
-    commits = _distinct(s.env.get("commit") for s in sources)
-    parts = [" / ".join(map(str, gpus)), " / ".join(map(str, _distinct(precisions))),
+    gpus = distinct(s.env.get("gpu") for s in sources)
+    dates = distinct(str(s.env["timestamp"])[:10] for s in sources if s.env.get("timestamp"))
+    commits = distinct(s.env.get("commit") for s in sources)
+    parts = [" / ".join(map(str, gpus)), " / ".join(map(str, distinct(precisions))),
              " / ".join(dates), ("commit " + " / ".join(map(str, commits))) if commits else ""]
     return ", ".join(p for p in parts if p)
 
@@ -169,7 +185,7 @@ def _stage_order(labels) -> list[str]:
     from lab.stages import STAGES
 
     rank = {s.name: i for i, s in enumerate(STAGES)}
-    labels = _distinct(labels)
+    labels = distinct(labels)
     return sorted(labels, key=lambda lab: (rank.get(lab.split(":")[0], len(rank)),
                                            lab != lab.split(":")[0], labels.index(lab)))
 
@@ -229,7 +245,7 @@ def _results(sources: list[Source]) -> Results:
         return Results(pd.DataFrame(columns=[*RESULT_COLUMNS, "layout", "precision"]), sources)
     df = pd.concat(frames, ignore_index=True)
     df = df.drop_duplicates(["stage", "backend", "precision", "layout", "M", "N", "K"], keep="last")
-    return Results(df.reset_index(drop=True), sources, _distinct(left_out))
+    return Results(df.reset_index(drop=True), sources, distinct(left_out))
 
 
 def _passed(df, column: str):
@@ -268,9 +284,9 @@ def ladder_figure(results: Results):
     df = df[df["backend"] != "cublas"]
     if df.empty:
         return None, "no passing GPU row with a % of cuBLAS"
-    if len(_distinct(df["precision"])) > 1:
+    if len(distinct(df["precision"])) > 1:
         return _ladder_by_precision(df, results)
-    keys = _distinct(zip(df["precision"], df["layout"], df["M"], df["N"], df["K"]))
+    keys = distinct(zip(df["precision"], df["layout"], df["M"], df["N"], df["K"]))
     if len(keys) > MAX_PANELS:
         preferred = [k for k in keys if tuple(k[2:]) in PREFERRED_SIZES]
         rest = sorted((k for k in keys if k not in preferred), key=lambda k: -k[2] * k[3] * k[4])
@@ -342,16 +358,7 @@ def ladder_figure(results: Results):
         _style(ax)
         if i % ncols == 0:
             ax.set_ylabel("% of cuBLAS (higher is faster)", fontsize=FONTSIZE)
-    handles, labels = {}, []
-    for ax in fig.axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in handles:
-                handles[lab] = h
-                labels.append(lab)
-    first = [BACKEND_LABEL.get(b, b) for b in backends] + ["cuBLAS = 100%"]
-    labels.sort(key=lambda lab: first.index(lab) if lab in first else len(first))
-    fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center",
-               ncols=len(labels), fontsize=FONTSIZE, frameon=False)
+    _bar_legend(fig, backends)
     _set_title(fig, "Speed of each stage as % of cuBLAS (same run, same shape)", results.sources,
                [k[0] for k in keys])
     return fig, None
@@ -360,7 +367,7 @@ def ladder_figure(results: Results):
 def ladder_size(df):
     """The one size a ladder of several precisions is drawn at: 4096^3 (then 1025^3) when rows
     have it, else the size with the most rows (the largest on a tie)."""
-    sizes = _distinct(zip(df["M"], df["N"], df["K"]))
+    sizes = distinct(zip(df["M"], df["N"], df["K"]))
     for preferred in PREFERRED_SIZES:
         if preferred in sizes:
             return preferred
@@ -373,7 +380,7 @@ def _precision_order(precisions) -> list:
     from lab.stages import PRECISIONS
 
     rank = {p: i for i, p in enumerate(PRECISIONS)}
-    return sorted(_distinct(precisions), key=lambda p: (rank.get(p, len(rank)), str(p)))
+    return sorted(distinct(precisions), key=lambda p: (rank.get(p, len(rank)), str(p)))
 
 
 def baseline_of(precision: str) -> str:
@@ -400,7 +407,7 @@ def _ladder_by_precision(df, results: Results):
     size = ladder_size(df)
     M, N, K = size
     df = df[(df["M"] == M) & (df["N"] == N) & (df["K"] == K)]
-    layouts = sorted(_distinct(df["layout"]), key=lambda lay: (lay != "nn", lay))
+    layouts = sorted(distinct(df["layout"]), key=lambda lay: (lay != "nn", lay))
     keys = [(p, lay) for lay in layouts for p in _precision_order(df["precision"])
             if ((df["precision"] == p) & (df["layout"] == lay)).any()]
     backends = [b for b in ("cuda", "triton") if b in set(df["backend"])]
@@ -473,16 +480,7 @@ def _ladder_by_precision(df, results: Results):
             ax.set_ylabel("% of cuBLAS", fontsize=FONTSIZE)
         else:
             ax.tick_params(axis="y", labelleft=False)
-    handles, labels = {}, []
-    for ax in fig.axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in handles:
-                handles[lab] = h
-                labels.append(lab)
-    first = [BACKEND_LABEL.get(b, b) for b in backends] + ["cuBLAS = 100%"]
-    labels.sort(key=lambda lab: first.index(lab) if lab in first else len(first))
-    fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center",
-               ncols=len(labels), fontsize=FONTSIZE, frameon=False)
+    _bar_legend(fig, backends)
     _set_title(fig, f"Every stage at {_size_label(*size)}: % of cuBLAS at the same precision "
                "(higher is faster)", results.sources)
     return fig, None
@@ -503,14 +501,14 @@ def sweep_figure(results: Results):
     import matplotlib.ticker as mticker
 
     df = _passed(results.df, "gflops")
-    sizes = _distinct(zip(df["M"], df["N"], df["K"]))
+    sizes = distinct(zip(df["M"], df["N"], df["K"]))
     if len(sizes) < MIN_SWEEP_SIZES:
         return None, (f"{len(sizes)} size{'s' if len(sizes) != 1 else ''} with timed rows, "
                       f"needs {MIN_SWEEP_SIZES}")
     sizes = sorted(sizes, key=lambda k: (k[0] * k[1] * k[2], k))
     x_of = {k: float(i) for i, k in enumerate(sizes)}
     precisions = _precision_order(df["precision"])
-    layouts = sorted(_distinct(df["layout"]), key=lambda lay: (lay != "nn", lay))
+    layouts = sorted(distinct(df["layout"]), key=lambda lay: (lay != "nn", lay))
     panels = [(p, lay) for lay in layouts for p in precisions
               if ((df["precision"] == p) & (df["layout"] == lay)).any()]
     labels = [_size_label(*k) for k in sizes]
@@ -683,7 +681,7 @@ def roofline_figure(sources: list[Source]):
     from matplotlib.patches import Rectangle
 
     wanted = ("stage", "backend", "precision", "M", "N", "K", *PROFILE_COLUMNS[2:])
-    frames = [s.df[[c for c in _distinct(wanted) if c in s.df.columns]] for s in sources]
+    frames = [s.df[[c for c in distinct(wanted) if c in s.df.columns]] for s in sources]
     df = pd.concat(frames, ignore_index=True) if frames else None
     if df is None or df.empty:
         return None, "no lab.profile CSV (a CSV with an intensity column) given"
@@ -696,11 +694,11 @@ def roofline_figure(sources: list[Source]):
     if "precision" not in df.columns:
         df = df.assign(precision="fp32")
     df = df.assign(ridge=df["peak_tflops"] / df["peak_bw_tbs"])
-    roofs = _distinct(zip(df["peak_tflops"], df["precision"].fillna("fp32")))
-    roofs = _distinct((f, p) for f, p in roofs)
+    roofs = distinct(zip(df["peak_tflops"], df["precision"].fillna("fp32")))
+    roofs = distinct((f, p) for f, p in roofs)
     roofs = [r for i, r in enumerate(roofs) if r[0] not in [q[0] for q in roofs[:i]]]
-    bws = _distinct(df["peak_bw_tbs"])
-    several_prec = len(_distinct(df["precision"])) > 1
+    bws = distinct(df["peak_bw_tbs"])
+    several_prec = len(distinct(df["precision"])) > 1
     crowd = _crowded(df)
     fig = _new_figure((13, 6.5) if crowd is not None else FIGSIZE)
     if crowd is not None:
@@ -765,7 +763,7 @@ def roofline_figure(sources: list[Source]):
                 textcoords="offset points", ha="right", va="bottom", fontsize=FONTSIZE - 1))
     stages = _stage_order(df["stage"])
     colors = _stage_colors(stages)
-    majority = max(_distinct(df["precision"]), key=lambda p: int((df["precision"] == p).sum()))
+    majority = max(distinct(df["precision"]), key=lambda p: int((df["precision"] == p).sum()))
     points, zoomed = [], []
     in_crowd = set(crowd.index) if crowd is not None else set()
     for i, r in df.iterrows():
@@ -803,11 +801,11 @@ def roofline_figure(sources: list[Source]):
             axis.set_minor_formatter(mticker.NullFormatter())
     from matplotlib.lines import Line2D
 
-    present = _distinct(df["backend"])
+    present = distinct(df["backend"])
     handles = [Line2D([], [], ls="none", marker=BACKEND_MARKER.get(b, "^"), color="white",
                       mec="black", ms=9, label=BACKEND_LABEL.get(b, b)) for b in present]
     legend = ax.legend(handles=handles, loc="lower right", fontsize=FONTSIZE - 1, framealpha=0.95)
-    shape = _distinct(f"{m}x{n}x{k}" for m, n, k in zip(df.get("M", []), df.get("N", []),
+    shape = distinct(f"{m}x{n}x{k}" for m, n, k in zip(df.get("M", []), df.get("N", []),
                                                           df.get("K", [])))
     what = "Roofline: achieved TFLOP/s against arithmetic intensity (Nsight Compute)"
     if len(shape) == 1:
@@ -852,10 +850,10 @@ def occupancy_figure(results: Results):
     df = df[df["occupancy"].notna() & (df["backend"] != "cublas")]
     if len(df) < 2:
         return None, "fewer than 2 timed rows with an occupancy"
-    sizes = _distinct(zip(df["M"], df["N"], df["K"]))
+    sizes = distinct(zip(df["M"], df["N"], df["K"]))
     size = ladder_size(df)
     df = df[(df["M"] == size[0]) & (df["N"] == size[1]) & (df["K"] == size[2])]
-    layouts = sorted(_distinct(df["layout"]), key=lambda lay: (lay != "nn", lay))
+    layouts = sorted(distinct(df["layout"]), key=lambda lay: (lay != "nn", lay))
     df = df[df["layout"] == layouts[0]]
     df = df.assign(occ=(100 * df["occupancy"].astype(float)).round(2))
     precisions = _precision_order(df["precision"])
@@ -873,14 +871,14 @@ def occupancy_figure(results: Results):
         part = df[df["precision"].isin(precs)]
         ymin = float(part["gflops"].min()) / 1000 / 1.8
         ymax = float(part["gflops"].max()) / 1000 * 1.8
-        cats = sorted(_distinct(part["occ"]))
+        cats = sorted(distinct(part["occ"]))
         cat_x = {c: float(i) for i, c in enumerate(cats)}
         keys = [(rank[s], b != "cuda", str(p)) for s, b, p in
                 zip(part["stage"], part["backend"], part["precision"])]
         xs = _dodge([cat_x[c] for c in part["occ"]], keys, 0.12, 0.7)
         part = part.assign(x=xs)
         points = []
-        for backend in _distinct(part["backend"]):
+        for backend in distinct(part["backend"]):
             rows = part[part["backend"] == backend]
             ax.scatter(rows["x"], rows["gflops"] / 1000, c=[colors[s] for s in rows["stage"]],
                        marker=BACKEND_MARKER.get(backend, "^"), s=70, edgecolors="black",
@@ -910,7 +908,7 @@ def occupancy_figure(results: Results):
 
     handles = [Line2D([], [], ls="none", marker=BACKEND_MARKER.get(b, "^"), color="white",
                       mec="black", ms=9, label=BACKEND_LABEL.get(b, b))
-               for b in _distinct(df["backend"])]
+               for b in distinct(df["backend"])]
     handles += [Line2D([], [], ls="none", marker="o", color=colors[s], ms=9, label=s)
                 for s in stages]
     fig.legend(handles=handles, loc="outside right center", fontsize=FONTSIZE, frameon=False)

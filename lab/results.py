@@ -36,6 +36,7 @@ from pathlib import Path
 
 from lab.cli import ArgumentParser, guarded
 from lab.errors import LabError
+from lab.plot import distinct
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
@@ -158,21 +159,13 @@ def _env(csv: Path) -> dict:
     return env if isinstance(env, dict) else {}
 
 
-def _distinct(values) -> list:
-    out = []
-    for v in values:
-        if v not in (None, "") and v not in out:
-            out.append(v)
-    return out
-
-
 def _recorded(paths: list[Path]) -> str:
     """'2026-11-25, commit 6d48890' from the .env.json files beside these files."""
     envs = [_env(p) for p in paths if p.suffix == ".csv" and _env_path(p).is_file()]
     if not envs:
         return "-"
-    dates = _distinct(str(e.get("timestamp", ""))[:10] for e in envs)
-    commits = _distinct(str(e["commit"])[:7] for e in envs if e.get("commit"))
+    dates = distinct(str(e.get("timestamp", ""))[:10] for e in envs)
+    commits = distinct(str(e["commit"])[:7] for e in envs if e.get("commit"))
     parts = [", ".join(dates)]
     parts.append(("commit " + ", ".join(commits)) if commits else "commit not recorded")
     return "; ".join(p for p in parts if p)
@@ -187,7 +180,7 @@ def _machine(folder: Path) -> str:
             ("triton", "Triton {}"), ("cupy", "CuPy {}"), ("python", "Python {}"))
     parts = []
     for key, fmt in keys:
-        values = _distinct(str(e.get(key)) for e in envs if e.get(key) not in (None, ""))
+        values = distinct(str(e.get(key)) for e in envs if e.get(key) not in (None, ""))
         if values:
             parts.append(fmt.format(" / ".join(values)))
     return ", ".join(parts)
@@ -195,7 +188,7 @@ def _machine(folder: Path) -> str:
 
 def _gpus(folder: Path) -> str:
     envs = [_env(p) for p in sorted(folder.glob("*.csv")) if _env_path(p).is_file()]
-    return " / ".join(_distinct(e.get("gpu") for e in envs)) or "GPU not recorded"
+    return " / ".join(distinct(e.get("gpu") for e in envs)) or "GPU not recorded"
 
 
 # ------------------------------------------------------------------------------- links
