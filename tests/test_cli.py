@@ -1,22 +1,15 @@
 """The CLI: CPU mode end to end, and one-sentence errors with non-zero exits, never a traceback."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="exercises CPU mode")
+from helpers import cpu_only, run_lab
 
 
 def run(*args, timeout=300):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "lab.compare", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_lab("lab.compare", *args, timeout=timeout)
 
 
 @cpu_only
@@ -306,9 +299,7 @@ def test_check_folder_refuses_a_file_and_creates_a_missing_folder(tmp_path):
 def test_python_m_lab_lists_the_commands_one_line_each():
     import importlib.util
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
-    r = subprocess.run([sys.executable, "-m", "lab"], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=60)
+    r = run_lab("lab", timeout=60, COLUMNS="80")
     assert r.returncode == 0 and r.stderr == ""
     lines = r.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines)
@@ -320,7 +311,6 @@ def test_python_m_lab_lists_the_commands_one_line_each():
         i = lines.index(listed[0])
         assert i + 1 == len(lines) or not lines[i + 1].startswith(" " * 10)  # not wrapped
     assert "README.md" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "lab", "compare"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = run_lab("lab", "compare", timeout=60, COLUMNS="80")
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
     assert "python -m lab.compare" in r.stderr

@@ -5,18 +5,13 @@ GPU."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import cpu_only, run_lab
 from lab import doctor
 
-ROOT = Path(__file__).resolve().parent.parent
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="exercises CPU mode")
 
 CPU_KEYS = {"gpu", "python", "torch", "triton", "cupy", "cuda_bindings", "nvidia_ml_py",
             "torch_cuda", "nvrtc", "cublas", "nvrtc_sm_90", "nvrtc_sm_90a", "triton_interpreter",
@@ -28,10 +23,8 @@ GPU_KEYS = {"gpu", "compute_capability", "sm90a", "sm_count", "driver", "cublas"
 
 
 def run(*args, timeout=300):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("TRITON_INTERPRET", None)  # the doctor decides (and would flag it on a GPU)
-    return subprocess.run([sys.executable, "-m", "lab.doctor", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    # without TRITON_INTERPRET: the doctor decides (and would flag it on a GPU)
+    return run_lab("lab.doctor", *args, timeout=timeout, drop=("TRITON_INTERPRET",))
 
 
 def one_sentence(message: str) -> None:

@@ -1,0 +1,136 @@
+"""Plain helpers shared by the test files; imported by module name (`from helpers import ...`), as
+pytest puts tests/ on sys.path. Fixtures and markers pytest itself must see live in
+tests/conftest.py.
+
+- ROOT: the repository root.
+- cpu_only: skips a test (or, as `pytestmark = cpu_only`, a file) where a CUDA GPU is present;
+  the CPU-mode paths (Triton interpreter, the g++ emulator, the "no GPU" messages) only run without.
+- lab_env / run_lab: the environment and the run of a `python -m lab.<tool>` subprocess in the
+  repository root, with it on PYTHONPATH and the output captured as text.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab.operands import DTYPE_NAMES
+from lab.run import LAYOUTS  # noqa: F401  (re-exported: the four operand layouts nn, nt, tn, tt)
+from lab.stages import PRECISIONS, get_stage, parse_variants
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_GPU = torch.cuda.is_available()
+cpu_only = pytest.mark.skipif(HAS_GPU, reason="CPU-mode test (GPU present)")
+
+# The precision tables, from the lab's own declarations (lab/stages.py's PRECISIONS,
+# lab/operands.py's DTYPE_NAMES): the tensor-core precisions, each precision's operand dtype and
+# its element size in bytes.
+TC_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
+DTYPE = {p: getattr(torch, DTYPE_NAMES[p]) for p in PRECISIONS}
+ES = {p: DTYPE[p].itemsize for p in PRECISIONS}
+
+
+def stage_params(stage: str, backend: str, **changes) -> dict:
+    """The registry's parameters of `stage` with `changes`, for `backend`, as the harness hands
+    them to a launcher."""
+    spec = stage + (":" + ",".join(f"{k}={v}" for k, v in changes.items()) if changes else "")
+    return parse_variants([spec])[0].params_for(backend)
+
+
+def stage_module(stage: str, backend: str):
+    """The launcher module of `stage` for `backend`."""
+    return get_stage(stage).module(backend)
+
+
+def lab_env(*, root: Path = ROOT, drop: tuple[str, ...] = (), **extra: str) -> dict:
+    """os.environ with `root` on PYTHONPATH, `extra` added and the names in `drop` removed."""
+    env = {**os.environ, "PYTHONPATH": str(root), **extra}
+    for key in drop:
+        env.pop(key, None)
+    return env
+
+
+def run_lab(tool: str, *args, timeout: float, cwd: Path = ROOT, drop: tuple[str, ...] = (),
+            prefix: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess:
+    """`python -m TOOL ARGS` (TOOL a module name such as "lab.compare") in `cwd`, the repository on
+    PYTHONPATH, `env` added and `drop` removed; `prefix` goes before the interpreter (a wrapper
+    such as compute-sanitizer and its options). Returns the CompletedProcess, output as text."""
+    return subprocess.run([*prefix, sys.executable, "-m", tool, *map(str, args)], cwd=cwd,
+                          env=lab_env(drop=drop, **env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def run_python(code: str, *args, timeout: float, cwd: Path = ROOT, drop: tuple[str, ...] = (),
+               **env: str) -> subprocess.CompletedProcess:
+    """`python -c CODE ARGS` in `cwd` with the environment of run_lab; output as text."""
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=cwd,
+                          env=lab_env(drop=drop, **env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# ------------------------------------------------------------------ the emulator tests' operands
+def padded_ld(width: int, aligned: bool) -> int:
+    """A leading dimension larger than `width` (the gap holds NaN in the emulator) that is a
+    multiple of 4 floats (16 bytes: float4 lines) or not."""
+    ld = width + 1
+    while (ld % 4 == 0) != bool(aligned):
+        ld += 1
+    return ld
+
+
+def strided_operands(M: int, N: int, K: int, layout: str, lda: int, ldb: int, ldc: int):
+    """CPU tensors A (M x K), B (K x N), C (M x N) in `layout` with these leading dimensions."""
+    a = torch.empty(K, lda)[:, :M].t() if layout[0] == "t" else torch.empty(M, lda)[:, :K]
+    b = torch.empty(N, ldb)[:, :K].t() if layout[1] == "t" else torch.empty(K, ldb)[:, :N]
+    return a, b, torch.empty(M, ldc)[:, :N]
+
+
+def output_for(M: int, N: int, layout: str, device: str = "cuda") -> torch.Tensor:
+    """An M x N fp32 C for `layout`: a transposed view in tt, row-major otherwise."""
+    return torch.empty((N, M), device=device).t() if layout == "tt" else \
+        torch.empty((M, N), device=device)
+
+
+def compile_for_emulator(emulator, cases, build_of, jobs: int | None = None):
+    """Every case's build (NVRTC on a thread pool) compiled for `emulator`: each build goes to g++
+    in the background as soon as it exists, at most `jobs` g++ processes at a time. `build_of(case)`
+    returns (key, build). Returns ({key: build}, [error message of each failed g++ build])."""
+    import concurrent.futures
+
+    jobs = jobs or max(1, os.cpu_count() or 1)
+    builds, running, errors = {}, [], []
+
+    def finish(build):
+        try:
+            emulator.executable(build)
+        except AssertionError as exc:
+            errors.append(str(exc))
+
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        for future in concurrent.futures.as_completed([pool.submit(build_of, c) for c in cases]):
+            key, build = future.result()
+            builds[key] = build
+            if len(running) >= jobs:
+                finish(running.pop(0))
+            emulator.start(build)
+            running.append(build)
+    for build in running:
+        finish(build)
+    return builds, errors
+
+
+# ------------------------------------------------------------------------- compute-sanitizer
+def run_sanitized(sanitizer: str, tool: str, label: str, *args: str):
+    """lab.profile's CUDA target of stage `label` (its --check on) under compute-sanitizer's
+    `tool`: (the CompletedProcess, its whole output, the output's last 30 lines)."""
+    r = run_lab("lab.profile", "--_target", "cuda", "--stage", label, *args, "--no-nvtx",
+                "--check", timeout=900,
+                prefix=(sanitizer, "--tool", tool, "--error-exitcode", "1"),
+                PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+    out = r.stdout + r.stderr
+    return r, out, "\n".join(out.strip().splitlines()[-30:])
