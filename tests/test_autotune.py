@@ -7,20 +7,18 @@ resource probe, clock) are plain functions handed to `search` / `tune`, so fakes
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import cpu_only, run_lab
 from lab import autotune as at
 from lab.check import CheckResult
 from lab.errors import CompileError, LabError
 from lab.stages import STAGES, Variant, get_stage, parse_variants
 
-ROOT = Path(__file__).resolve().parent.parent
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="exercises the no-GPU path")
 GPU = "Fake GPU 80GB"
 
 
@@ -991,9 +989,7 @@ def test_default_jobs_is_at_most_eight():
 
 
 def cli(*args, env=None, timeout=300):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "lab.autotune", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_lab("lab.autotune", *args, timeout=timeout, **(env or {}))
 
 
 @cpu_only
