@@ -4,7 +4,6 @@ run that "was on a GPU" is the CLI with the run itself replaced by those rows)."
 
 import copy
 import io
-import os
 import subprocess
 import sys
 import types
@@ -14,14 +13,13 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from helpers import ROOT, cpu_only, lab_env, run_lab
 from lab import baseline, report
 from lab.errors import LabError
 from lab.report import Row, read_csv, render, write_csv
 from lab.shapes import PRESETS, Shape, parse_sizes
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results" / "2026-11-22-h100"
-cpu_only = pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="exercises CPU mode")
 
 
 def timed(stage="tiled", backend="cuda", M=1024, N=1024, K=1024, ms=1.0, **kw) -> Row:
@@ -41,9 +39,7 @@ def save(rows, path) -> Path:
 
 
 def run_cli(*args, timeout=300):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "lab.compare", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_lab("lab.compare", *args, timeout=timeout)
 
 
 # ------------------------------------------------------------------------------- the matching
@@ -319,7 +315,7 @@ def test_a_plain_run_imports_neither_lab_plot_nor_matplotlib(tmp_path):
             f"'8', '--csv', {str(tmp_path / 'a.csv')!r}]); "
             "print('LOADED', sorted(m for m in sys.modules if m.startswith(('matplotlib', "
             "'lab.plot')))); sys.exit(rc)")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = lab_env()
     for extra in ([], ["again"]):  # a first run, then one compared with it
         r = subprocess.run([sys.executable, "-c", code, *extra], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=300)
