@@ -1,4 +1,5 @@
-"""What every Triton launcher shares: launching a @triton.jit kernel as a no-argument callable.
+"""What every Triton launcher shares: launching a @triton.jit kernel as a no-argument callable,
+and the pieces of kernel code several stages repeat (the @triton.jit helpers below).
 
 On a GPU, `launcher` compiles the kernel once up front (JITFunction.warmup) so that the harness's
 timed callable only launches, and reads the compiled kernel's metadata (registers, spills, shared
@@ -7,6 +8,9 @@ mode) there is nothing to compile and no resource report.
 """
 
 from __future__ import annotations
+
+import triton
+import triton.language as tl
 
 from lab.errors import LabError
 
@@ -104,3 +108,89 @@ def validate_block_tile(stage: str, BM: int, BN: int, BK: int, num_stages: int) 
 
 def cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
+
+
+def block_tile_launch(launch, kernel, p, BM: int, BN: int, BK: int, num_warps: int,
+                      num_stages: int, **meta):
+    """`launch(kernel, grid, args, **meta)` for the register-tiling stages' BM x BN block tile (a
+    1-D grid of ceil(M/BM) * ceil(N/BN) programs, BLOCK_K = block_k(BK)) on problem p. `launch`
+    is the calling stage's own `launcher` (lab.profile swaps that one for a recorder)."""
+    grid = (cdiv(p.M, BM) * cdiv(p.N, BN),)
+    return launch(kernel, grid, (*problem_args(p),), BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=block_k(BK),
+                  **meta, num_warps=num_warps, num_stages=num_stages)
+
+
+# ----------------------------------------------------- kernel pieces several stages repeat
+#
+# Triton inlines a @triton.jit function into its caller before it optimizes, so each of these
+# compiles to exactly the code it replaced (same TTGIR and PTX). One rule follows from the
+# inlining: a hint (tl.multiple_of, tl.max_contiguous, tl.max_constancy) holds only on a value
+# computed inside the helper; given to one of its arguments it would be lost with the call.
+
+
+@triton.jit
+def column_blocks_fastest(grid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(rm, rn): the rows and columns of C of this program's BLOCK_M x BLOCK_N block in a 1-D
+    grid whose column-blocks come fastest (pid % grid_n is the column-block, pid // grid_n the
+    row-block: the order of the former 2-D grid (grid_n, grid_m))."""
+    pid = tl.program_id(0)
+    rn = (pid % grid_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = (pid // grid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    return rm, rn
+
+
+@triton.jit
+def grouped_block(pid, grid_m, grid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of program pid in grouped order (common.cuh's block_tile, Triton's tutorial
+    order): GROUP_M block-rows walked column by column, so that the programs resident at one
+    time share GROUP_M block-rows of A and a few block-columns of B in L2. GROUP_M = 1 is the
+    plain order, pid_n = pid % grid_n."""
+    width = GROUP_M * grid_n  # programs in one group of GROUP_M block-rows
+    first_m = (pid // width) * GROUP_M
+    rows = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def block_range(block, BLOCK: tl.constexpr):
+    """block * BLOCK + [0, BLOCK): a run of BLOCK consecutive values starting at a multiple of
+    BLOCK (Triton infers this from the expression; said explicitly)."""
+    return tl.max_contiguous(tl.multiple_of(block * BLOCK + tl.arange(0, BLOCK), BLOCK), BLOCK)
+
+
+@triton.jit
+def line_offsets(r0, r1, stride0, stride1, VEC_FLAG: tl.constexpr, VEC: tl.constexpr):
+    """(r0 * stride0, r1 * stride1): an operand's offsets along its two dimensions, with the
+    alignment hint of its flag (triton_kernels/vectorized.py, vector_flags): "n" (row-major)
+    every row starts on a 16-byte boundary, VEC elements; "t" (column-major) every column does;
+    "" no hint. The dimension whose stride is 1 is then the contiguous run."""
+    o0 = r0 * stride0
+    o1 = r1 * stride1
+    if VEC_FLAG == "n":
+        o0 = tl.multiple_of(o0, VEC)
+    if VEC_FLAG == "t":
+        o1 = tl.multiple_of(o1, VEC)
+    return o0, o1
+
+
+@triton.jit
+def masked_tile(ptr, r0, r1, n0, n1, stride0, stride1):
+    """The tile of an operand at rows r0 and columns r1, zero where r0 >= n0 or r1 >= n1."""
+    return tl.load(ptr + r0[:, None] * stride0 + r1[None, :] * stride1,
+                   mask=(r0[:, None] < n0) & (r1[None, :] < n1), other=0.0)
+
+
+@triton.jit
+def tile_product(a, b, acc, USE_DOT: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                 UPCAST: tl.constexpr):
+    """acc + a @ b: tl.dot in INPUT_PRECISION, or, for tiles under tl.dot's 16 (USE_DOT off), a
+    broadcast multiply and sum on the CUDA cores in fp32. UPCAST: dot_meta."""
+    if USE_DOT:
+        if UPCAST:  # the interpreter's bf16 dot is wrong (dot_meta)
+            a, b = a.to(tl.float32), b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+    else:
+        acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+    return acc

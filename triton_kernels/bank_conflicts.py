@@ -45,8 +45,8 @@ import re
 
 from lab.errors import LabError
 from lab.operands import entry
-from triton_kernels._common import block_k, cdiv, launcher, problem_args
-from triton_kernels.vectorized import matmul_vectorized_kernel, validate, vector_flags
+from triton_kernels._common import block_tile_launch, launcher
+from triton_kernels.vectorized import matmul_vectorized_kernel, validate, vector_meta
 
 __all__ = ["matmul_vectorized_kernel", "prepare", "validate", "shared_layouts", "encodings"]
 
@@ -103,14 +103,17 @@ def shared_layouts(layout: str = "nn", M: int = 4096, N: int = 4096, K: int = 40
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            compiled = matmul_vectorized_kernel.warmup(
-                *problem_args(p), grid=(cdiv(M, BM) * cdiv(N, BN),), BLOCK_M=BM, BLOCK_N=BN,
-                BLOCK_K=block_k(BK), EVEN_K=K % block_k(BK) == 0, **vector_flags(p),
-                num_warps=num_warps, num_stages=num_stages)
+            compiled = block_tile_launch(_warmup, matmul_vectorized_kernel, p, BM, BN, BK,
+                                         num_warps, num_stages, **vector_meta(p, BK))
     finally:
         if not gpu:
             driver._active = previous
     return encodings(compiled.asm["ttgir"])
+
+
+def _warmup(kernel, grid, args, **meta):
+    """Compile `kernel` as launcher() would launch it, without launching: the compiled kernel."""
+    return kernel.warmup(*args, grid=grid, **meta)
 
 
 @entry("bank_conflicts", "triton")
@@ -118,7 +121,5 @@ def prepare(p, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8, nu
             **_):
     """p: the shared description of the operands (lab/operands.py). The vectorized twin's launch."""
     validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
-    grid = (cdiv(p.M, BM) * cdiv(p.N, BN),)
-    return launcher(matmul_vectorized_kernel, grid, (*problem_args(p),), BLOCK_M=BM, BLOCK_N=BN,
-                    BLOCK_K=block_k(BK), EVEN_K=p.K % block_k(BK) == 0, **vector_flags(p),
-                    num_warps=num_warps, num_stages=num_stages)
+    return block_tile_launch(launcher, matmul_vectorized_kernel, p, BM, BN, BK, num_warps,
+                             num_stages, **vector_meta(p, BK))

@@ -42,17 +42,15 @@ import triton
 import triton.language as tl
 
 from lab.operands import entry
-from triton_kernels._common import block_k, cdiv, launcher, problem_args, validate_block_tile
+from triton_kernels._common import (block_tile_launch, column_blocks_fastest, launcher,
+                                    validate_block_tile)
 
 
 @triton.jit
 def matmul_blocktile_1d_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                                stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
                                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    grid_n = tl.cdiv(N, BLOCK_N)
-    pid = tl.program_id(0)
-    rn = (pid % grid_n) * BLOCK_N + tl.arange(0, BLOCK_N)  # column-blocks fastest
-    rm = (pid // grid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rm, rn = column_blocks_fastest(tl.cdiv(N, BLOCK_N), BLOCK_M, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     # Pointers walk K like the CUDA kernel's a_ptr/b_ptr: the row/column part is computed once.
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
@@ -78,6 +76,5 @@ def prepare(p, BM: int = 64, BN: int = 64, BK: int = 8, num_warps: int = 16, num
             **_):
     """p: the shared description of the operands (lab/operands.py)."""
     validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
-    grid = (cdiv(p.M, BM) * cdiv(p.N, BN),)
-    return launcher(matmul_blocktile_1d_kernel, grid, (*problem_args(p),), BLOCK_M=BM, BLOCK_N=BN,
-                    BLOCK_K=block_k(BK), num_warps=num_warps, num_stages=num_stages)
+    return block_tile_launch(launcher, matmul_blocktile_1d_kernel, p, BM, BN, BK, num_warps,
+                             num_stages)

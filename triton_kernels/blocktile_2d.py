@@ -37,7 +37,7 @@ Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs, column-blocks 
 """
 
 from lab.operands import entry
-from triton_kernels._common import block_k, cdiv, launcher, problem_args, validate_block_tile
+from triton_kernels._common import block_tile_launch, launcher, validate_block_tile
 from triton_kernels.blocktile_1d import matmul_blocktile_1d_kernel
 
 
@@ -56,6 +56,5 @@ def prepare(p, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8, nu
             **_):
     """p: the shared description of the operands (lab/operands.py)."""
     validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
-    grid = (cdiv(p.M, BM) * cdiv(p.N, BN),)
-    return launcher(matmul_blocktile_2d_kernel, grid, (*problem_args(p),), BLOCK_M=BM, BLOCK_N=BN,
-                    BLOCK_K=block_k(BK), num_warps=num_warps, num_stages=num_stages)
+    return block_tile_launch(launcher, matmul_blocktile_2d_kernel, p, BM, BN, BK, num_warps,
+                             num_stages)

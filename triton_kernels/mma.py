@@ -112,7 +112,8 @@ import triton.language as tl
 from lab.errors import LabError
 from lab.operands import entry, timer
 from lab.roofline import DEFAULT_SMS, sm_count
-from triton_kernels._common import SMEM_LIMIT, cdiv, dot_meta, launcher, problem_args
+from triton_kernels._common import (SMEM_LIMIT, block_range, cdiv, dot_meta, grouped_block,
+                                    launcher, line_offsets, problem_args)
 
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 
@@ -150,41 +151,18 @@ def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride
                       UPCAST: tl.constexpr, REGS_A: tl.constexpr = 0,
                       RS_WAIT: tl.constexpr = False):
     # Grouped program order (common.cuh's block_tile): GROUP_M block-rows walked column by column.
-    pid = tl.program_id(0)
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
-    width = GROUP_M * grid_n
-    first_m = (pid // width) * GROUP_M
-    rows = tl.minimum(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % rows
-    pid_n = (pid % width) // rows
+    pid_m, pid_n = grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
+                                 GROUP_M)
 
-    rm = tl.max_contiguous(tl.multiple_of(pid_m * BLOCK_M + tl.arange(0, BLOCK_M), BLOCK_M),
-                           BLOCK_M)
-    rn = tl.max_contiguous(tl.multiple_of(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), BLOCK_N),
-                           BLOCK_N)
+    rm = block_range(pid_m, BLOCK_M)
+    rn = block_range(pid_n, BLOCK_N)
     rk = tl.max_contiguous(tl.arange(0, BLOCK_K), BLOCK_K)
     # Alignment hints (vectorized.py's rule with VEC elements per 16 bytes: 4 floats or 8
     # halves): the flag names the operand's contiguous dimension, whose lines start on 16-byte
     # boundaries and whose size is a multiple of VEC.
-    a_m = rm * stride_am
-    a_k = rk * stride_ak
-    b_k = rk * stride_bk
-    b_n = rn * stride_bn
-    c_m = rm * stride_cm
-    c_n = rn * stride_cn
-    if VEC_A == "n":
-        a_m = tl.multiple_of(a_m, VEC)
-    if VEC_A == "t":
-        a_k = tl.multiple_of(a_k, VEC)
-    if VEC_B == "n":
-        b_k = tl.multiple_of(b_k, VEC)
-    if VEC_B == "t":
-        b_n = tl.multiple_of(b_n, VEC)
-    if VEC_C == "n":
-        c_m = tl.multiple_of(c_m, VEC)
-    if VEC_C == "t":
-        c_n = tl.multiple_of(c_n, VEC)
+    a_m, a_k = line_offsets(rm, rk, stride_am, stride_ak, VEC_A, VEC)
+    b_k, b_n = line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, VEC)
+    c_m, c_n = line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, VEC)
     a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
     b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
     in_m = rm[:, None] < M

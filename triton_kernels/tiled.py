@@ -28,31 +28,22 @@ import triton.language as tl
 
 from lab.operands import entry
 from lab.errors import LabError
-from triton_kernels._common import cdiv, dot_meta, launcher, problem_args
+from triton_kernels._common import (cdiv, column_blocks_fastest, dot_meta, launcher, masked_tile,
+                                    problem_args, tile_product)
 
 
 @triton.jit
 def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         stride_cm, stride_cn, TILE: tl.constexpr, USE_DOT: tl.constexpr,
                         INPUT_PRECISION: tl.constexpr = "ieee", UPCAST: tl.constexpr = False):
-    grid_n = tl.cdiv(N, TILE)
-    pid = tl.program_id(0)
-    rn = (pid % grid_n) * TILE + tl.arange(0, TILE)  # column-blocks fastest
-    rm = (pid // grid_n) * TILE + tl.arange(0, TILE)
+    rm, rn = column_blocks_fastest(tl.cdiv(N, TILE), TILE, TILE)
     rk = tl.arange(0, TILE)
     acc = tl.zeros((TILE, TILE), dtype=tl.float32)
-    for k0 in range(0, K, TILE):
+    for k0 in range(0, K, TILE):  # one TILE x TILE tile of A and of B per k-step, zero-filled
         ka = k0 + rk
-        a = tl.load(a_ptr + rm[:, None] * stride_am + ka[None, :] * stride_ak,
-                    mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + ka[:, None] * stride_bk + rn[None, :] * stride_bn,
-                    mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
-        if USE_DOT:
-            if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)
-                a, b = a.to(tl.float32), b.to(tl.float32)
-            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-        else:
-            acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+        a = masked_tile(a_ptr, rm, ka, M, K, stride_am, stride_ak)
+        b = masked_tile(b_ptr, ka, rn, K, N, stride_bk, stride_bn)
+        acc = tile_product(a, b, acc, USE_DOT, INPUT_PRECISION, UPCAST)  # tl.dot, or tile 8's sum
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 

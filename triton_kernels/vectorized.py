@@ -48,8 +48,8 @@ import triton
 import triton.language as tl
 
 from lab.operands import entry
-from triton_kernels._common import (block_k, cdiv, dot_meta, launcher, problem_args,
-                                    validate_block_tile)
+from triton_kernels._common import (block_k, block_range, block_tile_launch, dot_meta, launcher,
+                                    line_offsets, validate_block_tile)
 
 
 @triton.jit
@@ -62,32 +62,17 @@ def matmul_vectorized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
     grid_n = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     # Offsets of this program's rows and columns: runs of BLOCK consecutive values starting at a
-    # multiple of BLOCK (Triton infers this from pid * BLOCK + arange; said explicitly).
-    rn = tl.max_contiguous(tl.multiple_of((pid % grid_n) * BLOCK_N + tl.arange(0, BLOCK_N),
-                                          BLOCK_N), BLOCK_N)  # column-blocks fastest
-    rm = tl.max_contiguous(tl.multiple_of((pid // grid_n) * BLOCK_M + tl.arange(0, BLOCK_M),
-                                          BLOCK_M), BLOCK_M)
+    # multiple of BLOCK (Triton infers this from pid * BLOCK + arange; block_range says it).
+    rn = block_range(pid % grid_n, BLOCK_N)  # column-blocks fastest
+    rm = block_range(pid // grid_n, BLOCK_M)
     rk = tl.max_contiguous(tl.arange(0, BLOCK_K), BLOCK_K)
     # Each operand's offsets along its two dimensions. The one whose stride is 1 is the contiguous
     # run (rk, rn or rm itself once the constant 1 is folded); the other starts each line.
-    a_m = rm * stride_am
-    a_k = rk * stride_ak
-    b_k = rk * stride_bk
-    b_n = rn * stride_bn
-    c_m = rm * stride_cm
-    c_n = rn * stride_cn
-    if VEC_A == "n":  # every row of A starts on a 16-byte boundary
-        a_m = tl.multiple_of(a_m, 4)
-    if VEC_A == "t":  # every column of A does (a transposed view)
-        a_k = tl.multiple_of(a_k, 4)
-    if VEC_B == "n":  # every row of B starts on a 16-byte boundary
-        b_k = tl.multiple_of(b_k, 4)
-    if VEC_B == "t":  # every column of B does
-        b_n = tl.multiple_of(b_n, 4)
-    if VEC_C == "n":  # every row of C starts on a 16-byte boundary
-        c_m = tl.multiple_of(c_m, 4)
-    if VEC_C == "t":  # every column of C does
-        c_n = tl.multiple_of(c_n, 4)
+    # A flag "n" says every row of its operand starts on a 16-byte boundary (4 floats), "t" every
+    # column does (a transposed view): line_offsets gives that line's offsets the hint.
+    a_m, a_k = line_offsets(rm, rk, stride_am, stride_ak, VEC_A, 4)
+    b_k, b_n = line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
+    c_m, c_n = line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, 4)
     a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
     b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
     # Edge masks. A flag promises that the size along its operand's contiguous dimension is a
@@ -139,13 +124,16 @@ def vector_flags(p) -> dict[str, str]:
     return {"VEC_A": _vec(p.a), "VEC_B": _vec(p.b), "VEC_C": _vec(p.c)}
 
 
+def vector_meta(p, BK: int) -> dict:
+    """The kernel's specializations for problem p and the tile's BK: EVEN_K and vector_flags."""
+    return {"EVEN_K": p.K % block_k(BK) == 0, **vector_flags(p)}
+
+
 @entry("vectorized", "triton")
 def prepare(p, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8, num_stages: int = 1,
             **_):
     """p: the shared description of the operands (lab/operands.py)."""
     validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
-    grid = (cdiv(p.M, BM) * cdiv(p.N, BN),)
-    return launcher(matmul_vectorized_kernel, grid, (*problem_args(p),), BLOCK_M=BM, BLOCK_N=BN,
-                    BLOCK_K=block_k(BK), EVEN_K=p.K % block_k(BK) == 0, **vector_flags(p),
-                    **dot_meta(matmul_vectorized_kernel, p), num_warps=num_warps,
-                    num_stages=num_stages)
+    return block_tile_launch(launcher, matmul_vectorized_kernel, p, BM, BN, BK, num_warps,
+                             num_stages, **vector_meta(p, BK),
+                             **dot_meta(matmul_vectorized_kernel, p))

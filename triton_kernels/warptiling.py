@@ -64,7 +64,8 @@ import triton.language as tl
 
 from lab.errors import LabError
 from lab.operands import entry, timer
-from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
+from triton_kernels._common import (SMEM_LIMIT, cdiv, grouped_block, launcher, line_offsets,
+                                    problem_args)
 from triton_kernels._realign import realign_flags, realign_setup, with_copies
 from triton_kernels.vectorized import vector_flags
 
@@ -87,11 +88,7 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
         split = pid // tiles
         pid = pid % tiles
     # GROUP_M order (GROUP_M = 1: row-major order, pid_n = pid % grid_n).
-    width = GROUP_M * grid_n
-    first_m = (pid // width) * GROUP_M
-    rows = tl.minimum(grid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % width) % rows
-    pid_n = (pid % width) // rows
+    pid_m, pid_n = grouped_block(pid, grid_m, grid_n, GROUP_M)
 
     # Rows and columns of this tile, wrapped at the edges of C (never out of bounds, so no masks
     # in the loop; the wrapped rows and columns of the result are not stored).
@@ -115,18 +112,9 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
         rm = tl.max_contiguous(tl.multiple_of(rm, 4), 4)
     if VEC_B == "n":
         rn = tl.max_contiguous(tl.multiple_of(rn, 4), 4)
-    a_m = rm * stride_am
-    a_k = rk * stride_ak
-    b_k = rk * stride_bk
-    b_n = rn * stride_bn
-    if VEC_A == "n":  # every row of A starts on a 16-byte boundary
-        a_m = tl.multiple_of(a_m, 4)
-    if VEC_A == "t":  # every column of A does
-        a_k = tl.multiple_of(a_k, 4)
-    if VEC_B == "n":
-        b_k = tl.multiple_of(b_k, 4)
-    if VEC_B == "t":
-        b_n = tl.multiple_of(b_n, 4)
+    # Each operand's offsets, with its flag's hint (a line of A or B starts on a 16-byte boundary)
+    a_m, a_k = line_offsets(rm, rk, stride_am, stride_ak, VEC_A, 4)
+    b_k, b_n = line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
 
     # This program's k-tiles [kt0, kt1); the full ones are [kt0, full), then at most one partial.
     ktiles = tl.cdiv(K, BLOCK_K)
@@ -179,12 +167,7 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
         w_ptrs = c_ptr + split.to(tl.int64) * M * N + cm[:, None] * N + cn[None, :]
         tl.store(w_ptrs, acc, mask=mask)
     else:
-        c_m = cm * stride_cm
-        c_n = cn * stride_cn
-        if VEC_C == "n":
-            c_m = tl.multiple_of(c_m, 4)
-        if VEC_C == "t":
-            c_n = tl.multiple_of(c_n, 4)
+        c_m, c_n = line_offsets(cm, cn, stride_cm, stride_cn, VEC_C, 4)
         tl.store(c_ptr + c_m[:, None] + c_n[None, :], acc, mask=mask)
 
 
