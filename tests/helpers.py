@@ -47,9 +47,10 @@ def stage_module(stage: str, backend: str):
     return get_stage(stage).module(backend)
 
 
-def lab_env(*, root: Path = ROOT, drop: tuple[str, ...] = (), **extra: str) -> dict:
-    """os.environ with `root` on PYTHONPATH, `extra` added and the names in `drop` removed."""
-    env = {**os.environ, "PYTHONPATH": str(root), **extra}
+def lab_env(*, drop: tuple[str, ...] = (), **extra: str) -> dict:
+    """os.environ with the repository on PYTHONPATH, `extra` added and the names in `drop`
+    removed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
     for key in drop:
         env.pop(key, None)
     return env

@@ -2,19 +2,16 @@
 table and the invalid-row rule, the noise band and its mark, the --repeat arithmetic, the NVML
 summary, and CPU rows carrying no invented conditions. GPU checks are at the end (gpu marker)."""
 
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from helpers import run_lab
 from lab import clocks, peaks
 from lab.report import (Row, baseline_within_noise, columns, conditions_line, finalize, render,
                         summarize_repeats, within_noise)
 from lab.timing import bench_adjacent, quantiles
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # ------------------------------------------------------------------ the interleaved schedule
@@ -228,9 +225,8 @@ def test_conditions_line_counts_reasons():
 
 def test_cpu_mode_rows_have_empty_condition_columns(tmp_path):
     out = tmp_path / "cpu.csv"
-    proc = subprocess.run([sys.executable, "-m", "lab.compare", "--stage", "tiled", "--sizes", "32",
-                           "--repeat", "2", "--csv", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = run_lab("lab.compare", "--stage", "tiled", "--sizes", "32", "--repeat", "2", "--csv",
+                   out, timeout=300)
     assert proc.returncode == 0, proc.stderr
     from lab.report import read_csv
 
@@ -247,8 +243,7 @@ def test_cpu_mode_rows_have_empty_condition_columns(tmp_path):
     (["--cublas-timing", "later"], "invalid choice"),
 ])
 def test_bad_repeat_and_timing_options_are_one_sentence(argv, words):
-    proc = subprocess.run([sys.executable, "-m", "lab.compare", "--stage", "tiled", *argv],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_lab("lab.compare", "--stage", "tiled", *argv, timeout=120)
     assert proc.returncode == 2
     assert words in proc.stderr and "Traceback" not in proc.stderr
 

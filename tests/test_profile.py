@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import ROOT, run_lab
 from lab import ncu as N
 from lab import roofline as R
 from lab.errors import LabError
 
-ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 SYNTHETIC = DATA / "ncu_synthetic.csv"  # hand-made, see the module docstring
 REAL = DATA / "ncu_tiled_4096.csv"  # a raw ncu recording on the H100, when present
@@ -49,11 +47,7 @@ EXPECTED = {
 
 
 def run_cli(*args, timeout=300, env_extra=None, drop=()):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
-    for key in drop:
-        env.pop(key, None)
-    return subprocess.run([sys.executable, "-m", "lab.profile", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_lab("lab.profile", *args, timeout=timeout, drop=drop, **(env_extra or {}))
 
 
 def notes(stderr: str) -> list[str]:

@@ -12,21 +12,17 @@ GPU only (marked `gpu`); skipped, with the reason, when compute-sanitizer is not
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from helpers import TC_PRECISIONS, run_sanitized
 from lab.ncu import find_tool
-from lab.stages import STAGES, Variant
+from lab.stages import Variant
 from stage_sets import FP32_CASES, FP32_CUDA, FP32_TRITON  # noqa: F401
 
 pytestmark = pytest.mark.gpu
 
-ROOT = Path(__file__).resolve().parent.parent
 SHAPE = "129x67x95"
 SANITIZER = find_tool("compute-sanitizer")
 TOOLS = ("memcheck", "racecheck")
@@ -38,13 +34,7 @@ TOOLS = ("memcheck", "racecheck")
 @pytest.mark.parametrize("stage", FP32_CUDA, ids=[s.name for s in FP32_CUDA])
 def test_cuda_stage_is_clean_under_compute_sanitizer(stage, tool):
     label = Variant(stage, stage.defaults()).label
-    cmd = [SANITIZER, "--tool", tool, "--error-exitcode", "1",
-           sys.executable, "-m", "lab.profile", "--_target", "cuda", "--stage", label,
-           "--size", SHAPE, "--no-nvtx", "--check"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    out = r.stdout + r.stderr
-    tail = "\n".join(out.strip().splitlines()[-30:])
+    r, out, tail = run_sanitized(SANITIZER, tool, label, "--size", SHAPE)
     assert not re.search(r"ERROR SUMMARY: [1-9]", out), f"{tool} found errors in {label}:\n{tail}"
     assert r.returncode == 0, f"{tool} run of {label} exited {r.returncode}:\n{tail}"
     assert "checked" in out, f"the target did not finish its check:\n{tail}"
@@ -56,7 +46,7 @@ def test_cuda_stage_is_clean_under_compute_sanitizer(stage, tool):
 # cuda_kernels/mma_wgmma.cu), with the tuned 128 x 256 bf16 tile, and with the mma.sync kernel's
 # defaults (wgmma=0).
 MMA_SHAPE = "300x520x200"
-MMA_CASES = [(p, tool, "") for p in ("tf32", "3xtf32", "bf16", "fp16")
+MMA_CASES = [(p, tool, "") for p in TC_PRECISIONS
              for tool in ("memcheck", "racecheck", "synccheck")] + \
     [("bf16", tool, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,frags=2")
      for tool in ("memcheck", "racecheck", "synccheck")] + \
@@ -70,13 +60,7 @@ MMA_CASES = [(p, tool, "") for p in ("tf32", "3xtf32", "bf16", "fp16")
                                                 else "tuned") for p, t, q in MMA_CASES])
 def test_mma_is_clean_under_compute_sanitizer(precision, tool, params):
     label = "mma" + (f":{params}" if params else "")
-    cmd = [SANITIZER, "--tool", tool, "--error-exitcode", "1",
-           sys.executable, "-m", "lab.profile", "--_target", "cuda", "--stage", label,
-           "--precision", precision, "--size", MMA_SHAPE, "--no-nvtx", "--check"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    out = r.stdout + r.stderr
-    tail = "\n".join(out.strip().splitlines()[-30:])
+    r, out, tail = run_sanitized(SANITIZER, tool, label, "--precision", precision, "--size", MMA_SHAPE)
     assert not re.search(r"ERROR SUMMARY: [1-9]", out), f"{tool} found errors in {label}:\n{tail}"
     assert r.returncode == 0, f"{tool} run of {label} ({precision}) exited {r.returncode}:\n{tail}"
     assert "checked" in out, f"the target did not finish its check:\n{tail}"
