@@ -3,12 +3,13 @@
 import pytest
 import torch
 
+from helpers import cpu_only
 from lab import check as chk
 from lab.shapes import TEST_SHAPES
 from lab.stages import STAGES, Variant
 from stage_sets import FP32_TRITON
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
+pytestmark = cpu_only
 
 
 @pytest.mark.parametrize("shape", TEST_SHAPES, ids=str)

@@ -16,14 +16,14 @@ import re
 import pytest
 import torch
 
+from helpers import LAYOUTS, cpu_only
 from lab import LabError, check as chk, matmul
-from lab.operands import CUDA, TRITON, Operand, check_operands, describe, max_square_side
+from lab.operands import CUDA, TRITON, Operand, describe, max_square_side
 from lab.stages import STAGES, Variant
 from stage_sets import FP32_CASES, FP32_CUDA, FP32_TRITON  # noqa: F401
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
+pytestmark = cpu_only
 
-LAYOUTS = ("nn", "nt", "tn", "tt")
 
 
 def _one_sentence(message: str) -> None:

@@ -7,17 +7,14 @@ written files are checked to be PNGs. The CLI's mistakes are one `error:` senten
 import json
 import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from helpers import ROOT, run_lab
 from lab import plot
 from lab.report import read_csv
 from lab.stages import STAGES
 
-ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "results" / "2026-11-22-h100"
 FINAL = RUN / "08-final-all.csv"  # 1024^3, 1025^3, 2048^3, 4096^3, 4096x2048x1000
 LAYOUTS = RUN / "15-layouts-4096-all.csv"  # 4096^3, layouts nn, nt, tn, tt
@@ -473,9 +470,7 @@ def test_the_overlap_check_sees_colliding_labels():
 
 
 def cli(*args):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "lab.plot", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_lab("lab.plot", *args, timeout=120)
 
 
 def test_cli_writes_the_pngs_and_says_what_it_skipped(tmp_path):

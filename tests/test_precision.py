@@ -1,20 +1,17 @@
 """The precision axis: fp32, tf32, 3xtf32, bf16, fp16 as data (registry, operands, thresholds,
 plan expansion, CLI), and the Triton twins whose tl.dot takes the precision as one argument."""
 
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import run_lab
 from lab import LabError, matmul
 from lab import check as chk
 from lab.run import Plan
 from lab.shapes import Shape
 from lab.stages import PRECISIONS, STAGES, get_stage, parse_variants
 
-ROOT = Path(__file__).resolve().parent.parent
 DTYPE = {"fp32": torch.float32, "tf32": torch.float32, "3xtf32": torch.float32,
          "bf16": torch.bfloat16, "fp16": torch.float16}
 TWINS = [s.name for s in STAGES if "bf16" in s.precisions_for("triton")]
@@ -83,15 +80,13 @@ def test_a_stage_with_none_of_the_precisions_is_one_sentence():
 def test_cli_unknown_precision_and_unsupported_stage_exit_2_with_one_sentence():
     for argv, words in ((["--stage", "tiled", "--precision", "fp64"], "unknown precision fp64"),
                         (["--stage", "naive", "--precision", "tf32"], "computes in none")):
-        proc = subprocess.run([sys.executable, "-m", "lab.compare", *argv], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
+        proc = run_lab("lab.compare", *argv, timeout=120)
         assert proc.returncode == 2, proc.stderr
         assert words in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_cli_lists_each_stage_backend_precisions():
-    proc = subprocess.run([sys.executable, "-m", "lab.compare", "--list", "--stage", "tiled"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_lab("lab.compare", "--list", "--stage", "tiled", timeout=120)
     assert "precisions: cuda fp32; triton fp32, tf32, 3xtf32, bf16, fp16" in proc.stdout
 
 

@@ -1,13 +1,12 @@
 """The registry is the only list of stages: every entry has both backends, files and a page."""
 
-from pathlib import Path
 
 import pytest
 
+from helpers import ROOT
 from lab.errors import LabError
 from lab.stages import BACKENDS, STAGES, Param, Stage, get_stage, parse_variants
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)

@@ -6,18 +6,17 @@ results/README.md or a stage page. CPU only; the plots are drawn once (a few sec
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 
+from helpers import ROOT, run_lab
 from lab import results
 from lab.errors import LabError
 from lab.report import read_csv
 from lab.stages import STAGES
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -32,8 +31,7 @@ def copy(tmp_path):
 
 
 def run_check(root: Path, readme: Path):
-    return subprocess.run([sys.executable, "-m", "lab.results", "--check", "--root", str(root),
-                           "--readme", str(readme)], cwd=ROOT, capture_output=True, text=True)
+    return run_lab("lab.results", "--check", "--root", root, "--readme", readme, timeout=600)
 
 
 # ---------------------------------------------------------------------- the canonical run
@@ -75,8 +73,7 @@ def test_the_plots_were_drawn_from_the_canonical_files():
 
 
 def test_the_committed_pages_and_plots_are_current():
-    r = subprocess.run([sys.executable, "-m", "lab.results", "--check"], cwd=ROOT,
-                       capture_output=True, text=True)
+    r = run_lab("lab.results", "--check", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().endswith("up to date")
 
