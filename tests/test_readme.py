@@ -2,7 +2,6 @@
 lines of its code blocks and backticks, and its Python example. On a GPU machine the same file is
 skipped (the GPU run of these commands is done by hand and recorded under results/)."""
 
-import os
 import re
 import shlex
 import subprocess
@@ -10,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT, cpu_only, lab_env
+
 README = (ROOT / "README.md").read_text()
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-mode README run")
+pytestmark = cpu_only  # the CPU-mode README run
 
 
 def readme_commands() -> list[str]:
@@ -43,8 +42,7 @@ def readme_python() -> str:
 def _run(args: list[str], tmp_path) -> subprocess.CompletedProcess:
     """From the repository root, as the README's commands are written (their files go to out/,
     which git ignores)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
-    env.pop("TRITON_INTERPRET", None)  # a fresh shell, as a reader would have
+    env = lab_env(drop=("TRITON_INTERPRET",), COLUMNS="80")  # a fresh shell, as a reader would have
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
