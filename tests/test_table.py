@@ -7,16 +7,15 @@ import io
 import math
 import re
 from dataclasses import fields
-from pathlib import Path
 
 import pandas as pd
 import pytest
 from rich.console import Console
 
+from helpers import ROOT
 from lab import report
 from lab.report import INT_COLUMNS, Row, finalize, read_csv, render, to_frame, write_csv
 
-ROOT = Path(__file__).resolve().parent.parent
 H100_CSV = ROOT / "results" / "2026-11-22-h100" / "08-final-all.csv"
 LONG = "blocktile_2d:BM=64,BN=64,TM=4,TN=4"  # a real variant label, longer than its column
 
