@@ -209,27 +209,13 @@ matmul_bank_conflicts(const float* __restrict__ A, const float* __restrict__ B,
 
     // Loader mapping (vectorized.cu): chunk q = tid + p*THREADS of a tile W floats wide is at row
     // q / (W/4), column 4*(q % (W/4)); a transposed operand is chunked along its columns.
-#if TRANS_A
-    const int a_r = WalkA::pos(tid), a_c = WalkA::line(tid);
-    const float* a_ptr = A + a_c * lda + m0 + a_r;     // += BK*lda per k-step
-#else
-    const int a_r = WalkA::line(tid), a_c = WalkA::pos(tid);
-    const float* a_ptr = A + (m0 + a_r) * lda + a_c;   // += BK per k-step
-#endif
-#if TRANS_B
-    const int b_r = WalkB::pos(tid), b_c = WalkB::line(tid);
-    const float* b_ptr = B + (n0 + b_c) * ldb + b_r;   // += BK per k-step
-#else
-    const int b_r = WalkB::line(tid), b_c = WalkB::pos(tid);
-    const float* b_ptr = B + b_r * ldb + n0 + b_c;     // += BK*ldb per k-step
-#endif
+    int a_r, a_c, b_r, b_c;  // common.cuh's a_chunk0 / b_chunk0, as in vectorized.cu
+    const float* a_ptr = a_chunk0<WalkA>(A, lda, m0, 0, tid, a_r, a_c);
+    const float* b_ptr = b_chunk0<WalkB>(B, ldb, 0, n0, tid, b_r, b_c);
     const bool inside = m0 + BM <= M && n0 + BN <= N;
 
     float acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+    zero_acc(acc);
 
     for (int k0 = 0; k0 < K; k0 += BK) {
         if (inside && k0 + BK <= K) {   // uniform across the block: no divergence
@@ -240,8 +226,8 @@ matmul_bank_conflicts(const float* __restrict__ A, const float* __restrict__ B,
                               ldb);
         }
         __syncthreads();
-        a_ptr += TRANS_A ? BK * lda : BK;
-        b_ptr += TRANS_B ? BK : BK * ldb;
+        a_ptr += a_step<BK>(lda);
+        b_ptr += b_step<BK>(ldb);
 
         INNER_UNROLL
         for (int k = 0; k < BK; ++k) {
@@ -255,27 +241,12 @@ matmul_bank_conflicts(const float* __restrict__ A, const float* __restrict__ B,
             for (int g = 0; g < TN / 4; ++g)
                 b[g] = *reinterpret_cast<const float4*>(
                     &Bs[BTile::off(k, 4 * tc, g * 4 * TCOLS)]);
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] += at(a[i / 4], i % 4) * at(b[j / 4], j % 4);
+            outer_product4(acc, a, b);
         }
         __syncthreads();
     }
 
-    // float4 stores straight from registers to global memory (no shared memory on the way out):
-    // for each row and group a warp row writes 16 consecutive float4 = 256 bytes.
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int row = m0 + (i / 4) * 4 * TROWS + 4 * tr + i % 4;
-        if (row >= M) continue;
-        float* c_row = C + row * ldc;
-#pragma unroll
-        for (int g = 0; g < TN / 4; ++g) {
-            const int col = n0 + g * 4 * TCOLS + 4 * tc;
-            const float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2],
-                                         acc[i][4 * g + 3]);
-            store4<VEC_C>(c_row + col, v, min(4, N - col));
-        }
-    }
+    // float4 stores straight from registers to global memory (no shared memory on the way out),
+    // as in vectorized.cu (common.cuh's store_tile4).
+    store_tile4<TM, TN, TROWS, TCOLS, VEC_C>(C, ldc, M, N, m0, n0, tr, tc, acc);
 }

@@ -104,45 +104,19 @@ static_assert(THREADS >= 32 && THREADS <= 1024, "(BM/TM)*(BN/TN) threads must be
 static_assert(A_CHUNKS >= 1 && A_CHUNKS * THREADS * 4 == BM * BK, "A tile: whole float4s per thread");
 static_assert(B_CHUNKS >= 1 && B_CHUNKS * THREADS * 4 == BK * BN, "B tile: whole float4s per thread");
 
-// Copy one k-step's tiles into shared memory (A transposed) with common.cuh's float4 loader
-// (load_chunks: edge chunks element by element with zero fill). FULL (compile time) means the
-// block is inside C and the k-step inside K: every chunk exists and no bounds test is compiled in.
-// (a_r, a_c) and (b_r, b_c) are the (row, column) in the A tile (m, k) and the B tile (k, n) of the
-// first float of this thread's first chunk. The put lambdas get each chunk's (line, position along
-// the line) in the tile, as (row, column) of the operand's line-major view.
+// Copy one k-step's tiles into shared memory (A transposed): common.cuh's load_kmajor_tiles, the
+// float4 loader (load_chunks: edge chunks element by element with zero fill) with this stage's
+// stores. A line of A runs along k (row-major A): its 4 k's are scattered down 4 rows of As
+// (scatter4; conflict-free: see AS_LD); a line along m or n is one STS.128. FULL (compile time)
+// means the block is inside C and the k-step inside K: no bounds test is compiled in.
 template <bool FULL>
 __device__ __forceinline__ void load_tiles(float (&As)[BK][AS_LD], float (&Bs)[BK][BS_LD],
                                            const float* __restrict__ a_ptr,
                                            const float* __restrict__ b_ptr, int a_r,
                                            int a_c, int b_r, int b_c, int m0, int n0, int k0,
                                            int M, int N, int K, int lda, int ldb) {
-#if TRANS_A
-    // A chunk is rows r..r+3 of column c of A: 4 consecutive floats of row c of As.
-    load_chunks<FULL, VEC_A, A_CHUNKS, THREADS, WalkA>(
-        a_ptr, lda, a_c, a_r, k0, K, m0, M, [&](int c, int r, int, int, float4 v) {
-            *reinterpret_cast<float4*>(&As[c][r]) = v;   // one STS.128
-        });
-#else
-    // A chunk is k's c..c+3 of row r of A; transposed store: the 4 k's go to 4 rows of As
-    // (conflict-free: see AS_LD).
-    load_chunks<FULL, VEC_A, A_CHUNKS, THREADS, WalkA>(
-        a_ptr, lda, a_r, a_c, m0, M, k0, K, [&](int r, int c, int, int, float4 v) {
-            scatter4(As, c, r, v);
-        });
-#endif
-#if TRANS_B
-    // A chunk is k's r..r+3 of column c of B, scattered down column c of Bs (see BS_LD).
-    load_chunks<FULL, VEC_B, B_CHUNKS, THREADS, WalkB>(
-        b_ptr, ldb, b_c, b_r, n0, N, k0, K, [&](int c, int r, int, int, float4 v) {
-            scatter4(Bs, r, c, v);
-        });
-#else
-    // A chunk is columns c..c+3 of row r of B: 4 consecutive floats of row r of Bs.
-    load_chunks<FULL, VEC_B, B_CHUNKS, THREADS, WalkB>(
-        b_ptr, ldb, b_r, b_c, k0, K, n0, N, [&](int r, int c, int, int, float4 v) {
-            *reinterpret_cast<float4*>(&Bs[r][c]) = v;   // one STS.128
-        });
-#endif
+    load_kmajor_tiles<FULL, VEC_A, VEC_B, A_CHUNKS, B_CHUNKS, THREADS, WalkA, WalkB>(
+        As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K, lda, ldb);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
@@ -166,27 +140,13 @@ matmul_vectorized(const float* __restrict__ A, const float* __restrict__ B,
     // A transposed operand is chunked along its columns (rows i of A, k's of B) instead, the
     // direction that is contiguous in memory: chunk q is at column q / (W/4), row 4*(q % (W/4)) of
     // the tile, W its height (BM for A, BK for B).
-#if TRANS_A
-    const int a_r = WalkA::pos(tid), a_c = WalkA::line(tid);
-    const float* a_ptr = A + a_c * lda + m0 + a_r;     // += BK*lda per k-step
-#else
-    const int a_r = WalkA::line(tid), a_c = WalkA::pos(tid);
-    const float* a_ptr = A + (m0 + a_r) * lda + a_c;   // += BK per k-step
-#endif
-#if TRANS_B
-    const int b_r = WalkB::pos(tid), b_c = WalkB::line(tid);
-    const float* b_ptr = B + (n0 + b_c) * ldb + b_r;   // += BK per k-step
-#else
-    const int b_r = WalkB::line(tid), b_c = WalkB::pos(tid);
-    const float* b_ptr = B + b_r * ldb + n0 + b_c;     // += BK*ldb per k-step
-#endif
+    int a_r, a_c, b_r, b_c;  // this thread's chunk 0: (m, k) in the A tile, (k, n) in the B tile
+    const float* a_ptr = a_chunk0<WalkA>(A, lda, m0, 0, tid, a_r, a_c);  // common.cuh
+    const float* b_ptr = b_chunk0<WalkB>(B, ldb, 0, n0, tid, b_r, b_c);
     const bool inside = m0 + BM <= M && n0 + BN <= N;
 
     float acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+    zero_acc(acc);
 
     for (int k0 = 0; k0 < K; k0 += BK) {
         if (inside && k0 + BK <= K) {   // uniform across the block: no divergence
@@ -197,8 +157,8 @@ matmul_vectorized(const float* __restrict__ A, const float* __restrict__ B,
                               ldb);
         }
         __syncthreads();
-        a_ptr += TRANS_A ? BK * lda : BK;
-        b_ptr += TRANS_B ? BK : BK * ldb;
+        a_ptr += a_step<BK>(lda);  // BK*lda (transposed A) or BK
+        b_ptr += b_step<BK>(ldb);  // BK (transposed B) or BK*ldb
 
         INNER_UNROLL
         for (int k = 0; k < BK; ++k) {
@@ -210,26 +170,12 @@ matmul_vectorized(const float* __restrict__ A, const float* __restrict__ B,
 #pragma unroll
             for (int g = 0; g < TN / 4; ++g)
                 b[g] = *reinterpret_cast<const float4*>(&Bs[k][g * 4 * TCOLS + 4 * tc]);
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] += at(a[i / 4], i % 4) * at(b[j / 4], j % 4);
+            outer_product4(acc, a, b);  // TM*TN FFMA on register names (common.cuh)
         }
         __syncthreads();
     }
 
-    // float4 stores: for each row and group a warp row writes 16 consecutive float4 = 256 bytes.
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int row = m0 + (i / 4) * 4 * TROWS + 4 * tr + i % 4;
-        if (row >= M) continue;
-        float* c_row = C + row * ldc;
-#pragma unroll
-        for (int g = 0; g < TN / 4; ++g) {
-            const int col = n0 + g * 4 * TCOLS + 4 * tc;
-            const float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2],
-                                         acc[i][4 * g + 3]);
-            store4<VEC_C>(c_row + col, v, min(4, N - col));
-        }
-    }
+    // float4 stores straight from registers: for each row and group a warp row writes 16
+    // consecutive float4 = 256 bytes (common.cuh's store_tile4).
+    store_tile4<TM, TN, TROWS, TCOLS, VEC_C>(C, ldc, M, N, m0, n0, tr, tc, acc);
 }

@@ -144,32 +144,9 @@ __device__ __forceinline__ void load_tiles(float (&As)[BK][AS_LD], float (&Bs)[B
                                            const float* __restrict__ b_ptr, int a_m, int a_k,
                                            int b_k, int b_n, int m0, int n0, int k0, int M, int N,
                                            int K, int lda, int ldb) {
-#if TRANS_A
-    // 4 consecutive m's of column k of A: one STS.128 into row k of As.
-    load_chunks<FULL, VEC_A, A_CHUNKS, THREADS, WalkA>(
-        a_ptr, lda, a_k, a_m, k0, K, m0, M, [&](int k, int m, int, int, float4 v) {
-            *reinterpret_cast<float4*>(&As[k][m]) = v;
-        });
-#else
-    // 4 consecutive k's of row m of A, scattered into 4 rows of As (conflict-free: AS_LD).
-    load_chunks<FULL, VEC_A, A_CHUNKS, THREADS, WalkA>(
-        a_ptr, lda, a_m, a_k, m0, M, k0, K, [&](int m, int k, int, int, float4 v) {
-            scatter4(As, k, m, v);
-        });
-#endif
-#if TRANS_B
-    // 4 consecutive k's of column n of B, scattered down column n of Bs (BS_LD = BN + 4).
-    load_chunks<FULL, VEC_B, B_CHUNKS, THREADS, WalkB>(
-        b_ptr, ldb, b_n, b_k, n0, N, k0, K, [&](int n, int k, int, int, float4 v) {
-            scatter4(Bs, k, n, v);
-        });
-#else
-    // 4 consecutive n's of row k of B: one STS.128.
-    load_chunks<FULL, VEC_B, B_CHUNKS, THREADS, WalkB>(
-        b_ptr, ldb, b_k, b_n, k0, K, n0, N, [&](int k, int n, int, int, float4 v) {
-            *reinterpret_cast<float4*>(&Bs[k][n]) = v;
-        });
-#endif
+    // common.cuh's load_kmajor_tiles, as in vectorized.cu: STS.128 along m or n, scatter4 along k
+    load_kmajor_tiles<FULL, VEC_A, VEC_B, A_CHUNKS, B_CHUNKS, THREADS, WalkA, WalkB>(
+        As, Bs, a_ptr, b_ptr, a_m, a_k, b_k, b_n, m0, n0, k0, M, N, K, lda, ldb);
 }
 
 // One k's fragments: AF float4 of row k of As and BF float4 of row k of Bs (LDS.128 each).
@@ -184,15 +161,6 @@ __device__ __forceinline__ void load_fragments(float4 (&a)[AF], float4 (&b)[BF],
     for (int f = 0; f < BF; ++f)  // f = wni * (TN/4) + h
         b[f] = *reinterpret_cast<const float4*>(
             bs_row + k * BS_LD + (f / (TN / 4)) * WSUBN + (f % (TN / 4)) * 4 * TC);
-}
-
-__device__ __forceinline__ void outer_product(float (&acc)[WMITER * TM][WNITER * TN],
-                                              const float4 (&a)[AF], const float4 (&b)[BF]) {
-#pragma unroll
-    for (int i = 0; i < WMITER * TM; ++i)
-#pragma unroll
-        for (int j = 0; j < WNITER * TN; ++j)
-            acc[i][j] += at(a[i / 4], i % 4) * at(b[j / 4], j % 4);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
@@ -227,27 +195,13 @@ matmul_warptiling(const float* __restrict__ A, const float* __restrict__ B, floa
     const float* bs_row = &Bs[0][wc * WN + 4 * tc];
 
     // Loader: chunk 0 of this thread and its address; the k loop only advances two pointers.
-#if TRANS_A
-    const int a_m = WalkA::pos(tid), a_k = WalkA::line(tid);
-    const float* a_ptr = A + (kt0 * BK + a_k) * lda + m0 + a_m;  // += BK*lda per k-step
-#else
-    const int a_m = WalkA::line(tid), a_k = WalkA::pos(tid);
-    const float* a_ptr = A + (m0 + a_m) * lda + kt0 * BK + a_k;  // += BK per k-step
-#endif
-#if TRANS_B
-    const int b_n = WalkB::line(tid), b_k = WalkB::pos(tid);
-    const float* b_ptr = B + (n0 + b_n) * ldb + kt0 * BK + b_k;  // += BK per k-step
-#else
-    const int b_n = WalkB::pos(tid), b_k = WalkB::line(tid);
-    const float* b_ptr = B + (kt0 * BK + b_k) * ldb + n0 + b_n;  // += BK*ldb per k-step
-#endif
+    int a_m, a_k, b_k, b_n;  // (m, k) in the A tile, (k, n) in the B tile
+    const float* a_ptr = a_chunk0<WalkA>(A, lda, m0, kt0 * BK, tid, a_m, a_k);
+    const float* b_ptr = b_chunk0<WalkB>(B, ldb, kt0 * BK, n0, tid, b_k, b_n);
     const bool inside = m0 + BM <= M && n0 + BN <= N;
 
     float acc[WMITER * TM][WNITER * TN];
-#pragma unroll
-    for (int i = 0; i < WMITER * TM; ++i)
-#pragma unroll
-        for (int j = 0; j < WNITER * TN; ++j) acc[i][j] = 0.0f;
+    zero_acc(acc);
 
     for (int kt = kt0; kt < kt1; ++kt) {
         const int k0 = kt * BK;
@@ -259,8 +213,8 @@ matmul_warptiling(const float* __restrict__ A, const float* __restrict__ B, floa
                               ldb);
         }
         __syncthreads();
-        a_ptr += TRANS_A ? BK * lda : BK;
-        b_ptr += TRANS_B ? BK : BK * ldb;
+        a_ptr += a_step<BK>(lda);
+        b_ptr += b_step<BK>(ldb);
 
         // Two register sets of fragments, k even in set 0 and k odd in set 1: the LDS.128 of
         // k+1 are issued before the FFMAs of k. Written two k's per iteration so that the set is
@@ -271,16 +225,16 @@ matmul_warptiling(const float* __restrict__ A, const float* __restrict__ B, floa
         INNER_UNROLL
         for (int k = 0; k < BK; k += 2) {
             load_fragments(a1, b1, as_row, bs_row, k + 1);
-            outer_product(acc, a0, b0);
+            outer_product4(acc, a0, b0);
             if (k + 2 < BK) load_fragments(a0, b0, as_row, bs_row, k + 2);
-            outer_product(acc, a1, b1);
+            outer_product4(acc, a1, b1);
         }
 #else  // one set: ptxas hoists the next k's LDS.128 only within an unrolled loop body
         INNER_UNROLL
         for (int k = 0; k < BK; ++k) {
             float4 a0[AF], b0[BF];
             load_fragments(a0, b0, as_row, bs_row, k);
-            outer_product(acc, a0, b0);
+            outer_product4(acc, a0, b0);
         }
 #endif
         __syncthreads();
