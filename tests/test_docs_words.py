@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
+
 
 # Nouns after "the issue" that make it the GPU's instruction issue, not a task of the project.
 _ISSUE_NOUNS = r"slots?|rates?|width|ports?|stalls?|queues?|bandwidth|logic|stage|cycles?|limits?"
