@@ -176,6 +176,34 @@ def line_offsets(r0, r1, stride0, stride1, VEC_FLAG: tl.constexpr, VEC: tl.const
 
 
 @triton.jit
+def edge_masks(rm, rn, M, N, CONST_M: tl.constexpr, CONST_N: tl.constexpr, VEC: tl.constexpr):
+    """(in_m, in_n): C's edge masks, rm[:, None] < M and rn[None, :] < N. CONST_M (CONST_N): the
+    caller's flags promise M (N) is a multiple of VEC, and the runs of rm (rn) start at
+    multiples of VEC, so that mask is constant over each VEC elements: one vector access."""
+    in_m = rm[:, None] < M
+    in_n = rn[None, :] < N
+    if CONST_M:
+        in_m = tl.max_constancy(in_m, [VEC, 1])
+    if CONST_N:
+        in_n = tl.max_constancy(in_n, [1, VEC])
+    return in_m, in_n
+
+
+@triton.jit
+def k_masks(k0, rk, K_A, K_B, CONST_A: tl.constexpr, CONST_B: tl.constexpr, VEC: tl.constexpr):
+    """(in_k_a, in_k_b): the masks along K of the k-step at k0, for A's tile (k0 + rk along its
+    columns, below K_A) and B's (along its rows, below K_B). CONST_A (a row-major A) and CONST_B
+    (a column-major B): the bound is a multiple of VEC, so the mask is constant over each VEC."""
+    in_k_a = k0 + rk[None, :] < K_A
+    in_k_b = k0 + rk[:, None] < K_B
+    if CONST_A:
+        in_k_a = tl.max_constancy(in_k_a, [1, VEC])
+    if CONST_B:
+        in_k_b = tl.max_constancy(in_k_b, [VEC, 1])
+    return in_k_a, in_k_b
+
+
+@triton.jit
 def masked_tile(ptr, r0, r1, n0, n1, stride0, stride1):
     """The tile of an operand at rows r0 and columns r1, zero where r0 >= n0 or r1 >= n1."""
     return tl.load(ptr + r0[:, None] * stride0 + r1[None, :] * stride1,

@@ -81,8 +81,8 @@ import triton.language as tl
 
 from lab.errors import LabError
 from lab.operands import entry
-from triton_kernels._common import (SMEM_LIMIT, block_range, cdiv, grouped_block, launcher,
-                                    line_offsets, problem_args)
+from triton_kernels._common import (SMEM_LIMIT, block_range, cdiv, edge_masks, grouped_block,
+                                    k_masks, launcher, line_offsets, problem_args)
 from triton_kernels._realign import realign_flags, realign_setup, with_copies
 from triton_kernels.vectorized import vector_flags
 
@@ -108,12 +108,9 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
     c_m, c_n = line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, 4)
     a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
     b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
-    in_m = rm[:, None] < M
-    in_n = rn[None, :] < N
-    if (VEC_A == "t" and not PAD_A) or VEC_C == "t":  # M % 4 == 0: M mask constant per float4
-        in_m = tl.max_constancy(in_m, [4, 1])
-    if (VEC_B == "n" and not PAD_B) or VEC_C == "n":  # N % 4 == 0
-        in_n = tl.max_constancy(in_n, [1, 4])
+    # M % 4 == 0 (N % 4 == 0) where a flag says so: that mask is constant per float4
+    in_m, in_n = edge_masks(rm, rn, M, N, (VEC_A == "t" and not PAD_A) or VEC_C == "t",
+                            (VEC_B == "n" and not PAD_B) or VEC_C == "n", 4)
     # realign (PAD_A / PAD_B: the operand is prepare()'s buffer, whose padding past the operand's
     # contiguous dimension is zero): along that dimension the operand's own mask runs to the size
     # rounded up to a multiple of 4, so that it is constant per float4 whatever the size; the
@@ -139,12 +136,9 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
             a = tl.load(a_ptrs, mask=a_in_m, other=0.0)
             b = tl.load(b_ptrs, mask=b_in_n, other=0.0)
         else:
-            in_k_a = k0 + rk[None, :] < k_a
-            in_k_b = k0 + rk[:, None] < k_b
-            if VEC_A == "n":  # K % 4 == 0 (or k_a rounded up: PAD_A): constant per float4
-                in_k_a = tl.max_constancy(in_k_a, [1, 4])
-            if VEC_B == "t":  # ... and of B's columns
-                in_k_b = tl.max_constancy(in_k_b, [4, 1])
+            # K % 4 == 0 (or k_a, k_b rounded up: PAD_*): constant per float4 of a row of A
+            # (row-major) or a column of B (column-major)
+            in_k_a, in_k_b = k_masks(k0, rk, k_a, k_b, VEC_A == "n", VEC_B == "t", 4)
             a = tl.load(a_ptrs, mask=a_in_m & in_k_a, other=0.0)
             b = tl.load(b_ptrs, mask=in_k_b & b_in_n, other=0.0)
         acc = tl.dot(a, b, acc, input_precision="ieee")

@@ -112,8 +112,8 @@ import triton.language as tl
 from lab.errors import LabError
 from lab.operands import entry, timer
 from lab.roofline import DEFAULT_SMS, sm_count
-from triton_kernels._common import (SMEM_LIMIT, block_range, cdiv, dot_meta, grouped_block,
-                                    launcher, line_offsets, problem_args)
+from triton_kernels._common import (SMEM_LIMIT, block_range, cdiv, dot_meta, edge_masks,
+                                    grouped_block, k_masks, launcher, line_offsets, problem_args)
 
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 
@@ -165,12 +165,9 @@ def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride
     c_m, c_n = line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, VEC)
     a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
     b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
-    in_m = rm[:, None] < M
-    in_n = rn[None, :] < N
-    if VEC_A == "t" or VEC_C == "t":  # M % VEC == 0: the M mask is constant per 16 bytes
-        in_m = tl.max_constancy(in_m, [VEC, 1])
-    if VEC_B == "n" or VEC_C == "n":  # N % VEC == 0
-        in_n = tl.max_constancy(in_n, [1, VEC])
+    # M % VEC == 0 (N % VEC == 0) where a flag says so: that mask is constant per 16 bytes
+    in_m, in_n = edge_masks(rm, rn, M, N, VEC_A == "t" or VEC_C == "t",
+                            VEC_B == "n" or VEC_C == "n", VEC)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # A plain loop; num_stages > 1 makes the compiler pipeline it (double_buffered's twin).
@@ -187,12 +184,7 @@ def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride
             a = tl.load(a_ptrs, mask=in_m, other=0.0)
             b = tl.load(b_ptrs, mask=in_n, other=0.0)
         else:
-            in_k_a = k0 + rk[None, :] < K
-            in_k_b = k0 + rk[:, None] < K
-            if VEC_A == "n":  # K % VEC == 0
-                in_k_a = tl.max_constancy(in_k_a, [1, VEC])
-            if VEC_B == "t":
-                in_k_b = tl.max_constancy(in_k_b, [VEC, 1])
+            in_k_a, in_k_b = k_masks(k0, rk, K, K, VEC_A == "n", VEC_B == "t", VEC)  # K % VEC
             a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
             b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
         if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)

@@ -48,8 +48,9 @@ import triton
 import triton.language as tl
 
 from lab.operands import entry
-from triton_kernels._common import (block_k, block_range, block_tile_launch, dot_meta, launcher,
-                                    line_offsets, validate_block_tile)
+from triton_kernels._common import (block_k, block_range, block_tile_launch, dot_meta,
+                                    edge_masks, k_masks, launcher, line_offsets,
+                                    validate_block_tile)
 
 
 @triton.jit
@@ -77,25 +78,17 @@ def matmul_vectorized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
     b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
     # Edge masks. A flag promises that the size along its operand's contiguous dimension is a
     # multiple of 4, and the runs of rm, rn, rk start at multiples of 4: that dimension's mask is
-    # then constant per float4.
-    in_m = rm[:, None] < M
-    in_n = rn[None, :] < N
-    if VEC_A == "t" or VEC_C == "t":  # M % 4 == 0
-        in_m = tl.max_constancy(in_m, [4, 1])
-    if VEC_B == "n" or VEC_C == "n":  # N % 4 == 0
-        in_n = tl.max_constancy(in_n, [1, 4])
+    # then constant per float4 (M % 4 == 0 for a column-major A or C, N % 4 for a row-major B, C).
+    in_m, in_n = edge_masks(rm, rn, M, N, VEC_A == "t" or VEC_C == "t",
+                            VEC_B == "n" or VEC_C == "n", 4)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:  # every k-step is full: only the M / N edges are masked
             a = tl.load(a_ptrs, mask=in_m, other=0.0)
             b = tl.load(b_ptrs, mask=in_n, other=0.0)
         else:
-            in_k_a = k0 + rk[None, :] < K
-            in_k_b = k0 + rk[:, None] < K
-            if VEC_A == "n":  # K % 4 == 0: the K mask is constant per float4 of A's rows
-                in_k_a = tl.max_constancy(in_k_a, [1, 4])
-            if VEC_B == "t":  # K % 4 == 0: ... and of B's columns
-                in_k_b = tl.max_constancy(in_k_b, [4, 1])
+            # K % 4 == 0 where A is row-major or B column-major: constant per float4 of their lines
+            in_k_a, in_k_b = k_masks(k0, rk, K, K, VEC_A == "n", VEC_B == "t", 4)
             a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
             b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
         if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)

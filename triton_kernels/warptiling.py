@@ -64,8 +64,8 @@ import triton.language as tl
 
 from lab.errors import LabError
 from lab.operands import entry, timer
-from triton_kernels._common import (SMEM_LIMIT, cdiv, grouped_block, launcher, line_offsets,
-                                    problem_args)
+from triton_kernels._common import (SMEM_LIMIT, cdiv, edge_masks, grouped_block, launcher,
+                                    line_offsets, problem_args)
 from triton_kernels._realign import realign_flags, realign_setup, with_copies
 from triton_kernels.vectorized import vector_flags
 
@@ -156,12 +156,8 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
 
     cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # unwrapped: the store mask drops the wrap
     cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    in_m = cm[:, None] < M
-    in_n = cn[None, :] < N
-    if VEC_C == "t":  # M % 4 == 0: the mask is constant over each float4 of a column of C
-        in_m = tl.max_constancy(in_m, [4, 1])
-    if VEC_C == "n":  # N % 4 == 0: ... of a row of C
-        in_n = tl.max_constancy(in_n, [1, 4])
+    # VEC_C "t": M % 4 == 0, the mask is constant over each float4 of a column of C; "n": N % 4
+    in_m, in_n = edge_masks(cm, cn, M, N, VEC_C == "t", VEC_C == "n", 4)
     mask = in_m & in_n
     if SPLITK > 1:  # this split's slab of the workspace (row-major M x N, 64-bit slab offset)
         w_ptrs = c_ptr + split.to(tl.int64) * M * N + cm[:, None] * N + cn[None, :]
