@@ -332,15 +332,9 @@ def test_matches_cuda_occupancy_h(tmp_path):
 
 
 def _occupancy_cli(*args):
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from helpers import run_lab
 
-    root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    return subprocess.run([sys.executable, "-m", "lab.occupancy", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_lab("lab.occupancy", *args, timeout=120)
 
 
 def test_cli_prints_the_limits():

@@ -21,42 +21,19 @@ interpreter (CPU mode):
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from lab import check as chk
 from lab.errors import LabError
-from lab.stages import get_stage, parse_variants
-from realign_helpers import offset_view, padding_of
+from lab.stages import parse_variants
+from helpers import LAYOUTS, cpu_only, run_lab
+from realign_helpers import offset_view, padding_of, triton_functions
 
-ROOT = Path(__file__).resolve().parent.parent
 STAGE = "double_buffered"
-LAYOUTS = ("nn", "nt", "tn", "tt")
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
-# a small tile, so that the interpreter visits several programs and k-steps quickly
-SMALL = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=4, num_warps=4, num_stages=2)
-
-
-def _params(**changes) -> dict:
-    """The registry's Triton parameters for a variant, as the harness hands them over."""
-    spec = STAGE + (":" + ",".join(f"{k}={v}" for k, v in changes.items()) if changes else "")
-    return parse_variants([spec])[0].params_for("triton")
-
-
-def _triton():
-    return get_stage(STAGE).module("triton")
-
-
-def _prepare(a, b, c, **changes):
-    return _triton().prepare(a, b, c, **_params(**{**SMALL, **changes}))
-
-
+_params, _triton, _prepare = triton_functions(STAGE)
 _padding_of, _offset = padding_of, offset_view
 
 
@@ -311,9 +288,7 @@ def test_the_registry_refuses_other_values():
 
 
 def _autotune(*args):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "lab.autotune", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return run_lab("lab.autotune", *args, timeout=300)
 
 
 @pytest.mark.parametrize("spec", [f"{STAGE}:realign=True|False", f"{STAGE}:realign=1"])

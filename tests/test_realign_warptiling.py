@@ -26,42 +26,19 @@ unless said otherwise:
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from lab import check as chk
-from lab.stages import get_stage, parse_variants
-from realign_helpers import offset_view, padding_of
+from lab.stages import parse_variants
+from helpers import LAYOUTS, cpu_only, run_lab, run_python
+from realign_helpers import offset_view, padding_of, triton_functions
 
-ROOT = Path(__file__).resolve().parent.parent
 STAGE = "warptiling"
-LAYOUTS = ("nn", "nt", "tn", "tt")
 SPLITS = (1, 3)
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
-# a small tile, so that the interpreter visits several programs and k-tiles quickly
-SMALL = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=4, num_warps=4, num_stages=2)
-
-
-def _params(**changes) -> dict:
-    """The registry's Triton parameters for a variant, as the harness hands them over."""
-    spec = STAGE + (":" + ",".join(f"{k}={v}" for k, v in changes.items()) if changes else "")
-    return parse_variants([spec])[0].params_for("triton")
-
-
-def _triton():
-    return get_stage(STAGE).module("triton")
-
-
-def _prepare(a, b, c, **changes):
-    return _triton().prepare(a, b, c, **_params(**{**SMALL, **changes}))
-
-
+_params, _triton, _prepare = triton_functions(STAGE)
 _padding_of, _offset = padding_of, offset_view
 
 
@@ -323,11 +300,8 @@ def test_the_buffers_get_16_byte_copies_when_compiled_for_sm90():
     run): without realign the K loop's copies are 4-byte LDGSTS and the ragged last k-tile's
     loads 4-byte LDG; with it, for splitk 1 and 3, every copy is a 16-byte cp.async
     (LDGSTS.E.BYPASS.128, a quarter as many) and every load 128-bit."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT)
     specs = ["warptiling", "warptiling:realign=1", "warptiling:realign=1,splitk=3"]
-    run = subprocess.run([sys.executable, "-c", SM90_SASS, *specs], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    run = run_python(SM90_SASS, *specs, timeout=600, drop=("TRITON_INTERPRET",))
     if run.returncode != 0:
         pytest.skip(f"Triton could not compile for sm_90 here: {run.stderr.strip()[-300:]}")
     found = json.loads(run.stdout.strip().splitlines()[-1])
@@ -354,11 +328,8 @@ def test_the_registry_parses_realign(text, value):
 
 
 def test_the_autotuner_dry_run_lists_realign_with_splitk():
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "lab.autotune", "--stage",
-                        f"{STAGE}:realign=1,splitk=1|3", "--backend", "triton", "--sizes", "1025",
-                        "--dry-run"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = run_lab("lab.autotune", "--stage", f"{STAGE}:realign=1,splitk=1|3", "--backend",
+                "triton", "--sizes", "1025", "--dry-run", timeout=300)
     assert r.returncode == 0, r.stderr
     assert "realign=1" in r.stdout and "realign=0" not in r.stdout
     assert re.search(r"splitk=3", r.stdout), r.stdout[-2000:]
