@@ -126,6 +126,9 @@ def block_tile_launch(launch, kernel, p, BM: int, BN: int, BK: int, num_warps: i
 # compiles to exactly the code it replaced (same TTGIR and PTX). One rule follows from the
 # inlining: a hint (tl.multiple_of, tl.max_contiguous, tl.max_constancy) holds only on a value
 # computed inside the helper; given to one of its arguments it would be lost with the call.
+# The stages call them through the module (`from triton_kernels import _common as common`,
+# `common.grouped_block(...)`), never imported by name: lab.profile takes every @triton.jit
+# function a stage module holds for a kernel that ncu may meet (triton_kernel_names).
 
 
 @triton.jit

@@ -42,15 +42,15 @@ import triton
 import triton.language as tl
 
 from lab.operands import entry
-from triton_kernels._common import (block_tile_launch, column_blocks_fastest, launcher,
-                                    validate_block_tile)
+from triton_kernels import _common as common
+from triton_kernels._common import block_tile_launch, launcher, validate_block_tile
 
 
 @triton.jit
 def matmul_blocktile_1d_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                                stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
                                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    rm, rn = column_blocks_fastest(tl.cdiv(N, BLOCK_N), BLOCK_M, BLOCK_N)
+    rm, rn = common.column_blocks_fastest(tl.cdiv(N, BLOCK_N), BLOCK_M, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     # Pointers walk K like the CUDA kernel's a_ptr/b_ptr: the row/column part is computed once.
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak

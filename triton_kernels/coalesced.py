@@ -23,13 +23,14 @@ import triton
 import triton.language as tl
 
 from lab.operands import entry
-from triton_kernels._common import cdiv, column_blocks_fastest, launcher, problem_args
+from triton_kernels import _common as common
+from triton_kernels._common import cdiv, launcher, problem_args
 
 
 @triton.jit
 def matmul_coalesced_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                             stride_bn, stride_cm, stride_cn, BLOCK: tl.constexpr):
-    rows, cols = column_blocks_fastest(tl.cdiv(N, BLOCK), BLOCK, BLOCK)
+    rows, cols = common.column_blocks_fastest(tl.cdiv(N, BLOCK), BLOCK, BLOCK)
     # Pointers walk K. (Recomputing rows*stride_am + k*stride_ak each step is the same arithmetic,
     # but with the 1-D grid's index math ptxas then scheduled the loads one at a time between the
     # FMAs: 27.5 ms instead of 17.9 ms at 4096^3 on an H100. Walking the pointers keeps the loads

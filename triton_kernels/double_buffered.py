@@ -81,8 +81,8 @@ import triton.language as tl
 
 from lab.errors import LabError
 from lab.operands import entry
-from triton_kernels._common import (SMEM_LIMIT, block_range, cdiv, edge_masks, grouped_block,
-                                    k_masks, launcher, line_offsets, problem_args)
+from triton_kernels import _common as common
+from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
 from triton_kernels._realign import realign_flags, realign_setup, with_copies
 from triton_kernels.vectorized import vector_flags
 
@@ -95,22 +95,22 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
                                   VEC_C: tl.constexpr, EVEN_K: tl.constexpr,
                                   PAD_A: tl.constexpr = False, PAD_B: tl.constexpr = False):
     # Grouped program order (common.cuh's block_tile): GROUP_M block-rows walked column by column.
-    pid_m, pid_n = grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
-                                 GROUP_M)
+    pid_m, pid_n = common.grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M),
+                                        tl.cdiv(N, BLOCK_N), GROUP_M)
 
-    rm = block_range(pid_m, BLOCK_M)
-    rn = block_range(pid_n, BLOCK_N)
+    rm = common.block_range(pid_m, BLOCK_M)
+    rn = common.block_range(pid_n, BLOCK_N)
     rk = tl.max_contiguous(tl.arange(0, BLOCK_K), BLOCK_K)
     # Each operand's offsets along its two dimensions; the flags (vectorized.py's rule) promise
     # 16-byte aligned lines along the contiguous one, so its loads can be 128-bit.
-    a_m, a_k = line_offsets(rm, rk, stride_am, stride_ak, VEC_A, 4)
-    b_k, b_n = line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
-    c_m, c_n = line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, 4)
+    a_m, a_k = common.line_offsets(rm, rk, stride_am, stride_ak, VEC_A, 4)
+    b_k, b_n = common.line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
+    c_m, c_n = common.line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, 4)
     a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
     b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
     # M % 4 == 0 (N % 4 == 0) where a flag says so: that mask is constant per float4
-    in_m, in_n = edge_masks(rm, rn, M, N, (VEC_A == "t" and not PAD_A) or VEC_C == "t",
-                            (VEC_B == "n" and not PAD_B) or VEC_C == "n", 4)
+    in_m, in_n = common.edge_masks(rm, rn, M, N, (VEC_A == "t" and not PAD_A) or VEC_C == "t",
+                                   (VEC_B == "n" and not PAD_B) or VEC_C == "n", 4)
     # realign (PAD_A / PAD_B: the operand is prepare()'s buffer, whose padding past the operand's
     # contiguous dimension is zero): along that dimension the operand's own mask runs to the size
     # rounded up to a multiple of 4, so that it is constant per float4 whatever the size; the
@@ -138,7 +138,7 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
         else:
             # K % 4 == 0 (or k_a, k_b rounded up: PAD_*): constant per float4 of a row of A
             # (row-major) or a column of B (column-major)
-            in_k_a, in_k_b = k_masks(k0, rk, k_a, k_b, VEC_A == "n", VEC_B == "t", 4)
+            in_k_a, in_k_b = common.k_masks(k0, rk, k_a, k_b, VEC_A == "n", VEC_B == "t", 4)
             a = tl.load(a_ptrs, mask=a_in_m & in_k_a, other=0.0)
             b = tl.load(b_ptrs, mask=in_k_b & b_in_n, other=0.0)
         acc = tl.dot(a, b, acc, input_precision="ieee")

@@ -112,8 +112,8 @@ import triton.language as tl
 from lab.errors import LabError
 from lab.operands import entry, timer
 from lab.roofline import DEFAULT_SMS, sm_count
-from triton_kernels._common import (SMEM_LIMIT, block_range, cdiv, dot_meta, edge_masks,
-                                    grouped_block, k_masks, launcher, line_offsets, problem_args)
+from triton_kernels import _common as common
+from triton_kernels._common import SMEM_LIMIT, cdiv, dot_meta, launcher, problem_args
 
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 
@@ -151,23 +151,23 @@ def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride
                       UPCAST: tl.constexpr, REGS_A: tl.constexpr = 0,
                       RS_WAIT: tl.constexpr = False):
     # Grouped program order (common.cuh's block_tile): GROUP_M block-rows walked column by column.
-    pid_m, pid_n = grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
-                                 GROUP_M)
+    pid_m, pid_n = common.grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M),
+                                        tl.cdiv(N, BLOCK_N), GROUP_M)
 
-    rm = block_range(pid_m, BLOCK_M)
-    rn = block_range(pid_n, BLOCK_N)
+    rm = common.block_range(pid_m, BLOCK_M)
+    rn = common.block_range(pid_n, BLOCK_N)
     rk = tl.max_contiguous(tl.arange(0, BLOCK_K), BLOCK_K)
     # Alignment hints (vectorized.py's rule with VEC elements per 16 bytes: 4 floats or 8
     # halves): the flag names the operand's contiguous dimension, whose lines start on 16-byte
     # boundaries and whose size is a multiple of VEC.
-    a_m, a_k = line_offsets(rm, rk, stride_am, stride_ak, VEC_A, VEC)
-    b_k, b_n = line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, VEC)
-    c_m, c_n = line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, VEC)
+    a_m, a_k = common.line_offsets(rm, rk, stride_am, stride_ak, VEC_A, VEC)
+    b_k, b_n = common.line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, VEC)
+    c_m, c_n = common.line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, VEC)
     a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
     b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
     # M % VEC == 0 (N % VEC == 0) where a flag says so: that mask is constant per 16 bytes
-    in_m, in_n = edge_masks(rm, rn, M, N, VEC_A == "t" or VEC_C == "t",
-                            VEC_B == "n" or VEC_C == "n", VEC)
+    in_m, in_n = common.edge_masks(rm, rn, M, N, VEC_A == "t" or VEC_C == "t",
+                                   VEC_B == "n" or VEC_C == "n", VEC)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # A plain loop; num_stages > 1 makes the compiler pipeline it (double_buffered's twin).
@@ -184,7 +184,8 @@ def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride
             a = tl.load(a_ptrs, mask=in_m, other=0.0)
             b = tl.load(b_ptrs, mask=in_n, other=0.0)
         else:
-            in_k_a, in_k_b = k_masks(k0, rk, K, K, VEC_A == "n", VEC_B == "t", VEC)  # K % VEC
+            # K % VEC == 0 where A is row-major or B column-major
+            in_k_a, in_k_b = common.k_masks(k0, rk, K, K, VEC_A == "n", VEC_B == "t", VEC)
             a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
             b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
         if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)

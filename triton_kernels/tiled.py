@@ -28,22 +28,23 @@ import triton.language as tl
 
 from lab.operands import entry
 from lab.errors import LabError
-from triton_kernels._common import (cdiv, column_blocks_fastest, dot_meta, launcher, masked_tile,
-                                    problem_args, tile_product)
+from triton_kernels import _common as common
+from triton_kernels._common import cdiv, dot_meta, launcher, problem_args
 
 
 @triton.jit
 def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         stride_cm, stride_cn, TILE: tl.constexpr, USE_DOT: tl.constexpr,
                         INPUT_PRECISION: tl.constexpr = "ieee", UPCAST: tl.constexpr = False):
-    rm, rn = column_blocks_fastest(tl.cdiv(N, TILE), TILE, TILE)
+    rm, rn = common.column_blocks_fastest(tl.cdiv(N, TILE), TILE, TILE)
     rk = tl.arange(0, TILE)
     acc = tl.zeros((TILE, TILE), dtype=tl.float32)
     for k0 in range(0, K, TILE):  # one TILE x TILE tile of A and of B per k-step, zero-filled
         ka = k0 + rk
-        a = masked_tile(a_ptr, rm, ka, M, K, stride_am, stride_ak)
-        b = masked_tile(b_ptr, ka, rn, K, N, stride_bk, stride_bn)
-        acc = tile_product(a, b, acc, USE_DOT, INPUT_PRECISION, UPCAST)  # tl.dot, or tile 8's sum
+        a = common.masked_tile(a_ptr, rm, ka, M, K, stride_am, stride_ak)
+        b = common.masked_tile(b_ptr, ka, rn, K, N, stride_bk, stride_bn)
+        # tl.dot, or tile 8's broadcast multiply and sum
+        acc = common.tile_product(a, b, acc, USE_DOT, INPUT_PRECISION, UPCAST)
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 

@@ -33,7 +33,8 @@ import triton.language as tl
 
 from cuda_kernels.tiled_padded import Padded
 from lab.operands import entry
-from triton_kernels._common import column_blocks_fastest, launcher, problem_args, tile_product
+from triton_kernels import _common as common
+from triton_kernels._common import launcher, problem_args
 
 
 @triton.jit
@@ -41,14 +42,14 @@ def matmul_tiled_padded_kernel(a_ptr, b_ptr, c_ptr, Mp, Np, Kp, stride_am, strid
                                stride_bn, stride_cm, stride_cn, TILE: tl.constexpr,
                                USE_DOT: tl.constexpr):
     # Mp, Np, Kp are multiples of TILE: no load or store needs a mask.
-    rm, rn = column_blocks_fastest(Np // TILE, TILE, TILE)
+    rm, rn = common.column_blocks_fastest(Np // TILE, TILE, TILE)
     rk = tl.arange(0, TILE)
     acc = tl.zeros((TILE, TILE), dtype=tl.float32)
     for k0 in range(0, Kp, TILE):
         ka = k0 + rk
         a = tl.load(a_ptr + rm[:, None] * stride_am + ka[None, :] * stride_ak)
         b = tl.load(b_ptr + ka[:, None] * stride_bk + rn[None, :] * stride_bn)
-        acc = tile_product(a, b, acc, USE_DOT, "ieee", False)  # tl.dot, or tile 8's sum
+        acc = common.tile_product(a, b, acc, USE_DOT, "ieee", False)  # tl.dot, or tile 8's sum
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc)
 
 

@@ -37,8 +37,8 @@ import triton.language as tl
 
 from cuda_kernels.tiled_rect import validate
 from lab.operands import entry
-from triton_kernels._common import (cdiv, column_blocks_fastest, launcher, masked_tile,
-                                    problem_args, tile_product)
+from triton_kernels import _common as common
+from triton_kernels._common import cdiv, launcher, problem_args
 
 FALLBACK_MAX_ELEMENTS = 2048
 
@@ -47,14 +47,14 @@ FALLBACK_MAX_ELEMENTS = 2048
 def matmul_tiled_rect_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                              stride_bn, stride_cm, stride_cn, ROWS: tl.constexpr,
                              COLS: tl.constexpr, KSTEP: tl.constexpr, USE_DOT: tl.constexpr):
-    rm, rn = column_blocks_fastest(tl.cdiv(N, COLS), ROWS, COLS)  # a ROWS x COLS tile of C
+    rm, rn = common.column_blocks_fastest(tl.cdiv(N, COLS), ROWS, COLS)  # a ROWS x COLS tile of C
     rk = tl.arange(0, KSTEP)
     acc = tl.zeros((ROWS, COLS), dtype=tl.float32)
     for k0 in range(0, K, KSTEP):  # a ROWS x KSTEP tile of A, a KSTEP x COLS tile of B
         ka = k0 + rk
-        a = masked_tile(a_ptr, rm, ka, M, K, stride_am, stride_ak)
-        b = masked_tile(b_ptr, ka, rn, K, N, stride_bk, stride_bn)
-        acc = tile_product(a, b, acc, USE_DOT, "ieee", False)  # tl.dot, or the narrow sum
+        a = common.masked_tile(a_ptr, rm, ka, M, K, stride_am, stride_ak)
+        b = common.masked_tile(b_ptr, ka, rn, K, N, stride_bk, stride_bn)
+        acc = common.tile_product(a, b, acc, USE_DOT, "ieee", False)  # tl.dot, or the narrow sum
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 

@@ -48,8 +48,8 @@ import triton
 import triton.language as tl
 
 from lab.operands import entry
-from triton_kernels._common import (block_k, block_range, block_tile_launch, dot_meta,
-                                    edge_masks, k_masks, launcher, line_offsets,
+from triton_kernels import _common as common
+from triton_kernels._common import (block_k, block_tile_launch, dot_meta, launcher,
                                     validate_block_tile)
 
 
@@ -64,23 +64,23 @@ def matmul_vectorized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
     pid = tl.program_id(0)
     # Offsets of this program's rows and columns: runs of BLOCK consecutive values starting at a
     # multiple of BLOCK (Triton infers this from pid * BLOCK + arange; block_range says it).
-    rn = block_range(pid % grid_n, BLOCK_N)  # column-blocks fastest
-    rm = block_range(pid // grid_n, BLOCK_M)
+    rn = common.block_range(pid % grid_n, BLOCK_N)  # column-blocks fastest
+    rm = common.block_range(pid // grid_n, BLOCK_M)
     rk = tl.max_contiguous(tl.arange(0, BLOCK_K), BLOCK_K)
     # Each operand's offsets along its two dimensions. The one whose stride is 1 is the contiguous
     # run (rk, rn or rm itself once the constant 1 is folded); the other starts each line.
     # A flag "n" says every row of its operand starts on a 16-byte boundary (4 floats), "t" every
     # column does (a transposed view): line_offsets gives that line's offsets the hint.
-    a_m, a_k = line_offsets(rm, rk, stride_am, stride_ak, VEC_A, 4)
-    b_k, b_n = line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
-    c_m, c_n = line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, 4)
+    a_m, a_k = common.line_offsets(rm, rk, stride_am, stride_ak, VEC_A, 4)
+    b_k, b_n = common.line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
+    c_m, c_n = common.line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, 4)
     a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
     b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
     # Edge masks. A flag promises that the size along its operand's contiguous dimension is a
     # multiple of 4, and the runs of rm, rn, rk start at multiples of 4: that dimension's mask is
     # then constant per float4 (M % 4 == 0 for a column-major A or C, N % 4 for a row-major B, C).
-    in_m, in_n = edge_masks(rm, rn, M, N, VEC_A == "t" or VEC_C == "t",
-                            VEC_B == "n" or VEC_C == "n", 4)
+    in_m, in_n = common.edge_masks(rm, rn, M, N, VEC_A == "t" or VEC_C == "t",
+                                   VEC_B == "n" or VEC_C == "n", 4)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:  # every k-step is full: only the M / N edges are masked
@@ -88,7 +88,7 @@ def matmul_vectorized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
             b = tl.load(b_ptrs, mask=in_n, other=0.0)
         else:
             # K % 4 == 0 where A is row-major or B column-major: constant per float4 of their lines
-            in_k_a, in_k_b = k_masks(k0, rk, K, K, VEC_A == "n", VEC_B == "t", 4)
+            in_k_a, in_k_b = common.k_masks(k0, rk, K, K, VEC_A == "n", VEC_B == "t", 4)
             a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
             b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
         if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)

@@ -64,8 +64,8 @@ import triton.language as tl
 
 from lab.errors import LabError
 from lab.operands import entry, timer
-from triton_kernels._common import (SMEM_LIMIT, cdiv, edge_masks, grouped_block, launcher,
-                                    line_offsets, problem_args)
+from triton_kernels import _common as common
+from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
 from triton_kernels._realign import realign_flags, realign_setup, with_copies
 from triton_kernels.vectorized import vector_flags
 
@@ -88,7 +88,7 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
         split = pid // tiles
         pid = pid % tiles
     # GROUP_M order (GROUP_M = 1: row-major order, pid_n = pid % grid_n).
-    pid_m, pid_n = grouped_block(pid, grid_m, grid_n, GROUP_M)
+    pid_m, pid_n = common.grouped_block(pid, grid_m, grid_n, GROUP_M)
 
     # Rows and columns of this tile, wrapped at the edges of C (never out of bounds, so no masks
     # in the loop; the wrapped rows and columns of the result are not stored).
@@ -113,8 +113,8 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
     if VEC_B == "n":
         rn = tl.max_contiguous(tl.multiple_of(rn, 4), 4)
     # Each operand's offsets, with its flag's hint (a line of A or B starts on a 16-byte boundary)
-    a_m, a_k = line_offsets(rm, rk, stride_am, stride_ak, VEC_A, 4)
-    b_k, b_n = line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
+    a_m, a_k = common.line_offsets(rm, rk, stride_am, stride_ak, VEC_A, 4)
+    b_k, b_n = common.line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
 
     # This program's k-tiles [kt0, kt1); the full ones are [kt0, full), then at most one partial.
     ktiles = tl.cdiv(K, BLOCK_K)
@@ -157,13 +157,13 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
     cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # unwrapped: the store mask drops the wrap
     cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     # VEC_C "t": M % 4 == 0, the mask is constant over each float4 of a column of C; "n": N % 4
-    in_m, in_n = edge_masks(cm, cn, M, N, VEC_C == "t", VEC_C == "n", 4)
+    in_m, in_n = common.edge_masks(cm, cn, M, N, VEC_C == "t", VEC_C == "n", 4)
     mask = in_m & in_n
     if SPLITK > 1:  # this split's slab of the workspace (row-major M x N, 64-bit slab offset)
         w_ptrs = c_ptr + split.to(tl.int64) * M * N + cm[:, None] * N + cn[None, :]
         tl.store(w_ptrs, acc, mask=mask)
     else:
-        c_m, c_n = line_offsets(cm, cn, stride_cm, stride_cn, VEC_C, 4)
+        c_m, c_n = common.line_offsets(cm, cn, stride_cm, stride_cn, VEC_C, 4)
         tl.store(c_ptr + c_m[:, None] + c_n[None, :], acc, mask=mask)
 
 
