@@ -2,10 +2,11 @@
 
 import pytest
 
+from helpers import output_for
 from lab import check as chk
 from lab.errors import LabError
 from lab.shapes import GPU_TEST_SHAPES, Shape
-from lab.stages import BACKENDS, STAGES, Variant
+from lab.stages import Variant
 from stage_sets import FP32_CASES, FP32_CUDA, FP32_TRITON  # noqa: F401
 
 pytestmark = pytest.mark.gpu
@@ -37,15 +38,13 @@ LAYOUT_SHAPES = (Shape(1, 1, 1), Shape(3, 130, 2), Shape(65, 64, 63), Shape(1000
 @pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])
 def test_stage_on_every_layout(stage, backend, layout):
     """A and B row-major or transposed views; in tt, C a transposed view too."""
-    import torch
 
     module = stage.module(backend)
     params = Variant(stage, stage.defaults()).params_for(backend)
     for M, N, K in LAYOUT_SHAPES:
         a, b = chk.make_inputs(M, N, K, seed=M + N + K, device="cuda", layout=layout)
         ref = chk.reference(a, b)
-        c = torch.empty((N, M), device="cuda").t() if layout == "tt" else \
-            torch.empty((M, N), device="cuda")
+        c = output_for(M, N, layout)
         result = chk.check(module.prepare(a, b, c, **params), c, ref, K)
         assert result.passed, f"{layout} {M}x{N}x{K}: {result.reason}"
 

@@ -22,14 +22,13 @@ import torch
 import triton
 import triton.language as tl
 
+from helpers import LAYOUTS, cpu_only
 from lab import check as chk
 from lab.errors import LabError
 from lab.operands import TRITON, describe
 from lab.stages import get_stage
 from triton_kernels.mma import round_tf32
 
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
-LAYOUTS = ("nn", "nt", "tn", "tt")
 SMALL = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_stages=1)  # quick under the interpreter
 
 

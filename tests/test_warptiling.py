@@ -25,20 +25,18 @@ import subprocess
 import pytest
 import torch
 
+from helpers import LAYOUTS, cpu_only, padded_ld, stage_params
 from lab import check as chk
 from lab.errors import CompileError, LabError
-from lab.stages import get_stage, parse_variants
+from lab.stages import get_stage
 
-CPU = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
 STAGE = get_stage("warptiling")
 SPLITS = next(p.choices for p in STAGE.params if p.name == "splitk")
 SMALL = dict(BM=64, BN=64, BK=8, WM=32, WN=32, WNITER=1, TM=8, TN=4)  # 4 warps, 32 results each
 
 
 def _params(backend: str, **changes):
-    items = ",".join(f"{k}={v}" for k, v in changes.items())
-    spec = "warptiling" + (":" + items if changes else "")
-    return parse_variants([spec])[0].params_for(backend)
+    return stage_params("warptiling", backend, **changes)
 
 
 # ------------------------------------------------------- (a) split-K in the CUDA emulator
@@ -114,7 +112,6 @@ int main(int argc, char** argv) {
 }
 """
 
-LAYOUTS = ("nn", "nt", "tn", "tt")
 # (tile, layout, splitk, (vec_a, vec_b, vec_c)): every layout, every VEC flag on and off, the
 # default tile and a small one, splitk up to 32 (more splits than k-tiles in most shapes below).
 SPLIT_CASES = [
@@ -134,12 +131,7 @@ def _cuda_params(tile: dict, splitk: int, flags) -> dict:
     return {**params, "vec_a": flags[0], "vec_b": flags[1], "vec_c": flags[2]}
 
 
-def _ld(width: int, aligned: bool) -> int:
-    """A leading dimension larger than `width` (NaN in the gap), a multiple of 4 floats or not."""
-    ld = width + 1
-    while (ld % 4 == 0) != bool(aligned):
-        ld += 1
-    return ld
+_ld = padded_ld
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +160,7 @@ def splitk_programs(tmp_path_factory):
     return {i: f.result() for i, f in enumerate(futures)}
 
 
-@CPU
+@cpu_only
 @pytest.mark.parametrize("case", range(len(SPLIT_CASES)),
                          ids=[f"{c[1]}-splitk{c[2]}-vec{''.join(map(str, c[3]))}-"
                               f"{'small' if c[0] else 'default'}" for c in SPLIT_CASES])
@@ -203,7 +195,7 @@ def _run_triton(a, b, c, K, **changes):
     return launch, chk.check(launch, c, chk.reference(a, b), K)
 
 
-@CPU
+@cpu_only
 @pytest.mark.parametrize("splitk", [2, 3, 32])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (17, 33, 129), (65, 64, 63), (3, 130, 2),
                                    (40, 36, 160)], ids=lambda s: "x".join(map(str, s)))
@@ -215,7 +207,7 @@ def test_triton_splitk_is_correct(shape, splitk):
     assert result.passed, result.reason
 
 
-@CPU
+@cpu_only
 @pytest.mark.parametrize("kind", ["nt", "tn", "tt", "sliced"])
 def test_triton_splitk_on_layouts_and_views(kind):
     M, N, K = 19, 35, 41
@@ -232,7 +224,7 @@ def test_triton_splitk_on_layouts_and_views(kind):
         assert (big[0] == -1).all() and (big[:, :3] == -1).all() and (big[-1] == -1).all()
 
 
-@CPU
+@cpu_only
 @pytest.mark.parametrize("changes,shape", [
     (dict(), (130, 67, 64)),                                          # EVEN_K, edges in M and N
     (dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=64, GROUP_M=1), (65, 70, 100)),
@@ -246,7 +238,7 @@ def test_triton_twin_variants(changes, shape):
     assert result.passed, result.reason
 
 
-@CPU
+@cpu_only
 @pytest.mark.parametrize("splitk", [3, 8])
 def test_triton_splitk_reduction_is_the_ordered_sum_and_reproducible(splitk):
     M, N, K = 37, 45, 300
@@ -279,7 +271,7 @@ CUDA_INVALID = [
 ]
 
 
-@CPU
+@cpu_only
 @pytest.mark.parametrize("changes,words", CUDA_INVALID, ids=str)
 def test_cuda_validate_refuses_in_one_sentence(changes, words):
     from cuda_kernels import warptiling
@@ -297,7 +289,7 @@ def test_cuda_validate_refuses_in_one_sentence(changes, words):
     assert not isinstance(info.value, CompileError)
 
 
-@CPU
+@cpu_only
 def test_triton_validate_refuses_in_one_sentence():
     module = STAGE.module("triton")
     module.validate(**_params("triton"))
@@ -310,7 +302,7 @@ def test_triton_validate_refuses_in_one_sentence():
         assert "\n" not in message and words in message, message
 
 
-@CPU
+@cpu_only
 def test_every_declared_choice_is_valid_somewhere_and_the_space_is_pruned():
     """Every choice of every CUDA tile parameter appears in some valid combination, and
     validate() prunes the rest (the tuner's search space is the valid part of the product)."""
@@ -338,7 +330,7 @@ def test_every_declared_choice_is_valid_somewhere_and_the_space_is_pruned():
 # ------------------------------------------------------- (d) NVRTC builds
 
 
-@CPU
+@cpu_only
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_default_build_is_spill_free_in_every_layout(layout):
     cuda = STAGE.module("cuda")
@@ -348,7 +340,7 @@ def test_default_build_is_spill_free_in_every_layout(layout):
     assert 0 < build.registers <= 255
 
 
-@CPU
+@cpu_only
 @pytest.mark.parametrize("splitk", SPLITS)
 def test_each_splitk_builds_without_spills(splitk):
     from cuda_kernels import warptiling
@@ -377,7 +369,7 @@ TIMED_TILES = [  # the tile shapes worth timing on the H100 (docs/stages/warptil
 ]
 
 
-@CPU
+@cpu_only
 @pytest.mark.parametrize("changes", TIMED_TILES, ids=str)
 def test_tiles_worth_timing_build_without_spills(changes):
     from cuda_kernels import warptiling
@@ -389,7 +381,7 @@ def test_tiles_worth_timing_build_without_spills(changes):
     assert build.smem_static <= 48 * 1024
 
 
-@CPU
+@cpu_only
 def test_switches_and_unrolled_off_have_no_local_memory():
     from cuda_kernels import warptiling
 
@@ -407,7 +399,7 @@ def default_sass():
     return _sass.sass(STAGE.module("cuda").build(**_params("cuda")))
 
 
-@CPU
+@cpu_only
 def test_default_sass_reads_fragments_with_lds128_only(default_sass):
     from cuda_kernels import _sass
 
