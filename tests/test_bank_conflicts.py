@@ -30,31 +30,25 @@ from __future__ import annotations
 import itertools
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from helpers import LAYOUTS, cpu_only, padded_ld, run_python, stage_params
 from lab import check as chk
 from lab.errors import LabError
 from lab.stages import get_stage, parse_variants
 
-ROOT = Path(__file__).resolve().parent.parent
 # The bank model (a) runs anywhere; (b)-(e) are CPU-mode tests (sm_90 builds without a GPU, the
 # g++ emulator, the Triton interpreter), as in the other stage test files; (f) needs a GPU.
-cpu_mode = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode test (GPU present)")
 
 FIXES = ("none", "pad", "swizzle", "raw")
-LAYOUTS = ("nn", "nt", "tn", "tt")
 
 
 def _params(backend: str = "cuda", **changes):
-    spec = "bank_conflicts" + (":" + ",".join(f"{k}={v}" for k, v in changes.items())
-                               if changes else "")
-    return parse_variants([spec])[0].params_for(backend)
+    return stage_params("bank_conflicts", backend, **changes)
 
 
 # ------------------------------------------------------------------ (a) the bank model
@@ -359,7 +353,7 @@ def offsets_of(tmp_path_factory):
     return dict(zip(OFFSET_CASES, results))
 
 
-@cpu_mode
+@cpu_only
 @pytest.mark.parametrize("case", OFFSET_CASES, ids=lambda c: f"{c[1]}-{c[2]}-{c[0]}")
 def test_the_kernels_offsets_are_the_models(offsets_of, case):
     from cuda_kernels.bank_conflicts import smem_bytes
@@ -390,11 +384,7 @@ SCALAR_CASES = [(dict(fix=fix, BK=16), layout) for fix in ("pad", "swizzle")
                 for layout in ("nt", "tt")]  # VEC_A = VEC_B = VEC_C = 0: leading dims odd
 
 
-def _ld(width: int, aligned: bool) -> int:
-    ld = width + 1
-    while (ld % 4 == 0) != aligned:
-        ld += 1
-    return ld
+_ld = padded_ld
 
 
 @pytest.fixture(scope="module")
@@ -437,13 +427,13 @@ def _emulate(emulated, params, layout, vec: bool):
         assert ok, f"{params} {layout} {M}x{N}x{K} lda={lda} ldb={ldb} ldc={ldc}:\n{out}"
 
 
-@cpu_mode
+@cpu_only
 @pytest.mark.parametrize("params,layout", EMU_CASES, ids=str)
 def test_each_fix_emulated_on_odd_shapes(emulated, params, layout):
     _emulate(emulated, params, layout, vec=True)
 
 
-@cpu_mode
+@cpu_only
 @pytest.mark.parametrize("params,layout", SCALAR_CASES, ids=str)
 def test_scalar_variants_emulated(emulated, params, layout):
     _emulate(emulated, params, layout, vec=False)
@@ -459,7 +449,7 @@ def default_builds():
     return {fix: bank_conflicts.build(**_params(fix=fix)) for fix in FIXES}
 
 
-@cpu_mode
+@cpu_only
 @pytest.mark.parametrize("fix", FIXES)
 def test_each_fix_default_build_is_spill_free_at_two_blocks_per_sm(default_builds, fix):
     build = default_builds[fix]
@@ -470,7 +460,7 @@ def test_each_fix_default_build_is_spill_free_at_two_blocks_per_sm(default_build
     assert f"-DFIX={('none', 'pad', 'swizzle', 'raw').index(fix)}" in build.options
 
 
-@cpu_mode
+@cpu_only
 @pytest.mark.parametrize("changes", [dict(BK=16), dict(BK=32), dict(BK=16, layout="nt"),
                                      dict(BK=32, layout="tt"),
                                      dict(BM=64, BN=64, BK=16, TM=4, TN=4)], ids=str)
@@ -486,7 +476,7 @@ def test_the_fixes_keep_two_blocks_per_sm_at_larger_bk(fix, changes):
     assert build.registers * threads * 2 <= 65536, f"{build.registers} registers"
 
 
-@cpu_mode
+@cpu_only
 def test_the_k_loop_is_vectorized_s_in_every_fix(default_builds):
     from cuda_kernels import _sass
 
@@ -509,7 +499,7 @@ def test_the_k_loop_is_vectorized_s_in_every_fix(default_builds):
     (dict(BM=32, BN=32, TM=8, TN=8), "threads"),
     (dict(BM=64, BN=32, TM=4, TN=4), "B tile"),
 ], ids=str)
-@cpu_mode
+@cpu_only
 def test_validate_refuses_in_one_sentence(changes, words):
     from cuda_kernels import bank_conflicts
 
@@ -518,13 +508,13 @@ def test_validate_refuses_in_one_sentence(changes, words):
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
-@cpu_mode
+@cpu_only
 def test_an_unknown_fix_is_a_usage_error_on_the_command_line():
     with pytest.raises(LabError, match="fix of stage bank_conflicts takes one of"):
         parse_variants(["bank_conflicts:fix=xor"])
 
 
-@cpu_mode
+@cpu_only
 def test_smem_bytes_per_fix_and_layout():
     from cuda_kernels.bank_conflicts import smem_bytes
 
@@ -538,7 +528,7 @@ def test_smem_bytes_per_fix_and_layout():
 # -------------------------------------------------------------------- (e) the Triton twin
 
 
-@cpu_mode
+@cpu_only
 @pytest.mark.parametrize("shape", [(1, 1, 1), (17, 33, 129), (65, 64, 63), (130, 67, 33)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("changes", [{}, dict(BM=32, BN=32, BK=16, num_warps=4)], ids=str)
@@ -552,7 +542,7 @@ def test_triton_twin_is_correct_under_the_interpreter(shape, changes):
     assert result.passed, result.reason
 
 
-@cpu_mode
+@cpu_only
 def test_encodings_parses_a_ttgir_listing():
     from triton_kernels.bank_conflicts import encodings
 
@@ -580,16 +570,13 @@ print(json.dumps({lay: shared_layouts(lay) for lay in ("nn", "nt")}))
 """
 
 
-@cpu_mode
+@cpu_only
 def test_triton_twin_shared_layouts_are_what_its_header_says():
     """The header's account of what Triton does instead, checked on this Triton's compiler (for
     sm_90, never run): no swizzle (maxPhase = 1), tiles in their global order, and a dot layout
     with the 32 lanes of a warp along N. If a Triton release changes this, the header and
     docs/stages/bank_conflicts.md must say what it does now."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT)
-    run = subprocess.run([sys.executable, "-c", TWIN_LAYOUTS], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    run = run_python(TWIN_LAYOUTS, timeout=600, drop=("TRITON_INTERPRET",))
     if run.returncode != 0:
         pytest.skip(f"Triton could not compile for sm_90 here: {run.stderr.strip()[-300:]}")
     import json

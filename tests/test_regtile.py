@@ -17,11 +17,13 @@ import re
 import pytest
 import torch
 
+from helpers import (LAYOUTS, compile_for_emulator, cpu_only, padded_ld, stage_params,
+                     strided_operands)
 from lab import check as chk
 from lab.errors import CompileError, LabError
-from lab.stages import get_stage, parse_variants
+from lab.stages import get_stage
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
+pytestmark = cpu_only
 
 STAGE_NAMES = ("blocktile_1d", "blocktile_2d", "vectorized")
 
@@ -33,8 +35,7 @@ STRADDLE_SHAPES = [(65, 65, 17), (129, 127, 9), (128, 129, 16), (63, 130, 15)]
 
 def _params(stage_name: str, backend: str, **changes):
     """The registry's parameters for a variant, as the harness hands them to a launcher."""
-    spec = stage_name + (":" + ",".join(f"{k}={v}" for k, v in changes.items()) if changes else "")
-    return parse_variants([spec])[0].params_for(backend)
+    return stage_params(stage_name, backend, **changes)
 
 
 def _run_triton(stage_name: str, shape, **changes):
@@ -311,7 +312,6 @@ def test_inner_loops_read_shared_memory_as_designed(sass_of):
 # not 16-byte aligned. The NVRTC builds and the g++ compiles overlap (a module fixture starts them
 # all at once, at most one g++ per core); skipped without g++.
 
-LAYOUTS = ("nn", "nt", "tn", "tt")
 EMU_SHAPES = [(1, 1, 1), (17, 33, 129), (65, 64, 63), (3, 130, 2), (130, 67, 33), (129, 257, 17)]
 EMU_KERNELS = [
     ("blocktile_1d", dict(group=16)),
@@ -336,13 +336,7 @@ def _emu_build(stage_name: str, params: dict, layout: str):
     return get_stage(stage_name).module("cuda").build(**params, layout=layout)
 
 
-def _ld(width: int, aligned: bool) -> int:
-    """A leading dimension larger than `width` (the gap holds NaN in the emulator) that is a
-    multiple of 4 floats (16 bytes: float4 lines) or not."""
-    ld = width + 1
-    while (ld % 4 == 0) != aligned:
-        ld += 1
-    return ld
+_ld = padded_ld
 
 
 def _leading_dims(M: int, N: int, K: int, layout: str, aligned) -> tuple[int, int, int]:
@@ -351,46 +345,20 @@ def _leading_dims(M: int, N: int, K: int, layout: str, aligned) -> tuple[int, in
     return tuple(_ld(w, al) for w, al in zip(widths, aligned))
 
 
-def _operands(M: int, N: int, K: int, layout: str, lda: int, ldb: int, ldc: int):
-    """CPU tensors A (M x K), B (K x N), C (M x N) in `layout` with these leading dimensions."""
-    a = torch.empty(K, lda)[:, :M].t() if layout[0] == "t" else torch.empty(M, lda)[:, :K]
-    b = torch.empty(N, ldb)[:, :K].t() if layout[1] == "t" else torch.empty(K, ldb)[:, :N]
-    return a, b, torch.empty(M, ldc)[:, :N]
+_operands = strided_operands
 
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
     """Every build of EMU_CASES compiled for the emulator: (Emulator, {case: build})."""
-    import concurrent.futures
-    import os
-
     from cuda_emulator import Emulator, compiler
 
     if compiler() is None:
         pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
     emulator = Emulator(tmp_path_factory.mktemp("emulator"))
-    jobs = max(1, os.cpu_count() or 1)
-    builds, running, errors = {}, [], []
-
-    def finish(build):
-        try:
-            emulator.executable(build)
-        except AssertionError as exc:
-            errors.append(str(exc))
-
-    # NVRTC on a thread pool; each build goes to g++ (in the background) as soon as it exists, with
-    # at most `jobs` g++ processes at a time.
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        futures = {pool.submit(_emu_build, *case): case for case in EMU_CASES}
-        for future in concurrent.futures.as_completed(futures):
-            build = future.result()
-            builds[futures[future][0], str(futures[future][1]), futures[future][2]] = build
-            if len(running) >= jobs:
-                finish(running.pop(0))
-            emulator.start(build)
-            running.append(build)
-    for build in running:
-        finish(build)
+    # a build g++ refused fails its own tests (emulator.run), not the fixture
+    builds, _ = compile_for_emulator(
+        emulator, EMU_CASES, lambda case: ((case[0], str(case[1]), case[2]), _emu_build(*case)))
     return emulator, builds
 
 
