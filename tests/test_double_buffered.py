@@ -26,34 +26,28 @@ test_sanitizer.py runs only the default variant, and no synccheck).
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import (LAYOUTS, ROOT, compile_for_emulator, cpu_only, output_for, run_sanitized,
+                     stage_module, stage_params, strided_operands)
 from lab import check as chk
 from lab.errors import CompileError, LabError
-from lab.stages import get_stage, parse_variants
+from lab.stages import get_stage
 
-ROOT = Path(__file__).resolve().parent.parent
 STAGE = "double_buffered"
-LAYOUTS = ("nn", "nt", "tn", "tt")
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
 
 
 def _params(backend: str = "cuda", **changes) -> dict:
     """The registry's parameters for a variant, as the harness hands them to a launcher."""
-    spec = STAGE + (":" + ",".join(f"{k}={v}" for k, v in changes.items()) if changes else "")
-    return parse_variants([spec])[0].params_for(backend)
+    return stage_params(STAGE, backend, **changes)
 
 
 def _cuda():
-    return get_stage(STAGE).module("cuda")
+    return stage_module(STAGE, "cuda")
 
 
 # ------------------------------------------------------- (a) the CUDA kernel, emulated on the CPU
@@ -110,46 +104,19 @@ def _leading_dims(M, N, K, layout, vec) -> tuple[int, int, int]:
     return tuple(_ld(w, bool(v)) for w, v in zip(widths, vec))
 
 
-def _operands(M, N, K, layout, lda, ldb, ldc):
-    """CPU tensors A (M x K), B (K x N), C (M x N) in `layout` with these leading dimensions."""
-    a = torch.empty(K, lda)[:, :M].t() if layout[0] == "t" else torch.empty(M, lda)[:, :K]
-    b = torch.empty(N, ldb)[:, :K].t() if layout[1] == "t" else torch.empty(K, ldb)[:, :N]
-    return a, b, torch.empty(M, ldc)[:, :N]
+_operands = strided_operands
 
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
     """Every build of EMU_CASES compiled for the emulator: (Emulator, {case id: build})."""
-    import concurrent.futures
-
     from cuda_emulator import Emulator, compiler
 
     if compiler() is None:
         pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
     emulator = Emulator(tmp_path_factory.mktemp("double_buffered"))
-    jobs = max(1, os.cpu_count() or 1)
-    builds, running, errors = {}, [], []
-
-    def finish(build):
-        try:
-            emulator.executable(build)
-        except AssertionError as exc:
-            errors.append(str(exc))
-
-    def nvrtc(case):
-        return _cuda().build(**_case_params(case))
-
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        futures = {pool.submit(nvrtc, case): case for case in EMU_CASES}
-        for future in concurrent.futures.as_completed(futures):
-            build = future.result()
-            builds[_case_id(futures[future])] = build
-            if len(running) >= jobs:
-                finish(running.pop(0))
-            emulator.start(build)
-            running.append(build)
-    for build in running:
-        finish(build)
+    builds, errors = compile_for_emulator(
+        emulator, EMU_CASES, lambda case: (_case_id(case), _cuda().build(**_case_params(case))))
     assert not errors, errors[0]
     return emulator, builds
 
@@ -428,8 +395,7 @@ def test_every_pipeline_matches_torch_on_the_gpu(changes, layout):
     for M, N, K in GPU_SHAPES:
         a, b = chk.make_inputs(M, N, K, seed=M + N + K, device="cuda", layout=layout)
         ref = chk.reference(a, b)
-        c = torch.empty((N, M), device="cuda").t() if layout == "tt" else \
-            torch.empty((M, N), device="cuda")
+        c = output_for(M, N, layout)
         result = chk.check(module.prepare(a, b, c, **params), c, ref, K)
         assert result.passed, f"{changes} {layout} {M}x{N}x{K}: {result.reason}"
 
@@ -450,13 +416,7 @@ def test_each_pipeline_is_clean_under_compute_sanitizer(spec, tool, size):
     sanitizer = _sanitizer()
     if sanitizer is None:
         pytest.skip("compute-sanitizer not found on PATH, in the venv or in /usr/local/cuda/bin")
-    cmd = [sanitizer, "--tool", tool, "--error-exitcode", "1", sys.executable, "-m",
-           "lab.profile", "--_target", "cuda", "--stage", spec, "--size", size, "--no-nvtx",
-           "--check"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    out = r.stdout + r.stderr
-    tail = "\n".join(out.strip().splitlines()[-30:])
+    r, out, tail = run_sanitized(sanitizer, tool, spec, "--size", size)
     assert not re.search(r"ERROR SUMMARY: [1-9]", out), f"{tool} found errors in {spec}:\n{tail}"
     assert r.returncode == 0, f"{tool} run of {spec} exited {r.returncode}:\n{tail}"
     assert "checked" in out, f"the target did not finish its check:\n{tail}"

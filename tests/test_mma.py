@@ -35,29 +35,23 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import DTYPE, ES, LAYOUTS, ROOT, TC_PRECISIONS, cpu_only, stage_module, stage_params
 from lab import check as chk
 from lab.errors import LabError
-from lab.stages import get_stage, parse_variants
+from lab.stages import get_stage
 
 from mma_defaults_helpers import count_ops, sass_mix
 
-ROOT = Path(__file__).resolve().parent.parent
 STAGE = "mma"
-LAYOUTS = ("nn", "nt", "tn", "tt")
-PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
-DTYPE = {"tf32": torch.float32, "3xtf32": torch.float32, "bf16": torch.bfloat16,
-         "fp16": torch.float16}
-ES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
+PRECISIONS = TC_PRECISIONS
 
 
 def _params(backend: str = "cuda", **changes) -> dict:
-    spec = STAGE + (":" + ",".join(f"{k}={v}" for k, v in changes.items()) if changes else "")
-    return parse_variants([spec])[0].params_for(backend)
+    return stage_params(STAGE, backend, **changes)
 
 
 def _cuda():
-    return get_stage(STAGE).module("cuda")
+    return stage_module(STAGE, "cuda")
 
 
 def _tolerance(precision: str, K: int) -> float:

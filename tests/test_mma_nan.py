@@ -38,30 +38,27 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import ROOT, cpu_only, stage_module, stage_params
 from lab import check as chk
-from lab.stages import get_stage, parse_variants
 
 from mma_defaults_helpers import count_ops, sass_mix
 
-ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "cuda_kernels"
-cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-mode tests (GPU present)")
 
 NAN_BITS = (0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000)  # GPU arithmetic's NaN, its negation, torch's
 INF_BITS = (0x7F800000, 0xFF800000)
 
 
 def _cuda():
-    return get_stage("mma").module("cuda")
+    return stage_module("mma", "cuda")
 
 
 def _triton():
-    return get_stage("mma").module("triton")
+    return stage_module("mma", "triton")
 
 
 def _params(backend: str = "cuda", **changes) -> dict:
-    spec = "mma" + (":" + ",".join(f"{k}={v}" for k, v in changes.items()) if changes else "")
-    return parse_variants([spec])[0].params_for(backend)
+    return stage_params("mma", backend, **changes)
 
 
 def _with_tf32_rn(monkeypatch, rn: int | None):

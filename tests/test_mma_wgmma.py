@@ -20,22 +20,20 @@ where it can, mma.sync where it cannot).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import ROOT, lab_env, run_lab
 from lab import check as chk
 from lab.errors import CompileError, LabError
 from lab.operands import CUDA, describe
 from lab.stages import get_stage, parse_variants
 from mma_defaults_helpers import DTYPE, PRECISIONS, count_ops, sass_mix
 
-ROOT = Path(__file__).resolve().parent.parent
 WG_LAYOUTS = ("nn", "nt", "tt")  # the layouts with a K-major operand
 
 
@@ -143,8 +141,7 @@ def test_wgmma_probe_refuses_a_malformed_configs_list_before_any_gpu_work():
     probe = ROOT / "scripts" / "experiments" / "wgmma_probe.py"
     r = subprocess.run([sys.executable, str(probe), "--precisions",
                         "3xtf32", "--sweep", "4096", "--configs", "STAGES=3;STAGES=four"],
-                       capture_output=True, text=True, cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       capture_output=True, text=True, cwd=ROOT, env=lab_env())
     assert r.returncode != 0
     assert "KEY=INTEGER" in r.stderr and "STAGES=four" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
@@ -270,9 +267,8 @@ def test_the_profilers_kernel_filter_names_the_kernels_prepare_may_launch(spec, 
 def test_lab_compare_cpu_mode_compiles_the_wgmma_variant():
     if torch.cuda.is_available():
         pytest.skip("CPU-mode test")
-    r = subprocess.run([sys.executable, "-m", "lab.compare", "--stage", "mma:wgmma=1",
-                        "--backend", "cuda", "--precision", "tf32,bf16", "--sizes", "256",
-                        "--layout", "nn,tn"], cwd=ROOT, capture_output=True, text=True)
+    r = run_lab("lab.compare", "--stage", "mma:wgmma=1", "--backend", "cuda", "--precision",
+                "tf32,bf16", "--sizes", "256", "--layout", "nn,tn", timeout=900)
     out = r.stdout + r.stderr
     assert "compiled" in out, out[-2000:]
     assert "layout tn" in out, out[-2000:]  # the tn row fails with the one sentence
