@@ -217,96 +217,97 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 #endif  // LAB_CP_ASYNC
 
-// ------------------------------------------------------------------------------ float4 register tiles
+// -------------------------------------------------------------------------- float4 register tiles
 // The pieces of the float4 register-tiling stages that do not change from stage to stage
 // (vectorized.cu introduces them; bank_conflicts.cu and warptiling.cu reuse them).
 
 // acc = 0.
-template <int R, int S>
-__device__ __forceinline__ void zero_acc(float (&acc)[R][S]) {
+template <int Rows, int Cols>
+__device__ __forceinline__ void zero_acc(float (&acc)[Rows][Cols]) {
 #pragma unroll
-    for (int i = 0; i < R; ++i)
+    for (int i = 0; i < Rows; ++i)
 #pragma unroll
-        for (int j = 0; j < S; ++j) acc[i][j] = 0.0f;
+        for (int j = 0; j < Cols; ++j) acc[i][j] = 0.0f;
 }
 
 // acc += a b^T for one k: a holds R values of A as R/4 float4, b holds S values of B as S/4
 // float4 (the fragments, one LDS.128 each); R * S FFMA on register names only.
-template <int R, int S, int AF, int BF>
-__device__ __forceinline__ void outer_product4(float (&acc)[R][S], const float4 (&a)[AF],
-                                               const float4 (&b)[BF]) {
+template <int Rows, int Cols, int Fa, int Fb>
+__device__ __forceinline__ void outer_product4(float (&acc)[Rows][Cols], const float4 (&a)[Fa],
+                                               const float4 (&b)[Fb]) {
 #pragma unroll
-    for (int i = 0; i < R; ++i)
+    for (int i = 0; i < Rows; ++i)
 #pragma unroll
-        for (int j = 0; j < S; ++j) acc[i][j] += at(a[i / 4], i % 4) * at(b[j / 4], j % 4);
+        for (int j = 0; j < Cols; ++j) acc[i][j] += at(a[i / 4], i % 4) * at(b[j / 4], j % 4);
 }
 
 // The loaders' start: this thread's chunk 0 (chunk q = tid, placed by the walk) in the A tile at
 // (m0, k0) and the B tile at (k0, n0), as (m, k) and (k, n) in the tile, and its address. A
 // transposed operand is walked along its columns, the direction that is contiguous in memory.
 // The k loop then only advances the pointer: a_step() / b_step() floats per k-step of BK.
-template <class WALK>
+template <class Walk>
 __device__ __forceinline__ const float* a_chunk0(const float* A, int lda, int m0, int k0, int tid,
                                                  int& m, int& k) {
 #if TRANS_A
-    m = WALK::pos(tid), k = WALK::line(tid);
+    m = Walk::pos(tid), k = Walk::line(tid);
     return A + (k0 + k) * lda + m0 + m;
 #else
-    m = WALK::line(tid), k = WALK::pos(tid);
+    m = Walk::line(tid), k = Walk::pos(tid);
     return A + (m0 + m) * lda + k0 + k;
 #endif
 }
-template <class WALK>
+template <class Walk>
 __device__ __forceinline__ const float* b_chunk0(const float* B, int ldb, int k0, int n0, int tid,
                                                  int& k, int& n) {
 #if TRANS_B
-    n = WALK::line(tid), k = WALK::pos(tid);
+    n = Walk::line(tid), k = Walk::pos(tid);
     return B + (n0 + n) * ldb + k0 + k;
 #else
-    n = WALK::pos(tid), k = WALK::line(tid);
+    n = Walk::pos(tid), k = Walk::line(tid);
     return B + (k0 + k) * ldb + n0 + n;
 #endif
 }
-template <int BK_>
-__device__ __forceinline__ int a_step(int lda) { return TRANS_A ? BK_ * lda : BK_; }
-template <int BK_>
-__device__ __forceinline__ int b_step(int ldb) { return TRANS_B ? BK_ : BK_ * ldb; }
+template <int Bk>
+__device__ __forceinline__ int a_step(int lda) { return TRANS_A ? Bk * lda : Bk; }
+template <int Bk>
+__device__ __forceinline__ int b_step(int ldb) { return TRANS_B ? Bk : Bk * ldb; }
 
 // Copy one k-step's tiles into k-major shared tiles As[k][m] (A transposed) and Bs[k][n] with
 // load_chunks: a line that runs along k (a row-major A, a transposed B) is scattered down 4 rows
 // (scatter4; conflict-free with the stage's padded row length), a line that runs along m or n is
 // one STS.128. FULL (compile time): the block is inside C and the k-step inside K, so no bounds
 // test is compiled in. (a_m, a_k), (b_k, b_n): this thread's chunk 0 in the tiles (a_chunk0,
-// b_chunk0); a_ptr, b_ptr point at it in A and B. VA, VB: float4 loads of A, B (VEC_A, VEC_B).
-template <bool FULL, bool VA, bool VB, int A_CH, int B_CH, int NT, class WA, class WB, int BK_,
-          int ALD, int BLD>
-__device__ __forceinline__ void load_kmajor_tiles(float (&As)[BK_][ALD], float (&Bs)[BK_][BLD],
+// b_chunk0); a_ptr, b_ptr point at it in A and B. AWide, BWide: float4 loads of A, B (the
+// stage's VEC_A, VEC_B). Template parameters are not named like the stages' -D defines.
+template <bool FULL, bool AWide, bool BWide, int AChunks, int BChunks, int Threads, class AWalk,
+          class BWalk, int Bk, int ALd, int BLd>
+__device__ __forceinline__ void load_kmajor_tiles(float (&As)[Bk][ALd], float (&Bs)[Bk][BLd],
                                                   const float* __restrict__ a_ptr,
                                                   const float* __restrict__ b_ptr, int a_m,
                                                   int a_k, int b_k, int b_n, int m0, int n0,
                                                   int k0, int M, int N, int K, int lda, int ldb) {
 #if TRANS_A
     // 4 consecutive m's of column k of A: one STS.128 into row k of As.
-    load_chunks<FULL, VA, A_CH, NT, WA>(
+    load_chunks<FULL, AWide, AChunks, Threads, AWalk>(
         a_ptr, lda, a_k, a_m, k0, K, m0, M, [&](int k, int m, int, int, float4 v) {
             *reinterpret_cast<float4*>(&As[k][m]) = v;
         });
 #else
     // 4 consecutive k's of row m of A, scattered into 4 rows of As.
-    load_chunks<FULL, VA, A_CH, NT, WA>(
+    load_chunks<FULL, AWide, AChunks, Threads, AWalk>(
         a_ptr, lda, a_m, a_k, m0, M, k0, K, [&](int m, int k, int, int, float4 v) {
             scatter4(As, k, m, v);
         });
 #endif
 #if TRANS_B
     // 4 consecutive k's of column n of B, scattered down column n of Bs.
-    load_chunks<FULL, VB, B_CH, NT, WB>(
+    load_chunks<FULL, BWide, BChunks, Threads, BWalk>(
         b_ptr, ldb, b_n, b_k, n0, N, k0, K, [&](int n, int k, int, int, float4 v) {
             scatter4(Bs, k, n, v);
         });
 #else
     // 4 consecutive n's of row k of B: one STS.128.
-    load_chunks<FULL, VB, B_CH, NT, WB>(
+    load_chunks<FULL, BWide, BChunks, Threads, BWalk>(
         b_ptr, ldb, b_k, b_n, k0, K, n0, N, [&](int k, int n, int, int, float4 v) {
             *reinterpret_cast<float4*>(&Bs[k][n]) = v;
         });
@@ -315,23 +316,23 @@ __device__ __forceinline__ void load_kmajor_tiles(float (&As)[BK_][ALD], float (
 
 // The epilogue of vectorized.cu's thread tile: row i of the TM x TN tile is row
 // (i/4)*4*TROWS + 4*tr + i%4 of the block tile, float4 group g is columns g*4*TCOLS + 4*tc + 0..3:
-// float4 stores straight from registers (store4<VEC>: single floats at C's right edge), so for
-// each row and group a warp row writes TCOLS consecutive float4.
-template <int TM_, int TN_, int TROWS_, int TCOLS_, bool VEC>
+// float4 stores straight from registers (store4<Wide>, Wide = VEC_C: single floats at C's right
+// edge), so for each row and group a warp row writes Tcols consecutive float4.
+template <int Tm, int Tn, int Trows, int Tcols, bool Wide>
 __device__ __forceinline__ void store_tile4(float* __restrict__ C, int ldc, int M, int N, int m0,
                                             int n0, int tr, int tc,
-                                            const float (&acc)[TM_][TN_]) {
+                                            const float (&acc)[Tm][Tn]) {
 #pragma unroll
-    for (int i = 0; i < TM_; ++i) {
-        const int row = m0 + (i / 4) * 4 * TROWS_ + 4 * tr + i % 4;
+    for (int i = 0; i < Tm; ++i) {
+        const int row = m0 + (i / 4) * 4 * Trows + 4 * tr + i % 4;
         if (row >= M) continue;
         float* c_row = C + row * ldc;
 #pragma unroll
-        for (int g = 0; g < TN_ / 4; ++g) {
-            const int col = n0 + g * 4 * TCOLS_ + 4 * tc;
+        for (int g = 0; g < Tn / 4; ++g) {
+            const int col = n0 + g * 4 * Tcols + 4 * tc;
             const float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2],
                                          acc[i][4 * g + 3]);
-            store4<VEC>(c_row + col, v, min(4, N - col));
+            store4<Wide>(c_row + col, v, min(4, N - col));
         }
     }
 }
