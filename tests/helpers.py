@@ -84,6 +84,12 @@ def padded_ld(width: int, aligned: bool) -> int:
     return ld
 
 
+def line_widths(M: int, N: int, K: int, layout: str) -> tuple[int, int, int]:
+    """The lengths of the contiguous lines of A, B and C in `layout` (the least each leading
+    dimension can be)."""
+    return (M if layout[0] == "t" else K, K if layout[1] == "t" else N, N)
+
+
 def strided_operands(M: int, N: int, K: int, layout: str, lda: int, ldb: int, ldc: int):
     """CPU tensors A (M x K), B (K x N), C (M x N) in `layout` with these leading dimensions."""
     a = torch.empty(K, lda)[:, :M].t() if layout[0] == "t" else torch.empty(M, lda)[:, :K]
@@ -95,6 +101,16 @@ def output_for(M: int, N: int, layout: str, device: str = "cuda") -> torch.Tenso
     """An M x N fp32 C for `layout`: a transposed view in tt, row-major otherwise."""
     return torch.empty((N, M), device=device).t() if layout == "tt" else \
         torch.empty((M, N), device=device)
+
+
+def new_emulator(tmp_path_factory, name: str):
+    """A tests/cuda_emulator.py Emulator in a fresh temporary folder; skips the test where no C++
+    compiler (g++ or clang++) is installed."""
+    from cuda_emulator import Emulator, compiler
+
+    if compiler() is None:
+        pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
+    return Emulator(tmp_path_factory.mktemp(name))
 
 
 def compile_for_emulator(emulator, cases, build_of, jobs: int | None = None):

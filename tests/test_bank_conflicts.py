@@ -36,7 +36,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import LAYOUTS, cpu_only, padded_ld, run_python, stage_params
+from helpers import (LAYOUTS, cpu_only, line_widths, new_emulator, padded_ld, run_python,
+                     stage_params)
 from lab import check as chk
 from lab.errors import LabError
 from lab.stages import get_stage, parse_variants
@@ -391,13 +392,9 @@ _ld = padded_ld
 def emulated(tmp_path_factory):
     import concurrent.futures
 
-    from cuda_emulator import Emulator, compiler
-
     from cuda_kernels import bank_conflicts
 
-    if compiler() is None:
-        pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
-    emulator = Emulator(tmp_path_factory.mktemp("bank_emulator"))
+    emulator = new_emulator(tmp_path_factory, "bank_emulator")
 
     def build(case, vec):
         params, layout = case
@@ -420,7 +417,7 @@ def _emulate(emulated, params, layout, vec: bool):
     assert build.spill_bytes == 0
     full = {**_params(), **params}
     for M, N, K in EMU_SHAPES:
-        widths = (M if layout[0] == "t" else K, K if layout[1] == "t" else N, N)
+        widths = line_widths(M, N, K, layout)
         lda, ldb, ldc = (_ld(w, vec) for w in widths)
         grid, block, _ = bank_conflicts.geometry(M, N, K, **full)
         ok, out = emulator.run(build, grid, block, M, N, K, lda, ldb, ldc)

@@ -32,8 +32,8 @@ import types
 import pytest
 import torch
 
-from helpers import (LAYOUTS, ROOT, compile_for_emulator, cpu_only, output_for, run_sanitized,
-                     stage_module, stage_params, strided_operands)
+from helpers import (LAYOUTS, ROOT, compile_for_emulator, cpu_only, line_widths, new_emulator,
+                     output_for, run_sanitized, stage_module, stage_params, strided_operands)
 from lab import check as chk
 from lab.errors import CompileError, LabError
 from lab.stages import get_stage
@@ -100,7 +100,7 @@ def _ld(width: int, aligned: bool) -> int:
 
 
 def _leading_dims(M, N, K, layout, vec) -> tuple[int, int, int]:
-    widths = (M if layout[0] == "t" else K, K if layout[1] == "t" else N, N)
+    widths = line_widths(M, N, K, layout)
     return tuple(_ld(w, bool(v)) for w, v in zip(widths, vec))
 
 
@@ -110,11 +110,7 @@ _operands = strided_operands
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
     """Every build of EMU_CASES compiled for the emulator: (Emulator, {case id: build})."""
-    from cuda_emulator import Emulator, compiler
-
-    if compiler() is None:
-        pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
-    emulator = Emulator(tmp_path_factory.mktemp("double_buffered"))
+    emulator = new_emulator(tmp_path_factory, "double_buffered")
     builds, errors = compile_for_emulator(
         emulator, EMU_CASES, lambda case: (_case_id(case), _cuda().build(**_case_params(case))))
     assert not errors, errors[0]

@@ -17,8 +17,8 @@ import re
 import pytest
 import torch
 
-from helpers import (LAYOUTS, compile_for_emulator, cpu_only, padded_ld, stage_params,
-                     strided_operands)
+from helpers import (LAYOUTS, compile_for_emulator, cpu_only, line_widths, new_emulator, padded_ld,
+                     stage_params, strided_operands)
 from lab import check as chk
 from lab.errors import CompileError, LabError
 from lab.stages import get_stage
@@ -341,7 +341,7 @@ _ld = padded_ld
 
 def _leading_dims(M: int, N: int, K: int, layout: str, aligned) -> tuple[int, int, int]:
     """lda, ldb, ldc for A, B, C in `layout`; aligned = (A, B, C) whose lines are 16-byte aligned."""
-    widths = (M if layout[0] == "t" else K, K if layout[1] == "t" else N, N)
+    widths = line_widths(M, N, K, layout)
     return tuple(_ld(w, al) for w, al in zip(widths, aligned))
 
 
@@ -351,11 +351,7 @@ _operands = strided_operands
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
     """Every build of EMU_CASES compiled for the emulator: (Emulator, {case: build})."""
-    from cuda_emulator import Emulator, compiler
-
-    if compiler() is None:
-        pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
-    emulator = Emulator(tmp_path_factory.mktemp("emulator"))
+    emulator = new_emulator(tmp_path_factory, "emulator")
     # a build g++ refused fails its own tests (emulator.run), not the fixture
     builds, _ = compile_for_emulator(
         emulator, EMU_CASES, lambda case: ((case[0], str(case[1]), case[2]), _emu_build(*case)))

@@ -25,7 +25,7 @@ import subprocess
 import pytest
 import torch
 
-from helpers import LAYOUTS, cpu_only, padded_ld, stage_params
+from helpers import LAYOUTS, cpu_only, line_widths, padded_ld, stage_params
 from lab import check as chk
 from lab.errors import CompileError, LabError
 from lab.stages import get_stage
@@ -170,7 +170,7 @@ def test_splitk_emulated_on_the_cpu(splitk_programs, case):
     tile, layout, splitk, flags = SPLIT_CASES[case]
     params = _cuda_params(tile, splitk, flags)
     for M, N, K in SPLIT_SHAPES:
-        widths = (M if layout[0] == "t" else K, K if layout[1] == "t" else N, N)
+        widths = line_widths(M, N, K, layout)
         lda, ldb, ldc = (_ld(w, f) for w, f in zip(widths, flags))
         ldw = warptiling.workspace_ld(N)
         grid, block, _ = warptiling.geometry(M, N, K, **params)
