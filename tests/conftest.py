@@ -19,7 +19,9 @@ if not HAS_GPU:
     os.environ["TRITON_INTERPRET"] = "1"
 
 # Whole files in the fast tier. Keep every file here fast from a cold build cache: none of them
-# compiles a CUDA kernel, builds with g++ or starts a `python -m lab...` subprocess.
+# emulates a CUDA stage or compiles one with NVRTC (test_build_cache compiles a few-line kernel),
+# and the few `python -m lab...` subprocesses they start run in CPU mode on tiny shapes. The tier
+# as a whole takes about 20 s on a 2-core machine.
 FAST_FILES = frozenset({
     "test_registry.py", "test_harness.py", "test_table.py", "test_check_k.py",
     "test_docs_words.py", "test_occupancy.py", "test_conditions.py", "test_precision.py",
