@@ -144,6 +144,21 @@ def distinct(values) -> list:
             out.append(v)
     return out
 
+def _reference_marks(ax, stages, backends, width, marked: bool) -> None:
+    """The cuBLAS = 100% line, and (when `marked`) siboehm/SGEMM_CUDA's kernels as diamonds on
+    the CUDA bars of the stages they correspond to."""
+    ax.axhline(100, color="black", lw=1.5, ls="--", label="cuBLAS = 100%", gid="cublas-100")
+    if not marked:
+        return
+    cuda_j = backends.index("cuda") if "cuda" in backends else 0
+    pts = [(x + (cuda_j - (len(backends) - 1) / 2) * width, SGEMM_CUDA_PCT[s])
+           for x, s in enumerate(stages) if s in SGEMM_CUDA_PCT]
+    if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], ls="none", marker="D", ms=6,
+                color="black", mec="white", mew=0.8, label=SGEMM_CUDA_LABEL, gid="sgemm_cuda",
+                zorder=5)
+
+
 def _bar_legend(fig, backends) -> None:
     """One legend under the figure for every panel's bars and marks: backends first, then the
     cuBLAS line, then the rest (each label once)."""
@@ -334,15 +349,7 @@ def ladder_figure(results: Results):
                                 xytext=(0, 8 if ref else 3), textcoords="offset points",
                                 ha="center", va="bottom", rotation=90, fontsize=FONTSIZE - 1,
                                 color=BACKEND_COLOR.get(backend, "black"))
-        ax.axhline(100, color="black", lw=1.5, ls="--", label="cuBLAS = 100%", gid="cublas-100")
-        if marked:
-            cuda_j = backends.index("cuda") if "cuda" in backends else 0
-            pts = [(x + (cuda_j - (len(backends) - 1) / 2) * width, SGEMM_CUDA_PCT[s])
-                   for x, s in enumerate(stages) if s in SGEMM_CUDA_PCT]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], ls="none", marker="D", ms=6,
-                        color="black", mec="white", mew=0.8, label=SGEMM_CUDA_LABEL,
-                        gid="sgemm_cuda", zorder=5)
+        _reference_marks(ax, stages, backends, width, marked)
         name = _size_label(M, N, K)
         extra = [p for p in ((prec if several_prec else ""),
                              (f"layout {layout}" if layout != "nn" else "")) if p]
@@ -453,15 +460,7 @@ def _ladder_by_precision(df, results: Results):
                             xytext=(0, 3), textcoords="offset points", ha="center",
                             va="bottom", rotation=90, fontsize=FONTSIZE - 2, color="grey",
                             gid="missing")
-        ax.axhline(100, color="black", lw=1.5, ls="--", label="cuBLAS = 100%", gid="cublas-100")
-        if marked:
-            cuda_j = backends.index("cuda") if "cuda" in backends else 0
-            pts = [(x + (cuda_j - (len(backends) - 1) / 2) * width, SGEMM_CUDA_PCT[s])
-                   for x, s in enumerate(stages) if s in SGEMM_CUDA_PCT]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], ls="none", marker="D", ms=6,
-                        color="black", mec="white", mew=0.8, label=SGEMM_CUDA_LABEL,
-                        gid="sgemm_cuda", zorder=5)
+        _reference_marks(ax, stages, backends, width, marked)
         name = prec or "fp32"
         title = f"{name}: % of cuBLAS {baseline_of(prec)}"
         if name == "fp32":
