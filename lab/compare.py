@@ -25,6 +25,7 @@ import argparse
 import os
 import sys
 
+from lab.axes import parse_backends, parse_choices, parse_layouts
 from lab.cli import ArgumentParser, guarded, plural, wrap
 from lab.errors import LabError
 from lab.shapes import PRESETS
@@ -116,28 +117,6 @@ def list_stages(names: list[str] | None = None) -> str:
                                    width_total, initial_indent=" " * (width + 4),
                                    subsequent_indent=" " * (width + 8))
     return "\n".join(lines)
-
-
-def parse_choices(text: str, valid: tuple, what: str, hint: str) -> list[str]:
-    """A comma list of names from `valid` (case-insensitive, duplicates dropped), or one sentence
-    naming the unknown ones."""
-    names = [x.strip().lower() for x in text.split(",") if x.strip()]
-    bad = [x for x in names if x not in valid]
-    if bad or not names:
-        raise LabError(f"unknown {what} {', '.join(bad) or repr(text)}; choose from "
-                       f"{', '.join(valid)} ({hint})")
-    return list(dict.fromkeys(names))
-
-
-def parse_backends(text: str) -> list[str]:
-    return parse_choices(text, BACKENDS, "backend", "comma list")
-
-
-def parse_layouts(text: str) -> list[str]:
-    from lab.run import LAYOUTS
-
-    return parse_choices(text, LAYOUTS, "layout",
-                         "first letter A, second B; t = stored transposed")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -174,7 +174,7 @@ def _main(argv: list[str] | None) -> int:
     if args.target:
         return run_target(args, shape)
 
-    from lab.compare import parse_backends
+    from lab.axes import parse_backends
     from lab.stages import parse_variants
 
     variants = parse_variants(args.stage or [])

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from lab import check as chk
+from lab.axes import LAYOUTS
 from lab.errors import LabError
 from lab.report import Row
 from lab.shapes import Shape
@@ -23,8 +24,6 @@ from lab.stages import Variant
 
 # The Triton interpreter runs every program in numpy: keep CPU-mode problems small.
 CPU_MAX_WORK = 256**3
-# Operand layouts, BLAS naming: first letter A, second B; n = row-major, t = stored transposed.
-LAYOUTS = ("nn", "nt", "tn", "tt")
 # How each stage row's cuBLAS baseline is timed (lab/timing.py's header): adjacent = interleaved
 # with the row's own repetitions; once = the shape's cuBLAS row, timed before every stage.
 CUBLAS_TIMINGS = ("adjacent", "once")
