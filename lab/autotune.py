@@ -1195,7 +1195,7 @@ def precisions_of(stage, backend: str) -> tuple[str, ...]:
 
 
 def _check_request(stage, backend: str, precision: str, layout: str):
-    from lab.run import LAYOUTS
+    from lab.axes import LAYOUTS
     from lab.stages import BACKENDS, get_stage
 
     stage = get_stage(stage) if isinstance(stage, str) else stage
@@ -1555,7 +1555,7 @@ def _main(argv: list[str] | None) -> int:
         raise LabError(f"tuning times kernels and needs a CUDA GPU, and torch sees none here "
                        f"({example} shows the search space and its pruning without one, in "
                        f"seconds)")
-    from lab.compare import parse_backends, parse_layouts
+    from lab.axes import parse_backends, parse_layouts
     from lab.shapes import parse_sizes
     from lab.stages import PRECISIONS
 
