@@ -18,6 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab.contract import Offer, Prepared
 from lab.errors import CompileError, LabError
 
 from cuda_kernels import _cache
@@ -350,7 +351,18 @@ def stage_launcher(build: Build, geometry, p):
     compiled for p.layout (layout_defines).
     """
     grid, block, smem = geometry
-    launch = launcher(build, grid, block, matmul_args(p), smem)
-    launch.resources = resources(build, grid, block, smem)
-    launch.build = build
-    return launch
+    return Prepared(launcher(build, grid, block, matmul_args(p), smem),
+                    resources=resources(build, grid, block, smem), build=build)
+
+
+def cuda_offer(stage: str, kernels, build, geometry, validate=None, **fields) -> Offer:
+    """The Offer (lab/contract.py) of a CUDA stage whose module has build(**params, layout=...)
+    and geometry(M, N, K, **params, layout=...), and optionally validate(**params): its
+    `compile` is that build and geometry, its `validate` that function (fp32 stages: one build
+    per parameter set, whatever the precision)."""
+    def compile_for(params, M: int, N: int, K: int, layout: str = "nn", precision: str = "fp32"):
+        return build(**params, layout=layout), geometry(M, N, K, **params, layout=layout)
+
+    if validate is not None:
+        fields["validate"] = lambda params, precision: validate(**params)
+    return Offer(stage, "cuda", kernels=kernels, compile=compile_for, **fields)

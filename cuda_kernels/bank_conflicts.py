@@ -17,7 +17,7 @@ vectorized.py's rule.
 """
 
 from cuda_kernels import blocktile_2d, vectorized
-from cuda_kernels._build import STATIC_SMEM_LIMIT, cdiv, spill_free_build, stage_launcher
+from cuda_kernels._build import STATIC_SMEM_LIMIT, cdiv, spill_free_build, stage_launcher, cuda_offer
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -77,10 +77,12 @@ def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, TM: int = 8, 
     return (cdiv(M, BM) * cdiv(N, BN), 1, 1), (threads(BM, BN, TM, TN), 1, 1), 0
 
 
-@entry("bank_conflicts", "cuda")
+OFFER = cuda_offer("bank_conflicts", ("matmul_bank_conflicts",), build, geometry, validate=validate)
+
+
+@entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    validate(**params)
     params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c")}
     return stage_launcher(build(**params, **vector_flags(p), layout=p.layout),
                           geometry(p.M, p.N, p.K, **params), p)

@@ -10,7 +10,7 @@ tiles that do not split evenly over the threads) with one sentence, before anyth
 """
 
 from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, first_min_blocks, spill_free_build,
-                                 stage_launcher)
+                                 stage_launcher, cuda_offer)
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -60,8 +60,10 @@ def geometry(M: int, N: int, K: int, BM: int = 64, BN: int = 64, TM: int = 8, **
     return (cdiv(M, BM) * cdiv(N, BN), 1, 1), (threads(BM, BN, TM), 1, 1), 0
 
 
-@entry("blocktile_1d", "cuda")
+OFFER = cuda_offer("blocktile_1d", ("matmul_blocktile_1d",), build, geometry, validate=validate)
+
+
+@entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    validate(**params)
     return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)

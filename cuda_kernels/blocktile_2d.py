@@ -11,7 +11,7 @@ The register cap (__launch_bounds__' second argument) is chosen as in blocktile_
 """
 
 from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, first_min_blocks, spill_free_build,
-                                 stage_launcher)
+                                 stage_launcher, cuda_offer)
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -76,8 +76,10 @@ def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, TM: int = 8, 
     return (cdiv(M, BM) * cdiv(N, BN), 1, 1), (threads(BM, BN, TM, TN), 1, 1), 0
 
 
-@entry("blocktile_2d", "cuda")
+OFFER = cuda_offer("blocktile_2d", ("matmul_blocktile_2d",), build, geometry, validate=validate)
+
+
+@entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    validate(**params)
     return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)

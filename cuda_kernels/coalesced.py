@@ -4,7 +4,7 @@ Geometry: block (32, rows) threads; 1-D grid of ceil(M/rows) * ceil(N/32) blocks
 block_tile() in common.cuh (group = block-rows walked together, for L2 reuse).
 """
 
-from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
+from cuda_kernels._build import cdiv, compile_kernel, stage_launcher, cuda_offer
 from lab.operands import entry
 
 
@@ -19,7 +19,10 @@ def geometry(M: int, N: int, K: int, rows: int = 32, **_):
     return (cdiv(M, rows) * cdiv(N, 32), 1, 1), (32, rows, 1), 0
 
 
-@entry("coalesced", "cuda")
+OFFER = cuda_offer("coalesced", ("matmul_coalesced",), build, geometry)
+
+
+@entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
     return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)

@@ -29,7 +29,7 @@ blocks per SM as threads, shared memory and the estimated registers allow, halve
 reports no spills (_build.spill_free_build).
 """
 
-from cuda_kernels._build import cdiv, first_min_blocks, spill_free_build, stage_launcher
+from cuda_kernels._build import cdiv, first_min_blocks, spill_free_build, stage_launcher, cuda_offer
 from cuda_kernels.vectorized import vector_flags
 from lab.errors import LabError
 from lab.operands import entry
@@ -171,10 +171,12 @@ def geometry(M: int, N: int, K: int, BM=128, BN=128, BK=16, WM=64, WN=64, pipeli
             smem_bytes(BM, BN, BK, pipeline, stages, layout))
 
 
-@entry("double_buffered", "cuda")
+OFFER = cuda_offer("double_buffered", ("matmul_double_buffered",), build, geometry, validate=validate)
+
+
+@entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    validate(**params)
     params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c", "layout")}
     return stage_launcher(build(**params, **vector_flags(p), layout=p.layout),
                           geometry(p.M, p.N, p.K, **params, layout=p.layout), p)

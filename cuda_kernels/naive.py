@@ -4,7 +4,7 @@ Geometry: BLOCK x BLOCK threads per block, a 1-D grid of cdiv(M, BLOCK) * cdiv(N
 (block-rows fastest).
 """
 
-from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
+from cuda_kernels._build import cdiv, compile_kernel, stage_launcher, cuda_offer
 from lab.operands import entry
 
 SOURCE, KERNEL = "naive.cu", "matmul_naive"
@@ -20,7 +20,10 @@ def geometry(M: int, N: int, K: int, **_):
     return (cdiv(M, BLOCK) * cdiv(N, BLOCK), 1, 1), (BLOCK, BLOCK, 1), 0
 
 
-@entry("naive", "cuda")
+OFFER = cuda_offer("naive", ("matmul_naive",), build, geometry)
+
+
+@entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
     return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K), p)

@@ -5,7 +5,7 @@ block_tile() in common.cuh (group); static shared 2*TILE*KTILE*4 bytes in the nn
 transposed layouts pad their shared rows a little: tiled.cu, Layouts).
 """
 
-from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
+from cuda_kernels._build import cdiv, compile_kernel, cuda_offer, stage_launcher
 from lab.operands import entry
 
 
@@ -21,7 +21,10 @@ def geometry(M: int, N: int, K: int, tile: int = 32, **_):
     return (cdiv(M, tile) * cdiv(N, tile), 1, 1), (tile, tile, 1), 0
 
 
-@entry("tiled", "cuda")
+OFFER = cuda_offer("tiled", ("matmul_tiled",), build, geometry)
+
+
+@entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
     return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)

@@ -23,8 +23,9 @@ had at prepare() time wherever they were padded (the harness never changes them 
 
 from __future__ import annotations
 
-from cuda_kernels._build import cdiv, compile_kernel, launcher, matmul_args, resources
-from lab.operands import entry
+from cuda_kernels._build import cdiv, compile_kernel, cuda_offer, launcher, matmul_args, resources
+from lab.contract import Prepared
+from lab.operands import Padded, entry
 
 
 def build(tile: int = 32, ktile: int = 2, group: int = 16, fast_math: bool = False,
@@ -35,75 +36,15 @@ def build(tile: int = 32, ktile: int = 2, group: int = 16, fast_math: bool = Fal
                           fast_math=fast_math, unroll=unroll, layout=layout)
 
 
-def round_up(x: int, m: int) -> int:
-    return cdiv(x, m) * m
-
-
 def geometry(M: int, N: int, K: int, tile: int = 32, **_):
     """For the padded sizes this is exactly (Mp/TILE * Np/TILE) blocks."""
     return (cdiv(M, tile) * cdiv(N, tile), 1, 1), (tile, tile, 1), 0
 
 
-class Padded:
-    """A problem (lab.operands.Problem) with its operands zero-padded to tile multiples, and what
-    that took.
-
-    M and N are rounded up to multiples of `tile`, K to a multiple of `k_multiple` (the K depth of
-    one stage in elements, TILE * ktile for the CUDA kernel; `tile` when not given). An operand
-    that needs padding is copied into a zero, row-major buffer; one that does not is used as it
-    is, in its own layout and leading dimension (the kernel reads layouts and leading dimensions).
-    `problem` is the padded problem the kernel runs on; `with_crop` makes the timed callable."""
-
-    def __init__(self, p, tile: int, k_multiple: int | None = None):
-        from dataclasses import replace
-
-        from lab.operands import Operand, timer
-
-        M, N, K = p.M, p.N, p.K
-        self.M, self.N, self.K = M, N, K
-        self.Mp, self.Np = round_up(M, tile), round_up(N, tile)
-        self.Kp = round_up(K, k_multiple or tile)
-        self.pads_a = (self.Mp, self.Kp) != (M, K)
-        self.pads_b = (self.Kp, self.Np) != (K, N)
-        self.pads_c = (self.Mp, self.Np) != (M, N)
-        self.c = p.c.tensor
-        self.setup_ms = 0.0
-        a, b, c = p.a, p.b, p.c
-        if self.pads_a or self.pads_b or self.pads_c:
-            clock = timer(p.c.tensor.is_cuda)
-            if self.pads_a:
-                a = Operand.of("A", _zero_padded(p.a.tensor, self.Mp, self.Kp))
-            if self.pads_b:
-                b = Operand.of("B", _zero_padded(p.b.tensor, self.Kp, self.Np))
-            if self.pads_c:
-                # The kernel writes every element of the padded C; start it as NaN (like the
-                # harness does with c) so a kernel that skipped one could not pass on stale memory.
-                c = Operand.of("C", p.c.tensor.new_full((self.Mp, self.Np), float("nan")))
-            self.setup_ms = clock.stop()
-        self.cpad = c.tensor
-        self.problem = replace(p, M=self.Mp, N=self.Np, K=self.Kp, a=a, b=b, c=c, setup_ms=0.0,
-                               copy_back=None)
-
-    def with_crop(self, launch):
-        """The timed callable: the bare launch, or the launch followed by the crop copy."""
-        if not self.pads_c:
-            return launch
-        c, view = self.c, self.cpad[: self.M, : self.N]
-
-        def launch_and_crop():
-            launch()
-            c.copy_(view)
-
-        return launch_and_crop
+OFFER = cuda_offer("tiled_padded", ("matmul_tiled_padded",), build, geometry)
 
 
-def _zero_padded(x, rows: int, cols: int):
-    out = x.new_zeros((rows, cols))
-    out[: x.shape[0], : x.shape[1]].copy_(x)
-    return out
-
-
-@entry("tiled_padded", "cuda")
+@entry(OFFER)
 def prepare(p, tile: int = 32, ktile: int = 2, **params):
     """p: the shared description of the operands (lab/operands.py); the kernel runs on the
     padded problem."""
@@ -112,8 +53,5 @@ def prepare(p, tile: int = 32, ktile: int = 2, **params):
     bld = build(tile=tile, ktile=ktile, **params, layout=q.layout)
     grid, block, smem = geometry(q.M, q.N, q.K, tile=tile)
     launch = padded.with_crop(launcher(bld, grid, block, matmul_args(q), smem))
-    launch.resources = resources(bld, grid, block, smem)
-    launch.build = bld
-    launch.setup_ms = padded.setup_ms
-    launch.padded_shape = (padded.Mp, padded.Np, padded.Kp)
-    return launch
+    return Prepared(launch, resources=resources(bld, grid, block, smem), build=bld,
+                    setup_ms=padded.setup_ms, padded_shape=(padded.Mp, padded.Np, padded.Kp))

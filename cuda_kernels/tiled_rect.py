@@ -10,7 +10,7 @@ and 32 <= rows*cols <= 1024 threads; `validate` says so in one sentence before a
 
 from __future__ import annotations
 
-from cuda_kernels._build import cdiv, compile_kernel, stage_launcher
+from cuda_kernels._build import cdiv, compile_kernel, stage_launcher, cuda_offer
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -49,8 +49,10 @@ def geometry(M: int, N: int, K: int, rows: int = 8, cols: int = 32, **_):
     return (cdiv(M, rows) * cdiv(N, cols), 1, 1), (cols, rows, 1), 0
 
 
-@entry("tiled_rect", "cuda")
+OFFER = cuda_offer("tiled_rect", ("matmul_tiled_rect",), build, geometry, validate=validate)
+
+
+@entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    validate(**params)
     return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)

@@ -23,9 +23,10 @@ Variants per call, as in vectorized.py: the layout (-DTRANS_A / -DTRANS_B) and V
 
 from __future__ import annotations
 
-from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, compile_kernel, first_min_blocks,
-                                 launcher, resources, stage_launcher)
+from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, compile_kernel, cuda_offer,
+                                 first_min_blocks, launcher, resources, stage_launcher)
 from cuda_kernels.vectorized import vector_flags
+from lab.contract import Prepared, Tuning
 from lab.errors import LabError
 from lab.operands import entry, timer
 
@@ -153,13 +154,21 @@ def reduce_geometry(M: int, N: int):
     return (cdiv(M * cdiv(N, 4), REDUCE_THREADS), 1, 1), (REDUCE_THREADS, 1, 1), 0
 
 
-@entry("warptiling", "cuda")
+def kernels(params, precision: str) -> tuple[str, ...]:
+    """The main kernel, and the reduction after it when K is split."""
+    return ("matmul_warptiling",) + (("splitk_reduce",) if params.get("splitk", 1) > 1 else ())
+
+
+OFFER = cuda_offer("warptiling", kernels, build, geometry, validate=validate,
+                   tuning=Tuning(split="splitk", tile=("BM", "BN")))
+
+
+@entry(OFFER)
 def prepare(p, splitk: int = 1, **params):
     """p: the shared description of the operands (lab/operands.py)."""
     import numpy as np
     import torch
 
-    validate(**params, splitk=splitk)
     params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c")}
     flags = vector_flags(p)
     main = build(**params, splitk=splitk, **flags, layout=p.layout)
@@ -183,9 +192,5 @@ def prepare(p, splitk: int = 1, **params):
         partials()
         reduce()
 
-    launch.resources = resources(main, grid, block, smem)
-    launch.build = main
-    launch.reduce_build = red
-    launch.workspace = work
-    launch.setup_ms = setup_ms
-    return launch
+    return Prepared(launch, resources=resources(main, grid, block, smem), build=main,
+                    setup_ms=setup_ms, reduce_build=red, workspace=work)

@@ -61,6 +61,8 @@ def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None,
             out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
         else:  # let the shared check say what is wrong with the shapes
             out = a.new_empty((0, 0))
+    if backend == "triton" and a.device.type == "cpu" and not torch.cuda.is_available():
+        _interpreter_for_cpu_tensors(where)  # before the stage's kernels are imported
     precision = precision_for(a, precision, where, spec.precisions_for(backend))
     needs = Needs(blas=backend == "cuda", dtypes=(DTYPE_NAMES[precision],))
     on_cpu = a.device.type == "cpu"
@@ -69,7 +71,7 @@ def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None,
         _interpreter_for_cpu_tensors(where)
     module = spec.module(backend)
     if backend == "triton" and on_cpu:
-        _refuse_compiled_kernels(module, where)
+        _refuse_compiled_kernels(where)
     launch = module.prepare(a, b, out, precision=precision,
                             **Variant(spec, values).params_for(backend))
     launch()
@@ -93,10 +95,10 @@ def _interpreter_for_cpu_tensors(where: str) -> None:
     os.environ["TRITON_INTERPRET"] = "1"
 
 
-def _refuse_compiled_kernels(module, where: str) -> None:
-    """A kernel imported before the interpreter was switched on is compiled for the GPU."""
-    from triton.runtime.jit import JITFunction
+def _refuse_compiled_kernels(where: str) -> None:
+    """Triton kernels imported before the interpreter was switched on are compiled for the GPU."""
+    from triton_kernels._common import INTERPRETED
 
-    if any(isinstance(v, JITFunction) for v in vars(module).values()):
+    if not INTERPRETED:
         raise LabError(f"{where} was loaded for the GPU and cannot run CPU tensors; move them to "
                        f"the GPU with .cuda(), or set TRITON_INTERPRET=1 before importing the lab")

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from lab.contract import Offer, Prepared
 from lab.errors import LabError
 
 INDEX_LIMIT = 2**31 - 1  # 32-bit signed offsets
@@ -156,10 +157,11 @@ class Operand:
                        s1=self.s0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Problem:
-    """C = A @ B as the launcher must compute it: sizes, the three operands, and what the shared
-    code already did (a copy's cost, a transposed problem)."""
+    """C = A @ B as the launcher must compute it: sizes, the three operands, the precision, and
+    what the shared code already did (a copy's cost, a transposed problem). Immutable: the
+    harness describes a row once (describe()) and every launcher reads the same description."""
 
     M: int
     N: int
@@ -326,81 +328,62 @@ def timer(cuda: bool) -> _Timer:
     return _Timer(cuda)
 
 
-def describe(a, b, c, needs: Needs = CUDA) -> Problem:
-    """The problem as a stage with `needs` sees it (after check_operands passed)."""
+def describe(a, b, c, needs: Needs = CUDA, precision: str = "fp32") -> Problem:
+    """The problem as a stage with `needs` sees it in `precision` (after check_operands passed)."""
     M, K = a.shape
     N = b.shape[1]
-    p = Problem(M, N, K, Operand.of("A", a), Operand.of("B", b), Operand.of("C", c))
+    p = Problem(M, N, K, Operand.of("A", a), Operand.of("B", b), Operand.of("C", c),
+                precision=precision)
     if not needs.blas:
         return p
     clock = None
     if p.c.col_major:  # C^T = B^T A^T: C^T is row-major; A^T, B^T swap roles and layouts
-        p = Problem(N, M, K, replace(p.b.transposed(), name="A"),
-                    replace(p.a.transposed(), name="B"), replace(p.c.transposed(), name="C"),
+        p = replace(p, M=N, N=M, a=replace(p.b.transposed(), name="A"),
+                    b=replace(p.a.transposed(), name="B"), c=replace(p.c.transposed(), name="C"),
                     swapped=True)
     if not p.c.row_major:  # no unit stride: compute into a buffer, copy back inside the call
         buf = c.new_empty((p.M, p.N))
-        p.copy_back = (buf, p.c.tensor)
-        p.c = Operand.of("C", buf)
+        p = replace(p, copy_back=(buf, p.c.tensor), c=Operand.of("C", buf))
+    copies = {}
     for name in ("a", "b"):
         op = getattr(p, name)
         if not op.blas:  # no unit stride at all: one copy, outside the timed call
             clock = clock or timer(a.is_cuda)
-            setattr(p, name, Operand.of(op.name, op.tensor.contiguous()))
+            copies[name] = Operand.of(op.name, op.tensor.contiguous())
     if clock is not None:
-        p.setup_ms += clock.stop()
+        p = replace(p, **copies, setup_ms=p.setup_ms + clock.stop())
     return p
 
 
-class _Launch:
-    """A no-argument callable that can carry the attributes the harness reads (resources,
-    setup_ms, build, ...)."""
-
-    def __init__(self, fn: Callable[[], object]):
-        self.fn = fn
-
-    def __call__(self):
-        self.fn()
-
-
-def _copy_back(kernel, buf, user_c) -> _Launch:
+def _copy_back(kernel: Prepared, buf, user_c) -> Prepared:
     def run():
         kernel()
         user_c.copy_(buf)  # a C with no unit stride: the copy is part of the computation
 
-    launch = _Launch(run)
-    for attr in ("resources", "build", "padded_shape", "setup_ms"):
-        if hasattr(kernel, attr):
-            setattr(launch, attr, getattr(kernel, attr))
-    return launch
+    return Prepared(run, resources=kernel.resources, setup_ms=kernel.setup_ms, build=kernel.build,
+                    kernel_only=kernel.kernel_only or kernel, **kernel.extra)
 
 
-def _supported(stage: str, backend: str) -> tuple[str, ...]:
-    """The precisions the registry lists for this stage x backend (fp32 for a kernel that is not
-    registered, such as a test's)."""
-    from lab.stages import BY_NAME
-
-    spec = BY_NAME.get(stage)
-    return spec.precisions_for(backend) if spec is not None else ("fp32",)
-
-
-def entry(stage: str, backend: str, needs: Needs | None = None):
-    """Decorator for a stage's `prepare(problem, **params)`: the public `prepare(a, b, c,
-    **params)` checks the operands, handles empty problems, describes the operands (fitting them
-    to the kernel's needs) and returns the stage's launch callable, with the shared code's
-    one-time copies added to its `setup_ms` and the Problem as `launch.problem`."""
-    needs = needs or (CUDA if backend == "cuda" else TRITON)
-    where = f"stage {stage} ({backend})"
+def entry(offer: Offer, needs: Needs | None = None):
+    """Decorator for a stage's `prepare(problem, **params)`, declared by its Offer: the public
+    `prepare(a, b, c, precision=None, **params)` checks the parameters (offer.validate) and the
+    operands, handles empty problems, describes the operands once (a frozen Problem, fitted to
+    the kernel's needs and carrying the precision) and returns the stage's Prepared launch, with
+    the shared code's one-time copies added to its `setup_ms` and the Problem as `.problem`."""
+    if isinstance(offer, str):  # TRANSITION: mma's launchers until they declare an OFFER
+        legacy_needs = needs if isinstance(needs, Needs) else None
+        offer = Offer(offer, needs, precisions=("tf32", "3xtf32", "bf16", "fp16"))
+        needs = legacy_needs
+    needs = needs or (CUDA if offer.backend == "cuda" else TRITON)
+    where = offer.where
     # CUDA kernels need a GPU; Triton kernels run CPU tensors only under the interpreter.
-    device = "cuda" if backend == "cuda" else None
+    device = "cuda" if offer.backend == "cuda" else None
 
     def wrap(inner: Callable) -> Callable:
         @functools.wraps(inner)
         def prepare(a, b, c, precision: str | None = None, **params):
-            validate = inner.__globals__.get("validate")  # the stage's parameter check first
-            if callable(validate):
-                validate(**params)
-            precision = precision_for(a, precision, where, _supported(stage, backend))
+            precision = precision_for(a, precision, where, offer.precisions)
+            offer.validate(params, precision)  # the stage's parameter rules first
             call_needs = replace(needs, dtypes=(DTYPE_NAMES[precision],))
             interpreting = os.environ.get("TRITON_INTERPRET") == "1"
             check_operands(a, b, c, where, call_needs,
@@ -408,23 +391,88 @@ def entry(stage: str, backend: str, needs: Needs | None = None):
             M, K = a.shape
             N = b.shape[1]
             if M == 0 or N == 0:  # nothing to compute
-                return _Launch(lambda: None)
+                return Prepared(lambda: None)
             if K == 0:  # an empty sum: C is zero, as torch.matmul gives
-                return _Launch(c.zero_)
+                return Prepared(c.zero_)
             # autograd plays no part here (and DLPack refuses tensors that require grad)
             a, b, c = a.detach(), b.detach(), c.detach()
-            p = describe(a, b, c, needs)
-            p.precision = precision
+            p = describe(a, b, c, needs, precision)
             launch = inner(p, **params)
+            if not isinstance(launch, Prepared):
+                raise TypeError(f"{where}: prepare() must return a lab.contract.Prepared, not "
+                                f"{type(launch).__name__}")
             if p.copy_back is not None:
                 launch = _copy_back(launch, *p.copy_back)
             if p.setup_ms:
-                launch.setup_ms = (getattr(launch, "setup_ms", None) or 0.0) + p.setup_ms
+                launch.add_setup(p.setup_ms)
             launch.problem = p
             return launch
 
         prepare.inner = inner
-        prepare.where = where
+        prepare.offer = offer
+        prepare.needs = needs
         return prepare
 
     return wrap
+
+
+# ------------------------------------------------------------------------- zero padding
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+class Padded:
+    """A problem (lab.operands.Problem) with its operands zero-padded to tile multiples, and what
+    that took.
+
+    M and N are rounded up to multiples of `tile`, K to a multiple of `k_multiple` (the K depth of
+    one stage in elements, TILE * ktile for the CUDA kernel; `tile` when not given). An operand
+    that needs padding is copied into a zero, row-major buffer; one that does not is used as it
+    is, in its own layout and leading dimension (the kernel reads layouts and leading dimensions).
+    `problem` is the padded problem the kernel runs on; `with_crop` makes the timed callable."""
+
+    def __init__(self, p, tile: int, k_multiple: int | None = None):
+        M, N, K = p.M, p.N, p.K
+        self.M, self.N, self.K = M, N, K
+        self.Mp, self.Np = _round_up(M, tile), _round_up(N, tile)
+        self.Kp = _round_up(K, k_multiple or tile)
+        self.pads_a = (self.Mp, self.Kp) != (M, K)
+        self.pads_b = (self.Kp, self.Np) != (K, N)
+        self.pads_c = (self.Mp, self.Np) != (M, N)
+        self.c = p.c.tensor
+        self.setup_ms = 0.0
+        a, b, c = p.a, p.b, p.c
+        if self.pads_a or self.pads_b or self.pads_c:
+            clock = timer(p.c.tensor.is_cuda)
+            if self.pads_a:
+                a = Operand.of("A", _zero_padded(p.a.tensor, self.Mp, self.Kp))
+            if self.pads_b:
+                b = Operand.of("B", _zero_padded(p.b.tensor, self.Kp, self.Np))
+            if self.pads_c:
+                # The kernel writes every element of the padded C; start it as NaN (like the
+                # harness does with c) so a kernel that skipped one could not pass on stale memory.
+                c = Operand.of("C", p.c.tensor.new_full((self.Mp, self.Np), float("nan")))
+            self.setup_ms = clock.stop()
+        self.cpad = c.tensor
+        self.problem = replace(p, M=self.Mp, N=self.Np, K=self.Kp, a=a, b=b, c=c, setup_ms=0.0,
+                               copy_back=None)
+
+    def with_crop(self, launch):
+        """The timed callable: the bare launch, or the launch followed by the crop copy."""
+        if not self.pads_c:
+            return launch
+        c, view = self.c, self.cpad[: self.M, : self.N]
+
+        def launch_and_crop():
+            launch()
+            c.copy_(view)
+
+        return launch_and_crop
+
+
+def _zero_padded(x, rows: int, cols: int):
+    out = x.new_zeros((rows, cols))
+    out[: x.shape[0], : x.shape[1]].copy_(x)
+    return out

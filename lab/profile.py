@@ -243,54 +243,25 @@ class Target:
         return f"{self.label}-{self.backend}".replace(":", "_").replace(",", "_").replace("=", "")
 
 
-def _precision_kw(fn, precision: str) -> dict:
-    """{"precision": precision} for a CUDA launcher function that takes one (mma's build and
-    geometry), else {} (the fp32 stages have one build)."""
-    import inspect
-
-    return {"precision": precision} if "precision" in inspect.signature(fn).parameters else {}
-
-
-def cuda_build(variant, precision: str = "fp32"):
-    """The NVRTC build of a CUDA stage variant in `precision` (no GPU needed: sm_90 without one)."""
-    module = variant.stage.module("cuda")
-    return module.build(**variant.params_for("cuda"), **_precision_kw(module.build, precision))
+def cuda_build(variant, precision: str = "fp32", shape=(4096, 4096, 4096), layout: str = "nn"):
+    """The NVRTC build of a CUDA stage variant in `precision`, as its launcher builds it for
+    `shape` and `layout` (the Offer's compile; no GPU needed: sm_90 without one)."""
+    offer = variant.stage.offer("cuda")
+    return offer.compile(variant.params_for("cuda"), *shape, layout, precision)[0]
 
 
-def cuda_kernel_name(variant, precision: str = "fp32") -> str:
-    """The extern "C" name NVRTC built (no GPU needed: compiles for sm_90 without one)."""
-    return cuda_build(variant, precision).kernel
-
-
-def triton_kernel_names(module) -> list[str]:
-    """Names of the @triton.jit functions a Triton stage module defines or imports (a stage may
-    launch an earlier stage's program, as blocktile_2d does; helpers inline away, so a regex over
-    all of them matches only the one that is launched)."""
-    names = []
-    for value in vars(module).values():
-        cls = type(value).__name__
-        if cls in ("JITFunction", "InterpretedFunction") or (hasattr(value, "fn") and
-                                                             hasattr(value, "warmup")):
-            fn = getattr(value, "fn", None)
-            name = getattr(fn, "__name__", None)
-            if name:
-                names.append(name)
-    return sorted(set(names))
+def kernel_names(variant, backend: str, precision: str = "fp32") -> tuple[str, ...]:
+    """The kernels one launch of this variant runs, as its launcher's Offer declares them."""
+    return variant.stage.offer(backend).kernel_names(variant.params_for(backend), precision)
 
 
 def kernel_filter(variant, backend: str, precision: str = "fp32") -> str:
-    if backend == "cuda":
-        module = variant.stage.module("cuda")
-        if hasattr(module, "kernel_names"):  # a launcher that picks its kernel per GPU (mma)
-            names = module.kernel_names(**variant.params_for("cuda"),
-                                        **_precision_kw(module.kernel_names, precision))
-            if len(names) > 1:
-                return "regex:^(" + "|".join(names) + ")$"
-            return names[0]
-        return cuda_kernel_name(variant, precision)
-    names = triton_kernel_names(variant.stage.module("triton"))
+    """ncu's --kernel-name for the kernels of one launch (ncu then profiles the first match)."""
+    names = kernel_names(variant, backend, precision)
     if not names:
-        raise LabError(f"triton_kernels.{variant.stage.name} defines no @triton.jit function")
+        raise LabError(f"stage {variant.stage.name} ({backend}) declares no kernel in its OFFER")
+    if backend == "cuda":
+        return names[0] if len(names) == 1 else "regex:^(" + "|".join(names) + ")$"
     # prefix match: older Triton versions appended a specialization suffix to the name
     return "regex:^" + (names[0] if len(names) == 1 else "(" + "|".join(names) + ")")
 
@@ -381,7 +352,7 @@ def run_target(args, shape) -> int:
     else:  # a launch that copies an operand first (mma's kmajor_b) offers the kernel alone
         push, pop = _nvtx()
         push(NVTX_RANGE)
-        getattr(launch, "kernel_only", launch)()
+        (launch.kernel_only or launch)()
         pop()
     torch.cuda.synchronize()
     if args.check:
@@ -713,27 +684,6 @@ def _cuda_sass(build) -> str:
     return sass_of_cubin(build.cubin)
 
 
-class _FakeDriver:
-    """Just enough of a Triton driver to compile (never launch) for a GPU that is not here."""
-
-    def __init__(self, target):
-        self.target = target
-
-    def get_current_target(self):
-        return self.target
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-    def get_active_torch_device(self):
-        import torch
-
-        return torch.device("cpu")
-
-
 class TritonInterpreted(LabError):
     """TRITON_INTERPRET=1: the Triton kernels of this process are interpreted, never compiled."""
 
@@ -748,7 +698,9 @@ def triton_launch(variant, shape, precision: str = "fp32") -> dict:
     """What a Triton stage's prepare() launches for this shape and precision, recorded, never
     launched: {kernel, grid, args, meta}.
 
-    The stage's prepare() runs with its `launcher` swapped for a recorder. With a GPU the inputs
+    The stage's own prepare runs inside triton_kernels._common.recording(), which records each
+    launch instead of compiling it; the one kept is the last launch of the first kernel the
+    stage's OFFER names (its GEMM, not a split-K sum or a copy). With a GPU the inputs
     are real (uninitialised) tensors; without one they are 'meta' tensors (shape and dtype only).
     The tensors are in `precision`'s dtype (lab.operands.DTYPE_NAMES) and the Problem carries the
     precision, so the stage passes the meta it passes when it runs (tl.dot's INPUT_PRECISION:
@@ -757,42 +709,26 @@ def triton_launch(variant, shape, precision: str = "fp32") -> dict:
 
     from lab.operands import DTYPE_NAMES, TRITON, describe
 
+    from triton_kernels._common import recording
+
     module = variant.stage.module("triton")
-    if not hasattr(module, "launcher"):
-        raise LabError(f"triton_kernels.{variant.stage.name} does not launch through "
-                       "triton_kernels._common.launcher, so its compiled kernel cannot be captured")
-    captured: dict = {}
-
-    def recorder(kernel, grid, args, **meta):
-        captured.update(kernel=kernel, grid=tuple(int(g) for g in grid), args=args, meta=meta)
-
-        def launch():  # pragma: no cover - never called
-            raise RuntimeError("recorder only")
-
-        launch.resources = None
-        return launch
-
+    params = variant.params_for("triton")
+    main = variant.stage.offer("triton").kernel_names(params, precision)[0]
     device = "cuda" if torch.cuda.is_available() else "meta"
     M, N, K = shape
     dtype = getattr(torch, DTYPE_NAMES[precision])
     a = torch.empty((M, K), device=device, dtype=dtype)
     b = torch.empty((K, N), device=device, dtype=dtype)
     c = torch.empty((M, N), device=device, dtype=dtype)
-    original = module.launcher
-    module.launcher = recorder
-    try:  # the stage's own part of prepare (meta tensors cannot pass the shared device check)
-        inner = getattr(module.prepare, "inner", None)
-        if inner is None:
-            module.prepare(a, b, c, precision=precision, **variant.params_for("triton"))
-        else:
-            problem = describe(a, b, c, TRITON)
-            problem.precision = precision  # as the shared prepare() sets it for the stage's own
-            inner(problem, **variant.params_for("triton"))
-    finally:
-        module.launcher = original
-    if not captured:
-        raise LabError(f"triton_kernels.{variant.stage.name}.prepare launched nothing")
-    return captured
+    # the stage's own part of prepare (meta tensors cannot pass the shared device check)
+    with recording() as calls:
+        module.prepare.inner(describe(a, b, c, TRITON, precision), **params)
+    launched = [call for call in calls if call[0].fn.__name__ == main]
+    if not launched:
+        raise LabError(f"triton_kernels.{variant.stage.name}.prepare launched no {main} (the first "
+                       f"kernel its OFFER names) through triton_kernels._common.launcher")
+    kernel, grid, args, meta = launched[-1]
+    return {"kernel": kernel, "grid": grid, "args": args, "meta": meta}
 
 
 def _triton_compile(variant, shape, precision: str = "fp32"):
@@ -805,9 +741,10 @@ def _triton_compile(variant, shape, precision: str = "fp32"):
 
     import torch
 
+    from triton_kernels._common import FakeDriver, interpreted
+
     captured = triton_launch(variant, shape, precision)
     kernel = captured["kernel"]
-    from triton_kernels._common import interpreted
 
     if interpreted(kernel):
         raise TritonInterpreted("TRITON_INTERPRET=1 is set, so Triton kernels are interpreted and "
@@ -821,7 +758,7 @@ def _triton_compile(variant, shape, precision: str = "fp32"):
         if not gpu:
             from triton.backends.compiler import GPUTarget
 
-            driver.set_active(_FakeDriver(GPUTarget("cuda", 90, 32)))
+            driver.set_active(FakeDriver(GPUTarget("cuda", 90, 32)))
             where = "sm_90 (no GPU here: compiled, never run)"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -940,9 +877,8 @@ def compile_listing(v, backend: str, shape, sass: bool, ptx: bool,
     if backend == "cuda":
         from cuda_kernels._build import resources as cuda_resources
 
-        module = v.stage.module("cuda")
-        prm = v.params_for("cuda")
-        build = cuda_build(v, precision)
+        build, geometry = v.stage.offer("cuda").compile(v.params_for("cuda"), *shape, "nn",
+                                                        precision)
         item = Listing(v.label, "cuda", params, build.kernel, f"{build.arch} (NVRTC)",
                        f"{v.label} cuda {build.kernel} ({build.arch}, NVRTC, {precision})",
                        precision=precision)
@@ -953,8 +889,7 @@ def compile_listing(v, backend: str, shape, sass: bool, ptx: bool,
         if sass:
             item.sass = _cuda_sass(build)
         if resources:
-            res = cuda_resources(build, *module.geometry(
-                *shape, **prm, **_precision_kw(module.geometry, precision)))
+            res = cuda_resources(build, *geometry)
             usage = cubin_usage(build.cubin, build.kernel)
             item.resources = {**res, "local_bytes": usage.get("LOCAL", 0)}
     else:

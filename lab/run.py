@@ -91,17 +91,18 @@ def validate(plan: Plan) -> None:
         if p not in PRECISIONS:
             raise LabError(f"unknown precision {p!r}; choose from {', '.join(PRECISIONS)}")
     for v in plan.variants:
-        if getattr(v, "implicit", False):  # 'all': a stage without these precisions is skipped
+        if v.implicit:  # 'all': a stage without these precisions is skipped
             continue
         if not any(plan.runs(v, b, p) for b in plan.backends for p in plan.precisions):
             offered = "; ".join(f"{b}: {', '.join(v.stage.precisions_for(b)) or 'none'}"
                                 for b in plan.backends)
             raise LabError(f"stage {v.stage.name} computes in none of the precisions asked for "
                            f"({', '.join(plan.precisions)}); it offers {offered}")
-        for backend in plan.backends:  # a launcher's own parameter constraints, if it has any
-            check_params = getattr(v.stage.module(backend), "validate", None)
-            if check_params is not None:
-                check_params(**v.params_for(backend))
+        for backend in plan.backends:  # each launcher's own parameter rules (its OFFER)
+            offer = v.stage.offer(backend)
+            for p in plan.precisions:
+                if p in offer.precisions:
+                    offer.validate(v.params_for(backend), p)
     if not any(plan.runs(v, b, p) for v in plan.variants for b in plan.backends
                for p in plan.precisions):
         raise LabError(f"none of the stages asked for computes in {', '.join(plan.precisions)} "
@@ -365,13 +366,13 @@ def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, 
     module = variant.stage.module(backend)
     c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)
     launch = module.prepare(a, b, c, precision=row.precision, **variant.params_for(backend))
-    row.set_resources(getattr(launch, "resources", None))
-    row.setup_ms = getattr(launch, "setup_ms", None)
+    row.set_resources(launch.resources)
+    row.setup_ms = launch.setup_ms
     if plan.mode == "cpu":
         result = chk.check(launch, c, ref, a.shape[1], row.precision)
         _apply_check(row, result)
         return
-    if backend == "cuda" and getattr(launch, "build", None) is not None and row.threads:
+    if backend == "cuda" and launch.build is not None and row.threads:
         from cuda_kernels._build import occupancy_blocks_per_sm
 
         row.api_blocks_per_sm = occupancy_blocks_per_sm(launch.build, row.threads,
@@ -428,26 +429,19 @@ def _check_and_time(row: Row, launch, a, b, c, ref, plan: Plan, host=None, cubla
 
 def _compile_only(row: Row, variant: Variant, shape: Shape, layout: str = "nn",
                   precision: str = "fp32") -> None:
-    """CPU mode, CUDA backend: compile with NVRTC for sm_90 and report resources."""
-    import inspect
-
+    """CPU mode, CUDA backend: compile with NVRTC for the H100 and report resources, through the
+    launcher's OFFER: validate, resolve (automatic values, for the H100's SMs), compile."""
     from cuda_kernels._build import resources
+    from lab.roofline import DEFAULT_SMS
 
-    module = variant.stage.module("cuda")
+    offer = variant.stage.offer("cuda")
     params = variant.params_for("cuda")
-    extra = ({"precision": precision}
-             if "precision" in inspect.signature(module.build).parameters else {})
-    resolved = None
-    if hasattr(module, "launch_config"):  # automatic values (0) resolved as prepare() would
-        params = module.launch_config(shape[0], shape[1], **params, **extra)
-        resolved = module.config_text(params)
-    build = module.build(**params, layout=layout, **extra)
-    geometry_params = inspect.signature(module.geometry).parameters
-    geometry_extra = {**(extra if "precision" in geometry_params else {}),
-                      **({"layout": layout} if "layout" in geometry_params else {})}
-    res = resources(build, *module.geometry(*shape, **params, **geometry_extra))
-    if resolved is not None:
-        res = {**res, "params": resolved}
+    offer.validate(params, precision)
+    build, geometry = offer.compile(params, *shape, layout, precision)
+    res = resources(build, *geometry)
+    if offer.show is not None:
+        res = {**res, "params": offer.show(offer.resolve(params, shape[0], shape[1], precision,
+                                                         DEFAULT_SMS))}
     row.set_resources(res)
     row.status = "compiled"
     row.detail = f"built for {build.arch} by NVRTC; not run (no GPU)"

@@ -15,6 +15,8 @@ import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from lab.contract import PRECISIONS as CONTRACT_PRECISIONS
+from lab.contract import Offer
 from lab.errors import LabError
 
 BACKENDS = ("cuda", "triton")
@@ -25,7 +27,7 @@ BACKENDS = ("cuda", "triton")
 #           near-fp32 accuracy on the tensor cores (compared with cuBLAS fp32, which it stands in for)
 #   bf16    bfloat16 operands and output, fp32 accumulation
 #   fp16    float16 operands and output, fp32 accumulation
-PRECISIONS = ("fp32", "tf32", "3xtf32", "bf16", "fp16")
+PRECISIONS = CONTRACT_PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Param:
     choices: tuple
     help: str
     backends: tuple[str, ...] = BACKENDS
+    numerics: bool = False  # changes the results' numerics: the tuner never searches it
 
     def coerce(self, value: object) -> object:
         """`value` as this parameter's type where that is unambiguous: True / False for an
@@ -69,26 +72,34 @@ class Param:
 
 @dataclass(frozen=True)
 class Stage:
+    """One rung of the ladder: its name (the files' name), a one-line title, and its parameters.
+    What each backend's launcher offers (precisions, kernels, validation, tuning hints) is
+    declared beside the kernel, in that launcher's `OFFER` (lab/contract.py)."""
+
     name: str
     title: str
-    precisions: tuple[str, ...] | dict = ("fp32",)  # for both backends, or {backend: (...)}
     params: tuple[Param, ...] = ()
-
-    def precisions_for(self, backend: str) -> tuple[str, ...]:
-        """The precisions this stage's `backend` kernel computes in."""
-        if isinstance(self.precisions, dict):
-            return tuple(self.precisions.get(backend, ()))
-        return tuple(self.precisions)
-
-    def all_precisions(self) -> tuple[str, ...]:
-        if isinstance(self.precisions, dict):
-            return tuple(dict.fromkeys(p for ps in self.precisions.values() for p in ps))
-        return tuple(self.precisions)
 
     def module(self, backend: str) -> ModuleType:
         """The launcher module of this stage for a backend (cuda_kernels.<name> / triton_kernels.<name>)."""
         package = {"cuda": "cuda_kernels", "triton": "triton_kernels"}[backend]
         return importlib.import_module(f"{package}.{self.name}")
+
+    def offer(self, backend: str) -> Offer:
+        """What this stage's `backend` launcher declares (lab/contract.py)."""
+        module = self.module(backend)
+        offer = getattr(module, "OFFER", None) or module.prepare.offer  # TRANSITION (mma)
+        if offer.stage != self.name or offer.backend != backend:
+            raise LabError(f"{backend} launcher of stage {self.name} declares the Offer of "
+                           f"{offer.stage} ({offer.backend})")
+        return offer
+
+    def precisions_for(self, backend: str) -> tuple[str, ...]:
+        """The precisions this stage's `backend` kernel computes in."""
+        return self.offer(backend).precisions
+
+    def all_precisions(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p for b in BACKENDS for p in self.precisions_for(b)))
 
     def defaults(self) -> dict[str, object]:
         return {p.name: p.default for p in self.params}
@@ -127,7 +138,8 @@ def _fmt(value: object) -> str:
 
 # Compiler switches every CUDA stage offers (see cuda_kernels/_build.py and common.cuh).
 SWITCHES = (
-    Param("fast_math", False, (False, True), "compile with --use_fast_math", ("cuda",)),
+    Param("fast_math", False, (False, True), "compile with --use_fast_math", ("cuda",),
+          numerics=True),
     Param("unroll", True, (False, True), "unroll the inner loop (0 = #pragma unroll 1)", ("cuda",)),
 )
 
@@ -164,10 +176,6 @@ def thread_tile() -> tuple[Param, ...]:
     )
 
 
-# CUDA stages on the CUDA cores compute in fp32; a Triton twin whose tl.dot takes the precision
-# as one argument (triton_kernels/_common.py DOT_PRECISION) offers all of them.
-TRITON_DOT = {"cuda": ("fp32",), "triton": ("fp32", "tf32", "3xtf32", "bf16", "fp16")}
-
 STAGES: tuple[Stage, ...] = (
     Stage(
         "naive",
@@ -188,7 +196,6 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "tiled",
         "shared-memory tiling (TILE 32): each loaded element is reused TILE times from shared memory",
-        precisions=TRITON_DOT,
         params=(
             Param("tile", 32, (8, 16, 32), "tile edge: TILE x TILE threads and tiles"),
             Param("ktile", 2, (1, 2, 4), "K depth staged per barrier, in units of TILE", ("cuda",)),
@@ -243,7 +250,6 @@ STAGES: tuple[Stage, ...] = (
         "vectorized",
         "blocktile_2d with float4 (128-bit) global loads/stores and a transposed A tile in shared "
         "memory, so A and B fragments are read with LDS.128 too",
-        precisions=TRITON_DOT,
         params=(
             *block_tile(128), *thread_tile(), group(16), *SWITCHES, num_warps(8), num_stages(),
         ),
@@ -338,7 +344,6 @@ STAGES: tuple[Stage, ...] = (
         "tensor cores: each warp's tile is mma.sync instructions (m16n8k16 bf16/fp16, m16n8k8 "
         "TF32, 3xTF32 as three TF32 products) fed by ldmatrix from XOR-swizzled shared memory "
         "and a cp.async ring",
-        precisions=("tf32", "3xtf32", "bf16", "fp16"),
         params=(
             Param("BM", 0, (0, 64, 128, 256),
                   "block tile rows (0: per precision, 256 for tf32/bf16/fp16, 128 for 3xtf32; "

@@ -353,14 +353,16 @@ def test_unknown_metric_messages_are_recognised():
     assert N.unknown_metrics("all good", req) == []
 
 
-def test_triton_kernel_names_come_from_the_module():
-    from lab.profile import kernel_filter, triton_kernel_names
+def test_kernel_names_come_from_the_offer():
+    from lab.profile import kernel_filter, kernel_names
     from lab.stages import BY_NAME, Variant
 
-    import triton_kernels.tiled as mod
-
-    assert triton_kernel_names(mod) == ["matmul_tiled_kernel"]
     stage = BY_NAME["tiled"]
+    assert kernel_names(Variant(stage, stage.defaults()), "triton") == ("matmul_tiled_kernel",)
+    split = BY_NAME["warptiling"]
+    two = Variant(split, {**split.defaults(), "splitk": 4})
+    assert kernel_filter(two, "cuda") == "regex:^(matmul_warptiling|splitk_reduce)$"
+    assert kernel_filter(two, "triton") == "regex:^(matmul_warptiling_kernel|splitk_reduce_kernel)"
     v = Variant(stage, stage.defaults())
     assert kernel_filter(v, "triton") == "regex:^matmul_tiled_kernel"
     assert kernel_filter(v, "cuda") == "matmul_tiled"
@@ -758,13 +760,12 @@ def test_ptx_mix_counts_vector_and_scalar_loads_apart():
 
 
 def test_triton_kernel_names_include_a_program_shared_with_an_earlier_stage():
-    import importlib
+    from lab.profile import kernel_names
+    from lab.stages import BY_NAME, Variant
 
-    from lab.profile import triton_kernel_names
-
-    names = triton_kernel_names(importlib.import_module("triton_kernels.blocktile_2d"))
-    assert names == ["matmul_blocktile_1d_kernel"]
-    assert triton_kernel_names(importlib.import_module("triton_kernels.tiled")) == ["matmul_tiled_kernel"]
+    stage = BY_NAME["blocktile_2d"]
+    names = kernel_names(Variant(stage, stage.defaults()), "triton")
+    assert names == ("matmul_blocktile_1d_kernel",)
 
 
 # ---------------------------------------------------------------------------- --precision

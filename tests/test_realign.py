@@ -52,7 +52,7 @@ def test_realign_matches_torch_in_every_layout(shape, layout):
     assert result.passed, f"{shape} {layout}: {result.reason}"
     # every leading dimension here (K, N, M or 1) is off a multiple of 16: both are copied
     assert launch.realigned == ("A", "B")
-    p = launch.problem
+    p = launch.kernel_problem
     assert p.a.tensor.data_ptr() != a.data_ptr() and p.b.tensor.data_ptr() != b.data_ptr()
     for op, user in ((p.a, a), (p.b, b)):
         assert op.ld % 16 == 0 and op.tensor.data_ptr() % 16 == 0
@@ -88,7 +88,7 @@ def test_realign_on_offset_views(layout):
     result = chk.check(launch, c, chk.reference(a, b), K)
     assert result.passed, f"{layout}: {result.reason}"
     assert launch.realigned == ("A",)  # B's lines and base are aligned: read where it is
-    assert launch.problem.b.tensor.data_ptr() == b.data_ptr()
+    assert launch.kernel_problem.b.tensor.data_ptr() == b.data_ptr()
 
 
 @cpu_only
@@ -107,7 +107,7 @@ def test_realign_on_sliced_and_strided_views():
     result = chk.check(launch, c, chk.reference(a, b), K)
     assert result.passed, result.reason
     assert launch.realigned == ("A", "B")
-    assert launch.problem.b.row_major and launch.problem.b.ld == 32
+    assert launch.kernel_problem.b.row_major and launch.kernel_problem.b.ld == 32
 
 
 @cpu_only
@@ -120,7 +120,7 @@ def test_realign_with_a_strided_c():
         launch = _prepare(a, b, c, realign=True)
         result = chk.check(launch, c, chk.reference(a, b), K)
         assert result.passed, result.reason
-        assert launch.problem.c.tensor.data_ptr() == c.data_ptr()
+        assert launch.kernel_problem.c.tensor.data_ptr() == c.data_ptr()
 
 
 # ------------------------------------------------------------------- (b) only what is misaligned
@@ -133,15 +133,15 @@ def test_aligned_operands_are_not_copied():
     c = torch.empty((M, N))
     launch = _prepare(a, b, c, realign=True)
     assert launch.realigned == ()
-    assert not hasattr(launch, "kernel_only")  # the call is the kernel alone
-    assert launch.problem.a.tensor.data_ptr() == a.data_ptr()
-    assert launch.problem.b.tensor.data_ptr() == b.data_ptr()
+    assert launch.kernel_only is None  # the call is the kernel alone
+    assert launch.kernel_problem.a.tensor.data_ptr() == a.data_ptr()
+    assert launch.kernel_problem.b.tensor.data_ptr() == b.data_ptr()
     assert chk.check(launch, c, chk.reference(a, b), K).passed
     # K = 33: a transposed A's leading dimension is M = 20 (misaligned), B's rows stay 48 floats
     a, b = chk.make_inputs(M, N, 33, seed=29, device="cpu", layout="tn")
     launch = _prepare(a, b, c, realign=True)
     assert launch.realigned == ("A",)
-    assert launch.problem.b.tensor.data_ptr() == b.data_ptr()
+    assert launch.kernel_problem.b.tensor.data_ptr() == b.data_ptr()
     assert chk.check(launch, c, chk.reference(a, b), 33).passed
     a, b = chk.make_inputs(M, 40, 32, seed=31, device="cpu")  # N = 40: B's rows misaligned
     c = torch.empty((M, 40))
@@ -157,8 +157,8 @@ def test_realign_off_copies_nothing():
     c = torch.empty((M, N))
     for launch in (_prepare(a, b, c), _prepare(a, b, c, realign=False)):
         assert launch.realigned == ()
-        assert launch.problem.a.tensor.data_ptr() == a.data_ptr()
-        assert launch.problem.b.tensor.data_ptr() == b.data_ptr()
+        assert launch.kernel_problem.a.tensor.data_ptr() == a.data_ptr()
+        assert launch.kernel_problem.b.tensor.data_ptr() == b.data_ptr()
         assert not getattr(launch, "setup_ms", None)
         assert chk.check(launch, c, chk.reference(a, b), K).passed
 
@@ -176,7 +176,7 @@ def test_the_copy_is_made_in_every_call(layout):
     assert launch.realigned == ("A", "B")
     assert launch.setup_ms is not None and launch.setup_ms >= 0  # the buffers: setup, untimed
     assert callable(launch.kernel_only)
-    p = launch.problem
+    p = launch.kernel_problem
     for op in (p.a, p.b):  # zeroed in prepare(), before any call
         assert _padding_of(op).numel() and not _padding_of(op).any()
     assert chk.check(launch, c, chk.reference(a, b), K).passed
@@ -215,29 +215,16 @@ def test_the_kernel_gets_the_hints_for_the_buffers(layout, flags):
         assert {k: meta[k] for k in flags} == flags and meta["VEC_C"] == ""
     else:
         from lab.operands import TRITON, describe
+        from triton_kernels._common import recording
 
         module = _triton()
-        captured = {}
-
-        def recorder(kernel, grid, args, **meta):
-            captured.update(meta)
-
-            def launch():  # pragma: no cover - never called
-                raise RuntimeError
-
-            launch.resources = None
-            return launch
-
         M = N = K = 1025
         a = torch.empty((K, M), device="meta").t()
         b = torch.empty((N, K), device="meta").t()
         c = torch.empty((M, N), device="meta")
-        original = module.launcher
-        module.launcher = recorder
-        try:
+        with recording() as launches:
             module.prepare.inner(describe(a, b, c, TRITON), **_params(realign=True))
-        finally:
-            module.launcher = original
+        captured = launches[-1][3]
         assert {k: captured[k] for k in flags} == flags and captured["VEC_C"] == ""
 
 

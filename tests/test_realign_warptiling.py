@@ -71,7 +71,7 @@ def test_realign_matches_torch_in_every_layout(shape, layout, splitk):
     lds = {"A": K if layout[0] == "n" else M, "B": N if layout[1] == "n" else K}
     copied = tuple(name for name, ld in lds.items() if ld % 16)
     assert launch.realigned == copied
-    p = launch.problem
+    p = launch.kernel_problem
     for name, op, user in (("A", p.a, a), ("B", p.b, b)):
         assert (op.tensor.data_ptr() != user.data_ptr()) == (name in copied)
         assert op.ld % 16 == 0 and op.tensor.data_ptr() % 16 == 0
@@ -112,7 +112,7 @@ def test_realign_on_offset_views(layout, splitk):
     result = chk.check(launch, c, chk.reference(a, b), K)
     assert result.passed, f"{layout} splitk={splitk}: {result.reason}"
     assert launch.realigned == ("A",)  # B's lines and base are aligned: read where it is
-    assert launch.problem.b.tensor.data_ptr() == b.data_ptr()
+    assert launch.kernel_problem.b.tensor.data_ptr() == b.data_ptr()
 
 
 @cpu_only
@@ -132,8 +132,8 @@ def test_realign_on_sliced_and_strided_views_with_a_strided_c():
         result = chk.check(launch, c, chk.reference(a, b), K)
         assert result.passed, result.reason
         assert launch.realigned == ("A", "B")
-        assert launch.problem.b.row_major and launch.problem.b.ld == 32
-        assert launch.problem.c.tensor.data_ptr() == c.data_ptr()
+        assert launch.kernel_problem.b.row_major and launch.kernel_problem.b.ld == 32
+        assert launch.kernel_problem.c.tensor.data_ptr() == c.data_ptr()
         assert (big[:, :2] == -1).all() and (big[:, 2 + N:] == -1).all()
 
 
@@ -148,21 +148,21 @@ def test_aligned_operands_are_not_copied(splitk):
     c = torch.empty((M, N))
     launch = _prepare(a, b, c, realign=True, splitk=splitk)
     assert launch.realigned == ()
-    assert not hasattr(launch, "kernel_only")  # the call is the kernel(s) alone
-    assert launch.problem.a.tensor.data_ptr() == a.data_ptr()
-    assert launch.problem.b.tensor.data_ptr() == b.data_ptr()
+    assert launch.kernel_only is None  # the call is the kernel(s) alone
+    assert launch.kernel_problem.a.tensor.data_ptr() == a.data_ptr()
+    assert launch.kernel_problem.b.tensor.data_ptr() == b.data_ptr()
     assert chk.check(launch, c, chk.reference(a, b), K).passed
     # K = 33: a transposed A's leading dimension is M = 20 (misaligned), B's rows stay 48 floats
     a, b = chk.make_inputs(M, N, 33, seed=29, device="cpu", layout="tn")
     launch = _prepare(a, b, c, realign=True, splitk=splitk)
     assert launch.realigned == ("A",)
-    assert launch.problem.b.tensor.data_ptr() == b.data_ptr()
+    assert launch.kernel_problem.b.tensor.data_ptr() == b.data_ptr()
     assert chk.check(launch, c, chk.reference(a, b), 33).passed
     a, b = chk.make_inputs(M, 40, 32, seed=31, device="cpu")  # N = 40: B's rows misaligned
     c = torch.empty((M, 40))
     launch = _prepare(a, b, c, realign=True, splitk=splitk)
     assert launch.realigned == ("B",)
-    assert launch.problem.a.tensor.data_ptr() == a.data_ptr()
+    assert launch.kernel_problem.a.tensor.data_ptr() == a.data_ptr()
     assert chk.check(launch, c, chk.reference(a, b), 32).passed
 
 
@@ -174,9 +174,9 @@ def test_realign_off_copies_nothing(splitk):
     c = torch.empty((M, N))
     for launch in (_prepare(a, b, c, splitk=splitk), _prepare(a, b, c, realign=False,
                                                               splitk=splitk)):
-        assert launch.realigned == () and not hasattr(launch, "kernel_only")
-        assert launch.problem.a.tensor.data_ptr() == a.data_ptr()
-        assert launch.problem.b.tensor.data_ptr() == b.data_ptr()
+        assert launch.realigned == () and launch.kernel_only is None
+        assert launch.kernel_problem.a.tensor.data_ptr() == a.data_ptr()
+        assert launch.kernel_problem.b.tensor.data_ptr() == b.data_ptr()
         if splitk == 1:
             assert not getattr(launch, "setup_ms", None)
         assert chk.check(launch, c, chk.reference(a, b), K).passed
@@ -199,7 +199,7 @@ def test_the_copy_is_made_in_every_call(layout, splitk):
     if splitk > 1:  # the split-K launch's workspace is still there
         assert launch.workspace is launch.kernel_only.workspace
         assert launch.workspace.numel() == splitk * M * N
-    p = launch.problem
+    p = launch.kernel_problem
     for op in (p.a, p.b):  # zeroed in prepare(), before any call
         assert _padding_of(op).numel() and not _padding_of(op).any()
     assert chk.check(launch, c, chk.reference(a, b), K).passed
@@ -226,33 +226,19 @@ def _recorded(layout, shape, **changes) -> list[dict]:
     """The meta-parameters prepare() hands each launcher() call (meta tensors, nothing
     launched): the GEMM kernel's, then (split-K) the reduction's, in the order of the calls."""
     from lab.operands import TRITON, describe
+    from triton_kernels._common import recording
 
     module = _triton()
-    calls = []
-
-    def recorder(kernel, grid, args, **meta):
-        calls.append(dict(meta, kernel=kernel.__name__ if hasattr(kernel, "__name__") else
-                          str(kernel), grid=grid, a=args[0], b=args[1]))
-
-        def launch():  # pragma: no cover - never called
-            raise RuntimeError
-
-        launch.resources = None
-        return launch
-
     M, N, K = shape
     a = torch.empty((K, M), device="meta").t() if layout[0] == "t" else torch.empty(
         (M, K), device="meta")
     b = torch.empty((N, K), device="meta").t() if layout[1] == "t" else torch.empty(
         (K, N), device="meta")
     c = torch.empty((M, N), device="meta")
-    original = module.launcher
-    module.launcher = recorder
-    try:
+    with recording() as launches:
         module.prepare.inner(describe(a, b, c, TRITON), **_params(**changes))
-    finally:
-        module.launcher = original
-    return calls
+    return [dict(meta, kernel=getattr(kernel, "__name__", str(kernel)), grid=grid, a=args[0],
+                 b=args[1]) for kernel, grid, args, meta in launches]
 
 
 @pytest.mark.parametrize("splitk", SPLITS)

@@ -190,13 +190,16 @@ def test_rect_validate_errors(rows, cols, fragment):
 
 
 def test_rect_prepare_validates_before_anything_else():
+    """Each twin's prepare() checks its own kernel's rules before it looks at the tensors (CPU
+    tensors here, which the CUDA launcher would refuse only afterwards)."""
     from cuda_kernels import tiled_rect as cuda_rect
     from triton_kernels import tiled_rect as triton_rect
 
     a, b = chk.make_inputs(8, 8, 8, seed=0, device="cpu")
-    for module in (cuda_rect, triton_rect):
-        with pytest.raises(LabError, match="multiple of rows"):
-            module.prepare(a, b, torch.empty((8, 8)), rows=32, cols=16)
+    with pytest.raises(LabError, match="multiple of rows"):
+        cuda_rect.prepare(a, b, torch.empty((8, 8)), rows=32, cols=16)
+    with pytest.raises(LabError, match="takes rows in 4, 8, 16, 32, not 5"):
+        triton_rect.prepare(a, b, torch.empty((8, 8)), rows=5, cols=16)
 
 
 # --------------------------------------------------------------------- no bounds checks in SASS

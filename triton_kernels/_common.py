@@ -9,9 +9,14 @@ mode) there is nothing to compile and no resource report.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import os
+
 import triton
 import triton.language as tl
 
+from lab.contract import Prepared
 from lab.errors import LabError
 
 
@@ -71,9 +76,33 @@ def problem_args(p) -> tuple:
             p.c.s0, p.c.s1)
 
 
-def launcher(kernel, grid: tuple, args: tuple, **meta):
-    """Return a no-argument callable that launches `kernel[grid](*args, **meta)`."""
+# Whether this process's Triton kernels are interpreted: TRITON_INTERPRET=1 must be set before
+# the first @triton.jit kernel is imported, and every stage imports this module first.
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+_RECORDER: contextvars.ContextVar = contextvars.ContextVar("triton_launch_recorder", default=None)
+
+
+@contextlib.contextmanager
+def recording():
+    """Within this block, launcher() compiles and launches nothing: it appends (kernel, grid,
+    args, meta) of each launch a stage's prepare() would make to the list it yields (the
+    profiler's way to compile a stage's kernel exactly as its launcher would, lab/profile.py)."""
+    calls: list = []
+    token = _RECORDER.set(calls)
+    try:
+        yield calls
+    finally:
+        _RECORDER.reset(token)
+
+
+def launcher(kernel, grid: tuple, args: tuple, **meta) -> Prepared:
+    """A Prepared launch of `kernel[grid](*args, **meta)`, compiled now (JITFunction.warmup) so
+    that calling it only launches."""
     grid = tuple(int(g) for g in grid)
+    calls = _RECORDER.get()
+    if calls is not None:
+        calls.append((kernel, grid, args, meta))
+        return Prepared(lambda: None)
     resources = None
     if not interpreted(kernel):
         compiled = kernel.warmup(*args, grid=grid, **meta)
@@ -83,8 +112,28 @@ def launcher(kernel, grid: tuple, args: tuple, **meta):
     def launch():
         kernel[grid](*args, **meta)
 
-    launch.resources = resources
-    return launch
+    return Prepared(launch, resources=resources)
+
+
+class FakeDriver:
+    """Just enough of a Triton driver to compile (never launch) for a GPU that is not here."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cpu")
 
 
 # ------------------------------------------------- the register-tiling stages' block tile

@@ -22,11 +22,13 @@ the stage's launch without the copies as launch.kernel_only (for a profiler).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import triton
 import triton.language as tl
 
+from lab.contract import Prepared
 from lab.operands import timer
 from triton_kernels._common import cdiv
 
@@ -121,26 +123,28 @@ def realign_buffer(op):
     return Operand(op.name, view, op.rows, op.cols, *view.stride())
 
 
-def realign_operands(p) -> dict:
-    """Point the Problem's misaligned A and/or B at buffers (setup, here) and return
-    {name: (buffer view, user tensor)}, the copies the timed call makes."""
-    copies = {}
+def realign_operands(p):
+    """(the Problem with its misaligned A and/or B pointing at buffers made here, {name: (buffer
+    view, user tensor)}: the copies the timed call makes)."""
+    copies, buffers = {}, {}
     for attr in ("a", "b"):
         op = getattr(p, attr)
         if needs_realign(op):
             buf = realign_buffer(op)
             copies[op.name] = (buf.tensor, op.tensor)
-            setattr(p, attr, buf)
-    return copies
+            buffers[attr] = buf
+    return replace(p, **buffers), copies
 
 
-def realign_setup(p, realign: bool) -> tuple[dict, float | None]:
-    """prepare()'s setup for the `realign` knob: (copies, setup_ms). realign=False, or nothing
-    misaligned: ({}, None) and p unchanged; else realign_operands(p) and the milliseconds it took
+def realign_setup(p, realign: bool):
+    """prepare()'s setup for the `realign` knob: (problem, copies, setup_ms). realign=False, or
+    nothing misaligned: (p, {}, None); else realign_operands(p) and the milliseconds it took
     (allocating and zeroing the buffers, outside the timing)."""
+    if not realign:
+        return p, {}, None
     clock = timer(p.a.tensor.is_cuda)
-    copies = realign_operands(p) if realign else {}
-    return copies, (clock.stop() if copies else None)
+    p, copies = realign_operands(p)
+    return p, copies, (clock.stop() if copies else None)
 
 
 def realign_flags(p, copies: dict) -> dict:
@@ -156,15 +160,16 @@ def realign_flags(p, copies: dict) -> dict:
     return flags
 
 
-def with_copies(launch, copies: dict, setup_ms: float | None):
+def with_copies(launch, copies: dict, setup_ms: float | None, problem=None):
     """The launch callable of a stage with realign: `launch` itself (launch.realigned = ()) when
     nothing is copied; else a callable that copies the operands into their buffers (one launch
     of realign_copy_kernel), then runs `launch` (timed, every call). It keeps launch's
     attributes (resources, a split-K workspace) and adds kernel_only (launch without the copies,
     for a profiler), copy_pairs ((buffer view, user tensor) per copied operand), realigned (the
-    operands copied) and setup_ms (launch's own setup plus the buffers')."""
+    operands copied), setup_ms (launch's own setup plus the buffers') and kernel_problem (the
+    Problem the kernel reads: `problem`, the buffers in place of the copied operands)."""
     if not copies:
-        launch.realigned = ()
+        launch.extra.update(realigned=(), kernel_problem=problem)
         return launch
 
     pairs = tuple(copies.values())
@@ -174,10 +179,11 @@ def with_copies(launch, copies: dict, setup_ms: float | None):
         copy()
         launch()
 
-    launch_with_copy.__dict__.update(launch.__dict__)
-    launch_with_copy.kernel_only = launch  # the kernel(s) alone, for a profiler
-    launch_with_copy.copy_pairs = pairs  # (buffer view, user tensor) per copied operand
-    launch_with_copy.realigned = tuple(copies)  # the operands copied: ("A",), ("B",), ("A", "B")
-    own = getattr(launch, "setup_ms", None)
-    launch_with_copy.setup_ms = setup_ms if own is None else own + (setup_ms or 0.0)
-    return launch_with_copy
+    own = launch.setup_ms
+    return Prepared(launch_with_copy, resources=launch.resources,
+                    setup_ms=setup_ms if own is None else own + (setup_ms or 0.0),
+                    kernel_only=launch,  # the kernel(s) alone, for a profiler
+                    **launch.extra,
+                    copy_pairs=pairs,  # (buffer view, user tensor) per copied operand
+                    realigned=tuple(copies),  # the operands copied: ("A",), ("B",), ("A", "B")
+                    kernel_problem=problem)

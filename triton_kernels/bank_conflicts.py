@@ -44,8 +44,9 @@ from __future__ import annotations
 import re
 
 from lab.errors import LabError
+from lab.contract import Offer
 from lab.operands import entry
-from triton_kernels._common import block_tile_launch, launcher
+from triton_kernels._common import FakeDriver, block_tile_launch, launcher
 from triton_kernels.vectorized import matmul_vectorized_kernel, validate, vector_meta
 
 __all__ = ["matmul_vectorized_kernel", "prepare", "validate", "shared_layouts", "encodings"]
@@ -96,10 +97,8 @@ def shared_layouts(layout: str = "nn", M: int = 4096, N: int = 4096, K: int = 40
     if not gpu:
         from triton.backends.compiler import GPUTarget
 
-        from lab.profile import _FakeDriver  # the lab's compile-without-a-GPU driver
-
         previous = driver._active
-        driver.set_active(_FakeDriver(GPUTarget("cuda", 90, 32)))
+        driver.set_active(FakeDriver(GPUTarget("cuda", 90, 32)))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -116,10 +115,13 @@ def _warmup(kernel, grid, args, **meta):
     return kernel.warmup(*args, grid=grid, **meta)
 
 
-@entry("bank_conflicts", "triton")
+OFFER = Offer("bank_conflicts", "triton", kernels=("matmul_vectorized_kernel",),
+              validate=lambda params, precision: validate(**params))
+
+
+@entry(OFFER)
 def prepare(p, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8, num_stages: int = 1,
             **_):
     """p: the shared description of the operands (lab/operands.py). The vectorized twin's launch."""
-    validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
     return block_tile_launch(launcher, matmul_vectorized_kernel, p, BM, BN, BK, num_warps,
                              num_stages, **vector_meta(p, BK))

@@ -41,6 +41,7 @@ Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs, column-blocks 
 import triton
 import triton.language as tl
 
+from lab.contract import Offer
 from lab.operands import entry
 from triton_kernels import _common as common
 from triton_kernels._common import block_tile_launch, launcher, validate_block_tile
@@ -71,10 +72,13 @@ def validate(BM: int = 64, BN: int = 64, BK: int = 8, num_stages: int = 1, **_) 
     validate_block_tile("blocktile_1d", BM, BN, BK, num_stages)
 
 
-@entry("blocktile_1d", "triton")
+OFFER = Offer("blocktile_1d", "triton", kernels=("matmul_blocktile_1d_kernel",),
+              validate=lambda params, precision: validate(**params))
+
+
+@entry(OFFER)
 def prepare(p, BM: int = 64, BN: int = 64, BK: int = 8, num_warps: int = 16, num_stages: int = 1,
             **_):
     """p: the shared description of the operands (lab/operands.py)."""
-    validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
     return block_tile_launch(launcher, matmul_blocktile_1d_kernel, p, BM, BN, BK, num_warps,
                              num_stages)

@@ -36,6 +36,7 @@ Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs, column-blocks 
 (ceil(N/BLOCK_N), ceil(M/BLOCK_M)), whose second axis stopped at 65535 programs), num_warps 8.
 """
 
+from lab.contract import Offer
 from lab.operands import entry
 from triton_kernels._common import block_tile_launch, launcher, validate_block_tile
 from triton_kernels.blocktile_1d import matmul_blocktile_1d_kernel
@@ -51,10 +52,13 @@ def validate(BM: int = 128, BN: int = 128, BK: int = 8, num_stages: int = 1, **_
     validate_block_tile("blocktile_2d", BM, BN, BK, num_stages)
 
 
-@entry("blocktile_2d", "triton")
+OFFER = Offer("blocktile_2d", "triton", kernels=("matmul_blocktile_1d_kernel",),
+              validate=lambda params, precision: validate(**params))
+
+
+@entry(OFFER)
 def prepare(p, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8, num_stages: int = 1,
             **_):
     """p: the shared description of the operands (lab/operands.py)."""
-    validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
     return block_tile_launch(launcher, matmul_blocktile_2d_kernel, p, BM, BN, BK, num_warps,
                              num_stages)

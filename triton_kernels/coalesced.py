@@ -22,6 +22,7 @@ takes column-block pid % grid_n and row-block pid // grid_n: the order of the fo
 import triton
 import triton.language as tl
 
+from lab.contract import Offer
 from lab.operands import entry
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, launcher, problem_args
@@ -48,7 +49,10 @@ def matmul_coalesced_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, 
              mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-@entry("coalesced", "triton")
+OFFER = Offer("coalesced", "triton", kernels=("matmul_coalesced_kernel",))
+
+
+@entry(OFFER)
 def prepare(p, block: int = 32, num_warps: int = 4, **_):
     """p: the shared description of the operands (lab/operands.py)."""
     grid = (cdiv(p.M, block) * cdiv(p.N, block),)

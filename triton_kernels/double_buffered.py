@@ -80,6 +80,7 @@ import triton
 import triton.language as tl
 
 from lab.errors import LabError
+from lab.contract import Offer
 from lab.operands import entry
 from triton_kernels import _common as common
 from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
@@ -169,13 +170,21 @@ def validate(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_warp
                        f"BLOCK_M/BLOCK_N")
 
 
-@entry("double_buffered", "triton")
+def kernels(params, precision: str) -> tuple[str, ...]:
+    """The GEMM kernel, and the realign copy before it when realign is on."""
+    return ("matmul_double_buffered_kernel",) + (
+        ("realign_copy_kernel",) if params.get("realign", False) else ())
+
+
+OFFER = Offer("double_buffered", "triton", kernels=kernels,
+              validate=lambda params, precision: validate(**params))
+
+
+@entry(OFFER)
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_M: int = 8,
             num_warps: int = 8, num_stages: int = 3, realign: bool = False, **_):
     """p: the shared description of the operands (lab/operands.py)."""
-    validate(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps,
-             num_stages=num_stages)
-    copies, setup_ms = realign_setup(p, realign)  # setup: the buffers, allocated and zeroed once
+    p, copies, setup_ms = realign_setup(p, realign)  # setup: the buffers, allocated and zeroed once
     # a buffer's hint is on, and PAD_* for its zero padding (triton_kernels/_realign.py)
     flags = {**vector_flags(p), **realign_flags(p, copies)}
     grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N),)
@@ -183,4 +192,4 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_
                       BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
                       EVEN_K=p.K % BLOCK_K == 0, **flags, num_warps=num_warps,
                       num_stages=num_stages)
-    return with_copies(launch, copies, setup_ms)  # timed, every call: the copies, then the kernel
+    return with_copies(launch, copies, setup_ms, p)  # timed, every call: the copies, then the kernel

@@ -25,6 +25,7 @@ CUDA block has 1024).
 import triton
 import triton.language as tl
 
+from lab.contract import Offer
 from lab.operands import entry
 from triton_kernels._common import cdiv, launcher, problem_args
 
@@ -45,7 +46,10 @@ def matmul_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
              mask=(rows[None, :] < M) & (cols[:, None] < N))
 
 
-@entry("naive", "triton")
+OFFER = Offer("naive", "triton", kernels=("matmul_naive_kernel",))
+
+
+@entry(OFFER)
 def prepare(p, block: int = 32, num_warps: int = 4, **_):
     """p: the shared description of the operands (lab/operands.py)."""
     grid = (cdiv(p.M, block) * cdiv(p.N, block),)

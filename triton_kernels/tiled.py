@@ -26,8 +26,9 @@ block of TILE*TILE threads).
 import triton
 import triton.language as tl
 
-from lab.operands import entry
+from lab.contract import PRECISIONS, Offer
 from lab.errors import LabError
+from lab.operands import entry
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, dot_meta, launcher, problem_args
 
@@ -49,12 +50,21 @@ def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-@entry("tiled", "triton")
+def validate(params, precision: str) -> None:
+    tile = params.get("tile", 32)
+    if tile < 16 and precision != "fp32":
+        raise LabError(f"tiled (triton) with tile={tile} multiplies without tl.dot, on the CUDA "
+                       f"cores in fp32, so it cannot compute in {precision}; use tile=16 or 32")
+
+
+# tl.dot takes the precision as one argument (_common.DOT_PRECISION): every precision is offered
+OFFER = Offer("tiled", "triton", precisions=PRECISIONS, kernels=("matmul_tiled_kernel",),
+              validate=validate)
+
+
+@entry(OFFER)
 def prepare(p, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
     """p: the shared description of the operands (lab/operands.py)."""
-    if tile < 16 and p.precision != "fp32":
-        raise LabError(f"tiled (triton) with tile={tile} multiplies without tl.dot, on the CUDA "
-                       f"cores in fp32, so it cannot compute in {p.precision}; use tile=16 or 32")
     grid = (cdiv(p.M, tile) * cdiv(p.N, tile),)
     return launcher(matmul_tiled_kernel, grid, (*problem_args(p),), TILE=tile,
                     USE_DOT=tile >= 16, **dot_meta(matmul_tiled_kernel, p),

@@ -1,9 +1,9 @@
 """Stage tiled_padded, Triton twin: the tiled kernel on zero-padded operands, with no masks at all.
 
 CUDA stage: cuda_kernels/tiled_padded.cu. Changed from tiled: prepare() pads A, B and C with zeros
-to multiples of TILE once, outside the timed callable (the same `Padded` helper as the CUDA
-launcher, so both backends pad and crop identically), and the kernel's tl.load/tl.store carry no
-mask: every program handles a full TILE x TILE tile. When M or N is not a multiple of TILE the
+to multiples of TILE once, outside the timed callable (lab/operands.py's `Padded`, which the CUDA
+launcher uses too, so both backends pad and crop identically), and the kernel's tl.load/tl.store
+carry no mask: every program handles a full TILE x TILE tile. When M or N is not a multiple of TILE the
 timed callable is the launch followed by c.copy_(cpad[:M, :N]); otherwise the kernel writes c
 directly and nothing is copied. The one-time padding cost is `launch.setup_ms` (ms).
 Bottleneck attacked: the per-element edge tests (masks) in every k-step of every program.
@@ -31,8 +31,8 @@ K-step is TILE; the CUDA-only ktile and group parameters have no Triton counterp
 import triton
 import triton.language as tl
 
-from cuda_kernels.tiled_padded import Padded
-from lab.operands import entry
+from lab.contract import Offer, Prepared
+from lab.operands import Padded, entry
 from triton_kernels import _common as common
 from triton_kernels._common import launcher, problem_args
 
@@ -53,15 +53,15 @@ def matmul_tiled_padded_kernel(a_ptr, b_ptr, c_ptr, Mp, Np, Kp, stride_am, strid
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc)
 
 
-@entry("tiled_padded", "triton")
+OFFER = Offer("tiled_padded", "triton", kernels=("matmul_tiled_padded_kernel",))
+
+
+@entry(OFFER)
 def prepare(p, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
     """p: the shared description of the operands (lab/operands.py)."""
     pad = Padded(p, tile)  # K padded to a multiple of TILE: the twin's K-step
     grid = ((pad.Mp // tile) * (pad.Np // tile),)
     kernel = launcher(matmul_tiled_padded_kernel, grid, (*problem_args(pad.problem),), TILE=tile,
                       USE_DOT=tile >= 16, num_warps=num_warps, num_stages=num_stages)
-    launch = pad.with_crop(kernel)
-    launch.resources = kernel.resources
-    launch.setup_ms = pad.setup_ms
-    launch.padded_shape = (pad.Mp, pad.Np, pad.Kp)
-    return launch
+    return Prepared(pad.with_crop(kernel), resources=kernel.resources, setup_ms=pad.setup_ms,
+                    padded_shape=(pad.Mp, pad.Np, pad.Kp))

@@ -3,9 +3,10 @@
 CUDA stage: cuda_kernels/tiled_rect.cu. Changed from tiled: each program computes a ROWS x COLS
 tile of C (default 8 x 32) instead of a square one; per k-step it loads a ROWS x COLS tile of A and
 a COLS x COLS tile of B (masked at the edges, zero-filled like the CUDA tiles), so every tile row
-is COLS floats wide (128 bytes at COLS 32) however few rows the tile has. Parameters and their
-constraints are the CUDA stage's (rows 4/8/16/32, cols 16/32/64, cols % rows == 0,
-32 <= rows*cols <= 1024), checked by the same validate().
+is COLS floats wide (128 bytes at COLS 32) however few rows the tile has. Parameters are the CUDA
+stage's (rows 4/8/16/32, cols 16/32/64); the CUDA kernel's thread-count rules (cols % rows == 0:
+each thread loads cols/rows rows of B; 32 <= rows*cols <= 1024 threads) do not bind a Triton
+program, which takes any of those tiles.
 Bottleneck attacked: block granularity vs coalescing: small programs (more of them resident and
 interleaving) that still load full 128-byte rows, at the cost of less reuse of each B element.
 
@@ -35,7 +36,8 @@ of rows*cols threads; 8 x 32 = 256 threads = 8 warps).
 import triton
 import triton.language as tl
 
-from cuda_kernels.tiled_rect import validate
+from lab.contract import Offer
+from lab.errors import LabError
 from lab.operands import entry
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, launcher, problem_args
@@ -66,10 +68,20 @@ def k_step(rows: int, cols: int) -> int:
     return max(1, min(cols, FALLBACK_MAX_ELEMENTS // (rows * cols)))
 
 
-@entry("tiled_rect", "triton")
+def validate(params, precision: str) -> None:
+    """tl.arange needs power-of-two extents: the registry's rows and cols are all such."""
+    for name, default, allowed in (("rows", 8, (4, 8, 16, 32)), ("cols", 32, (16, 32, 64))):
+        if params.get(name, default) not in allowed:
+            raise LabError(f"tiled_rect (triton) takes {name} in {', '.join(map(str, allowed))}, "
+                           f"not {params.get(name)}")
+
+
+OFFER = Offer("tiled_rect", "triton", kernels=("matmul_tiled_rect_kernel",), validate=validate)
+
+
+@entry(OFFER)
 def prepare(p, rows: int = 8, cols: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
     """p: the shared description of the operands (lab/operands.py)."""
-    validate(rows, cols)
     grid = (cdiv(p.M, rows) * cdiv(p.N, cols),)
     return launcher(matmul_tiled_rect_kernel, grid, (*problem_args(p),), ROWS=rows, COLS=cols,
                     KSTEP=k_step(rows, cols), USE_DOT=rows >= 16 and cols >= 16,

@@ -47,6 +47,7 @@ Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs, column-blocks 
 import triton
 import triton.language as tl
 
+from lab.contract import PRECISIONS, Offer
 from lab.operands import entry
 from triton_kernels import _common as common
 from triton_kernels._common import (block_k, block_tile_launch, dot_meta, launcher,
@@ -122,11 +123,16 @@ def vector_meta(p, BK: int) -> dict:
     return {"EVEN_K": p.K % block_k(BK) == 0, **vector_flags(p)}
 
 
-@entry("vectorized", "triton")
+# tl.dot takes the precision as one argument (_common.DOT_PRECISION): every precision is offered
+OFFER = Offer("vectorized", "triton", precisions=PRECISIONS,
+              kernels=("matmul_vectorized_kernel",),
+              validate=lambda params, precision: validate(**params))
+
+
+@entry(OFFER)
 def prepare(p, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8, num_stages: int = 1,
             **_):
     """p: the shared description of the operands (lab/operands.py)."""
-    validate(BM=BM, BN=BN, BK=BK, num_stages=num_stages)
     return block_tile_launch(launcher, matmul_vectorized_kernel, p, BM, BN, BK, num_warps,
                              num_stages, **vector_meta(p, BK),
                              **dot_meta(matmul_vectorized_kernel, p))

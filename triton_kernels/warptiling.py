@@ -63,6 +63,7 @@ import triton
 import triton.language as tl
 
 from lab.errors import LabError
+from lab.contract import Offer, Prepared, Tuning
 from lab.operands import entry, timer
 from triton_kernels import _common as common
 from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
@@ -199,18 +200,31 @@ def validate(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_warp
         raise LabError(f"warptiling (Triton) with splitk={splitk}: splitk must be 1 or more")
 
 
-@entry("warptiling", "triton")
+def kernels(params, precision: str) -> tuple[str, ...]:
+    """The GEMM kernel, the split-K sum after it when K is split, and the realign copy before it."""
+    names = ("matmul_warptiling_kernel",)
+    if params.get("splitk", 1) > 1:
+        names += ("splitk_reduce_kernel",)
+    if params.get("realign", False):
+        names += ("realign_copy_kernel",)
+    return names
+
+
+OFFER = Offer("warptiling", "triton", kernels=kernels,
+              validate=lambda params, precision: validate(**params),
+              tuning=Tuning(split="splitk", tile=("BLOCK_M", "BLOCK_N")))
+
+
+@entry(OFFER)
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_M: int = 8,
             num_warps: int = 8, num_stages: int = 3, splitk: int = 1, realign: bool = False,
             **_):
     """p: the shared description of the operands (lab/operands.py)."""
-    validate(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, num_warps=num_warps,
-             num_stages=num_stages, splitk=splitk)
     # realign (triton_kernels/_realign.py): the buffers first (setup, untimed), so that the GEMM
     # kernel's arguments are the buffers; the copies run once per call, before the kernel(s)
-    copies, realign_ms = realign_setup(p, realign)
+    p, copies, realign_ms = realign_setup(p, realign)
     return with_copies(_launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages,
-                               splitk, realign_flags(p, copies)), copies, realign_ms)
+                               splitk, realign_flags(p, copies)), copies, realign_ms, p)
 
 
 def _launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, splitk, pads):
@@ -241,7 +255,4 @@ def _launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, splitk
         partials()
         reduce()
 
-    launch.resources = partials.resources
-    launch.workspace = work
-    launch.setup_ms = setup_ms
-    return launch
+    return Prepared(launch, resources=partials.resources, setup_ms=setup_ms, workspace=work)

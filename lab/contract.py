@@ -1,0 +1,154 @@
+"""The launcher contract: what a launcher declares, and what its prepare() returns.
+
+The harness never asks a launcher module what it has (no `hasattr`, no `inspect`, no module
+globals): every launcher module (cuda_kernels/<stage>.py, triton_kernels/<stage>.py) declares one
+
+    OFFER = Offer(stage="tiled", backend="cuda", precisions=("fp32",), kernels=("matmul_tiled",),
+                  validate=..., compile=..., tuning=Tuning(...))
+
+and decorates its prepare with `@entry(OFFER)` (lab/operands.py). The registry (lab/stages.py)
+reads `OFFER` for each stage x backend; tests/test_contract.py checks every registered stage
+against this file. docs/ARCHITECTURE.md ("The launcher contract") is the prose version.
+
+What the harness hands a launcher, once per row: a frozen `Problem` (lab/operands.py: sizes, the
+three operand descriptions with layout and alignment, the precision, whether C^T = B^T A^T is
+computed) and the row's parameters, resolved from the registry's defaults and the user's values.
+
+What prepare() returns: a `Prepared`, a no-argument callable that only launches, with the fields
+the harness reads (resources, setup_ms, build, kernel_only, ...) always present.
+
+This module is the bottom layer: it imports nothing of the lab but lab.errors, so launchers,
+the registry and the harness may all import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from lab.errors import LabError
+
+# precision names (lab/stages.py explains each); a launcher offers a subset
+PRECISIONS = ("fp32", "tf32", "3xtf32", "bf16", "fp16")
+
+
+def _accept(params: Mapping, precision: str) -> None:
+    """The validate() of a launcher that takes every value the registry lists."""
+
+
+def _as_given(params: Mapping, M: int, N: int, precision: str, sms: int) -> dict:
+    """The resolve() of a launcher with no automatic values: the parameters are what runs."""
+    return dict(params)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What the autotuner (lab/autotune.py) needs to know beside the registry's choices.
+
+    split: the parameter that splits K across blocks (warptiling's `splitk`), if any; the tuner
+        seeds it from the shape (tiles x split near 1x, 2x, 4x the SM count).
+    tile: the two block-tile edge parameters (rows, columns) those seeds shrink, in that order.
+    """
+
+    split: str | None = None
+    tile: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What one stage's launcher for one backend offers, declared as data beside its kernel.
+
+    precisions: the precisions its kernels compute in (a subset of PRECISIONS).
+    kernels: the names of the GPU kernels one launch runs, as the profiler sees them (CUDA: the
+        extern "C" names; Triton: the @triton.jit function names) -- a tuple, or a function
+        kernels(params, precision) -> tuple for a launcher whose kernels depend on its parameters.
+    validate(params, precision): raise LabError (one sentence) for a parameter combination the
+        kernel cannot run; called before any tensor is looked at, by prepare(), the CLI and the
+        tuner.
+    resolve(params, M, N, precision, sms): the parameters as they will be built and launched for
+        an M x N problem on a GPU of `sms` SMs (automatic values such as 0 made concrete). Two
+        parameter sets with the same resolution are one build to the tuner.
+    show(resolved): the resolved configuration as the `params` column writes it (None: the
+        parameters themselves).
+    compile(params, M, N, K, layout, precision): CUDA only -- the NVRTC build and the launch
+        geometry (grid, block, dynamic shared bytes) that prepare() would use, without a GPU:
+        CPU mode's resource report and the profiler's SASS.
+    tuning: the tuner's extra knowledge (Tuning).
+    """
+
+    stage: str
+    backend: str
+    precisions: tuple[str, ...] = ("fp32",)
+    kernels: tuple[str, ...] | Callable[[Mapping, str], tuple[str, ...]] = ()
+    validate: Callable[[Mapping, str], None] = _accept
+    resolve: Callable[[Mapping, int, int, str, int], dict] = _as_given
+    show: Callable[[Mapping], str] | None = None
+    compile: Callable | None = None
+    tuning: Tuning = field(default_factory=Tuning)
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.precisions if p not in PRECISIONS]
+        if unknown or not self.precisions:
+            raise ValueError(f"Offer of {self.stage} ({self.backend}): precisions must be a "
+                             f"non-empty subset of {PRECISIONS}, not {self.precisions}")
+
+    @property
+    def where(self) -> str:
+        return f"stage {self.stage} ({self.backend})"
+
+    def kernel_names(self, params: Mapping, precision: str) -> tuple[str, ...]:
+        names = self.kernels(params, precision) if callable(self.kernels) else self.kernels
+        return tuple(names)
+
+    def check(self, params: Mapping, precision: str) -> str | None:
+        """None when validate() accepts these parameters in `precision`, else its sentence."""
+        try:
+            self.validate(params, precision)
+        except LabError as exc:
+            return str(exc)
+        return None
+
+
+class Prepared:
+    """What prepare() returns: call it (no arguments) to launch; nothing else happens in the call.
+
+    resources: the kernel's registers, shared memory, threads, spills (lab/toolchain/nvrtc.py
+        resources(); Triton: the compiled kernel's), or None where nothing was compiled.
+    setup_ms: one-time work prepare() did outside the timed call (copies, padding), or None.
+    build: the NVRTC build that runs (CUDA), for the occupancy API.
+    kernel_only: the kernel launch without the per-call copies a stage may add, for a profiler.
+    problem: the Problem the launcher was handed.
+    extra: launcher-specific facts a test or a page may read (e.g. a workspace, a resolved
+        configuration); the harness reads none of them.
+    """
+
+    __slots__ = ("fn", "resources", "setup_ms", "build", "kernel_only", "problem", "extra")
+
+    def __init__(self, fn: Callable[[], object], *, resources: dict | None = None,
+                 setup_ms: float | None = None, build=None, kernel_only=None, problem=None,
+                 **extra):
+        self.fn = fn
+        self.resources = resources
+        self.setup_ms = setup_ms
+        self.build = build
+        self.kernel_only = kernel_only
+        self.problem = problem
+        self.extra = dict(extra)
+
+    def __call__(self):
+        return self.fn()
+
+    def __getattr__(self, name: str):  # launcher-specific facts: launch.workspace, launch.config
+        extra = object.__getattribute__(self, "extra")
+        if name in extra:
+            return extra[name]
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value) -> None:  # launch.config = ...: one more fact
+        if name in Prepared.__slots__:
+            object.__setattr__(self, name, value)
+        else:
+            self.extra[name] = value
+
+    def add_setup(self, ms: float) -> None:
+        self.setup_ms = (self.setup_ms or 0.0) + ms
