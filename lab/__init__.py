@@ -15,9 +15,10 @@ from lab.errors import CompileError, LabError
 __all__ = ["matmul", "LabError", "CompileError"]
 
 
-def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None,
+def matmul(a, b, stage: str | None = None, backend: str = "cuda", out=None,
            precision: str | None = None, **params):
-    """C = A @ B computed by one stage of the lab (`python -m lab.compare --list` lists them).
+    """C = A @ B computed by one stage of the lab (`python -m lab.compare --list` lists them;
+    None: lab.stages.DEFAULT_STAGE, vectorized).
 
     a: M x K, b: K x N float32 tensors on one device (a CUDA GPU; Triton stages also run CPU
     tensors under the Triton interpreter, TRITON_INTERPRET=1). out: an M x N float32 tensor to
@@ -30,7 +31,9 @@ def matmul(a, b, stage: str = "vectorized", backend: str = "cuda", out=None,
     import torch
 
     from lab.operands import DTYPE_NAMES, Needs, check_operands, precision_for
-    from lab.stages import BACKENDS, Variant, get_stage
+    from lab.stages import BACKENDS, DEFAULT_STAGE, Variant, get_stage
+
+    stage = DEFAULT_STAGE if stage is None else stage
 
     if not isinstance(stage, str):
         raise LabError(f"stage must be a stage name such as 'tiled', not {type(stage).__name__}")

@@ -427,6 +427,7 @@ def probe_launches() -> list[Finding]:
     import torch
 
     from lab import matmul
+    from lab.stages import DEFAULT_STAGE
 
     out = []
     a = torch.randn(129, 67, device="cuda")
@@ -434,12 +435,12 @@ def probe_launches() -> list[Finding]:
     ref = a.double() @ b.double()
     for backend, label in (("cuda", "CUDA stage launches"), ("triton", "Triton stage launches")):
         try:
-            c = matmul(a, b, stage="tiled", backend=backend)
+            c = matmul(a, b, stage=DEFAULT_STAGE, backend=backend)
             torch.cuda.synchronize()
             err = ((c.double() - ref).norm() / ref.norm()).item()
             if not err < 1e-5:
                 raise RuntimeError(f"relative error {err:.1e}")
-            out.append(Finding(f"{backend}_launch", label, f"yes (tiled, rel err {err:.0e})", True))
+            out.append(Finding(f"{backend}_launch", label, f"yes ({DEFAULT_STAGE}, rel err {err:.0e})", True))
         except Exception as exc:
             what = ("NVRTC or CuPy" if backend == "cuda" else "Triton")
             out.append(Finding(f"{backend}_launch", label, "fails", False,

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from lab.cli import ArgumentParser, guarded
 from lab.errors import LabError
+from lab.stages import PUBLISHED_LABEL, STAGES
 
 PLOTS = ("ladder", "sweep", "roofline", "occupancy")
 FIGSIZE = (10, 6)
@@ -59,15 +60,10 @@ MAX_LABELS = 20  # text labels on the occupancy plot, at most (else the legend a
 BACKEND_LABEL = {"cuda": "CUDA", "triton": "Triton", "cublas": "cuBLAS"}
 BACKEND_COLOR = {"cuda": "#3b6fb6", "triton": "#e08a1e"}
 BACKEND_MARKER = {"cuda": "o", "triton": "s", "cublas": "*"}
-# Published SGEMM_CUDA (https://github.com/siboehm/SGEMM_CUDA) kernels, measured on the same H100
-# on 2026-11-22 at 4096^3, fp32, as % of cuBLAS; keyed by the lab stage they correspond to
-# ("tiled" is its shared-memory kernel; "bank_conflicts" its kernel 7, the better of its two
-# bank-conflict fixes, 54.7 and 45.3; its autotuned kernel 9 (60.9) has no stage of its own, and
-# its double-buffering kernel 11 gave wrong results, so neither is marked).
-SGEMM_CUDA_LABEL = "siboehm/SGEMM_CUDA (H100, 2026-11-22)"
-SGEMM_CUDA_PCT = {"naive": 1.0, "coalesced": 12.4, "tiled": 17.9, "blocktile_1d": 33.4,
-                  "blocktile_2d": 50.3, "vectorized": 61.5, "bank_conflicts": 54.7,
-                  "warptiling": 70.9}
+# The published SGEMM ladder's % of cuBLAS for the stage each of its kernels corresponds to, as
+# the registry records it (lab/stages.py: Stage.published, PUBLISHED_LABEL).
+SGEMM_CUDA_LABEL = PUBLISHED_LABEL
+SGEMM_CUDA_PCT = {s.name: s.published for s in STAGES if s.published is not None}
 RESULT_COLUMNS = ("stage", "backend", "M", "N", "K", "status")
 PROFILE_COLUMNS = ("stage", "backend", "intensity", "achieved_tflops", "peak_tflops",
                    "peak_bw_tbs")

@@ -785,7 +785,7 @@ PTX_MIX = (
     ("st.global", r"^\s*(?:@!?%p\d+\s+)?st\.global"),
     ("cp.async", r"^\s*(?:@!?%p\d+\s+)?cp\.async"),
     ("bar.sync", r"^\s*(?:@!?%p\d+\s+)?(?:bar\.sync|barrier\.sync)"),
-    ("mma", r"^\s*(?:@!?%p\d+\s+)?(?:mma|wgmma)\."),
+    ("mma/wgmma", r"^\s*(?:@!?%p\d+\s+)?(?:mma|wgmma)\."),
 )
 
 
