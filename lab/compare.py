@@ -136,7 +136,7 @@ def _main(argv: list[str] | None) -> int:
         return 0
     variants = parse_variants(args.stage or [])
     if any(v.auto for v in variants):  # an unreadable tuning cache is said before any work
-        from lab.autotune import load_cache
+        from lab.tune.cache import load_cache
 
         load_cache()
     backends = parse_backends(args.backend)

@@ -79,10 +79,10 @@ def passes(launch):
 
 def run_search(stage="vectorized", backend="cuda", **kw):
     space = at.space_of(stage, backend)
-    module = get_stage(stage).module(backend)
+    offer = get_stage(stage).offer(backend)
     clock = kw.pop("clock", Clock())
     opts = dict(launch_factory=fake_launch_factory(kw.pop("calls", None)), checker=passes,
-                timer=fake_timer(clock), validate=at.validator(module), clock=clock,
+                timer=fake_timer(clock), validate=at.validator(offer), clock=clock,
                 budget_s=1e9, shape=(4096, 4096, 4096))
     opts.update(kw)
     return at.search(space, **opts)
@@ -101,7 +101,7 @@ def test_every_registered_space_pins_numerics_and_starts_at_valid_defaults(stage
     if "fast_math" in declared:
         assert space.pinned["fast_math"] is False and space.default["fast_math"] is False
     assert all(len(p.choices) > 1 for p in space.searched)
-    assert at.validator(stage.module(backend))(space.default) is None  # the defaults are valid
+    assert at.validator(stage.offer(backend))(space.default) is None  # the defaults are valid
     configs, sampled = space.enumerate()
     assert configs[0] == space.default
     assert sampled == (space.size > at.ENUMERATE_LIMIT)
@@ -157,10 +157,10 @@ def test_search_finds_the_minimum_and_refines_the_finalists():
 def test_validate_prunes_before_anything_is_built():
     calls = []
     r = run_search(calls=calls)
-    module = get_stage("vectorized").module("cuda")
+    offer = get_stage("vectorized").offer("cuda")
     assert r.valid == 656 and len(r.invalid) == 208  # vectorized's validate() on its 864 configs
     assert all("vectorized with" in why for _, why in r.invalid)
-    why = at.validator(module)
+    why = at.validator(offer)
     assert calls and all(why(p) is None for p in calls)
     assert len(calls) == r.valid
 
@@ -605,8 +605,8 @@ def test_a_restriction_narrows_choices_and_moves_the_defaults_inside():
 
 
 def test_a_restricted_default_that_validate_refuses_moves_to_the_nearest_valid_point():
-    module = get_stage("warptiling").module("cuda")
-    why = at.validator(module)
+    offer = get_stage("warptiling").offer("cuda")
+    why = at.validator(offer)
     plain = at.space_of("warptiling", "cuda", {"WM": (128,)})
     assert why(plain.default) is not None  # WM=128 with WN=64: 256 accumulators a thread
     space = at.space_of("warptiling", "cuda", {"WM": (128,)}, validate=why)
@@ -688,9 +688,9 @@ def warptiling_cost(params):
 
 def run_warptiling(restrict=None, **kw):
     space = at.space_of("warptiling", "cuda", restrict)
-    module = get_stage("warptiling").module("cuda")
+    offer = get_stage("warptiling").offer("cuda")
     opts = dict(launch_factory=fake_launch_factory(kw.pop("calls", None)), checker=passes,
-                timer=fake_timer(ms=warptiling_cost), validate=at.validator(module),
+                timer=fake_timer(ms=warptiling_cost), validate=at.validator(offer),
                 budget_s=1e9, shape=SPLITK_SHAPE, max_configs=30)
     opts.update(kw)
     return at.search(space, **opts)
@@ -739,7 +739,7 @@ def test_dry_run_shows_the_restricted_space():
 
 
 def seed_tiles(seeds, backend="cuda"):
-    bm, bn = at.TILE_EDGES[backend]
+    bm, bn = get_stage("warptiling").offer(backend).tuning.tile
     return [(s[bm], s[bn], s["splitk"]) for s in seeds]
 
 
@@ -835,8 +835,8 @@ def test_seeds_are_pruned_checked_and_validated_like_every_candidate():
     def checker(launch):
         return launch.params["splitk"] != 16
 
-    module = get_stage("warptiling").module("cuda")
-    plain = at.validator(module)
+    offer = get_stage("warptiling").offer("cuda")
+    plain = at.validator(offer)
 
     def validate(params):  # refuses the smaller seeds' warp tile: they are repaired
         if params["BM"] == 64 and params["BN"] == 64 and params["WM"] == 64:
@@ -914,7 +914,7 @@ def test_compile_ahead_changes_nothing_in_the_search():
     # one list per candidate, handed over before it is evaluated, then [] before the refinement
     assert len(upcoming) == len(base.trials) + 1 and upcoming[-1] == []
     assert all(len(u) == 6 for u in upcoming[:-1])
-    why = at.validator(get_stage("warptiling").module("cuda"))
+    why = at.validator(get_stage("warptiling").offer("cuda"))
     for lst in upcoming:
         assert all(why(p) is None and p == space.full(p) for p in lst)  # candidates the search
         assert len({space.key(p) for p in lst}) == len(lst)  # would take, each once
@@ -1076,12 +1076,12 @@ def test_validate_prune_and_dry_run_probe_use_the_searched_precision(capsys):
     from lab.autotune import validator
     from lab.stages import get_stage
 
-    module = get_stage("mma").module("cuda")
+    offer = get_stage("mma").offer("cuda")
     params = dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3, frags=1, group=8)
-    assert validator(module, "bf16")(params) is None
-    assert "227 KiB" in validator(module, "tf32")(params)
-    # a module whose validate() takes no precision is called as before
-    assert validator(get_stage("vectorized").module("cuda"), "bf16")({}) is None
+    assert validator(offer, "bf16")(params) is None
+    assert "227 KiB" in validator(offer, "tf32")(params)
+    # a validate() whose rules do not depend on the precision answers the same in any
+    assert validator(get_stage("vectorized").offer("cuda"), "bf16")({}) is None
 
 
 # ------------------------------------------------------- one candidate per build (automatic values)
@@ -1140,14 +1140,17 @@ def test_tune_merges_automatic_values_with_the_values_they_stand_for(tmp_path, b
     assert f"{merged} more are the same build" in text
 
 
-def test_a_stage_without_automatic_values_has_no_identity_hook():
-    assert at.build_identity(get_stage("vectorized").module("cuda"), 4096, 4096) is None
-    ident = at.build_identity(get_stage("mma").module("cuda"), 4096, 4096, "bf16", 132)
+def test_a_stage_without_automatic_values_is_one_build_per_value_tuple():
+    plain = at.build_identity(get_stage("vectorized").offer("cuda"), 4096, 4096)
+    default = at.space_of("vectorized", "cuda").default
+    assert plain(default) == tuple(sorted(default.items()))  # the contract's resolve(): as given
+    assert plain({**default, "BK": 16}) != plain(default)
+    ident = at.build_identity(get_stage("mma").offer("cuda"), 4096, 4096, "bf16", 132)
     space = at.space_of("mma", "cuda")
     auto = space.default
     explicit = {**auto, "BM": 256, "BN": 128, "BK": 64, "WM": 128, "WN": 32, "STAGES": 3,
                 "frags": 2}
     assert ident(auto) == ident(explicit)  # the bf16 automatic row at 4096^3
     # at 1025^3 the shape rule narrows the automatic tile: no longer the 256 x 128 build
-    small = at.build_identity(get_stage("mma").module("cuda"), 1025, 1025, "bf16", 132)
+    small = at.build_identity(get_stage("mma").offer("cuda"), 1025, 1025, "bf16", 132)
     assert small(auto) != small(explicit)

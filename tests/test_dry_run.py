@@ -12,6 +12,7 @@ import pytest
 
 from lab import autotune as at
 from lab.stages import STAGES
+from lab.tune import cli, dryrun, report
 
 # The most builds a plain dry run starts for one CUDA search: the defaults, the split-K seeds (at
 # most SEED_TILES x len(SEED_TARGETS)) and the configurations picked at random.
@@ -34,7 +35,7 @@ def builds(monkeypatch):
 
         return probe
 
-    monkeypatch.setattr(at, "cuda_probe", fake_cuda_probe)
+    monkeypatch.setattr(dryrun, "cuda_probe", fake_cuda_probe)
     return made
 
 
@@ -173,7 +174,7 @@ def test_the_budget_is_shared_over_the_cuda_searches():
 
 
 def test_progress_lines_on_a_pipe(builds, capsys, monkeypatch):
-    monkeypatch.setattr(at, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(report, "PROGRESS_EVERY_S", 0.0)
     code, _, err = dry_run(capsys, "--stage", "vectorized", "--backend", "cuda", "--sizes", "4096")
     assert code == 0
     lines = [line for line in err.splitlines() if "NVRTC builds of the sample" in line]
@@ -210,7 +211,7 @@ def test_dry_run_options_are_refused_in_one_sentence(args, words, capsys):
 
 
 def test_the_no_gpu_sentence_names_the_dry_run_of_the_command(monkeypatch, capsys):
-    monkeypatch.setattr(at, "gpu_available", lambda: False)
+    monkeypatch.setattr(cli, "gpu_available", lambda: False)
     assert at.main(["--stage", "warptiling", "--sizes", "4096"]) == 2
     err = capsys.readouterr().err
     assert "python -m lab.autotune --stage warptiling --sizes 4096 --dry-run shows" in err

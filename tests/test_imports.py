@@ -1,0 +1,152 @@
+"""The import graph of lab/, cuda_kernels/ and triton_kernels/, read from the source (ast): every
+`import` and `from ... import`, at module level or inside a function, is an edge.
+
+- No circle among lab modules: a command (lab.autotune, lab.compare, lab.run, lab.profile) may
+  import a lower module, never one that imports it back.
+- Kernel modules import from lab only the shared base a launcher needs (BASE).
+- lab/axes.py and the tuner package lab/tune/ stay low: they import no command module.
+
+CPU only, no kernel is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("lab", "cuda_kernels", "triton_kernels")
+# What a launcher (cuda_kernels/*, triton_kernels/*) may import from lab: the errors, the
+# launcher contract, the operand check and description, and the roofline's figures.
+BASE = ("lab.errors", "lab.contract", "lab.operands", "lab.roofline")
+COMMANDS = ("lab.autotune", "lab.compare", "lab.run", "lab.profile")
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file of PACKAGES (a package is its __init__)."""
+    out = {}
+    for pkg in PACKAGES:
+        for f in sorted((root / pkg).rglob("*.py")):
+            parts = f.relative_to(root).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the modules of `mods` it imports anywhere in its file. `from a import b` is an
+    edge to a.b where that is a module, else to a; imports of other packages are left out."""
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # from . import x, from ..y import z
+                    up = package[:len(package) - (node.level - 1)]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base
+                           for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in mods:  # a name inside a module: the module
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+GRAPH = import_graph(modules())
+
+
+def test_the_graph_reads_function_level_and_relative_imports(tmp_path):
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "__init__.py").write_text("")
+    (tmp_path / "lab" / "a.py").write_text("def f():\n    from lab.b import g\n")
+    (tmp_path / "lab" / "b.py").write_text("from . import a\nimport os\n")
+    for pkg in ("cuda_kernels", "triton_kernels"):
+        (tmp_path / pkg).mkdir()
+    graph = import_graph(modules(tmp_path))
+    assert graph["lab.a"] == {"lab.b"} and graph["lab.b"] == {"lab.a"}
+    assert circles(graph) == [["lab.a", "lab.b"]]
+
+
+def test_the_graph_holds_the_known_edges():
+    assert "lab.stages" in GRAPH["lab.axes"]
+    assert "lab.tune.cli" in GRAPH["lab.autotune"]
+    assert "lab.axes" in GRAPH["lab.compare"]
+    assert len(GRAPH) > 40
+
+
+def test_no_circle_among_lab_modules():
+    lab = {m: {t for t in ts if t.split(".")[0] == "lab"} for m, ts in GRAPH.items()
+           if m.split(".")[0] == "lab"}
+    assert circles(lab) == []
+
+
+def test_kernel_modules_import_only_the_shared_base_of_lab():
+    beyond = sorted((m, t) for m, ts in GRAPH.items() if m.split(".")[0] != "lab"
+                    for t in ts if t.split(".")[0] == "lab" and t not in BASE)
+    assert beyond == []
+
+
+# lab/tune/'s modules in the order lab/tune/__init__.py lists them: each imports only earlier ones.
+TUNE_LAYERS = ("space", "seeds", "prune", "search", "pool", "cache", "gpu", "tuner", "auto",
+               "report", "dryrun", "cli")
+
+
+def test_the_tuner_modules_import_only_the_ones_listed_before_them():
+    names = [f"lab.tune.{m}" for m in TUNE_LAYERS]
+    assert sorted(names) == sorted(m for m in GRAPH if m.startswith("lab.tune."))
+    upward = {m: sorted(t for t in GRAPH[m] if t in names[i:]) for i, m in enumerate(names)}
+    assert {m: ts for m, ts in upward.items() if ts} == {}
+
+
+def test_the_axes_and_the_tuner_import_no_command():
+    assert GRAPH["lab.axes"] <= {"lab.errors", "lab.contract", "lab.stages"}
+    tuner = {m: ts for m, ts in GRAPH.items() if m == "lab.tune" or m.startswith("lab.tune.")}
+    assert len(tuner) > 5
+    assert {m: sorted(ts & set(COMMANDS)) for m, ts in tuner.items() if ts & set(COMMANDS)} == {}
