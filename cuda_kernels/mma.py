@@ -1,9 +1,6 @@
 """Launcher for cuda_kernels/mma.cu: a tensor-core GEMM through mma.sync, ldmatrix and a cp.async
-ring, in four precisions; and, on sm_90 GPUs, for cuda_kernels/mma_wgmma.cu, the same GEMM through
-Hopper's wgmma (the `wgmma` parameter: -1 automatic, 0, 1; use_wgmma() decides per GPU and
-problem, wgmma_plan() maps the layout onto the kernel's D = A' B' with a K-major B', WGMMA holds
-its configuration per precision, wgmma_prepare() builds the launch, also for other build configs;
-see the section "wgmma" below and docs/stages/mma.md).
+ring, in four precisions. (Hopper's warpgroup MMA is the next stage, wgmma: cuda_kernels/wgmma.py;
+this launcher runs the mma.sync kernel on every GPU.)
 
 Geometry: block (BM/WM)*(BN/WN) warps (1-D; 256 threads at the automatic defaults of tf32, bf16
 and fp16, 128 in 3xtf32 and on the 128 x 128 tiles of small problems); 1-D grid of
@@ -12,7 +9,7 @@ memory, dynamic shared memory smem_bytes() = STAGES * (BM + BN) * BK * element s
 tf32, 144 KiB for bf16/fp16, 36 KiB for 3xtf32 at the automatic defaults); _build.launcher raises
 the kernel's limit past 48 KiB.
 
-Precision (Problem.precision, set by the shared code from the registry, lab/stages.py): tf32 and
+Precision (Problem.precision, which the shared code checks against OFFER.precisions): tf32 and
 3xtf32 take float32 A, B and C; bf16 takes bfloat16 A, B and C; fp16 float16 A, B and C. The
 accumulation is fp32 in all four; C is rounded to its dtype on store. Each precision is its own
 build (-DPREC_TF32 / -DPREC_3XTF32 / -DPREC_BF16 / -DPREC_FP16). build() and geometry() without
@@ -90,6 +87,7 @@ them as launch.config and, as text, in launch.resources["params"] (the row's `pa
 """
 
 from cuda_kernels._build import cdiv, first_min_blocks, spill_free_build, stage_launcher
+from lab.contract import Offer
 from lab.errors import LabError
 from lab.operands import entry
 from lab.roofline import DEFAULT_SMS, sm_count
@@ -100,7 +98,7 @@ ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 KSTEP = {"tf32": 8, "3xtf32": 8, "bf16": 16, "fp16": 16}
 DEFAULT_PRECISION = "3xtf32"
 PARAMS = ("BM", "BN", "BK", "WM", "WN", "STAGES", "frags")  # the ones 0 makes automatic
-PARAM_ORDER = PARAMS + ("group", "wgmma")  # registry order, as the `params` column writes them
+PARAM_ORDER = PARAMS + ("group",)  # registry order, as the `params` column writes them
 DEFAULTS = dict(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0)  # all automatic (the registry's)
 SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
 SMEM_PER_SM = 228 * 1024     # an H100 SM's; each resident block reserves 1 KiB more
@@ -201,35 +199,18 @@ def config_text(config: dict) -> str:
 
 
 def launch_config(M: int, N: int, precision: str = DEFAULT_PRECISION, sms: int = DEFAULT_SMS,
-                  group: int = 8, wgmma: int = -1, **params) -> dict:
+                  group: int = 8, **params) -> dict:
     """The configuration prepare() builds and launches for an M x N problem on a GPU of `sms`
-    SMs: config() with the shape rule, and group; with wgmma=1 the wgmma kernel's {wgmma: 1,
-    group}. (wgmma=-1 needs the GPU and the operands, which only prepare() has: here it is the
-    mma.sync kernel, as off a GPU.)"""
-    if _wgmma_mode(wgmma, **params) == 1:
-        return {"wgmma": 1, "group": group}
+    SMs: config() with the shape rule, and group."""
     return {**config(precision, **params, M=M, N=N, sms=sms), "group": group}
 
 
 def resolved_params(params: dict, M: int, N: int, precision: str = DEFAULT_PRECISION,
                     sms: int = DEFAULT_SMS) -> dict:
-    """The tuner's identity of a configuration (lab.autotune.build_identity): `params` with the
+    """The tuner's identity of a configuration (the contract's `resolve`): `params` with the
     automatic values made concrete as prepare() would for an M x N problem on `sms` SMs, so that
     BK=0 and the BK it stands for are one candidate."""
     return {**params, **launch_config(M, N, precision, sms, **params)}
-
-
-def precision_of(p) -> str:
-    """The precision of Problem `p`: p.precision, or (before the shared code sets it) the one
-    the operands' dtype implies (float32 -> tf32, bfloat16 -> bf16, float16 -> fp16)."""
-    import torch
-
-    precision = getattr(p, "precision", None) or {
-        torch.float32: "tf32", torch.bfloat16: "bf16", torch.float16: "fp16"}[p.a.tensor.dtype]
-    if precision not in PRECISIONS:
-        raise LabError(f"stage mma (cuda) computes on the tensor cores in "
-                       f"{', '.join(PRECISIONS)}, not {precision}")
-    return precision
 
 
 def alignment(op) -> int:
@@ -299,8 +280,7 @@ def _shown(given: dict, c: dict) -> str:
                      for k in PARAMS)
 
 
-def validate(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, precision=None, wgmma=-1,
-             **_) -> None:
+def validate(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, precision=None, **_) -> None:
     """Raise LabError (one sentence) if this combination cannot be compiled or launched: in
     `precision` when it is given, with every rule; without one (lab.compare, the tuner's cache
     check), the rules that do not depend on the element size, for what the automatic values stand
@@ -308,7 +288,6 @@ def validate(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, precision=None, wg
     of them (the tuned row, or the previous defaults where that is refused; the shape rule only
     ever picks a row that passes here too), and the sentence names them."""
     given = _given(BM, BN, BK, WM, WN, STAGES, frags)
-    _wgmma_mode(wgmma, **given)
     where = "mma with " + ", ".join(f"{k}={v}" for k, v in given.items())
     if precision is not None and precision not in PRECISIONS:
         raise LabError(f"{where}: the precision must be one of {', '.join(PRECISIONS)}, not "
@@ -362,32 +341,17 @@ def defines(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, group=8,
             "ALIGN_A": int(align_a), "ALIGN_B": int(align_b), "VEC_C": bool(vec_c)}
 
 
-def _layout_a_kmajor(layout: str) -> bool:
-    """The wgmma kernel's A_KMAJOR for a layout (wgmma_plan(); tn has no wgmma build)."""
-    if layout == "tn":
-        raise LabError(TN_REFUSAL)
-    return layout == "nt"
-
-
 def build(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, group=8,
-          precision=DEFAULT_PRECISION, align_a=16, align_b=16, vec_c=True, layout="nn",
-          wgmma=-1, **_):
-    if _wgmma_mode(wgmma, BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, STAGES=STAGES, frags=frags) == 1:
-        validate(precision=precision)
-        return wgmma_build(precision, _layout_a_kmajor(layout), group, layout)
+          precision=DEFAULT_PRECISION, align_a=16, align_b=16, vec_c=True, layout="nn", **_):
     d = defines(BM, BN, BK, WM, WN, STAGES, frags, group, precision, align_a, align_b, vec_c)
     first = _first_blocks(config(precision, BM, BN, BK, WM, WN, STAGES, frags), precision)
     return spill_free_build("mma.cu", "matmul_mma", d, first, layout=layout)
 
 
 def geometry(M: int, N: int, K: int, BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0,
-             precision=DEFAULT_PRECISION, wgmma=-1, layout="nn", **_):
+             precision=DEFAULT_PRECISION, **_):
     """(grid, block, dynamic shared bytes) of the build() of the same parameters: the automatic
     values resolved without a shape, as build() does (prepare() passes concrete ones)."""
-    if wgmma == 1:
-        a_kmajor = _layout_a_kmajor(layout)
-        swap = layout[1] != "t"  # D = C^T where B is not K-major (wgmma_plan())
-        return wgmma_geometry(N if swap else M, M if swap else N, precision, a_kmajor)
     c = config(precision, BM, BN, BK, WM, WN, STAGES, frags)
     return ((cdiv(M, c["BM"]) * cdiv(N, c["BN"]), 1, 1), (_threads(c), 1, 1), _smem(c, precision))
 
@@ -398,191 +362,53 @@ def variant_flags(p) -> dict:
     return {"align_a": alignment(p.a), "align_b": alignment(p.b), "vec_c": p.c.aligned(2 * es)}
 
 
-# ------------------------------------------------------------------------------------ wgmma
+def contiguous_flags(M: int, N: int, K: int, layout: str, precision: str) -> dict:
+    """ALIGN_A, ALIGN_B and VEC_C of contiguous operands of these sizes in `layout` (what
+    variant_flags() finds for the harness's freshly allocated tensors): a line of A holds K
+    elements in a row-major A, M in a column-major one; of B, N or K; of C, N."""
+    es = ELEM_BYTES[precision]
 
-# The Hopper kernel (mma_wgmma.cu) per precision: warpgroups (BM = 64 per warpgroup), BN, ring
-# depth, where each tile's copy goes out (COPY_AT), whether A' fragments are loaded before that
-# copy (LOAD_FIRST) and, for 3xTF32, how many tiles one fresh sum spans (SUM_TILES). Chosen by
-# scripts/experiments/wgmma_probe.py's sweeps on the H100 at 4096^3 and 8192^3
-# (results/2026-11-23-h100/29-wgmma-probe.log, 30-wgmma-probe-copier.log, 33-*, 34-*, 45-*):
-# 128 x 256 tiles, four slots (two tiles in flight); 3xTF32, whose two B tiles per slot and fresh
-# sums fit a 128 x 128 tile, prepares tile kt+1 before it waits for tile kt, and sums each pair
-# of tiles afresh: 190% / 187% of cuBLAS fp32 at 4096^3 / 8192^3 against 183% / 177% with a
-# fresh sum per tile (39-wgmma-probe-rowpair.log), for a relative error of 4.9e-7 against 3.2e-7
-# (cuBLAS fp32: 1.1e-6). No fresh sum at all (the tensor core's own accumulation over all of K)
-# was a few percent faster still, at 2.9e-5: 25x cuBLAS fp32's error. LOAD_FIRST=1 is 1-4%
-# faster for 3xTF32 and 3-6% slower for the others (45-wgmma-probe-grouped-loads.log).
-WGMMA = {
-    "tf32": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0, LOAD_FIRST=0),
-    "3xtf32": dict(WGS=2, BN=128, STAGES=4, COPY_AT=0, LOAD_FIRST=1, SUM_TILES=2),
-    "bf16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0, LOAD_FIRST=0),
-    "fp16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0, LOAD_FIRST=0),
-}
-WGMMA_ARCH = "sm_90a"
+    def align(line: int) -> int:
+        return 16 if line * es % 16 == 0 else 4 if line * es % 4 == 0 else 2
+
+    return {"align_a": align(M if layout[0] == "t" else K),
+            "align_b": align(K if layout[1] == "t" else N), "vec_c": N % 2 == 0}
 
 
-def wgmma_smem_bytes(precision: str, a_kmajor: bool, config: dict | None = None) -> int:
-    """Dynamic shared memory of the wgmma kernel (mma_wgmma.cu's STAGES * SLOT, plus 1 KiB to
-    align the ring to 1024 bytes), for the precision's WGMMA row or `config` (WGS, BN, STAGES)."""
-    w, es = config or WGMMA[precision], ELEM_BYTES[precision]
-    bm, bk = 64 * w["WGS"], 128 // es
-    a_line = 144 if a_kmajor else bm * es + (32 if es == 4 else 16)
-    a_bytes = cdiv((a_line * (bm if a_kmajor else bk)), 1024) * 1024
-    slot = w["BN"] * 128 * (2 if precision == "3xtf32" else 1) + a_bytes
-    return w["STAGES"] * slot + 1024
+def compile_for(params, M: int, N: int, K: int, layout: str, precision: str):
+    """The build and geometry prepare() uses for contiguous operands of M x N x K in `layout`, on
+    an H100 (lab.roofline.DEFAULT_SMS), without a GPU (the contract's `compile`)."""
+    cfg = launch_config(M, N, precision, DEFAULT_SMS, **params)
+    return (build(**cfg, **contiguous_flags(M, N, K, layout, precision), precision=precision,
+                  layout=layout),
+            geometry(M, N, K, **cfg, precision=precision))
 
 
-TN_REFUSAL = ("mma with wgmma=1 needs A row-major or B column-major (wgmma reads its shared "
-              "operand K-major), and layout tn has neither; use wgmma=0 (mma.sync)")
+def _validate(params, precision: str | None = None) -> None:
+    """The contract's `validate`: validate() with one sentence for a parameter this launcher does
+    not take (the wgmma kernel is stage wgmma now)."""
+    unknown = sorted(set(params) - set(PARAM_ORDER))
+    if unknown:
+        hint = "; Hopper's wgmma kernel is stage wgmma" if "wgmma" in unknown else ""
+        raise LabError(f"stage mma (cuda) has no parameter {', '.join(unknown)} (it takes "
+                       f"{', '.join(PARAM_ORDER)}){hint}")
+    validate(**params, precision=precision)
 
 
-def _lines_aligned(op) -> bool:
-    """Every line of operand `op` starts on a 16-byte boundary (a single line: its start)."""
-    lines = op.cols if op.trans else op.rows
-    return op.aligned(16) or (lines <= 1 and op.tensor.data_ptr() % 16 == 0)
+OFFER = Offer("mma", "cuda", precisions=PRECISIONS, kernels=("matmul_mma",), validate=_validate,
+              resolve=resolved_params, show=config_text, compile=compile_for)
 
 
-def wgmma_plan(p) -> dict:
-    """How the wgmma kernel computes Problem `p` (mma_wgmma.cu's header): D = A' B' with B'
-    K-major. B column-major (layouts nt, tt): A' = A, B' = B, D = C. Else A row-major (nn):
-    D = C^T = B^T A^T, A' = B^T (M-major), B' = A^T. Raises LabError (one sentence) where the
-    kernel cannot take the problem: layout tn (neither operand K-major), or lines of A or B not on
-    16-byte boundaries (its copies are 16-byte cp.async)."""
-    if not (_lines_aligned(p.a) and _lines_aligned(p.b)):
-        raise LabError("mma with wgmma=1 copies 16-byte chunks, so every line of A and B must "
-                       "start on a 16-byte boundary (data pointer and leading dimension); use "
-                       "wgmma=0 (mma.sync) for this problem")
-    ldc = p.c.ld
-    if p.b.trans:
-        return dict(Ap=p.a.tensor, lda=p.a.ld, a_kmajor=not p.a.trans, Bp=p.b.tensor, ldb=p.b.ld,
-                    M=p.M, N=p.N, csm=ldc, csn=1)
-    if not p.a.trans:
-        return dict(Ap=p.b.tensor, lda=p.b.ld, a_kmajor=False, Bp=p.a.tensor, ldb=p.a.ld,
-                    M=p.N, N=p.M, csm=1, csn=ldc)
-    raise LabError(TN_REFUSAL)
-
-
-def wgmma_build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "nn",
-                config: dict | None = None):
-    """The wgmma kernel for `precision`, compiled for sm_90a (no GPU needed): the precision's
-    WGMMA row, or `config` (build defines: WGS, BN, STAGES, COPY_AT, SUM_TILES; the sweeps of
-    scripts/experiments/wgmma_probe.py)."""
-    from cuda_kernels._build import compile_kernel
-
-    d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group,
-         **(config or WGMMA[precision])}
-    return compile_kernel("mma_wgmma.cu", "matmul_mma_wgmma", d, layout=layout, arch=WGMMA_ARCH)
-
-
-def wgmma_geometry(M: int, N: int, precision: str, a_kmajor: bool, config: dict | None = None):
-    """(grid, block, dynamic shared bytes) of the wgmma kernel for D of M x N (wgmma_plan()'s M
-    and N, which are swapped for C^T)."""
-    w = config or WGMMA[precision]
-    return ((cdiv(M, 64 * w["WGS"]) * cdiv(N, w["BN"]), 1, 1), (128 * w["WGS"], 1, 1),
-            wgmma_smem_bytes(precision, a_kmajor, config))
-
-
-def _gpu_arch(p) -> str | None:
-    import torch
-
-    t = p.c.tensor
-    if not getattr(t, "is_cuda", False):
-        return None
-    major, minor = torch.cuda.get_device_capability(t.device)
-    return f"sm_{major}{minor}"
-
-
-def _wgmma_mode(wgmma=-1, **params) -> int:
-    """wgmma as -1, 0 or 1 (True / False as 1 / 0), after the checks that need no problem: one
-    sentence for another value, or for wgmma=1 next to explicit mma.sync tile parameters."""
-    mode = int(wgmma) if isinstance(wgmma, bool) else wgmma
-    if mode not in (-1, 0, 1) or not isinstance(mode, int):
-        raise LabError(f"mma: wgmma must be -1 (automatic), 0 (mma.sync) or 1, not {wgmma!r}")
-    given = [f"{k}={params[k]}" for k in PARAMS if params.get(k)]
-    if mode == 1 and given:
-        raise LabError(f"mma with wgmma=1 takes none of the mma.sync tile parameters "
-                       f"({', '.join(given)}); leave them 0 or use wgmma=0")
-    return mode
-
-
-def use_wgmma(p, precision: str, params: dict) -> bool:
-    """Whether prepare() runs the wgmma kernel for Problem `p`: wgmma=1 always (or one sentence
-    why it cannot), wgmma=0 never; wgmma=-1 (automatic) on an sm_90 GPU where every mma.sync tile
-    parameter is automatic and wgmma_plan() takes the problem."""
-    mode = _wgmma_mode(**params)
-    if mode == 0:
-        return False
-    tiles = {k: params.get(k, 0) for k in PARAMS}
-    arch = _gpu_arch(p)
-    if mode == 1:
-        if arch is not None and arch != "sm_90":
-            raise LabError(f"mma with wgmma=1 needs an sm_90 GPU (H100, H200): wgmma is "
-                           f"Hopper's instruction, and this GPU is {arch}")
-        wgmma_plan(p)
-        return True
-    if arch != "sm_90" or any(tiles.values()):
-        return False
-    try:
-        wgmma_plan(p)
-    except LabError:
-        return False
-    return True
-
-
-def kernel_names(precision: str = DEFAULT_PRECISION, **params) -> list[str]:
-    """The extern "C" names prepare() may launch for these parameters (lab.profile's kernel
-    filter): the mma.sync kernel's, the wgmma kernel's, or with wgmma=-1 and automatic tiles
-    (chosen per GPU and problem) both."""
-    mode = _wgmma_mode(**{k: v for k, v in params.items() if k == "wgmma" or k in PARAMS})
-    if mode == -1 and any(params.get(k) for k in PARAMS):
-        mode = 0  # explicit tile parameters: the mma.sync kernel (use_wgmma())
-    names = []
-    if mode != 1:
-        names.append("matmul_mma")
-    if mode != 0:
-        names.append("matmul_mma_wgmma")
-    return names
-
-
-def wgmma_prepare(p, precision: str, group: int = 8, config: dict | None = None):
-    """The wgmma kernel's launch for Problem `p` (wgmma_plan, wgmma_build, wgmma_geometry): the
-    precision's WGMMA row, or `config` (build defines; scripts/experiments/wgmma_probe.py's
-    sweeps). The launch carries its build, config and resources as the stage's other launches do."""
-    import numpy as np
-
-    from cuda_kernels._build import launcher, resources
-
-    w = wgmma_plan(p)
-    build = wgmma_build(precision, w["a_kmajor"], group, p.layout, config)
-    grid, block, smem = wgmma_geometry(w["M"], w["N"], precision, w["a_kmajor"], config)
-    args = (w["Ap"], w["Bp"], p.c.tensor, np.int32(w["M"]), np.int32(w["N"]), np.int32(p.K),
-            np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]))
-    launch = launcher(build, grid, block, args, smem)
-    launch.build = build
-    cfg = {"wgmma": 1, "group": group}
-    launch.config = cfg
-    launch.resources = {**resources(build, grid, block, smem), "params": config_text(cfg)}
-    return launch
-
-
-@entry("mma", "cuda")
+@entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py), with p.precision. The launch's
     `config` is the configuration that runs, the automatic values resolved for this precision and
-    shape (launch_config()); its text is launch.resources["params"], the row's `params` column.
-    On an sm_90 GPU the automatic choice is the wgmma kernel (use_wgmma()); its `params` column
-    says wgmma=1."""
-    precision = precision_of(p)
-    params = {k: v for k, v in params.items()
-              if k not in ("align_a", "align_b", "vec_c", "layout", "precision")}
-    validate(**params, precision=precision)
-    if use_wgmma(p, precision, params):
-        return wgmma_prepare(p, precision, params.get("group", 8))
-    params.pop("wgmma", None)
+    shape (launch_config()); its text is launch.resources["params"], the row's `params` column."""
+    precision = p.precision
     cfg = launch_config(p.M, p.N, precision, sm_count(p.c.tensor.device), **params)
     launch = stage_launcher(build(**cfg, **variant_flags(p), precision=precision,
                                   layout=p.layout),
                             geometry(p.M, p.N, p.K, **cfg, precision=precision), p)
-    launch.config = cfg
     launch.resources = {**(launch.resources or {}), "params": config_text(cfg)}
+    launch.extra["config"] = cfg
     return launch

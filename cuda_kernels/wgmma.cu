@@ -1,12 +1,25 @@
-// mma_wgmma.cu: the mma stage's Hopper kernel. Warpgroup MMA (wgmma.mma_async, sm_90a) with A
-// from registers and B from 128-byte-swizzled shared memory, fed by a cp.async ring.
+// wgmma.cu: stage wgmma. Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) with A from registers
+// and B from 128-byte-swizzled shared memory, fed by a cp.async ring.
 //
-// The launcher (cuda_kernels/mma.py) hands this kernel a problem D = A' B' (M' x N', K deep) in
+// What changed from stage mma (mma.cu): the multiply instruction. mma.sync is one warp's
+// synchronous 16 x 8 product with both operands in registers, loaded there by ldmatrix; wgmma is
+// one warpgroup's (4 warps') asynchronous 64 x BN product that reads B straight from shared
+// memory through a matrix descriptor, while the warps go on preparing the next tile. Bottleneck
+// it attacks: mma.sync's own rate on the H100 (61% of the tensor cores' wgmma rate per clock,
+// measured in docs/stages/mma.md) and the ldmatrix traffic that feeds it.
+// Launch geometry (cuda_kernels/wgmma.py): a 1-D grid of ceil(M'/BM) * ceil(N'/BN) blocks in
+// grouped order (GROUP block-rows walked together), 128 * WGS threads, no static shared memory,
+// STAGES * SLOT + 1 KiB of dynamic shared memory (at the launcher's defaults 197 KiB, 201 KiB
+// where A' is K-major, in every precision), one block per SM.
+//
+// The launcher (cuda_kernels/wgmma.py) hands this kernel a problem D = A' B' (M' x N', K deep) in
 // which B' is K-major: B'(n, k) = Bp[n * ldb + k]. wgmma reads a 32-bit (TF32) shared operand
 // only K-major, so the launcher picks A' and B' from the user's A and B so that this holds:
 //   B K-major in memory (B column-major: layouts nt, tt)  ->  A' = A, B' = B, D = C;
 //   A K-major in memory (A row-major: layouts nn)         ->  A' = B^T, B' = A^T, D = C^T.
-// (The fourth layout, tn, has neither operand K-major; the mma.sync kernel in mma.cu takes it.)
+// (The fourth layout, tn, has neither operand K-major: the launcher copies one of them K-major
+// inside the timed call first. It copies an operand whose lines do not start on 16-byte
+// boundaries the same way, since every copy below is a 16-byte cp.async.)
 // D's element (i, j) is stored at C[i * csm + j * csn], which covers both C and C^T.
 // A' may lie either way (A_KMAJOR = 1: A'(m, k) = Ap[m * lda + k]; 0: Ap[k * lda + m]): it goes
 // through registers, loaded with ldmatrix (16-bit elements, and K-major TF32) or 64-bit LDS.
@@ -78,7 +91,7 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "mma_wgmma.cu needs sm_90a (wgmma): compile with -arch=sm_90a"
+#error "wgmma.cu needs sm_90a (wgmma): compile with -arch=sm_90a"
 #endif
 
 #include "wgmma_ops.cuh"
@@ -364,9 +377,9 @@ __device__ __forceinline__ void store_pair(elem_t* C, long long o0, long long o1
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-    matmul_mma_wgmma(const elem_t* __restrict__ Ap, const elem_t* __restrict__ Bp,
-                     elem_t* __restrict__ C, int M, int N, int K, int lda, int ldb, long long csm,
-                     long long csn) {
+    matmul_wgmma(const elem_t* __restrict__ Ap, const elem_t* __restrict__ Bp,
+                 elem_t* __restrict__ C, int M, int N, int K, int lda, int ldb, long long csm,
+                 long long csn) {
     extern __shared__ unsigned char smem_raw[];
     const u32 smem = (smem_u32(smem_raw) + 1023) & ~1023u;
 

@@ -1,4 +1,4 @@
-// wgmma_ops.cuh: the wgmma wrappers of mma_wgmma.cu (A from registers, B from shared memory).
+// wgmma_ops.cuh: the wgmma wrappers of wgmma.cu (A from registers, B from shared memory).
 // Written by scripts/gen_wgmma_ops.py; edit that script, not this file.
 #pragma once
 

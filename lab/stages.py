@@ -384,12 +384,40 @@ STAGES: tuple[Stage, ...] = (
                   "fragment register sets (2: the next k-step's ldmatrix during this one's mma; "
                   "0: 2, except 1 for 3xtf32)", ("cuda",)),
             group(8),
-            Param("wgmma", -1, (-1, 0, 1),
-                  "multiply with Hopper's wgmma (cuda_kernels/mma_wgmma.cu: warpgroup MMA, A "
-                  "from registers, B from swizzled shared memory) instead of mma.sync; sm_90 "
-                  "GPUs only (-1: on where the GPU is sm_90, the tile parameters above are "
-                  "automatic, A is row-major or B column-major, and the lines of A and B are "
-                  "16-byte aligned; 0: mma.sync always)", ("cuda",)),
+            Param("BLOCK_M", 128, (64, 128, 256), "Triton block tile rows", ("triton",)),
+            Param("BLOCK_N", 128, (64, 128, 256), "Triton block tile columns", ("triton",)),
+            Param("BLOCK_K", 0, (0, 32, 64, 128),
+                  "Triton k-step (0: 128 bytes, i.e. 64 bf16/fp16 or 32 TF32)", ("triton",)),
+            Param("GROUP_M", 8, (1, 4, 8, 16), "Triton tile-rows walked together (L2 reuse)",
+                  ("triton",)),
+            num_warps(8),
+            Param("num_stages", 3, (2, 3, 4, 5),
+                  "Triton software-pipeline depth (no effect when interpreted)", ("triton",)),
+        ),
+    ),
+    Stage(
+        "wgmma",
+        "Hopper's warpgroup MMA (wgmma.mma_async, sm_90 only): 4 warps multiply a 64 x BN tile "
+        "with A from registers and B read by the tensor cores straight from 128-byte-swizzled "
+        "shared memory, fed by a cp.async ring; operands it cannot read are copied in the call",
+        params=(
+            Param("WGS", 0, (0, 1, 2, 3),
+                  "warpgroups per block, 64 rows each (0: per precision, 2)", ("cuda",)),
+            Param("BN", 0, (0, 64, 128, 192, 256),
+                  "block tile columns (0: per precision, 256; 128 for 3xtf32)", ("cuda",)),
+            Param("STAGES", 0, (0, 3, 4, 5, 6),
+                  "cp.async ring slots (0: per precision, 4)", ("cuda",)),
+            Param("COPY_AT", 0, (0, 2),
+                  "where each tile's copy goes out: 0 before the tile's wgmma, 2 after",
+                  ("cuda",)),
+            Param("LOAD_FIRST", -1, (-1, 0, 1),
+                  "A' fragment loads before the next tile's copy (1) or after it (0) (-1: per "
+                  "precision, 1 for 3xtf32, 0 for the others)", ("cuda",)),
+            Param("SUM_TILES", -1, (-1, 0, 1, 2),
+                  "3xtf32: k-tiles per fresh sum added in fp32 (0: the tensor core's own sum "
+                  "over all of K, 25x cuBLAS fp32's error; -1: 2; no effect in other "
+                  "precisions)", ("cuda",), numerics=True),
+            group(8),
             Param("BLOCK_M", 128, (64, 128, 256), "Triton block tile rows", ("triton",)),
             Param("BLOCK_N", 0, (0, 64, 128, 256),
                   "Triton block tile columns (0: per precision, 256 for tf32/bf16/fp16, 128 "
@@ -410,8 +438,9 @@ STAGES: tuple[Stage, ...] = (
                   "tf32/3xtf32, off for bf16/fp16)", ("triton",)),
             Param("regs_mn", -1, (-1, 0, 1),
                   "Triton, tf32: feed the operand that is not K-major to wgmma from registers "
-                  "(computing C^T = B^T A^T where B is N-major) instead of copying it (-1: on "
-                  "for tf32; no effect in other precisions)", ("triton",)),
+                  "(computing C^T = B^T A^T where B is N-major) instead of copying it; it rounds "
+                  "that operand to nearest TF32 where the tensor core would truncate it (-1: on "
+                  "for tf32; no effect in other precisions)", ("triton",), numerics=True),
         ),
     ),
 )

@@ -1,9 +1,9 @@
 """Write cuda_kernels/wgmma_ops.cuh: the inline-PTX wrappers of the wgmma instructions that
-cuda_kernels/mma_wgmma.cu issues.
+cuda_kernels/wgmma.cu issues.
 
 One wgmma names every accumulator register of its warpgroup's 64 x N tile (N / 2 of them per
 thread), so the asm statements are long and regular: this script writes them, and
-tests/test_mma_wgmma.py checks that the committed header is what it writes.
+tests/test_wgmma.py checks that the committed header is what it writes.
 
     python scripts/gen_wgmma_ops.py          # rewrite the header
     python scripts/gen_wgmma_ops.py --check  # exit 1 if the header differs
@@ -47,7 +47,7 @@ def wrapper(name: str, ptx: str, k: int, trans: bool, n: int) -> str:
 
 def render() -> str:
     parts = [
-        "// wgmma_ops.cuh: the wgmma wrappers of mma_wgmma.cu (A from registers, B from shared memory).",
+        "// wgmma_ops.cuh: the wgmma wrappers of wgmma.cu (A from registers, B from shared memory).",
         "// Written by scripts/gen_wgmma_ops.py; edit that script, not this file.",
         "#pragma once",
         "",

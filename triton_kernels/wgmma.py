@@ -1,26 +1,34 @@
-"""Stage mma, Triton twin: a pipelined tensor-core GEMM in tf32, 3xtf32, bf16 and fp16.
+"""Stage wgmma, Triton twin: a pipelined tensor-core GEMM in tf32, 3xtf32, bf16 and fp16 whose
+tl.dot Triton lowers to wgmma on the H100, with the choices wgmma's operand rules call for
+(kmajor_b, regs_mn).
 
-CUDA stage: cuda_kernels/mma.cu (mma.sync through inline PTX, ldmatrix, swizzled shared memory,
-a cp.async ring). Each program computes a BLOCK_M x BLOCK_N tile of C (by default 128 x 256 or
-128 x 128, per precision and shape: Knobs below; 8 warps) with masked, zero-filled tile loads, an
-fp32 accumulator and
+CUDA stage: cuda_kernels/wgmma.cu (wgmma.mma_async through inline PTX, A' from registers, B'
+K-major in 128-byte-swizzled shared memory, a cp.async ring). This is the kernel and launcher
+that were stage mma's Triton twin until the two instructions became two stages: the same
+@triton.jit code, the same automatic values, the same rows of results/ (docs/stages/wgmma.md says
+which). Each program computes a BLOCK_M x BLOCK_N tile of C (by default 128 x 256 or 128 x 128,
+per precision and shape: Knobs below; 8 warps) with masked, zero-filled tile loads, an fp32
+accumulator and
     tl.dot(a, b, acc, input_precision=...)   "tf32" for tf32, "tf32x3" for 3xtf32 (fp32
                                              operands); bf16 / fp16 operands go to the tensor
                                              cores as they are (triton_kernels/_common.py,
                                              DOT_PRECISION)
 and C stored in its own dtype (the fp32 accumulator rounded to bf16 / fp16 on store, like
 cuBLAS and the CUDA stage).
+GPUs: sm_90 only (H100, H200), where Triton lowers tl.dot to wgmma; prepare() refuses another GPU
+in one sentence (there Triton would emit another instruction: stage mma's twin is the mma.sync
+one). Under the Triton interpreter (CPU tensors) it runs anywhere, to check the numbers.
 
 What Triton does for you that the CUDA stage does by hand:
 - the instruction. On the H100 (sm_90) Triton lowers tl.dot to wgmma, Hopper's asynchronous
-  warpgroup MMA (4 warps issue one m64nNk16 operation that reads its operands straight from
-  shared memory), not to mma.sync: the CUDA stage cannot reach that rate with mma.sync
-  (docs/stages/mma.md). On sm_80 it emits mma.sync m16n8k16 / m16n8k8, as the CUDA stage does.
-- fragments, ldmatrix and swizzling: Triton picks a swizzled shared layout for each operand and
-  the matching ldmatrix (or, for wgmma, the shared-memory descriptors); the CUDA stage's
-  Tile/FragBase code, its XOR patterns and its 3 ldmatrix variants are all generated.
+  warpgroup MMA (4 warps issue one m64nNk16 operation that reads its operands from shared
+  memory, or its A from registers), with the wgmma.fence / commit_group / wait_group around it;
+  the CUDA stage writes each of these by hand (cuda_kernels/wgmma_ops.cuh).
+- the shared layouts and the matrix descriptors: Triton picks a swizzled layout for each operand
+  and builds the descriptors; the CUDA stage's 128-byte swizzle, its descriptor arithmetic and
+  its A' fragment loads (ldmatrix, or 64-bit LDS for TF32 lines of M) are all generated.
 - 3xTF32: input_precision="tf32x3" splits each fp32 operand into a TF32 head and tail and issues
-  the three products, the CUDA stage's mma_step for PREC_3XTF32.
+  the three products, the CUDA stage's split for PREC_3XTF32.
 - the cp.async ring (num_stages), the barriers, the grouped block order (GROUP_M) and the edge
   masks (see triton_kernels/double_buffered.py).
 TF32 and the layout of B (measured on the H100 at 4096^3, results/2026-11-22-h100/32-mma-done.csv
@@ -64,7 +72,8 @@ defaults of BLOCK_N (0), BLOCK_K (0), num_stages (0), kmajor_b (-1) and regs_mn 
 per precision"
 (resolve(), the table AUTO), as the Triton searches on the H100 found them (the winners cached in
 results/autotune.json under "NVIDIA H100 80GB HBM3|mma|triton|4096x4096x4096:a128|<precision>|nn"
-and "...|8192x8192x8192:a128|...", 2026-11-22/23):
+and "...|8192x8192x8192:a128|...", 2026-11-22/23, searched while this kernel was stage mma's
+Triton twin):
     precision   BLOCK_N   BLOCK_K                 num_stages   kmajor_b   regs_mn
     tf32        256       32 (128 bytes)          4            1          1
     3xtf32      128       64 (256 bytes)          3            1          0
@@ -88,8 +97,8 @@ Two rules, both deterministic (resolve()):
   tensors (the interpreter) and lab.profile's meta tensors it is DEFAULT_SMS = 132, an H100
   SXM's (lab.roofline.sm_count).
 - fit: where the tuned values would be refused next to the explicit values given (more than 128
-  accumulators per thread, or a ring over 227 KiB: mma:num_warps=4, mma:num_stages=5, or
-  mma:num_stages=4 in 3xtf32 with its 64-float BLOCK_K), every automatic value takes its previous
+  accumulators per thread, or a ring over 227 KiB: wgmma:num_warps=4, wgmma:num_stages=5, or
+  wgmma:num_stages=4 in 3xtf32 with its 64-float BLOCK_K), every automatic value takes its previous
   fixed default instead (BLOCK_N 128, BLOCK_K 128 bytes, 3 stages), so a variant that ran before
   these defaults still runs, with the tile, k-step and depth it had then.
 kmajor_b=1 copies an N-major B only (a K-major B is left alone, above). Explicit values always
@@ -97,23 +106,28 @@ win. validate() checks the automatic values as the values they stand for, in the
 or else in every precision, and its sentence names them ("BLOCK_N=0 (automatic: 256)"). The launch
 carries the configuration that runs, resolved (launch.config; its text goes to the row's `params`
 column through launch.resources), never the 0s.
-Changed from double_buffered's twin: the precision (operands in their own dtype, tl.dot's
-input_precision, C in its dtype), 16-bit alignment hints (8 elements per 16 bytes), the automatic
-per-precision configuration and kmajor_b. Bottleneck it attacks (as the CUDA stage): the FP32
-SIMT ceiling, by moving the multiply-adds to the tensor cores.
+Changed from stage mma's twin (triton_kernels/mma.py, the same tl.dot compiled to mma.sync): the
+instruction Triton picks (wgmma, its default on sm_90), and the choices that instruction's operand
+rules call for: kmajor_b (a K-major copy of B) and regs_mn (the operand that is not K-major from
+registers), with per-precision automatic values tuned on the H100. Bottleneck it attacks (as the
+CUDA stage): mma.sync's rate and its fragment loads.
 Layouts: all six strides (problem_args); nothing is copied unless kmajor_b asks for it (by
 default in 3xtf32 for an N-major B, and in tf32 for layout tn).
 Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs in grouped order (GROUP_M).
 """
 
+from dataclasses import replace
+
 import triton
 import triton.language as tl
 
+from lab.contract import Offer, Prepared
 from lab.errors import LabError
-from lab.operands import entry, timer
+from lab.operands import entry
 from lab.roofline import DEFAULT_SMS, sm_count
 from triton_kernels import _common as common
 from triton_kernels._common import SMEM_LIMIT, cdiv, dot_meta, launcher, problem_args
+from triton_kernels.mma import vector_flags  # the alignment hints, as stage mma's twin
 
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 
@@ -143,13 +157,13 @@ def round_tf32(x, HOW: tl.constexpr):
 
 
 @triton.jit
-def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                      stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr,
-                      VEC_A: tl.constexpr, VEC_B: tl.constexpr, VEC_C: tl.constexpr,
-                      EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                      UPCAST: tl.constexpr, REGS_A: tl.constexpr = 0,
-                      RS_WAIT: tl.constexpr = False):
+def matmul_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                        stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                        VEC: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
+                        VEC_C: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                        UPCAST: tl.constexpr, REGS_A: tl.constexpr = 0,
+                        RS_WAIT: tl.constexpr = False):
     # Grouped program order (common.cuh's block_tile): GROUP_M block-rows walked column by column.
     pid_m, pid_n = common.grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M),
                                         tl.cdiv(N, BLOCK_N), GROUP_M)
@@ -269,7 +283,7 @@ def resolve(precision: str, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int =
     - fit: if those values would be refused next to the explicit ones (more than 128 accumulators
       per thread, or more than 227 KiB of shared memory), every automatic value takes its
       previous fixed default instead (BLOCK_N 128, BLOCK_K 128 bytes, 3 stages), so a variant
-      that ran before these defaults still runs (mma:num_warps=4, mma:num_stages=5).
+      that ran before these defaults still runs (wgmma:num_warps=4, wgmma:num_stages=5).
     Without M and N, BLOCK_N=0 is the tuned value: the shape rule only narrows the tile, so what
     is valid without it is valid with it."""
     auto = AUTO[precision]
@@ -330,7 +344,7 @@ def validate(BLOCK_M=128, BLOCK_N=0, BLOCK_K=0, GROUP_M=8, num_warps=8, num_stag
     call it before the precision is known). The automatic values are checked as what they stand
     for there (resolve(): the tuned values, or the previous defaults where those do not fit; the
     shape rule only narrows BLOCK_N), and the sentence names them."""
-    where = (f"mma (Triton) with BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
+    where = (f"wgmma (Triton) with BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
              f"GROUP_M={GROUP_M}, num_warps={num_warps}, num_stages={num_stages}, "
              f"kmajor_b={kmajor_b}, regs_mn={regs_mn}")
     if precision is not None and precision not in ELEM_BYTES:
@@ -353,7 +367,7 @@ def validate(BLOCK_M=128, BLOCK_N=0, BLOCK_K=0, GROUP_M=8, num_warps=8, num_stag
         r = resolve(prec, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
         why = _refusal(prec, BLOCK_M, r["BLOCK_N"], r["BLOCK_K"], num_warps, r["num_stages"])
         if why:
-            raise LabError(f"mma (Triton) in {prec} with BLOCK_M={BLOCK_M}, "
+            raise LabError(f"wgmma (Triton) in {prec} with BLOCK_M={BLOCK_M}, "
                            f"{_shown('BLOCK_N', BLOCK_N, r['BLOCK_N'])}, "
                            f"{_shown('BLOCK_K', BLOCK_K, r['BLOCK_K'])}, num_warps={num_warps}, "
                            f"{_shown('num_stages', num_stages, r['num_stages'])} {why}")
@@ -361,40 +375,26 @@ def validate(BLOCK_M=128, BLOCK_N=0, BLOCK_K=0, GROUP_M=8, num_warps=8, num_stag
 
 def config_text(config: dict) -> str:
     """The configuration as the `params` column writes it: name=value,... in registry order."""
-    return ",".join(f"{k}={config[k]}" for k in PARAM_ORDER)
-
-
-def _vec(op, vec: int) -> str:
-    """An operand's hint: its contiguous direction ("n" rows, "t" columns) if `vec` elements
-    along it are 16 aligned bytes under one mask value, else ""."""
-    if not op.blas or not op.aligned(16):
-        return ""
-    along = op.cols if op.row_major else op.rows
-    return op.letter if along % vec == 0 else ""
-
-
-def vector_flags(p) -> dict:
-    vec = 16 // p.a.tensor.element_size()
-    return {"VEC": vec, "VEC_A": _vec(p.a, vec), "VEC_B": _vec(p.b, vec), "VEC_C": _vec(p.c, vec)}
+    return ",".join(f"{k}={config[k]}" for k in PARAM_ORDER if k in config)
 
 
 def _kmajor(p):
-    """If B is N-major, point the Problem at a K-major buffer (B^T contiguous, allocated here) and
-    return the copy that fills it from B, for the timed call to run before the kernel; else
-    None."""
+    """If B is N-major: (the Problem with B pointed at a K-major buffer (B^T contiguous, allocated
+    here), the copy that fills it from B, for the timed call to run before the kernel); else
+    (p, None)."""
     import torch
 
     from lab.operands import Operand
 
     if not (p.b.row_major and p.b.cols > 1):
-        return None
+        return p, None
     b = p.b.tensor
     bt = torch.empty((b.shape[1], b.shape[0]), dtype=b.dtype, device=b.device)  # N x K
-    p.b = Operand.of("B", bt.t())
     K, N = b.shape
     grid = (cdiv(K, TRANSPOSE_TILE) * cdiv(N, TRANSPOSE_TILE),)
-    return launcher(transpose_kernel, grid, (b, bt, K, N, b.stride(0), b.stride(1), bt.stride(0),
+    copy = launcher(transpose_kernel, grid, (b, bt, K, N, b.stride(0), b.stride(1), bt.stride(0),
                                              bt.stride(1)), TILE=TRANSPOSE_TILE, num_warps=4)
+    return replace(p, b=Operand.of("B", bt.t())), copy
 
 
 def _round_how(device) -> int:
@@ -409,7 +409,7 @@ def _round_how(device) -> int:
 
 def _rs_wait(device) -> bool:
     """Whether the kernel must wait for the previous k-tile's wgmma before writing A's fragments
-    (the RS_WAIT comment in matmul_mma_kernel): on sm_90, where tl.dot is wgmma."""
+    (the RS_WAIT comment in matmul_wgmma_kernel): on sm_90, where tl.dot is wgmma."""
     import torch
 
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
@@ -418,13 +418,9 @@ def _rs_wait(device) -> bool:
 def _swapped(p):
     """The same product as C^T = B^T A^T: a Problem whose A is B^T, whose B is A^T and whose C
     is C^T (views of the same memory, nothing copied)."""
-    from dataclasses import replace
-
-    from lab.operands import Problem
-
-    return Problem(p.N, p.M, p.K, replace(p.b.transposed(), name="A"),
-                   replace(p.a.transposed(), name="B"), replace(p.c.transposed(), name="C"),
-                   precision=p.precision, swapped=True)
+    return replace(p, M=p.N, N=p.M, a=replace(p.b.transposed(), name="A"),
+                   b=replace(p.a.transposed(), name="B"), c=replace(p.c.transposed(), name="C"),
+                   swapped=True)
 
 
 def plan(p, config: dict) -> tuple[bool, bool, bool]:
@@ -445,32 +441,57 @@ def plan(p, config: dict) -> tuple[bool, bool, bool]:
     return not b_k, False, not a_k
 
 
-@entry("mma", "triton")
+def device_arch_of(device) -> str | None:
+    """sm_XY of a CUDA device, or None for CPU tensors (the interpreter)."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def _validate(params, precision: str | None = None) -> None:
+    """The contract's `validate`: validate() with one sentence for a parameter this launcher does
+    not take."""
+    unknown = sorted(set(params) - set(PARAM_ORDER))
+    if unknown:
+        raise LabError(f"stage wgmma (triton) has no parameter {', '.join(unknown)} (it takes "
+                       f"{', '.join(PARAM_ORDER)})")
+    validate(**params, precision=precision)
+
+
+def kernels(params, precision: str) -> tuple[str, ...]:
+    """The kernels one launch may run: the GEMM, and the K-major copy of B where kmajor_b is on
+    (for an N-major B)."""
+    r = resolve(precision, **params)
+    return ("matmul_wgmma_kernel",) + (("transpose_kernel",) if r["kmajor_b"] else ())
+
+
+OFFER = Offer("wgmma", "triton", precisions=tuple(ELEM_BYTES), kernels=kernels,
+              validate=_validate, resolve=resolved_params, show=config_text)
+
+
+@entry(OFFER)
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0, GROUP_M: int = 8,
             num_warps: int = 8, num_stages: int = 0, kmajor_b: int = AUTO_KMAJOR,
-            regs_mn: int = AUTO_KMAJOR, **_):
+            regs_mn: int = AUTO_KMAJOR):
     """p: the shared description of the operands (lab/operands.py), with p.precision. The
     launch's `config` is the configuration that runs, the automatic values resolved for this
     precision and shape."""
-    import torch
-
-    # the shared code sets p.precision; before it did, the operands' dtype said it
-    precision = getattr(p, "precision", None) or {
-        torch.float32: "tf32", torch.bfloat16: "bf16", torch.float16: "fp16"}[p.a.tensor.dtype]
-    if precision not in ELEM_BYTES:
-        raise LabError(f"stage mma (triton) computes on the tensor cores in "
-                       f"{', '.join(ELEM_BYTES)}, not {precision}")
-    validate(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-             num_warps=num_warps, num_stages=num_stages, kmajor_b=kmajor_b, precision=precision,
-             regs_mn=regs_mn)
+    precision = p.precision
+    arch = device_arch_of(p.c.tensor.device)
+    if arch is not None and arch != "sm_90":
+        raise LabError(f"stage wgmma (triton) needs an sm_90 GPU (H100, H200), where Triton lowers "
+                       f"tl.dot to wgmma, and this GPU is {arch}; use stage mma here")
     r = resolve(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, kmajor_b, M=p.M,
                 N=p.N, sms=sm_count(p.c.tensor.device), regs_mn=regs_mn)
     config = {"BLOCK_M": BLOCK_M, "BLOCK_N": r["BLOCK_N"], "BLOCK_K": r["BLOCK_K"],
               "GROUP_M": GROUP_M, "num_warps": num_warps, "num_stages": r["num_stages"],
               "kmajor_b": r["kmajor_b"], "regs_mn": r["regs_mn"]}
     copy_b, swap, regs_a = plan(p, config)
-    transpose_b = _kmajor(p) if copy_b else None
-    q = _swapped(p) if swap else p
+    q, transpose_b = _kmajor(p) if copy_b else (p, None)
+    q = _swapped(q) if swap else q
     if swap and q.M != p.M:  # the shape rule counts the swapped kernel's programs
         r = resolve(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, kmajor_b,
                     M=q.M, N=q.N, sms=sm_count(p.c.tensor.device), regs_mn=regs_mn)
@@ -478,22 +499,21 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0, GROUP_M: 
     # the tile is the kernel's: swapped, its rows are C's columns (BLOCK_M runs along N)
     bk, bm, bn = config["BLOCK_K"], BLOCK_M, config["BLOCK_N"]
     grid = (cdiv(q.M, bm) * cdiv(q.N, bn),)
-    launch = launcher(matmul_mma_kernel, grid, (*problem_args(q),), BLOCK_M=bm,
+    launch = launcher(matmul_wgmma_kernel, grid, (*problem_args(q),), BLOCK_M=bm,
                       BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, EVEN_K=q.K % bk == 0,
-                      **vector_flags(q), **dot_meta(matmul_mma_kernel, q),
+                      **vector_flags(q), **dot_meta(matmul_wgmma_kernel, q),
                       REGS_A=_round_how(q.a.tensor.device) if regs_a else ROUND_NONE,
                       RS_WAIT=regs_a and _rs_wait(q.a.tensor.device),
                       num_warps=num_warps, num_stages=config["num_stages"])
     # the row's `params` column is the configuration that ran (Row.set_resources copies it)
     resources = {**(launch.resources or {}), "params": config_text(config)}
     if transpose_b is None:
-        launch.resources, launch.config = resources, config
-        return launch
+        return Prepared(launch, resources=resources, config=config, kernel_problem=q)
 
     def launch_with_copy():  # the copy is part of the timed call: cuBLAS gets no such help
         transpose_b()
         launch()
 
-    launch_with_copy.resources, launch_with_copy.config = resources, config
-    launch_with_copy.kernel_only = launch  # the kernel alone, for a profiler
-    return launch_with_copy
+    # kernel_only: the kernel alone, for a profiler
+    return Prepared(launch_with_copy, resources=resources, kernel_only=launch, config=config,
+                    kernel_problem=q)

@@ -1,11 +1,11 @@
-"""Check and time cuda_kernels/mma_wgmma.cu directly, outside the stage's launcher: every precision,
+"""Check and time cuda_kernels/wgmma.cu directly, outside the stage's launcher: every precision,
 the three layouts it takes, several sizes, and a sweep of its build parameters.
 
     PYTHONPATH=. python scripts/experiments/wgmma_probe.py [--out DIR] [--precisions tf32,3xtf32]
         [--config SUM_TILES=2,STAGES=4] [--sizes 4096,8192] [--sweep 4096,8192]
         [--configs "STAGES=3;STAGES=4"] [--once 4096]
 
---config sets build defines over the precision's WGMMA row (cuda_kernels/mma.py) for the checks
+--config sets build defines over the precision's WGMMA row (cuda_kernels/wgmma.py) for the checks
 and timings; --sweep times sweep_grid()'s configurations at each size, or with --configs those
 configurations (each over the WGMMA row); --once only launches the first precision's kernel
 twice (for Nsight Compute's --launch-skip 1 --launch-count 1).
@@ -36,7 +36,7 @@ def operands(torch, M, N, K, layout, dtype, gen):
 
 
 def config(bn, wgs, stages, copy_at=0, sum_tiles=None) -> dict:
-    """Build defines of mma_wgmma.cu beyond the precision, layout and group (SUM_TILES: 3xTF32
+    """Build defines of wgmma.cu beyond the precision, layout and group (SUM_TILES: 3xTF32
     only, which also loads its A' fragments before each tile's copy, as its WGMMA row does)."""
     c = {"WGS": wgs, "BN": bn, "STAGES": stages, "COPY_AT": copy_at}
     return c if sum_tiles is None else {**c, "LOAD_FIRST": 1, "SUM_TILES": sum_tiles}
@@ -50,7 +50,7 @@ def parse_cfg(text: str, prec: str) -> dict | None:
     """--config KEY=V,... over the precision's WGMMA row (None: the row itself)."""
     if not text:
         return None
-    from cuda_kernels.mma import WGMMA
+    from cuda_kernels.wgmma import WGMMA
 
     cfg = dict(WGMMA[prec])
     for item in text.split(","):
@@ -65,11 +65,11 @@ def parse_cfg(text: str, prec: str) -> dict | None:
 
 def launch_fn(A, B, C, prec, cfg=None, group=8):
     """(the launch, its build) for C = A B with build defines `cfg` (default: the launcher's
-    WGMMA row), planned as the stage's launcher plans it (cuda_kernels/mma.py: wgmma_prepare)."""
-    from cuda_kernels import mma
+    WGMMA row), planned as the stage's launcher plans it (cuda_kernels/wgmma.py: launch)."""
+    from cuda_kernels import wgmma
     from lab.operands import CUDA, describe
 
-    launch = mma.wgmma_prepare(describe(A, B, C, CUDA), prec, group, cfg)
+    launch = wgmma.launch(describe(A, B, C, CUDA), prec, group, cfg)
     return launch, launch.build
 
 
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
                 record(kind="time", prec=prec, layout=layout, size=s, ms=t, cublas_ms=tc,
                        pct=100 * tc / t, tflops=2 * s ** 3 / t / 1e9, err=err)
     for s in [int(x) for x in args.sweep.split(",") if x]:
-        from cuda_kernels.mma import wgmma_smem_bytes
+        from cuda_kernels.wgmma import smem_bytes as wgmma_smem_bytes
 
         for prec in precs:
             dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec, torch.float32)

@@ -1,0 +1,325 @@
+"""Launcher for cuda_kernels/wgmma.cu: the tensor-core GEMM of stage mma written for Hopper's own
+instruction, warpgroup MMA (wgmma.mma_async, sm_90a), in tf32, 3xtf32, bf16 and fp16.
+
+The kernel computes D = A' B' with B' K-major in shared memory and A' from registers (wgmma.cu's
+header); plan() maps a problem onto it:
+    B column-major (layouts nt, tt): A' = A, B' = B, D = C;
+    else A row-major (nn):           A' = B^T (M-major), B' = A^T, D = C^T (C stored transposed,
+                                     csm = 1, csn = ldc);
+    neither (tn):                    the smaller of A and B is copied K-major first (B into a
+                                     column-major buffer: then tt; else A into a row-major one:
+                                     then nn);
+and an operand whose lines do not start on 16-byte boundaries (data pointer or leading dimension;
+the kernel's copies are 16-byte cp.async) is copied into a buffer whose lines do, in the same
+orientation. Every such copy is a torch copy_ into a buffer allocated here, run at the start of
+every call, inside the timed call: the row's time is the copy plus the kernel, as a caller who
+holds the operand that way pays (docs/stages/wgmma.md, "Operands the kernel cannot read").
+Nothing is ever handed to another stage's kernel.
+
+Geometry (geometry()): 1-D grid of ceil(M'/BM) * ceil(N'/BN) blocks (BM = 64 * WGS; M' and N'
+are swapped where D = C^T) in grouped order (group), 128 * WGS threads, dynamic shared memory
+smem_bytes() (STAGES ring slots, 1024-byte aligned, plus 1 KiB to align the ring), one block per
+SM (__launch_bounds__(THREADS, 1)). Built for sm_90a (wgmma exists there only); prepare() refuses
+any other GPU in one sentence, and without a GPU compile_for() builds it for sm_90a all the same
+(CPU mode's resource report).
+
+Parameters (lab/stages.py, stage wgmma): the build defines of wgmma.cu, each 0 (or -1) meaning
+the precision's row of WGMMA below:
+    WGS        warpgroups per block (1-3; BM = 64 * WGS)
+    BN         block tile columns (64, 128, 192, 256)
+    STAGES     ring slots (3-6)
+    COPY_AT    where each tile's copy goes out: 0 before the tile's wgmma, 2 after
+    LOAD_FIRST A' fragment loads before (1) or after (0) the next tile's copy
+    SUM_TILES  3xTF32 only: tiles per fresh sum (1, 2; 0 leaves the whole sum to the tensor core,
+               25x cuBLAS fp32's error at 4096^3): changes the numerics
+    group      block-rows walked together (L2 reuse)
+The defaults resolve to exactly the WGMMA row, so their build defines (and SASS) are those the
+mma stage's wgmma kernel ran with before it became this stage. validate() refuses a ring over the
+227 KiB an H100 block can have, and values outside those lists, in one sentence.
+"""
+
+from __future__ import annotations
+
+from cuda_kernels._build import cdiv, compile_kernel, launcher, resources
+from lab.contract import Offer, Prepared
+from lab.errors import LabError
+from lab.operands import Operand, entry
+
+PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
+DEFINES = {"tf32": "PREC_TF32", "3xtf32": "PREC_3XTF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16"}
+ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
+ARCH = "sm_90a"
+SOURCE, KERNEL = "wgmma.cu", "matmul_wgmma"
+SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
+LINE_ALIGN = 16  # bytes: the kernel copies 16-byte chunks
+
+# The kernel per precision: warpgroups (BM = 64 per warpgroup), BN, ring depth, where each tile's
+# copy goes out (COPY_AT), whether A' fragments are loaded before that copy (LOAD_FIRST) and, for
+# 3xTF32, how many tiles one fresh sum spans (SUM_TILES). Chosen by
+# scripts/experiments/wgmma_probe.py's sweeps on the H100 at 4096^3 and 8192^3
+# (results/2026-11-23-h100/29-wgmma-probe.log, 30-wgmma-probe-copier.log, 33-*, 34-*, 45-*):
+# 128 x 256 tiles, four slots (two tiles in flight); 3xTF32, whose two B tiles per slot and fresh
+# sums fit a 128 x 128 tile, prepares tile kt+1 before it waits for tile kt, and sums each pair
+# of tiles afresh: 190% / 187% of cuBLAS fp32 at 4096^3 / 8192^3 against 183% / 177% with a
+# fresh sum per tile (39-wgmma-probe-rowpair.log), for a relative error of 4.9e-7 against 3.2e-7
+# (cuBLAS fp32: 1.1e-6). No fresh sum at all (the tensor core's own accumulation over all of K)
+# was a few percent faster still, at 2.9e-5: 25x cuBLAS fp32's error. LOAD_FIRST=1 is 1-4%
+# faster for 3xTF32 and 3-6% slower for the others (45-wgmma-probe-grouped-loads.log).
+WGMMA = {
+    "tf32": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0, LOAD_FIRST=0),
+    "3xtf32": dict(WGS=2, BN=128, STAGES=4, COPY_AT=0, LOAD_FIRST=1, SUM_TILES=2),
+    "bf16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0, LOAD_FIRST=0),
+    "fp16": dict(WGS=2, BN=256, STAGES=4, COPY_AT=0, LOAD_FIRST=0),
+}
+KNOBS = ("WGS", "BN", "STAGES", "COPY_AT", "LOAD_FIRST", "SUM_TILES")  # build defines, in order
+PARAM_ORDER = KNOBS + ("group",)  # registry order, as the `params` column writes them
+# what each knob may be (the first value is the automatic one) and wgmma.cu's own limits
+CHOICES = {"WGS": (0, 1, 2, 3), "BN": (0, 64, 128, 192, 256), "STAGES": (0, 3, 4, 5, 6),
+           "COPY_AT": (0, 2), "LOAD_FIRST": (-1, 0, 1), "SUM_TILES": (-1, 0, 1, 2)}
+AUTOMATIC = {"WGS": 0, "BN": 0, "STAGES": 0, "COPY_AT": 0, "LOAD_FIRST": -1, "SUM_TILES": -1}
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def config(precision: str, WGS: int = 0, BN: int = 0, STAGES: int = 0, COPY_AT: int = 0,
+           LOAD_FIRST: int = -1, SUM_TILES: int = -1, **_) -> dict:
+    """The build defines beyond the precision, A_KMAJOR and GROUP: the precision's WGMMA row with
+    the explicit values over it, in the row's order. SUM_TILES exists in 3xTF32 only (the other
+    precisions have no fresh sums): outside it the value given is left out, so every value is
+    one build."""
+    row = WGMMA[precision]
+    given = {"WGS": WGS, "BN": BN, "STAGES": STAGES, "COPY_AT": COPY_AT,
+             "LOAD_FIRST": LOAD_FIRST, "SUM_TILES": SUM_TILES}
+    out = {}
+    for k in KNOBS:
+        if k == "SUM_TILES" and precision != "3xtf32":
+            continue
+        auto = given[k] == AUTOMATIC[k] and k != "COPY_AT"
+        out[k] = row[k] if auto else given[k]
+    return out
+
+
+def smem_bytes(precision: str, a_kmajor: bool, config: dict | None = None) -> int:
+    """Dynamic shared memory of the kernel (wgmma.cu's STAGES * SLOT, plus 1 KiB to align the
+    ring to 1024 bytes), for the precision's WGMMA row or `config` (WGS, BN, STAGES)."""
+    w, es = config or WGMMA[precision], ELEM_BYTES[precision]
+    bm, bk = 64 * w["WGS"], 128 // es
+    a_line = 144 if a_kmajor else bm * es + (32 if es == 4 else 16)
+    a_bytes = cdiv((a_line * (bm if a_kmajor else bk)), 1024) * 1024
+    slot = w["BN"] * 128 * (2 if precision == "3xtf32" else 1) + a_bytes
+    return w["STAGES"] * slot + 1024
+
+
+def _shown(params: dict) -> str:
+    return ", ".join(f"{k}={params[k]}" for k in PARAM_ORDER if k in params)
+
+
+def validate(params, precision: str | None = None) -> None:
+    """Raise LabError (one sentence) for parameters the kernel cannot take: an unknown name, a
+    value outside CHOICES, or a ring over 227 KiB in `precision` (in every precision when none
+    is given), with A' either way (the layout decides, and is not known here)."""
+    unknown = sorted(set(params) - set(PARAM_ORDER))
+    if unknown:
+        hint = ("; the mma.sync kernel's tile parameters belong to stage mma"
+                if set(unknown) & {"BM", "BK", "WM", "WN", "frags", "wgmma"} else "")
+        raise LabError(f"stage wgmma (cuda) has no parameter {', '.join(unknown)} (it takes "
+                       f"{', '.join(PARAM_ORDER)}){hint}")
+    where = f"wgmma with {_shown(params)}"
+    if precision is not None and precision not in PRECISIONS:
+        raise LabError(f"{where}: the precision must be one of {', '.join(PRECISIONS)}, not "
+                       f"{precision}")
+    for k, allowed in CHOICES.items():
+        v = params.get(k, AUTOMATIC[k])
+        if _int(v) and v in allowed:
+            continue
+        if k == "COPY_AT":
+            raise LabError(f"{where}: COPY_AT must be 0 (copy before the tile's wgmma) or 2 "
+                           f"(after)")
+        raise LabError(f"{where}: {k} must be one of {', '.join(map(str, allowed))} "
+                       f"({allowed[0]}: automatic, per precision)")
+    group = params.get("group", 8)
+    if not _int(group) or group < 1:
+        raise LabError(f"{where}: group must be a positive integer")
+    for prec in (precision,) if precision else PRECISIONS:
+        c = config(prec, **{k: v for k, v in params.items() if k in KNOBS})
+        smem = max(smem_bytes(prec, a_kmajor, c) for a_kmajor in (False, True))
+        if smem > SMEM_PER_BLOCK:
+            auto = ", ".join(f"{k}={c[k]}" for k in ("WGS", "BN", "STAGES"))
+            raise LabError(f"{where} in {prec} ({auto}): the ring needs {smem} bytes of shared "
+                           f"memory per block, more than the 227 KiB an H100 block can have; lower "
+                           f"STAGES, BN or WGS")
+
+
+def resolve(params, M: int, N: int, precision: str, sms: int) -> dict:
+    """The parameters as they are built and launched (the contract's `resolve`): every knob
+    concrete for `precision` (no shape rule: the WGMMA rows run at every size); SUM_TILES is None
+    outside 3xTF32, where it changes nothing."""
+    c = config(precision, **{k: v for k, v in params.items() if k in KNOBS})
+    return {**params, **{k: c.get(k) for k in KNOBS}, "group": params.get("group", 8)}
+
+
+def show(resolved: dict) -> str:
+    """The configuration as the `params` column writes it: name=value,... in registry order (a
+    knob that does not apply in the precision left out)."""
+    return ",".join(f"{k}={resolved[k]}" for k in PARAM_ORDER if resolved.get(k) is not None)
+
+
+# ------------------------------------------------------------------------------ the plan
+
+
+def lines_aligned(op) -> bool:
+    """Every line of operand `op` starts on a 16-byte boundary (a single line: its start)."""
+    lines = op.cols if op.trans else op.rows
+    return op.aligned(LINE_ALIGN) or (lines <= 1 and op.tensor.data_ptr() % LINE_ALIGN == 0)
+
+
+def aligned_buffer(rows: int, cols: int, col_major: bool, like):
+    """An empty rows x cols matrix with `like`'s dtype and device, column-major or row-major, whose
+    lines start on 16-byte boundaries (the leading dimension rounded up to 16 bytes; the
+    allocation's base is aligned far beyond that)."""
+    import torch
+
+    line = rows if col_major else cols
+    per = LINE_ALIGN // like.element_size()
+    ld = max(1, cdiv(line, per) * per)
+    if col_major:
+        return torch.empty((cols, ld), dtype=like.dtype, device=like.device)[:, :rows].t()
+    return torch.empty((rows, ld), dtype=like.dtype, device=like.device)[:, :cols]
+
+
+def plan(p) -> dict:
+    """How the kernel computes Problem `p`: the copies to run first in every call and the
+    kernel's D = A' B'. Returns dict(copies=[(name, dst, src), ...], layout (the layout the
+    kernel reads, after the copies), Ap, lda, a_kmajor, Bp, ldb, M, N, csm, csn). The copies'
+    buffers are allocated here (module docstring: which operand is copied, and how)."""
+    a, b = p.a, p.b
+    # the orientation each operand must have: as it is, unless neither is K-major (tn)
+    a_col, b_col = a.trans, b.trans
+    if a_col and not b_col:  # tn: copy the smaller operand K-major (B: K x N, A: M x K)
+        if p.N <= p.M:
+            b_col = True
+        else:
+            a_col = False
+    copies = []
+    ops = {}
+    for name, op, col in (("A", a, a_col), ("B", b, b_col)):
+        if col == op.trans and lines_aligned(op):
+            ops[name] = op
+            continue
+        dst = aligned_buffer(op.rows, op.cols, col, op.tensor)
+        copies.append((name, dst, op.tensor))
+        ops[name] = Operand.of(name, dst)
+    a, b = ops["A"], ops["B"]
+    layout = a.letter + b.letter
+    ldc = p.c.ld
+    if b.trans:
+        w = dict(Ap=a.tensor, lda=a.ld, a_kmajor=not a.trans, Bp=b.tensor, ldb=b.ld, M=p.M,
+                 N=p.N, csm=ldc, csn=1)
+    else:  # A row-major: D = C^T = B^T A^T
+        w = dict(Ap=b.tensor, lda=b.ld, a_kmajor=False, Bp=a.tensor, ldb=a.ld, M=p.N, N=p.M,
+                 csm=1, csn=ldc)
+    return {"copies": copies, "layout": layout, **w}
+
+
+def _layout_plan(layout: str, M: int, N: int) -> tuple[str, bool, bool]:
+    """(the layout the kernel reads, A_KMAJOR, D = C^T) for operands in `layout` whose lines are
+    16-byte aligned (plan() without the tensors; an unaligned operand's copy keeps its
+    orientation, so the build is the same)."""
+    if layout == "tn":
+        layout = "tt" if N <= M else "nn"
+    if layout[1] == "t":
+        return layout, layout[0] == "n", False
+    return layout, False, True
+
+
+# ------------------------------------------------------------------------------ build, launch
+
+
+def build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "nn",
+          config: dict | None = None):
+    """The kernel for `precision`, compiled for sm_90a by NVRTC (no GPU needed): the precision's
+    WGMMA row, or `config` (the build defines WGS, BN, STAGES, COPY_AT, LOAD_FIRST, SUM_TILES).
+    The defines are passed in the order the mma stage's wgmma kernel passed them."""
+    d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group,
+         **(config or WGMMA[precision])}
+    return compile_kernel(SOURCE, KERNEL, d, layout=layout, arch=ARCH)
+
+
+def geometry(M: int, N: int, precision: str, a_kmajor: bool, config: dict | None = None):
+    """(grid, block, dynamic shared bytes) of the kernel for D of M x N (plan()'s M and N, which
+    are swapped for C^T)."""
+    w = config or WGMMA[precision]
+    return ((cdiv(M, 64 * w["WGS"]) * cdiv(N, w["BN"]), 1, 1), (128 * w["WGS"], 1, 1),
+            smem_bytes(precision, a_kmajor, config))
+
+
+def compile_for(params, M: int, N: int, K: int, layout: str, precision: str):
+    """The build and geometry prepare() uses for operands in `layout` with 16-byte lines,
+    without a GPU (the contract's `compile`; CPU mode, the profiler's SASS)."""
+    c = config(precision, **{k: v for k, v in params.items() if k in KNOBS})
+    layout, a_kmajor, swap = _layout_plan(layout, M, N)
+    b = build(precision, a_kmajor, params.get("group", 8), layout, c)
+    return b, geometry(N if swap else M, M if swap else N, precision, a_kmajor, c)
+
+
+def device_arch_of(p) -> str | None:
+    """sm_XY of the GPU Problem `p`'s C lies on, or None for CPU tensors (tests only: the public
+    prepare() takes CUDA tensors)."""
+    import torch
+
+    t = p.c.tensor
+    if not getattr(t, "is_cuda", False):
+        return None
+    major, minor = torch.cuda.get_device_capability(t.device)
+    return f"sm_{major}{minor}"
+
+
+def launch(p, precision: str, group: int = 8, config: dict | None = None) -> Prepared:
+    """The launch for Problem `p` with build defines `config` (default: the precision's WGMMA
+    row; scripts/experiments/wgmma_probe.py passes its sweeps' rows): the copies plan() asks for,
+    then the kernel. Carries its build, the kernel alone (kernel_only, where something is copied
+    first), the names of the copied operands (copies) and the resources."""
+    import numpy as np
+
+    arch = device_arch_of(p)
+    if arch is not None and arch != "sm_90":
+        raise LabError(f"stage wgmma runs Hopper's wgmma instruction, which only sm_90 GPUs (H100, "
+                       f"H200) have, and this GPU is {arch}; use stage mma (mma.sync) here")
+    c = config or WGMMA[precision]
+    w = plan(p)
+    b = build(precision, w["a_kmajor"], group, w["layout"], c)
+    grid, block, smem = geometry(w["M"], w["N"], precision, w["a_kmajor"], c)
+    args = (w["Ap"], w["Bp"], p.c.tensor, np.int32(w["M"]), np.int32(w["N"]), np.int32(p.K),
+            np.int32(w["lda"]), np.int32(w["ldb"]), np.int64(w["csm"]), np.int64(w["csn"]))
+    kernel = launcher(b, grid, block, args, smem)
+    res = resources(b, grid, block, smem)
+    copies = tuple((dst, src) for _, dst, src in w["copies"])
+    names = tuple(name for name, _, _ in w["copies"])
+    if not copies:
+        return Prepared(kernel, resources=res, build=b, copies=names)
+
+    def run():  # the copies are part of the computation, so of the timed call
+        for dst, src in copies:
+            dst.copy_(src)
+        kernel()
+
+    return Prepared(run, resources=res, build=b, kernel_only=kernel, copies=names)
+
+
+OFFER = Offer("wgmma", "cuda", precisions=PRECISIONS, kernels=(KERNEL,), validate=validate,
+              resolve=resolve, show=show, compile=compile_for)
+
+
+@entry(OFFER)
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py), with p.precision. The
+    launch's `config` is the configuration that runs (resolve()); its text is
+    launch.resources["params"], the row's `params` column."""
+    resolved = resolve(params, p.M, p.N, p.precision, 0)
+    c = config(p.precision, **{k: v for k, v in params.items() if k in KNOBS})
+    out = launch(p, p.precision, resolved["group"], c)
+    out.resources = {**out.resources, "params": show(resolved)}
+    out.extra["config"] = resolved
+    return out
