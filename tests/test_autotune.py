@@ -101,7 +101,8 @@ def test_every_registered_space_pins_numerics_and_starts_at_valid_defaults(stage
     if "fast_math" in declared:
         assert space.pinned["fast_math"] is False and space.default["fast_math"] is False
     assert all(len(p.choices) > 1 for p in space.searched)
-    assert at.validator(stage.offer(backend))(space.default) is None  # the defaults are valid
+    offer = stage.offer(backend)
+    assert at.validator(offer, offer.precisions[0])(space.default) is None  # valid defaults
     configs, sampled = space.enumerate()
     assert configs[0] == space.default
     assert sampled == (space.size > at.ENUMERATE_LIMIT)
@@ -1108,35 +1109,31 @@ def test_the_first_of_merged_configurations_is_kept_so_the_defaults_come_first()
     assert r.same_build > 0
 
 
-@pytest.mark.parametrize("backend, restrict, precision, merged", [
+WGMMA_TRITON = {"BLOCK_M": (128,), "BLOCK_N": (0,), "BLOCK_K": (0,), "GROUP_M": (8,),
+                "num_warps": (8,), "num_stages": (0,), "regs_mn": (-1,)}
+
+
+@pytest.mark.parametrize("stage, backend, restrict, precision, merged", [
     # CUDA mma: BK=0 in tf32 is the tuned 32 floats; BK=0 and BK=32 are one build
-    ("cuda", {"BK": (0, 32), "BM": (0,), "BN": (0,), "WM": (0,), "WN": (0,), "STAGES": (0,),
-              "frags": (0,), "group": (8,)}, "tf32", 1),
-    # Triton mma: kmajor_b=-1 in bf16 is off (0); -1 and 0 are one build, 1 is another
-    ("triton", {"kmajor_b": (-1, 0, 1), "BLOCK_M": (128,), "BLOCK_N": (0,), "BLOCK_K": (0,),
-                "GROUP_M": (8,), "num_warps": (8,), "num_stages": (0,), "regs_mn": (-1,)},
-     "bf16", 1),
-    # ... and regs_mn does nothing outside tf32: its three values are one build in fp16
-    ("triton", {"kmajor_b": (0,), "BLOCK_M": (128,), "BLOCK_N": (0,), "BLOCK_K": (0,),
-                "GROUP_M": (8,), "num_warps": (8,), "num_stages": (0,), "regs_mn": (-1, 0, 1)},
-     "fp16", 2),
+    ("mma", "cuda", {"BK": (0, 32), "BM": (0,), "BN": (0,), "WM": (0,), "WN": (0,),
+                     "STAGES": (0,), "frags": (0,), "group": (8,)}, "tf32", 1),
+    # Triton wgmma: kmajor_b=-1 in bf16 is off (0); -1 and 0 are one build, 1 is another
+    ("wgmma", "triton", {"kmajor_b": (-1, 0, 1), **WGMMA_TRITON}, "bf16", 1),
     # in tf32 -1 is on (1): -1 and 1 are one build, 0 is another
-    ("triton", {"kmajor_b": (0,), "BLOCK_M": (128,), "BLOCK_N": (0,), "BLOCK_K": (0,),
-                "GROUP_M": (8,), "num_warps": (8,), "num_stages": (0,), "regs_mn": (-1, 0, 1)},
-     "tf32", 1),
+    ("wgmma", "triton", {"kmajor_b": (-1, 0, 1), **WGMMA_TRITON}, "tf32", 1),
 ])
-def test_tune_merges_automatic_values_with_the_values_they_stand_for(tmp_path, backend, restrict,
-                                                                     precision, merged):
+def test_tune_merges_automatic_values_with_the_values_they_stand_for(tmp_path, stage, backend,
+                                                                     restrict, precision, merged):
     calls = []
-    out = at.tune("mma", backend, 4096, 4096, 4096, precision=precision, cache=tmp_path / "c.json",
-                  gpu=GPU, launch_factory=fake_launch_factory(calls), checker=passes,
-                  timer=lambda params, launch, rep_ms: 1.0, clock=Clock(), restrict=restrict,
-                  probe=lambda params: None, jobs=1)
+    out = at.tune(stage, backend, 4096, 4096, 4096, precision=precision,
+                  cache=tmp_path / "c.json", gpu=GPU, launch_factory=fake_launch_factory(calls),
+                  checker=passes, timer=lambda params, launch, rep_ms: 1.0, clock=Clock(),
+                  restrict=restrict, probe=lambda params: None, jobs=1)
     r = out.result
     assert r.same_build == merged
     assert r.valid == math.prod(len(v) for v in restrict.values()) - merged
     assert len({tuple(sorted(c.items())) for c in calls}) == r.valid  # each build launched once
-    text = "\n".join(at.report_lines(out, "mma"))
+    text = "\n".join(at.report_lines(out, stage))
     assert f"{merged} more are the same build" in text
 
 
@@ -1154,3 +1151,62 @@ def test_a_stage_without_automatic_values_is_one_build_per_value_tuple():
     # at 1025^3 the shape rule narrows the automatic tile: no longer the 256 x 128 build
     small = at.build_identity(get_stage("mma").offer("cuda"), 1025, 1025, "bf16", 132)
     assert small(auto) != small(explicit)
+
+
+# ------------------------------------------------------------- what the tuner reads from the OFFER
+
+
+NUMERICS_PARAMS = [(s, b, p) for s in STAGES for b in ("cuda", "triton") for p in s.params
+                   if p.numerics and b in p.backends]
+
+
+@pytest.mark.parametrize("stage, backend, param", NUMERICS_PARAMS,
+                         ids=[f"{s.name}-{b}-{p.name}" for s, b, p in NUMERICS_PARAMS])
+def test_a_numerics_param_is_pinned_at_its_registry_default_and_not_restricted(stage, backend,
+                                                                              param):
+    space = at.space_of(stage, backend)
+    assert param.name not in space.names
+    assert space.pinned[param.name] == param.default == space.default[param.name]
+    assert at.space_of(stage, backend, {param.name: (param.default,)}).pinned[param.name] \
+        == param.default
+    other = next(c for c in param.choices if c != param.default)
+    with pytest.raises(LabError, match=f"{param.name} changes the numerics, so the tuner keeps "
+                                       f"it at {at._fmt(param.default)}; leave it out of the "
+                                       f"restriction"):
+        at.space_of(stage, backend, {param.name: (other,)})
+    with pytest.raises(LabError, match="leave it out of --stage"):
+        at._parse_stages(f"{stage.name}:{param.name}={at._fmt(other)}", (backend,))
+
+
+def test_the_numerics_list_is_not_empty():
+    assert any(p.name == "fast_math" for _s, _b, p in NUMERICS_PARAMS)
+
+
+def test_the_split_k_seeds_follow_the_offers_tuning_not_a_parameter_name():
+    from dataclasses import replace
+
+    from lab.contract import Tuning
+
+    space = at.space_of("warptiling", "cuda", SPLITS)
+    assert space.tuning == get_stage("warptiling").offer("cuda").tuning
+    assert at.splitk_seeds(space, *SPLITK_SHAPE, sm_count=132)
+    assert at.splitk_seeds(replace(space, tuning=Tuning()), *SPLITK_SHAPE, sm_count=132) == []
+    # other tile names: the tiles counted (here 20 x 2 = 40 of BK x BN) and the edges shrunk
+    # are those, BM is left alone
+    edges = Tuning(split=space.tuning.split, tile=("BK", "BN"))
+    seeds = at.splitk_seeds(replace(space, tuning=edges), *SPLITK_SHAPE, sm_count=132)
+    assert [(s["BM"], s["BK"], s["BN"], s["splitk"]) for s in seeds] == [
+        (128, 16, 128, 3), (128, 16, 128, 6), (128, 16, 128, 16),
+        (128, 8, 64, 1), (128, 8, 64, 2), (128, 8, 64, 4)]
+
+
+def test_the_search_reads_the_resources_of_a_prepared_launch():
+    from lab.contract import Prepared
+
+    spills = {"registers": 64, "smem_static": 0, "smem_dynamic": 0, "spill_bytes": 8,
+              "threads": 128}
+    r = run_search("vectorized", "triton",
+                   launch_factory=lambda params: Prepared(lambda: None, resources=spills),
+                   max_configs=3)
+    assert r.trials and all(t.status == "pruned" and "8 bytes of register spills" in t.detail
+                            for t in r.trials)
