@@ -280,6 +280,23 @@ def launcher(build: Build, grid, block, args, smem_dynamic: int = 0):
 # ----------------------------------------------------------------- register caps (no GPU needed)
 
 STATIC_SMEM_LIMIT = 48 * 1024  # static __shared__ arrays may not exceed 48 KiB
+
+
+def require_even_split(where: str, threads: int, a_items: int, b_items: int, unit: str,
+                       hint: str) -> None:
+    """LabError unless the A and B tiles (a_items, b_items of `unit`: values or float4 chunks)
+    each split into the same whole number of items per thread: the tile loaders' rule."""
+    for tile, items in (("A", a_items), ("B", b_items)):
+        if items % threads or items < threads:
+            raise LabError(f"{where}: the {tile} tile ({items} {unit}) does not split evenly over "
+                           f"{threads} threads; {hint}")
+
+
+def require_static_smem(where: str, smem: int) -> None:
+    """LabError when static __shared__ arrays of `smem` bytes exceed the 48 KiB a block may hold."""
+    if smem > STATIC_SMEM_LIMIT:
+        raise LabError(f"{where} needs {smem} bytes of static shared memory, more than the 48 KiB "
+                       f"limit; lower BK, BM or BN")
 MAX_THREADS_PER_SM = 2048  # H100 (sm_90); also 65536 registers per SM = 32 per thread at full load
 
 

@@ -17,7 +17,8 @@ vectorized.py's rule.
 """
 
 from cuda_kernels import blocktile_2d, vectorized
-from cuda_kernels._build import STATIC_SMEM_LIMIT, cdiv, spill_free_build, stage_launcher, cuda_offer
+from cuda_kernels._build import (cdiv, cuda_offer, require_even_split, require_static_smem,
+                                 spill_free_build, stage_launcher)
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -48,17 +49,11 @@ def validate(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8
         raise LabError(f"bank_conflicts: fix must be one of {', '.join(FIXES)}, not {fix!r}")
     blocktile_2d.validate(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN, stage="bank_conflicts")
     where = f"bank_conflicts with BM={BM}, BN={BN}, BK={BK}, TM={TM}, TN={TN}"
-    t = threads(BM, BN, TM, TN)
-    for tile, chunks, hint in (("A", BM * BK // 4, "BK (or BM)"),
-                               ("B", BK * BN // 4, "BK (or BN)")):
-        if chunks % t or chunks < t:  # the loaders move whole float4s, the same count per thread
-            raise LabError(f"{where}: the {tile} tile ({chunks} float4 chunks) does not split "
-                           f"evenly over {t} threads; raise {hint}, or raise TM/TN for fewer "
-                           f"threads")
-    smem = max(smem_bytes(BM, BN, BK, fix, layout) for layout in ("nn", "nt"))
-    if smem > STATIC_SMEM_LIMIT:
-        raise LabError(f"{where}, fix={fix} needs {smem} bytes of static shared memory, more "
-                       f"than the 48 KiB limit; lower BK, BM or BN")
+    # the loaders move whole float4s, the same count per thread
+    require_even_split(where, threads(BM, BN, TM, TN), BM * BK // 4, BK * BN // 4,
+                       "float4 chunks", "raise BK (or BM, BN), or raise TM/TN for fewer threads")
+    require_static_smem(f"{where}, fix={fix}",
+                        max(smem_bytes(BM, BN, BK, fix, layout) for layout in ("nn", "nt")))
 
 
 def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8,
@@ -77,7 +72,8 @@ def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, TM: int = 8, 
     return (cdiv(M, BM) * cdiv(N, BN), 1, 1), (threads(BM, BN, TM, TN), 1, 1), 0
 
 
-OFFER = cuda_offer("bank_conflicts", ("matmul_bank_conflicts",), build, geometry, validate=validate)
+OFFER = cuda_offer("bank_conflicts", ("matmul_bank_conflicts",), build, geometry,
+                   validate=validate)
 
 
 @entry(OFFER)

@@ -9,8 +9,8 @@ validate() rejects a parameter combination the kernel cannot run (too many or to
 tiles that do not split evenly over the threads) with one sentence, before anything is compiled.
 """
 
-from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, first_min_blocks, spill_free_build,
-                                 stage_launcher, cuda_offer)
+from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, require_even_split,
+                                 require_static_smem, spill_free_build, stage_launcher)
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -33,18 +33,9 @@ def validate(BM: int = 64, BN: int = 64, BK: int = 8, TM: int = 8, **_) -> None:
         hint = "raise TM or lower BM/BN" if t > 1024 else "lower TM or raise BM/BN"
         raise LabError(f"{where} needs BM*BN/TM = {t} threads per block, but a block holds 32 to "
                        f"1024; {hint}")
-    if (BM * BK) % t or BM * BK < t:
-        raise LabError(f"{where}: the A tile (BM*BK = {BM * BK} values) does not split evenly over "
-                       f"{t} threads; raise BK or TM, or lower BN, so that BK*TM is a multiple of "
-                       f"BN")
-    if (BK * BN) % t or BK * BN < t:
-        raise LabError(f"{where}: the B tile (BK*BN = {BK * BN} values) does not split evenly over "
-                       f"{t} threads; raise BK or TM, or lower BM, so that BK*TM is a multiple of "
-                       f"BM")
-    smem = smem_bytes(BM, BN, BK)
-    if smem > STATIC_SMEM_LIMIT:
-        raise LabError(f"{where} needs {smem} bytes of static shared memory, more than the 48 KiB "
-                       f"limit; lower BK, BM or BN")
+    require_even_split(where, t, BM * BK, BK * BN, "values",
+                       "raise BK or TM, or lower BM/BN, so that BK*TM is a multiple of BM and BN")
+    require_static_smem(where, smem_bytes(BM, BN, BK))
 
 
 def build(BM: int = 64, BN: int = 64, BK: int = 8, TM: int = 8, group: int = 16,

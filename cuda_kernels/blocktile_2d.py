@@ -10,8 +10,8 @@ anything is compiled; vectorized.py reuses it (same thread mapping, plus float4 
 The register cap (__launch_bounds__' second argument) is chosen as in blocktile_1d.py.
 """
 
-from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, first_min_blocks, spill_free_build,
-                                 stage_launcher, cuda_offer)
+from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, require_even_split,
+                                 require_static_smem, spill_free_build, stage_launcher)
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -51,16 +51,8 @@ def validate(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8
         hint = "raise TM/TN or lower BM/BN" if t > 1024 else "lower TM/TN or raise BM/BN"
         raise LabError(f"{where} needs (BM/TM)*(BN/TN) = {t} threads per block, but a block holds "
                        f"32 to 1024; {hint}")
-    if (BM * BK) % t or BM * BK < t:
-        raise LabError(f"{where}: the A tile (BM*BK = {BM * BK} values) does not split evenly over "
-                       f"{t} threads; raise BK or TM/TN")
-    if (BK * BN) % t or BK * BN < t:
-        raise LabError(f"{where}: the B tile (BK*BN = {BK * BN} values) does not split evenly over "
-                       f"{t} threads; raise BK or TM/TN")
-    smem = smem_bytes(BM, BN, BK)
-    if smem > STATIC_SMEM_LIMIT:
-        raise LabError(f"{where} needs {smem} bytes of static shared memory, more than the 48 KiB "
-                       f"limit; lower BK, BM or BN")
+    require_even_split(where, t, BM * BK, BK * BN, "values", "raise BK or TM/TN")
+    require_static_smem(where, smem_bytes(BM, BN, BK))
 
 
 def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8, group: int = 16,

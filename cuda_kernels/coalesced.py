@@ -4,7 +4,7 @@ Geometry: block (32, rows) threads; 1-D grid of ceil(M/rows) * ceil(N/32) blocks
 block_tile() in common.cuh (group = block-rows walked together, for L2 reuse).
 """
 
-from cuda_kernels._build import cdiv, compile_kernel, stage_launcher, cuda_offer
+from cuda_kernels._build import cdiv, compile_kernel, cuda_offer, stage_launcher
 from lab.operands import entry
 
 

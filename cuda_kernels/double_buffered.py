@@ -29,7 +29,8 @@ blocks per SM as threads, shared memory and the estimated registers allow, halve
 reports no spills (_build.spill_free_build).
 """
 
-from cuda_kernels._build import cdiv, first_min_blocks, spill_free_build, stage_launcher, cuda_offer
+from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, spill_free_build,
+                                 stage_launcher)
 from cuda_kernels.vectorized import vector_flags
 from lab.errors import LabError
 from lab.operands import entry
@@ -171,7 +172,8 @@ def geometry(M: int, N: int, K: int, BM=128, BN=128, BK=16, WM=64, WN=64, pipeli
             smem_bytes(BM, BN, BK, pipeline, stages, layout))
 
 
-OFFER = cuda_offer("double_buffered", ("matmul_double_buffered",), build, geometry, validate=validate)
+OFFER = cuda_offer("double_buffered", ("matmul_double_buffered",), build, geometry,
+                   validate=validate)
 
 
 @entry(OFFER)

@@ -4,7 +4,7 @@ Geometry: BLOCK x BLOCK threads per block, a 1-D grid of cdiv(M, BLOCK) * cdiv(N
 (block-rows fastest).
 """
 
-from cuda_kernels._build import cdiv, compile_kernel, stage_launcher, cuda_offer
+from cuda_kernels._build import cdiv, compile_kernel, cuda_offer, stage_launcher
 from lab.operands import entry
 
 SOURCE, KERNEL = "naive.cu", "matmul_naive"

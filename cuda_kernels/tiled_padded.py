@@ -23,7 +23,8 @@ had at prepare() time wherever they were padded (the harness never changes them 
 
 from __future__ import annotations
 
-from cuda_kernels._build import cdiv, compile_kernel, cuda_offer, launcher, matmul_args, resources
+from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, launcher, matmul_args,
+                                 resources)
 from lab.contract import Prepared
 from lab.operands import Padded, entry
 

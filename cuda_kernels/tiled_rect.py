@@ -10,7 +10,7 @@ and 32 <= rows*cols <= 1024 threads; `validate` says so in one sentence before a
 
 from __future__ import annotations
 
-from cuda_kernels._build import cdiv, compile_kernel, stage_launcher, cuda_offer
+from cuda_kernels._build import cdiv, compile_kernel, cuda_offer, stage_launcher
 from lab.errors import LabError
 from lab.operands import entry
 

@@ -17,8 +17,8 @@ without those arguments compiles the nn vector variant (what CPU mode reports an
 """
 
 from cuda_kernels import blocktile_2d
-from cuda_kernels._build import STATIC_SMEM_LIMIT, cdiv, spill_free_build, stage_launcher, cuda_offer
-from lab.errors import LabError
+from cuda_kernels._build import (cdiv, cuda_offer, require_even_split, require_static_smem,
+                                 spill_free_build, stage_launcher)
 from lab.operands import entry
 
 threads = blocktile_2d.threads
@@ -32,17 +32,9 @@ def validate(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8
     """Raise LabError (one sentence) if this combination cannot be compiled or launched."""
     blocktile_2d.validate(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN, stage="vectorized")
     where = f"vectorized with BM={BM}, BN={BN}, BK={BK}, TM={TM}, TN={TN}"
-    t = threads(BM, BN, TM, TN)
-    if (BM * BK // 4) % t or BM * BK // 4 < t:
-        raise LabError(f"{where}: the A tile ({BM * BK // 4} float4 chunks) does not split evenly "
-                       f"over {t} threads; raise BK (or BM), or raise TM/TN for fewer threads")
-    if (BK * BN // 4) % t or BK * BN // 4 < t:
-        raise LabError(f"{where}: the B tile ({BK * BN // 4} float4 chunks) does not split evenly "
-                       f"over {t} threads; raise BK (or BN), or raise TM/TN for fewer threads")
-    smem = smem_bytes(BM, BN, BK)
-    if smem > STATIC_SMEM_LIMIT:
-        raise LabError(f"{where} needs {smem} bytes of static shared memory, more than the 48 KiB "
-                       f"limit; lower BK, BM or BN")
+    require_even_split(where, threads(BM, BN, TM, TN), BM * BK // 4, BK * BN // 4,
+                       "float4 chunks", "raise BK (or BM, BN), or raise TM/TN for fewer threads")
+    require_static_smem(where, smem_bytes(BM, BN, BK))
 
 
 def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8, group: int = 16,

@@ -23,8 +23,9 @@ Variants per call, as in vectorized.py: the layout (-DTRANS_A / -DTRANS_B) and V
 
 from __future__ import annotations
 
-from cuda_kernels._build import (STATIC_SMEM_LIMIT, cdiv, compile_kernel, cuda_offer,
-                                 first_min_blocks, launcher, resources, stage_launcher)
+from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, first_min_blocks, launcher,
+                                 require_even_split, require_static_smem, resources,
+                                 stage_launcher)
 from cuda_kernels.vectorized import vector_flags
 from lab.contract import Prepared, Tuning
 from lab.errors import LabError
@@ -82,16 +83,10 @@ def validate(BM: int = 128, BN: int = 128, BK: int = 16, WM: int = 64, WN: int =
     if s["acc"] > MAX_ACC:
         raise LabError(f"{where} gives each thread WM*WN/32 = {s['acc']} accumulators, more than "
                        f"the {MAX_ACC} that fit in registers beside the fragments; lower WM or WN")
-    if (BM * BK // 4) % t or BM * BK // 4 < t:
-        raise LabError(f"{where}: the A tile ({BM * BK // 4} float4 chunks) does not split evenly "
-                       f"over {t} threads; raise BK or BM, or use fewer warps (larger WM/WN)")
-    if (BK * BN // 4) % t or BK * BN // 4 < t:
-        raise LabError(f"{where}: the B tile ({BK * BN // 4} float4 chunks) does not split evenly "
-                       f"over {t} threads; raise BK or BN, or use fewer warps (larger WM/WN)")
-    smem = (BK * (BM + 4) + BK * (BN + 4)) * 4  # the larger (transposed B) of the layouts
-    if smem > STATIC_SMEM_LIMIT:
-        raise LabError(f"{where} needs {smem} bytes of static shared memory, more than the 48 KiB "
-                       f"limit; lower BK, BM or BN")
+    require_even_split(where, t, BM * BK // 4, BK * BN // 4, "float4 chunks",
+                       "raise BK (or BM, BN), or use fewer warps (larger WM/WN)")
+    # the larger (transposed B) of the layouts
+    require_static_smem(where, (BK * (BM + 4) + BK * (BN + 4)) * 4)
     if splitk < 1:
         raise LabError(f"warptiling with splitk={splitk}: splitk must be 1 or more")
     if frags not in (1, 2):
