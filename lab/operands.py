@@ -370,10 +370,6 @@ def entry(offer: Offer, needs: Needs | None = None):
     operands, handles empty problems, describes the operands once (a frozen Problem, fitted to
     the kernel's needs and carrying the precision) and returns the stage's Prepared launch, with
     the shared code's one-time copies added to its `setup_ms` and the Problem as `.problem`."""
-    if isinstance(offer, str):  # TRANSITION: mma's launchers until they declare an OFFER
-        legacy_needs = needs if isinstance(needs, Needs) else None
-        offer = Offer(offer, needs, precisions=("tf32", "3xtf32", "bf16", "fp16"))
-        needs = legacy_needs
     needs = needs or (CUDA if offer.backend == "cuda" else TRITON)
     where = offer.where
     # CUDA kernels need a GPU; Triton kernels run CPU tensors only under the interpreter.

@@ -90,8 +90,7 @@ class Stage:
 
     def offer(self, backend: str) -> Offer:
         """What this stage's `backend` launcher declares (lab/contract.py)."""
-        module = self.module(backend)
-        offer = getattr(module, "OFFER", None) or module.prepare.offer  # TRANSITION (mma)
+        offer = self.module(backend).OFFER
         if offer.stage != self.name or offer.backend != backend:
             raise LabError(f"{backend} launcher of stage {self.name} declares the Offer of "
                            f"{offer.stage} ({offer.backend})")
