@@ -276,6 +276,14 @@ def device_arch_of(p) -> str | None:
     return f"sm_{major}{minor}"
 
 
+def require_hopper(p) -> None:
+    """Raise LabError (one sentence) unless Problem `p` lies on an sm_90 GPU (or on the CPU)."""
+    arch = device_arch_of(p)
+    if arch is not None and arch != "sm_90":
+        raise LabError(f"stage wgmma runs Hopper's wgmma instruction, which only sm_90 GPUs (H100, "
+                       f"H200) have, and this GPU is {arch}; use stage mma (mma.sync) here")
+
+
 def launch(p, precision: str, group: int = 8, config: dict | None = None) -> Prepared:
     """The launch for Problem `p` with build defines `config` (default: the precision's WGMMA
     row; scripts/experiments/wgmma_probe.py passes its sweeps' rows): the copies plan() asks for,
@@ -283,10 +291,7 @@ def launch(p, precision: str, group: int = 8, config: dict | None = None) -> Pre
     first), the names of the copied operands (copies) and the resources."""
     import numpy as np
 
-    arch = device_arch_of(p)
-    if arch is not None and arch != "sm_90":
-        raise LabError(f"stage wgmma runs Hopper's wgmma instruction, which only sm_90 GPUs (H100, "
-                       f"H200) have, and this GPU is {arch}; use stage mma (mma.sync) here")
+    require_hopper(p)
     c = config or WGMMA[precision]
     w = plan(p)
     b = build(precision, w["a_kmajor"], group, w["layout"], c)
@@ -317,6 +322,7 @@ def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py), with p.precision. The
     launch's `config` is the configuration that runs (resolve()); its text is
     launch.resources["params"], the row's `params` column."""
+    require_hopper(p)
     resolved = resolve(params, p.M, p.N, p.precision, 0)
     c = config(p.precision, **{k: v for k, v in params.items() if k in KNOBS})
     out = launch(p, p.precision, resolved["group"], c)

@@ -1,6 +1,7 @@
-"""Helpers shared by the tests of stage mma's automatic defaults (tests/test_mma_defaults.py: the
-Triton twin; tests/test_mma_cuda_defaults.py: the CUDA launcher); imported by module name, as
-pytest puts tests/ on sys.path."""
+"""Helpers shared by the tests of the tensor-core stages' automatic defaults
+(tests/test_mma_cuda_defaults.py: stage mma's CUDA launcher; tests/test_wgmma_defaults.py: stage
+wgmma's Triton twin) and their SASS checks; imported by module name, as pytest puts tests/ on
+sys.path."""
 
 from __future__ import annotations
 
@@ -19,10 +20,27 @@ def one_sentence(message: str) -> None:
     assert "\n" not in message and ". " not in message.rstrip("."), message
 
 
-def cached_entries(backend: str) -> dict:
-    """The stage mma entries of results/autotune.json for one backend ("triton" or "cuda")."""
+def cached_entries(backend: str, stage: str = "mma") -> dict:
+    """The entries of results/autotune.json for one stage and backend ("triton" or "cuda").
+
+    stage="wgmma", backend="triton": the Triton searches of 2026-11-22/23 ran the kernel that is
+    now stage wgmma's Triton twin while it was stage mma's, so they are cached under
+    `|mma|triton|`; entries under `|wgmma|triton|` count too."""
     entries = json.loads(CACHE.read_text())["entries"]
-    return {k: e for k, e in entries.items() if f"|mma|{backend}|" in k}
+    names = ("mma", "wgmma") if (stage, backend) == ("wgmma", "triton") else (stage,)
+    return {k: e for k, e in entries.items() if any(f"|{n}|{backend}|" in k for n in names)}
+
+
+def as_stage(entries: dict, stage: str) -> dict:
+    """`entries` (results/autotune.json's) keyed under `stage` instead of the name they were
+    searched under: what lab.autotune.lookup finds for that stage in a cache file of them."""
+    out = {}
+    for key, e in entries.items():
+        gpu, _, rest = key.split("|", 2)
+        new = f"{gpu}|{stage}|{rest}"
+        out[new] = {**e, **({"stage": stage} if "stage" in e else {}),
+                    **({"key": new} if "key" in e else {})}
+    return out
 
 
 def sass_mix(build) -> dict:

@@ -1,4 +1,5 @@
-"""Tests of the mma stage (cuda_kernels/mma.cu, its launcher and its Triton twin).
+"""Tests of the mma stage (cuda_kernels/mma.cu, its launcher and its Triton twin), the mma.sync
+stage; Hopper's wgmma kernel is stage wgmma (tests/test_wgmma.py).
 
 CPU (skipped when a GPU is present, like the other CPU-mode tests):
 (a) NVRTC: the default build of every precision compiles for sm_80 and sm_90 in every layout with
@@ -21,13 +22,17 @@ CPU (skipped when a GPU is present, like the other CPU-mode tests):
 (d) validate() and the launchers refuse impossible combinations with one sentence, and the
     launcher picks ALIGN_A / ALIGN_B / VEC_C from the operands' alignment;
 (e) the Triton twin under the interpreter: every precision and layout on small odd shapes against
-    a float64 reference of the operands it received, kmajor_b, and its validate().
+    a float64 reference of the operands it received, and its validate(); compiled for sm_90
+    without a GPU, its PTX holds mma.sync and no wgmma (Triton's choice on sm_90 is wgmma: the
+    twin compiles with DISABLE_MMA_V3 / DISABLE_MMA_V5), and the variables are as they were after.
 GPU (marked `gpu`): the CUDA kernel in every precision x layout at odd and aligned sizes, on
-offset (unaligned) views, and a few tile variants; 3xTF32 at fp32-level error, TF32 really TF32.
+offset (unaligned) views, and a few tile variants; 3xTF32 at fp32-level error, TF32 really TF32;
+the Triton twin in every precision x layout, its compiled kernel mma.sync on this GPU.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -35,7 +40,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import DTYPE, ES, LAYOUTS, ROOT, TC_PRECISIONS, cpu_only, stage_module, stage_params
+from helpers import (DTYPE, ES, LAYOUTS, ROOT, TC_PRECISIONS, cpu_only, run_python, stage_module,
+                     stage_params)
 from lab import check as chk
 from lab.errors import LabError
 from lab.stages import get_stage
@@ -622,51 +628,98 @@ def test_triton_twin_on_offset_sliced_and_strided_views(precision, kind):
     assert result.passed, (precision, kind, result.reason)
 
 
-@cpu_only
-@pytest.mark.parametrize("precision", ["tf32", "bf16"])
-def test_triton_kmajor_b_copies_an_n_major_b_inside_every_call(precision):
-    # regs_mn=0: in tf32 the automatic regs_mn multiplies an N-major B from registers instead
-    a, b = chk.make_inputs(40, 24, 56, 1, "cpu", dtype=DTYPE[precision])
-    c = torch.empty((40, 24), dtype=DTYPE[precision])
-    launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True, regs_mn=0)
-    assert not getattr(launch, "setup_ms", None)  # nothing is done ahead, outside the timing
-    p = launch.problem
-    assert p.b.col_major and p.b.tensor.data_ptr() != b.data_ptr()
-    assert chk.check(launch, c, chk.reference(a, b), 56, precision).passed
-    # the copy is part of the call: a B changed after prepare() is what the next call multiplies
-    b.mul_(-2)
-    assert chk.check(launch, c, chk.reference(a, b), 56, precision).passed
-    # an already K-major B is left alone, and the call is the kernel alone
-    a, b = chk.make_inputs(40, 24, 56, 1, "cpu", dtype=DTYPE[precision], layout="nt")
-    launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True, regs_mn=0)
-    assert launch.problem.b.tensor.data_ptr() == b.data_ptr()
-    assert not hasattr(launch, "kernel_only")
-    assert chk.check(launch, c, chk.reference(a, b), 56, precision).passed
-    # a sliced B (row stride above its width), K = 1, and N = 1 (a column: nothing to turn)
-    for M, N, K, pad in ((33, 70, 65, 9), (17, 40, 1, 3), (21, 1, 30, 2)):
-        a, b0 = chk.make_inputs(M, N, K, 2, "cpu", dtype=DTYPE[precision])
-        b = torch.zeros((K, N + pad), dtype=DTYPE[precision])[:, 1:N + 1]
-        b.copy_(b0)
-        c = torch.empty((M, N), dtype=DTYPE[precision])
-        launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True, regs_mn=0)
-        result = chk.check(launch, c, chk.reference(a, b), K, precision)
-        assert result.passed, (M, N, K, result.reason)
-
-
 def test_triton_validate_refuses_in_one_sentence():
-    tv = _triton().validate
-    tv(**_params("triton"))
+    tv = _triton().OFFER.validate
+    tv(_params("triton"), "bf16")
     for changes, words in ((dict(BLOCK_M=256, BLOCK_N=256, num_warps=4), "accumulators"),
-                           (dict(BLOCK_K=128, num_stages=5), "227 KiB")):
+                           (dict(BLOCK_K=128, num_stages=5), "227 KiB"),
+                           (dict(BLOCK_N=96), "powers of two"),
+                           (dict(kmajor_b=1), "stage wgmma")):
         with pytest.raises(LabError) as info:
-            tv(**{**_params("triton"), **changes})
+            tv({**_params("triton"), **changes}, None)
         _one_sentence(str(info.value))
         assert words in str(info.value)
     # 128 x 128 x 64 floats in 4 stages is 256 KiB: too much for TF32, not for bf16
     big = {**_params("triton"), "BLOCK_K": 64, "num_stages": 4}
     with pytest.raises(LabError, match="tf32"):
-        tv(**big, precision="tf32")
-    tv(**big, precision="bf16")
+        tv(big, "tf32")
+    tv(big, "bf16")
+
+
+def test_triton_twin_resolves_and_shows_what_it_compiles():
+    m = _triton()
+    for precision, bk in (("tf32", 32), ("3xtf32", 32), ("bf16", 64), ("fp16", 64)):
+        r = m.OFFER.resolve(_params("triton"), 4096, 4096, precision, 132)
+        assert r == {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": bk, "GROUP_M": 8,
+                     "num_warps": 8, "num_stages": 3}
+        assert m.OFFER.show(r) == (f"BLOCK_M=128,BLOCK_N=128,BLOCK_K={bk},GROUP_M=8,"
+                                   f"num_warps=8,num_stages=3")
+    assert m.OFFER.kernel_names(_params("triton"), "bf16") == ("matmul_mma_kernel",)
+
+
+# The Triton twins compiled for sm_90 without a GPU (triton_kernels._common.FakeDriver), from the
+# launch each stage's prepare() records (lab.profile.triton_launch, the profiler's path): the
+# instructions their PTX holds, and DISABLE_MMA_V3 as it is after the compile.
+PTX_PROBE = r"""
+import json, os, sys
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from lab.profile import triton_launch
+from lab.stages import parse_variants
+from triton_kernels._common import FakeDriver
+out = {}
+for spec in sys.argv[2:]:
+    captured = triton_launch(parse_variants([spec])[0], (256, 256, 256), sys.argv[1])
+    previous = driver._active
+    driver.set_active(FakeDriver(GPUTarget("cuda", 90, 32)))
+    try:
+        compiled = captured["kernel"].warmup(*captured["args"], grid=captured["grid"],
+                                             **captured["meta"])
+    finally:
+        driver._active = previous
+    ptx = compiled.asm["ptx"]
+    out[spec] = {"mma.sync": ptx.count("mma.sync.aligned"), "wgmma": ptx.count("wgmma.mma_async"),
+                 "env": os.environ.get("DISABLE_MMA_V3")}
+print(json.dumps(out))
+"""
+
+
+def triton_ptx(precision: str, *specs: str) -> dict:
+    """{spec: {"mma.sync": n, "wgmma": n, "env": DISABLE_MMA_V3 after the compile}}, the specs
+    compiled in this order in one process; skips where this Triton cannot compile without a GPU."""
+    import json
+
+    r = run_python(PTX_PROBE, precision, *specs, timeout=900, drop=("TRITON_INTERPRET",))
+    if r.returncode != 0:
+        if "Traceback" in r.stderr and ("ptxas" in r.stderr or "GPUTarget" in r.stderr):
+            pytest.skip("this Triton cannot compile for sm_90 without a GPU: " +
+                        r.stderr.strip().splitlines()[-1])
+        raise AssertionError(r.stderr[-3000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@cpu_only
+@pytest.mark.parametrize("precision", ["bf16", "tf32", "3xtf32"])
+def test_triton_twin_compiles_to_mma_sync_on_sm90(precision):
+    """Left alone, Triton lowers tl.dot to wgmma on sm_90; the mma twin's kernel compiles with
+    DISABLE_MMA_V3 set, so its PTX holds mma.sync and no wgmma, and the variable is unset again
+    afterwards: the wgmma twin compiled next in the same process gets wgmma."""
+    ptx = triton_ptx(precision, "mma", "wgmma")
+    assert ptx["mma"]["mma.sync"] > 0 and ptx["mma"]["wgmma"] == 0, ptx
+    assert ptx["mma"]["env"] is None, ptx
+    assert ptx["wgmma"]["wgmma"] > 0 and ptx["wgmma"]["mma.sync"] == 0, ptx
+
+
+def test_the_mma_sync_variables_are_set_only_while_compiling(monkeypatch):
+    m = _triton()
+    monkeypatch.delenv("DISABLE_MMA_V3", raising=False)
+    monkeypatch.setenv("DISABLE_MMA_V5", "0")
+    with m.mma_sync_compiles():
+        assert os.environ["DISABLE_MMA_V3"] == os.environ["DISABLE_MMA_V5"] == "1"
+    assert "DISABLE_MMA_V3" not in os.environ and os.environ["DISABLE_MMA_V5"] == "0"
+    with pytest.raises(RuntimeError), m.mma_sync_compiles():
+        raise RuntimeError("a failed compile")
+    assert "DISABLE_MMA_V3" not in os.environ
 
 
 def test_registry_defaults_are_the_documented_ones():
@@ -674,6 +727,9 @@ def test_registry_defaults_are_the_documented_ones():
     assert set(spec.precisions_for("triton")) == set(spec.precisions_for("cuda")) == set(PRECISIONS)
     d = spec.defaults()
     assert (d["BM"], d["BN"], d["BK"], d["WM"], d["WN"], d["STAGES"]) == (0, 0, 0, 0, 0, 0)
+    assert "wgmma" not in d  # Hopper's kernel is its own stage
+    assert _params("triton") == {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 0, "GROUP_M": 8,
+                                 "num_warps": 8, "num_stages": 3}
     # all automatic, per precision (cuda_kernels/mma.py, AUTO): WN = 0 is 32 columns per warp for
     # bf16 (256 x 128 block, 128 x 32 warps: 8 warps), 64 for tf32 (256 x 128, 64 x 64: 8 warps)
     # and 3xtf32 (128 x 64, 32 x 64: 4 warps), in the build and the launch
@@ -685,6 +741,7 @@ def test_registry_defaults_are_the_documented_ones():
             warps * 32
     page = (ROOT / "docs" / "stages" / "mma.md").read_text()
     assert "results/2026-11-22-h100/32-mma-done.csv" in page  # its numbers come from a file
+    assert "docs/stages/wgmma.md" in page or "(wgmma.md)" in page  # and it points to the next
 
 
 # ------------------------------------------------------- GPU
@@ -706,13 +763,11 @@ def test_cuda_mma_on_the_gpu(precision, layout):
     for M, N, K in GPU_SHAPES:
         a, b = _gpu_operands(M, N, K, precision, layout, M + N + K)
         ref = chk.reference(a, b)
-        # the automatic choice (wgmma on an sm_90 GPU where the problem allows it:
-        # tests/test_mma_wgmma.py) and the mma.sync kernel itself
-        for wgmma in (-1, 0):
-            c = torch.empty((M, N), dtype=DTYPE[precision], device="cuda")
-            launch = _cuda().prepare(a, b, c, precision=precision, wgmma=wgmma)
-            result = chk.check(launch, c, ref, K, precision)
-            assert result.passed, (precision, layout, M, N, K, wgmma, result.reason)
+        c = torch.empty((M, N), dtype=DTYPE[precision], device="cuda")
+        launch = _cuda().prepare(a, b, c, precision=precision)
+        assert launch.build.kernel == "matmul_mma"  # mma.sync on every GPU, sm_90 too
+        result = chk.check(launch, c, ref, K, precision)
+        assert result.passed, (precision, layout, M, N, K, result.reason)
         if precision == "3xtf32" and K >= 512:  # fp32-level accuracy, not TF32's
             assert result.rel_err < 2e-6, result.rel_err
         if precision == "tf32" and K >= 512:  # TF32 is really in use
@@ -757,15 +812,27 @@ def test_cuda_mma_on_unaligned_views_and_variants_on_the_gpu(precision):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_triton_mma_kmajor_b_on_the_gpu(precision):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_triton_mma_on_the_gpu(precision, layout):
+    """The Triton twin at odd and aligned sizes, and the kernel those launches compiled: the
+    profiler's recorded launch of the same shape finds it in the kernel's cache, and its PTX holds
+    mma.sync, not wgmma, on this GPU too."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    a, b = chk.make_inputs(513, 257, 1000, 5, "cuda", dtype=DTYPE[precision])
-    c = torch.empty((513, 257), dtype=DTYPE[precision], device="cuda")
-    for kmajor in (False, True):
-        launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=kmajor, regs_mn=0)
-        result = chk.check(launch, c, chk.reference(a, b), 1000, precision)
-        assert result.passed, (kmajor, result.reason)
+    from lab.profile import triton_launch
+    from lab.stages import parse_variants
+
+    for M, N, K in GPU_SHAPES:
+        a, b = _gpu_operands(M, N, K, precision, layout, M + N + K)
+        c = torch.empty((M, N), dtype=DTYPE[precision], device="cuda")
+        launch = _triton().prepare(a, b, c, precision=precision)
+        result = chk.check(launch, c, chk.reference(a, b), K, precision)
+        assert result.passed, (precision, layout, M, N, K, result.reason)
+    captured = triton_launch(parse_variants(["mma"])[0], (256, 384, 512), precision)
+    compiled = captured["kernel"].warmup(*captured["args"], grid=captured["grid"],
+                                         **captured["meta"])
+    ptx = compiled.asm["ptx"]
+    assert "mma.sync.aligned" in ptx and "wgmma" not in ptx
 
 
 @pytest.mark.gpu

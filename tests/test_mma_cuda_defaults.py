@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import itertools
 import re
-from types import SimpleNamespace
-
 import pandas as pd
 import pytest
 import torch
@@ -64,7 +62,7 @@ def _text(config: dict) -> str:
 
 
 def test_registry_defaults_are_the_automatic_values():
-    assert _params() == {**dict.fromkeys(NAMES, 0), "group": 8, "wgmma": -1}
+    assert _params() == {**dict.fromkeys(NAMES, 0), "group": 8}  # no wgmma: stage wgmma
     assert _mma().DEFAULTS == dict.fromkeys(NAMES, 0)
     assert {p: _mma().AUTO[p] for p in PRECISIONS} == EXPECTED
     assert {p: _mma().SMALL_GRID[p] for p in PRECISIONS} == SMALL
@@ -161,10 +159,13 @@ def test_the_automatic_values_are_cached_winners():
 
 
 def test_the_shape_rule_compares_the_grid_with_the_sm_count():
+    from lab import roofline
+
     mma = _mma()
-    triton_twin = get_stage("mma").module("triton")
-    assert mma.DEFAULT_SMS == triton_twin.DEFAULT_SMS == 132
-    assert mma.sm_count is triton_twin.sm_count  # one helper, lab.roofline.sm_count
+    # one helper with the wgmma stage's Triton twin, whose shape rule counts the same SMs
+    triton_twin = get_stage("wgmma").module("triton")
+    assert mma.DEFAULT_SMS == triton_twin.DEFAULT_SMS == roofline.DEFAULT_SMS == 132
+    assert mma.sm_count is triton_twin.sm_count is roofline.sm_count
     assert mma.sm_count(torch.device("cpu")) == mma.sm_count(torch.device("meta")) == 132
     res = lambda M, N, **kw: mma.config("bf16", **{**_params(), **kw}, M=M, N=N)  # noqa: E731
     assert res(BIG_M, BIG_N)["BM"] == 256  # 132 blocks: not fewer than the SMs
@@ -199,7 +200,7 @@ def test_explicit_values_override_the_automatic_ones(precision):
     explicit = _row(64, 64, 32, 32, 32, 2, 1)
     spec = "mma:" + ",".join(f"{k}={v}" for k, v in {**explicit, "group": 4}.items())
     params = _params(spec)
-    assert params == {**explicit, "group": 4, "wgmma": -1}
+    assert params == {**explicit, "group": 4}
     mma.validate(**params, precision=precision)
     for M, N in ((1, 1), (64, 64), (BIG_M, BIG_N), (8192, 8192)):
         assert mma.config(precision, **params, M=M, N=N) == explicit
@@ -355,19 +356,22 @@ def test_prepare_builds_launches_and_reports_the_resolved_configuration(precisio
     keeps what it is given) builds and sizes the launch with the configuration resolved for the
     problem, and carries it as launch.config and as the `params` text of launch.resources."""
     from cuda_kernels._build import resources
+    from lab.contract import Prepared
     from lab.operands import CUDA, describe
 
     mma = _mma()
-    monkeypatch.setattr(mma, "stage_launcher", lambda build, geometry, p: SimpleNamespace(
-        resources=resources(build, *geometry), build=build, geometry=geometry))
+    monkeypatch.setattr(mma, "stage_launcher", lambda build, geometry, p: Prepared(
+        lambda: None, resources=resources(build, *geometry), build=build, geometry=geometry))
     for (M, N), want in (((33, 40), SMALL[precision]), ((BIG_M, BIG_N), EXPECTED[precision])):
         a, b = chk.make_inputs(M, N, 16, 0, "cpu", dtype=DTYPE[precision])
-        p = describe(a, b, torch.empty((M, N), dtype=DTYPE[precision]), CUDA)
-        p.precision = precision
+        p = describe(a, b, torch.empty((M, N), dtype=DTYPE[precision]), CUDA, precision)
         launch = mma.prepare.inner(p, **_params())
         assert launch.config == {**want, "group": 8}
         assert launch.resources["params"] == _text(launch.config)
         assert launch.resources["params"] == mma.config_text(launch.config)
+        # the contract's resolve and show say the same without a GPU (CPU mode's params column)
+        assert mma.OFFER.show(mma.OFFER.resolve(_params(), M, N, precision, 132)) == \
+            launch.resources["params"]
         defined = dict(o[2:].split("=", 1) for o in launch.build.options if "=" in o)
         assert {k: int(defined["FRAGS" if k == "frags" else k]) for k in NAMES} == want
         grid, block, smem = launch.geometry
@@ -410,6 +414,10 @@ def test_compare_in_cpu_mode_reports_the_resolved_configuration(compare_cpu_csv)
         assert row.params == _text(cfg), row
         grid, block, smem = mma.geometry(row.M, row.N, row.K, **cfg, precision=row.precision)
         assert (row.grid_blocks, row.threads, row.smem_dynamic) == (grid[0], block[0], smem), row
+        # the build of the row is the contract's compile, what prepare() builds for these sizes
+        build, geometry = mma.OFFER.compile(_params(), row.M, row.N, row.K, row.layout,
+                                            row.precision)
+        assert geometry == (grid, block, smem) and build.registers == row.registers, row
         want = SMALL if row.M == 64 else EXPECTED
         assert cfg == {**want[row.precision], "group": 8}
 
@@ -447,10 +455,10 @@ def test_the_tuners_space_keeps_explicit_values_and_the_automatic_ones():
     assert choices["WM"] == choices["WN"] == (0, 32, 64, 128)
     assert choices["STAGES"] == (0, 2, 3, 4)
     assert choices["frags"] == (0, 1, 2)
-    # the search starts from the automatic defaults, the mma.sync kernel's (wgmma is pinned to 0:
-    # it changes TF32's numerics)
-    assert space.default == {**_params(), "wgmma": 0}
-    assert space.pinned["wgmma"] == 0
+    # the search starts from the automatic defaults; nothing is pinned (the wgmma kernel, which
+    # changes TF32's numerics, is its own stage now)
+    assert space.default == _params()
+    assert "wgmma" not in space.pinned
     (stage, restrict), = at._parse_stages("mma:BM=0|256,STAGES=0|3", ("cuda",))
     assert restrict == {"BM": (0, 256), "STAGES": (0, 3)}
 
@@ -464,8 +472,7 @@ def test_autotune_dry_run_exits_0_and_starts_from_the_automatic_defaults():
                 "--sizes", "4096", "--dry-run", "--max-configs", "3", "--jobs", "1", timeout=600)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "mma cuda nn 4096x4096x4096 bf16" in r.stdout
-    first = re.search(r"\n\s+1\. (BM=0,BN=0,BK=0,WM=0,WN=0,STAGES=0,frags=0,group=8,wgmma=0): "
-                      r"(.*)",
+    first = re.search(r"\n\s+1\. (BM=0,BN=0,BK=0,WM=0,WN=0,STAGES=0,frags=0,group=8): (.*)",
                       r.stdout)
     assert first, r.stdout
     assert "pruned" not in first.group(2) and "256 threads" in first.group(2), first.group(0)

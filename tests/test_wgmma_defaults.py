@@ -1,4 +1,7 @@
-"""The Triton twin of stage mma chooses its defaults per precision (triton_kernels/mma.py, Knobs).
+"""The Triton twin of stage wgmma chooses its defaults per precision (triton_kernels/wgmma.py,
+Knobs). It is the kernel that was stage mma's Triton twin when the H100 searches ran, so its
+winners are cached under `|mma|triton|` in results/autotune.json (tests/mma_defaults_helpers.py,
+cached_entries).
 
 BLOCK_N=0, BLOCK_K=0, num_stages=0 and kmajor_b=-1 (the registry's defaults) stand for the
 winners of the H100 searches cached in results/autotune.json, with a shape rule (128 x 128 when a
@@ -11,6 +14,7 @@ configurations, the tuner's space and its dry run. The GPU timings are not check
 from __future__ import annotations
 
 import itertools
+import json
 
 import pandas as pd
 import pytest
@@ -20,8 +24,10 @@ from lab import autotune as at
 from lab import check as chk
 from lab.errors import LabError
 from lab.stages import get_stage, parse_variants
-from mma_defaults_helpers import (CACHE, DTYPE, GPU, PRECISIONS, cached_entries, cpu_only,
-                                  one_sentence, run_lab)
+from mma_defaults_helpers import (CACHE, DTYPE, GPU, PRECISIONS, as_stage, cached_entries,
+                                  cpu_only, one_sentence, run_lab)
+
+STAGE = "wgmma"
 
 # the table of the module docstring: BLOCK_N (large problems), BLOCK_K, num_stages, kmajor_b
 # (regs_mn: on in tf32 only, REGS)
@@ -33,11 +39,15 @@ BIG_M, BIG_N = 128 * 12, 256 * 11
 
 
 def _mma():
-    return get_stage("mma").module("triton")
+    return get_stage(STAGE).module("triton")
 
 
-def _params(spec: str = "mma") -> dict:
+def _params(spec: str = STAGE) -> dict:
     return parse_variants([spec])[0].params_for("triton")
+
+
+def _entries() -> dict:
+    return cached_entries("triton", STAGE)
 
 
 def _operands(M, N, K, precision, layout="nn", seed=0):
@@ -73,7 +83,7 @@ def test_the_automatic_values_are_the_cached_winners():
     values, BLOCK_K automatic or equal to it, except fp16 at 8192^3 (BLOCK_K=32). (The tf32
     entries were searched with regs_mn=1 and kmajor_b=0 only.)"""
     mma = _mma()
-    entries = cached_entries("triton")
+    entries = _entries()
     assert {(e["precision"], e["shape"][0]) for e in entries.values()} == \
         {(p, n) for p in PRECISIONS for n in (4096, 8192)}
     for key, e in entries.items():
@@ -126,7 +136,9 @@ def test_the_launch_reports_the_resolved_configuration(precision):
         f"kmajor_b={kmajor},regs_mn={REGS[precision]}")
     # 3xtf32 copied B K-major; tf32 multiplies B^T from registers instead (regs_mn), bf16/fp16
     # take B as it is
-    assert launch.problem.b.col_major == (precision == "3xtf32")
+    # (a copy runs in the call exactly where kernel_only, the kernel alone, is set)
+    assert (launch.kernel_only is not None) == (precision == "3xtf32")
+    assert launch.kernel_problem.b.col_major == (precision in ("tf32", "3xtf32"))  # tf32: A^T
     # a problem with enough programs gets the tuned tile (prepared, not run: the interpreter)
     a, b, c = _operands(BIG_M, BIG_N, 16, precision)
     launch = mma.prepare(a, b, c, precision=precision, **_params())
@@ -139,7 +151,7 @@ def test_the_row_shows_the_configuration_that_ran(tmp_path):
     """lab.compare's `params` column (and the line that says what an :auto row ran) carries the
     resolved values, never the 0s and -1 of the registry."""
     out = tmp_path / "run.csv"
-    r = run_lab("lab.compare", "--stage", "mma,mma:auto", "--backend", "triton", "--sizes",
+    r = run_lab("lab.compare", "--stage", "wgmma,wgmma:auto", "--backend", "triton", "--sizes",
                 "33x40x17", "--precision", "tf32,bf16", "--csv", str(out), timeout=300,
                 COLUMNS="250")
     assert r.returncode == 0, r.stderr + r.stdout
@@ -166,19 +178,19 @@ def test_explicit_values_override_the_automatic_ones(precision):
     mma = _mma()
     explicit = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4,
                 "num_stages": 2, "kmajor_b": 0, "regs_mn": 0}
-    spec = "mma:" + ",".join(f"{k}={v}" for k, v in explicit.items())
+    spec = "wgmma:" + ",".join(f"{k}={v}" for k, v in explicit.items())
     params = _params(spec)
     assert params == explicit
     a, b, c = _operands(70, 45, 33, precision)
     launch = mma.prepare(a, b, c, precision=precision, **params)
     assert launch.config == explicit
-    assert launch.problem.b.tensor.data_ptr() == b.data_ptr()  # kmajor_b=0: B as given
+    assert launch.kernel_problem.b.tensor.data_ptr() == b.data_ptr()  # kmajor_b=0: B as given
     assert chk.check(launch, c, chk.reference(a, b), 33, precision).passed
     # kmajor_b=1 copies B in bf16/fp16 too (and in tf32 with regs_mn off); BLOCK_N=256 on a
     # tiny problem stays 256
     launch = mma.prepare(a, b, c, precision=precision,
-                         **_params("mma:kmajor_b=1,regs_mn=0,BLOCK_N=256"))
-    assert launch.problem.b.col_major and launch.config["BLOCK_N"] == 256
+                         **_params("wgmma:kmajor_b=1,regs_mn=0,BLOCK_N=256"))
+    assert launch.kernel_problem.b.col_major and launch.config["BLOCK_N"] == 256
     assert chk.check(launch, c, chk.reference(a, b), 33, precision).passed
 
 
@@ -187,13 +199,13 @@ def test_the_fit_rule_keeps_variants_that_ran_before():
     takes the previous fixed default (BLOCK_N 128, BLOCK_K 128 bytes, 3 stages)."""
     mma = _mma()
     for spec, prec, want in (
-            ("mma:num_warps=4", "bf16", (128, 64, 3)),  # 256 accumulators a thread with 256
-            ("mma:num_stages=5", "bf16", (128, 64, 5)),  # 240 KiB with 256
-            ("mma:BLOCK_K=64", "tf32", (128, 64, 3)),  # 384 KiB with 256 x 4 stages
-            ("mma:num_stages=4", "3xtf32", (128, 32, 4)),  # 256 KiB with BLOCK_K=64
-            ("mma:BLOCK_N=256", "3xtf32", (256, 32, 3)),  # 288 KiB with BLOCK_K=64
-            ("mma:num_stages=4", "bf16", (256, 64, 4)),  # fits: the tuned values stay
-            ("mma:BLOCK_M=64", "tf32", (256, 32, 4))):
+            ("wgmma:num_warps=4", "bf16", (128, 64, 3)),  # 256 accumulators a thread with 256
+            ("wgmma:num_stages=5", "bf16", (128, 64, 5)),  # 240 KiB with 256
+            ("wgmma:BLOCK_K=64", "tf32", (128, 64, 3)),  # 384 KiB with 256 x 4 stages
+            ("wgmma:num_stages=4", "3xtf32", (128, 32, 4)),  # 256 KiB with BLOCK_K=64
+            ("wgmma:BLOCK_N=256", "3xtf32", (256, 32, 3)),  # 288 KiB with BLOCK_K=64
+            ("wgmma:num_stages=4", "bf16", (256, 64, 4)),  # fits: the tuned values stay
+            ("wgmma:BLOCK_M=64", "tf32", (256, 32, 4))):
         params = _params(spec)
         mma.validate(**params, precision=prec)
         r = mma.resolve(prec, **params)
@@ -231,11 +243,11 @@ def test_validate_accepts_the_defaults_and_the_registry_refuses_other_values():
     for prec in PRECISIONS:
         mma.validate(**_params(), precision=prec)
         assert mma.smem_bytes(**_params(), precision=prec) == 192 * 1024
-    assert _params("mma:kmajor_b=-1,BLOCK_N=0,num_stages=0") == _params()
-    assert parse_variants(["mma:kmajor_b=-1,BLOCK_N=0"])[0].label == "mma"
-    for spec, words in (("mma:kmajor_b=2", "takes one of -1, 0, 1"),
-                        ("mma:BLOCK_N=32", "takes one of 0, 64, 128, 256"),
-                        ("mma:num_stages=1", "takes one of 0, 2, 3, 4, 5")):
+    assert _params("wgmma:kmajor_b=-1,BLOCK_N=0,num_stages=0") == _params()
+    assert parse_variants(["wgmma:kmajor_b=-1,BLOCK_N=0"])[0].label == "wgmma"
+    for spec, words in (("wgmma:kmajor_b=2", "takes one of -1, 0, 1"),
+                        ("wgmma:BLOCK_N=32", "takes one of 0, 64, 128, 256"),
+                        ("wgmma:num_stages=1", "takes one of 0, 2, 3, 4, 5")):
         with pytest.raises(LabError, match=words):
             parse_variants([spec])
 
@@ -245,7 +257,7 @@ def test_validate_checks_what_the_automatic_values_stand_for():
     resolves, for a small and a large problem, to concrete values the kernel's rules accept; one
     it refuses is refused in its resolved form too."""
     mma = _mma()
-    stage = get_stage("mma")
+    stage = get_stage(STAGE)
     space = [p for p in stage.params if "triton" in p.backends]
     for prec in PRECISIONS:
         for values in itertools.product(*(p.choices for p in space)):
@@ -284,7 +296,7 @@ def test_new_defaults_are_correct_in_every_precision(precision, layout, shape):
     launch = _mma().prepare(a, b, c, precision=precision, **_params())
     result = chk.check(launch, c, chk.reference(a, b), K, precision)
     assert result.passed, (precision, layout, shape, result.reason)
-    copied = launch.problem.b.tensor.data_ptr() != b.data_ptr()
+    copied = launch.kernel_only is not None  # the call runs a copy before the kernel
     # 3xtf32 copies an N-major B K-major; a K-major B (nt) is left alone; tf32 multiplies an
     # N-major B from registers (regs_mn) and bf16/fp16 read it as it is: neither copies
     assert copied == (precision == "3xtf32" and layout == "nn")
@@ -294,11 +306,11 @@ def test_new_defaults_are_correct_in_every_precision(precision, layout, shape):
 
 
 @cpu_only
-@pytest.mark.parametrize("key", sorted(cached_entries("triton")))
+@pytest.mark.parametrize("key", sorted(_entries()))
 def test_cached_configurations_still_validate_and_run(key):
     """The explicit winners of results/autotune.json (kmajor_b stored as true/false) pass
     validate() in their precision and compute correct results under the interpreter."""
-    e = cached_entries("triton")[key]
+    e = _entries()[key]
     prec, params = e["precision"], e["params"]
     mma = _mma()
     mma.validate(**params, precision=prec)
@@ -310,13 +322,17 @@ def test_cached_configurations_still_validate_and_run(key):
     assert chk.check(launch, c, chk.reference(a, b), 17, prec).passed
 
 
-def test_cached_entries_load_through_lookup():
+def test_cached_entries_load_through_lookup(tmp_path):
     """The cache stores kmajor_b as true / false (it was a bool switch); Param.coerce reads them
-    as 1 / 0 of the integer switch, so the tuned entries still run."""
-    for e in cached_entries("triton").values():
+    as 1 / 0 of the integer switch, so the tuned entries still run. The entries searched under
+    stage mma's name are looked up as this stage's (a cache file of them keyed `|wgmma|`)."""
+    cache = tmp_path / "autotune.json"
+    whole = json.loads(CACHE.read_text())
+    cache.write_text(json.dumps({**whole, "entries": as_stage(_entries(), STAGE)}))
+    for e in _entries().values():
         M, N, K = e["shape"]
-        params, note = at.lookup("mma", "triton", M, N, K, e["layout"], e["precision"],
-                                 cache=CACHE, gpu=GPU)
+        params, note = at.lookup(STAGE, "triton", M, N, K, e["layout"], e["precision"],
+                                 cache=cache, gpu=GPU)
         assert params is not None, note
         assert params["kmajor_b"] == int(e["params"]["kmajor_b"])
         assert not isinstance(params["kmajor_b"], bool)
@@ -325,16 +341,16 @@ def test_cached_entries_load_through_lookup():
 def test_kmajor_b_takes_a_bool_where_it_took_one():
     """An integer switch with choices 0 and 1 takes True / False (Python) and true / on / false /
     off (command line) as 1 / 0; -1 stays the automatic choice."""
-    prm = {p.name: p for p in get_stage("mma").params}["kmajor_b"]
+    prm = {p.name: p for p in get_stage(STAGE).params}["kmajor_b"]
     assert prm.coerce(True) == 1 and prm.coerce(False) == 0 and prm.coerce(-1) == -1
-    assert prm.parse("mma", "on") == 1 and prm.parse("mma", "false") == 0
-    assert prm.parse("mma", "-1") == -1
+    assert prm.parse(STAGE, "on") == 1 and prm.parse(STAGE, "false") == 0
+    assert prm.parse(STAGE, "-1") == -1
     with pytest.raises(LabError):
-        prm.parse("mma", "2")
+        prm.parse(STAGE, "2")
 
 
 def test_the_tuners_space_keeps_explicit_values_and_the_automatic_ones():
-    space = at.space_of(get_stage("mma"), "triton")
+    space = at.space_of(get_stage(STAGE), "triton")
     choices = {p.name: p.choices for p in space.searched}
     assert choices["BLOCK_N"] == (0, 64, 128, 256)
     assert choices["BLOCK_K"] == (0, 32, 64, 128)
@@ -343,19 +359,19 @@ def test_the_tuners_space_keeps_explicit_values_and_the_automatic_ones():
     assert space.default == _params()  # the search starts from the automatic defaults
     # restricted spaces as the tuning logs wrote them, and with the automatic values
     (stage, restrict), = at._parse_stages(
-        "mma:BLOCK_M=128|256,BLOCK_N=128|256,BLOCK_K=0|64,GROUP_M=8,num_warps=8,"
+        "wgmma:BLOCK_M=128|256,BLOCK_N=128|256,BLOCK_K=0|64,GROUP_M=8,num_warps=8,"
         "num_stages=3|4,kmajor_b=1", ("triton",))
     assert restrict["kmajor_b"] == (1,) and restrict["BLOCK_N"] == (128, 256)
-    (stage, restrict), = at._parse_stages("mma:BLOCK_N=0|256,num_stages=0|4,kmajor_b=-1|0",
+    (stage, restrict), = at._parse_stages("wgmma:BLOCK_N=0|256,num_stages=0|4,kmajor_b=-1|0",
                                           ("triton",))
     assert restrict == {"BLOCK_N": (0, 256), "num_stages": (0, 4), "kmajor_b": (-1, 0)}
 
 
 def test_autotune_dry_run_exits_0():
-    r = run_lab("lab.autotune", "--stage", "mma", "--backend", "triton", "--precision", "bf16",
+    r = run_lab("lab.autotune", "--stage", STAGE, "--backend", "triton", "--precision", "bf16",
                 "--sizes", "4096", "--dry-run", timeout=300)
     assert r.returncode == 0, r.stderr + r.stdout
-    assert "mma triton nn 4096x4096x4096 bf16" in r.stdout
+    assert "wgmma triton nn 4096x4096x4096 bf16" in r.stdout
     assert "1. BLOCK_M=128,BLOCK_N=0,BLOCK_K=0,GROUP_M=8,num_warps=8,num_stages=0,kmajor_b=-1" \
         in r.stdout
 

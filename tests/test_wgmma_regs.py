@@ -1,5 +1,5 @@
-"""The Triton mma twin's regs_mn path (triton_kernels/mma.py): in TF32, the operand that is not
-K-major goes to the tensor cores from registers, rounded to TF32 on the way (round_tf32).
+"""The wgmma stage's Triton twin's regs_mn path (triton_kernels/wgmma.py): in TF32, the operand that
+is not K-major goes to wgmma from registers, rounded to TF32 on the way (round_tf32).
 
 CPU (interpreter): round_tf32's bit arithmetic against a NumPy reference of round-to-nearest-even
 TF32 on special values (NaN bit patterns that a carry would turn into zeros, Inf, ties, the
@@ -27,13 +27,13 @@ from lab import check as chk
 from lab.errors import LabError
 from lab.operands import TRITON, describe
 from lab.stages import get_stage
-from triton_kernels.mma import round_tf32
+from triton_kernels.wgmma import round_tf32
 
 SMALL = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_stages=1)  # quick under the interpreter
 
 
 def _mod():
-    return get_stage("mma").module("triton")
+    return get_stage("wgmma").module("triton")
 
 
 # ------------------------------------------------------------------------- round_tf32
