@@ -225,7 +225,7 @@ def _run_precision(plan: Plan, shape: Shape, layout: str, precision: str, seed: 
     if plan.mode == "gpu" and plan.cublas:
         row, cublas = _run_cublas(a, b, ref, plan, base, host, gpu)
         emit(row)
-    from lab.autotune import resolve_variant
+    from lab.tune.auto import resolve_variant
 
     for listed in plan.variants:
         for backend in plan.backends:
