@@ -1,4 +1,4 @@
-// wgmma.cu: stage wgmma. Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) with A from registers
+// Stage: wgmma. Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) with A from registers
 // and B from 128-byte-swizzled shared memory, fed by a cp.async ring.
 //
 // What changed from stage mma (mma.cu): the multiply instruction. mma.sync is one warp's
