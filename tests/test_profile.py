@@ -354,7 +354,7 @@ def test_unknown_metric_messages_are_recognised():
 
 
 def test_kernel_names_come_from_the_offer():
-    from lab.profile import kernel_filter, kernel_names
+    from lab.profiling.targets import kernel_filter, kernel_names
     from lab.stages import BY_NAME, Variant
 
     stage = BY_NAME["tiled"]
@@ -393,7 +393,7 @@ def test_render_and_csv_from_the_fixture(kernels, tmp_path):
     import pandas as pd
     from rich.console import Console
 
-    from lab.profile import render, write_csv
+    from lab.profiling.ncu_table import render, write_csv
     from lab.shapes import Shape
 
     rows = []
@@ -593,8 +593,9 @@ def test_profiling_without_a_gpu_under_the_interpreter_shows_cuda_and_says_why_n
 def test_gpu_without_ncu_is_still_one_sentence(monkeypatch, capsys):
     """With a GPU but no ncu the command refuses, as before (the static view is for no GPU)."""
     import lab.profile as P
+    from lab.profiling import ncu_run
 
-    monkeypatch.setattr(P, "require_gpu", lambda: None)
+    monkeypatch.setattr(ncu_run, "require_gpu", lambda: None)
     monkeypatch.setenv("LAB_NCU", "/nonexistent/ncu")
     assert P.main(["--stage", "tiled", "--backend", "cuda", "--no-cublas"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -604,15 +605,16 @@ def test_gpu_without_ncu_is_still_one_sentence(monkeypatch, capsys):
 def test_static_view_is_taken_when_torch_sees_no_gpu(monkeypatch, capsys, tmp_path):
     """In process: require_gpu raising NoGpu leads to the static view, never to ncu."""
     import lab.profile as P
+    from lab.profiling import ncu_run
 
     def no_gpu():
-        raise P.NoGpu("no GPU")
+        raise ncu_run.NoGpu("no GPU")
 
     def no_ncu(*a, **k):
         raise AssertionError("ncu must not run without a GPU")
 
-    monkeypatch.setattr(P, "require_gpu", no_gpu)
-    monkeypatch.setattr(P, "profile_all", no_ncu)
+    monkeypatch.setattr(ncu_run, "require_gpu", no_gpu)
+    monkeypatch.setattr(ncu_run, "profile_all", no_ncu)
     out = tmp_path / "s.csv"
     assert P.main(["--stage", "tiled", "--backend", "cuda", "--size", "64", "--csv",
                    str(out)]) == 0
@@ -662,7 +664,7 @@ def test_profile_tiled_on_the_gpu(tmp_path):
 
 
 class FakeNcu:
-    """Stands in for ncu in lab.profile._run: scripted answers to the profiling call, the
+    """Stands in for ncu in lab.profiling.ncu_run._run: scripted answers to the profiling call, the
     synthetic fixture for `ncu --import`. Records every command."""
 
     def __init__(self, answers):
@@ -681,12 +683,12 @@ class FakeNcu:
 
 @pytest.fixture
 def fake_ncu(monkeypatch):
-    import lab.profile as P
+    from lab.profiling import ncu_run
 
     def install(*answers):
         fake = FakeNcu(answers)
-        monkeypatch.setattr(P, "_run", fake)
-        monkeypatch.setattr(P, "require_gpu", lambda: None)
+        monkeypatch.setattr(ncu_run, "_run", fake)
+        monkeypatch.setattr(ncu_run, "require_gpu", lambda: None)
         monkeypatch.setattr(N, "require_tool", lambda name, why: f"/fake/{name}")
         return fake
     return install
@@ -727,7 +729,7 @@ def test_profile_reports_a_kernel_ncu_did_not_find_and_goes_on(fake_ncu, capsys)
 
 
 def test_profile_reports_a_failed_check(fake_ncu, capsys):
-    from lab.profile import CHECK_FAILED
+    from lab.profiling.targets import CHECK_FAILED
 
     fake_ncu((1, f"{CHECK_FAILED}: tiled cuda 4096x4096x4096: 12 of 16777216 elements are NaN\n",
               True))
@@ -746,7 +748,7 @@ def test_ncu_failure_shows_its_last_lines_and_exits_2(fake_ncu, capsys):
 
 
 def test_ptx_mix_counts_vector_and_scalar_loads_apart():
-    from lab.profile import ptx_mix
+    from lab.profiling.listings import ptx_mix
 
     ptx = ("\t@%p2 ld.global.v4.b32 { %r30, %r31, %r32, %r33 }, [ %rd7 + 0 ];\n"
            "\tld.global.nc.f32 \t%f210, [%rd1];\n"
@@ -760,7 +762,7 @@ def test_ptx_mix_counts_vector_and_scalar_loads_apart():
 
 
 def test_triton_kernel_names_include_a_program_shared_with_an_earlier_stage():
-    from lab.profile import kernel_names
+    from lab.profiling.targets import kernel_names
     from lab.stages import BY_NAME, Variant
 
     stage = BY_NAME["blocktile_2d"]
@@ -862,7 +864,8 @@ def test_dry_run_passes_the_precision_to_every_child():
 def test_the_child_reads_the_precision_target_argv_passes():
     import argparse
 
-    from lab.profile import build_parser, target_argv
+    from lab.profile import build_parser
+    from lab.profiling.targets import target_argv
     from lab.shapes import Shape
 
     args = argparse.Namespace(seed=3, filter="nvtx", precision="3xtf32")
@@ -919,7 +922,7 @@ def test_triton_compile_gets_the_precision_dtype_and_dot_meta(stage, precision, 
                                                               input_precision):
     """What the Triton listings compile (triton_launch, before JITFunction.warmup): operands in
     the precision's dtype and the precision's tl.dot meta (triton_kernels._common.dot_meta)."""
-    from lab.profile import triton_launch
+    from lab.profiling.triton_capture import triton_launch
     from lab.shapes import Shape
     from lab.stages import BY_NAME, Variant
 
@@ -944,18 +947,18 @@ H100 = 132 * 1.98e9  # SMs x clock of the H100 anchors
 def test_the_roofline_peak_follows_the_precision(monkeypatch, precision, tflops, label):
     import argparse
 
-    import lab.profile as P
+    from lab.profiling import roof
 
-    monkeypatch.setattr(P, "_device", lambda: None)  # the H100 anchors, GPU or not
+    monkeypatch.setattr(roof, "_device", lambda: None)  # the H100 anchors, GPU or not
     monkeypatch.setattr(R, "device_peaks", lambda bw=None: None)
     args = argparse.Namespace(peak_bw=3.0, peak_tflops=None, precision=precision)
-    peaks = P.peaks_for(args)
+    peaks = roof.peaks_for(args)
     assert peaks.flops / 1e12 == pytest.approx(tflops, rel=1e-9)
     assert peaks.bw == 3.0e12 and label in peaks.source
     if precision != "fp32":  # lab.plot reads the GPU's name off "<name>: <n> SMs x "
         assert peaks.source.startswith("H100 SXM anchors: 132 SMs x ")
-    given = P.peaks_for(argparse.Namespace(peak_bw=3.0, peak_tflops=500.0, precision=precision))
-    assert given.flops == 500e12 and given.source.startswith(P.roof_label(precision))
+    given = roof.peaks_for(argparse.Namespace(peak_bw=3.0, peak_tflops=500.0, precision=precision))
+    assert given.flops == 500e12 and given.source.startswith(roof.roof_label(precision))
 
 
 def test_profiling_in_a_precision_uses_its_peak_and_writes_it(fake_ncu, monkeypatch, tmp_path,
@@ -965,8 +968,9 @@ def test_profiling_in_a_precision_uses_its_peak_and_writes_it(fake_ncu, monkeypa
     import pandas as pd
 
     import lab.profile as P
+    from lab.profiling import roof
 
-    monkeypatch.setattr(P, "_device", lambda: None)
+    monkeypatch.setattr(roof, "_device", lambda: None)
     fake = fake_ncu()
     out = tmp_path / "p.csv"
     assert P.main(["--stage", "mma", "--backend", "cuda", "--precision", "bf16", "--csv",
@@ -992,3 +996,88 @@ def test_target_launches_and_checks_in_a_precision_on_the_gpu(target, precision)
                 "--check")
     assert r.returncode == 0, r.stderr
     assert f"{target} {precision} 129x67x96" in r.stderr and "checked" in r.stderr
+
+
+# ------------------------------------------------------- lab/profiling/: one module per concern
+
+# lab/profiling/'s modules in the order lab/profiling/__init__.py lists them: each imports only
+# earlier ones; lab/profile.py (the command) imports them, and none of them imports it back.
+PROFILING_LAYERS = ("targets", "roof", "ncu_table", "child", "ncu_run", "triton_capture",
+                    "listings", "static")
+
+
+def _lab_imports(path: Path) -> set[str]:
+    """The lab modules a file imports anywhere in it (module level or inside a function)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return {m for m in found if m == "lab.profile" or m.startswith(("lab.profile.",
+                                                                       "lab.profiling."))}
+
+
+def test_the_profiling_modules_import_only_the_ones_listed_before_them():
+    folder = ROOT / "lab" / "profiling"
+    assert sorted(PROFILING_LAYERS) == sorted(f.stem for f in folder.glob("*.py")
+                                              if f.stem != "__init__")
+    listed = [ln.split()[0] for ln in (folder / "__init__.py").read_text().splitlines()
+              if ln.startswith("    ") and ln.split()[0].endswith(".py")]
+    assert listed == [f"{m}.py" for m in PROFILING_LAYERS]
+    names = [f"lab.profiling.{m}" for m in PROFILING_LAYERS]
+    upward = {}
+    for i, m in enumerate(PROFILING_LAYERS):
+        imported = _lab_imports(folder / f"{m}.py")
+        assert "lab.profile" not in imported, f"{m}.py imports the command lab.profile"
+        later = sorted(t for t in imported if t in names[i:])
+        if later:
+            upward[m] = later
+    assert upward == {}
+    assert _lab_imports(folder / "__init__.py") == set()  # the package imports none of them
+    command = _lab_imports(ROOT / "lab" / "profile.py")
+    assert {"lab.profiling.child", "lab.profiling.ncu_run", "lab.profiling.static"} <= command
+
+
+def test_names_imported_from_lab_profile_are_still_there():
+    """Every `from lab.profile import ...` in the tests and scripts names something lab.profile
+    holds, and the re-exported names are the very objects of lab/profiling/."""
+    import re
+
+    import lab.profile as P
+    from lab.profiling import listings, targets, triton_capture
+
+    files = [*(ROOT / "tests").glob("*.py"), *(ROOT / "scripts").rglob("*.py"),
+             *(ROOT / "scripts").rglob("*.sh")]
+    imported = set()
+    for f in files:
+        text = f.read_text()
+        for names in re.findall(r"from lab\.profile import ([\w, ]+)", text):
+            imported |= {n.strip() for n in names.split(",") if n.strip()}
+        for alias in re.findall(r"from lab import profile as (\w+)", text):
+            imported |= set(re.findall(rf"\b{alias}\.(\w+)", text))
+    assert {"kernel_filter", "triton_launch", "compile_listing", "main"} <= imported
+    assert sorted(n for n in imported if not hasattr(P, n)) == []
+    assert P.kernel_filter is targets.kernel_filter and P.CHECK_FAILED == targets.CHECK_FAILED
+    assert P.triton_launch is triton_capture.triton_launch
+    assert P.compile_listing is listings.compile_listing
+    assert set(P.__all__) <= set(dir(P))
+
+
+def test_the_child_command_is_still_python_m_lab_profile(tmp_path):
+    """The child ncu runs is `python -m lab.profile --_target ...` from the repository root
+    (targets.REPO, the folder above lab/), with that root first on PYTHONPATH."""
+    import argparse
+
+    from lab.profiling import ncu_run, targets
+    from lab.shapes import Shape
+
+    assert targets.REPO == ROOT.resolve() and (targets.REPO / "lab" / "profile.py").exists()
+    args = argparse.Namespace(seed=0, filter="skip", precision="fp32")
+    argv = targets.target_argv("cublas", None, Shape(64, 64, 64), args)
+    assert argv[1:5] == ["-m", "lab.profile", "--_target", "cublas"] and "--no-nvtx" in argv
+    env = ncu_run._child_env()
+    assert env["PYTHONPATH"].split(":")[0] == str(targets.REPO)
+    assert "TRITON_INTERPRET" not in env
