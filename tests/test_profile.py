@@ -852,10 +852,13 @@ def test_dry_run_passes_the_precision_to_every_child():
     for ln in profile:
         assert "--precision bf16" in ln and "--size 4096x4096x4096" in ln
     assert any("--_target cublas" in ln for ln in profile)
-    # the CUDA mma launcher picks mma.sync or wgmma per GPU and problem: the filter takes both
-    assert any("--kernel-name 'regex:^(matmul_mma|matmul_mma_wgmma)$'" in ln
-               and "--_target cuda" in ln for ln in profile), profile
+    # mma launches mma.sync only (Hopper's wgmma is stage wgmma): one kernel, named exactly
+    assert any("--kernel-name matmul_mma " in ln and "--_target cuda" in ln
+               for ln in profile), profile
     assert r.stderr == ""  # nothing skipped
+    wgmma = _profile_lines(run_cli("--stage", "wgmma", "--backend", "cuda", "--precision", "bf16",
+                                   "--no-cublas", "--dry-run").stdout)
+    assert len(wgmma) == 1 and "--kernel-name matmul_wgmma " in wgmma[0], wgmma
     default = run_cli("--stage", "tiled", "--backend", "cuda", "--dry-run")
     assert default.returncode == 0, default.stderr
     assert all("--precision fp32" in ln for ln in _profile_lines(default.stdout))
@@ -887,8 +890,8 @@ def test_stages_without_the_precision_are_skipped_with_one_line():
                                                    "in that precision): naive cuda bf16, ")
     assert "vectorized cuda bf16" in lines[0] and "mma" not in lines[0]
     profile = _profile_lines(r.stdout)
-    assert [ln.split("--_target ")[1].split()[0] for ln in profile] == ["cublas", "cuda"]
-    assert "--stage mma " in profile[1]
+    assert [ln.split("--_target ")[1].split()[0] for ln in profile] == ["cublas", "cuda", "cuda"]
+    assert "--stage mma " in profile[1] and "--stage wgmma " in profile[2]
     r = run_cli("--stage", "tiled,mma", "--precision", "bf16", "--dry-run", "--no-cublas")
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip() == ("note: skipped (the stage does not compute in that precision): "

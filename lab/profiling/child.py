@@ -63,7 +63,7 @@ def run_target(args, shape) -> int:
     torch.cuda.synchronize()
     if args.no_nvtx:
         launch()
-    else:  # a launch that copies an operand first (mma's kmajor_b) offers the kernel alone
+    else:  # a launch that copies an operand first (wgmma's kmajor_b) offers the kernel alone
         push, pop = _nvtx()
         push(NVTX_RANGE)
         (launch.kernel_only or launch)()
