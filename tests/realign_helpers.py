@@ -1,6 +1,5 @@
-"""Helpers shared by the realign tests (tests/test_realign.py: the double_buffered twin;
-tests/test_realign_warptiling.py: the warptiling twin); imported by module name, as pytest puts
-tests/ on sys.path."""
+"""Helpers of the realign tests (tests/test_realign.py: the double_buffered and warptiling
+twins); imported by module name, as pytest puts tests/ on sys.path."""
 
 from __future__ import annotations
 
