@@ -42,6 +42,11 @@ both sides (as on the GPU), and src_bytes at most the copy size.
 
     run(build, grid, block, M, N, K, lda, ldb, ldc, smem_dynamic=None) -> (ok, output)
 
+A test that brings its own main() (split-K's two kernels, say) writes it with program(main,
+files...): the prelude, its kernel files, OPERANDS (LabOperands: A and B seeded from the shape,
+NaN in the gaps, and the float64 reference; LabCheck: a result's error, non-finite values and
+writes into its gaps; EMULATOR's own main() uses both), then its main().
+
 Every g++ build of the tests goes through `compile_async` (this module's Emulator, and the tests
 with a main() of their own): at most as many compiles run at once as there are cores, and each
 executable is kept in the on-disk build cache (cuda_kernels/_cache.py) under a key made of the
@@ -70,6 +75,47 @@ SANITIZE = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=
 # put 35 g++ processes on 2 cores).
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1),
                                               thread_name_prefix="g++")
+
+# The operands every emulated program multiplies, placed after the kernel's source (which sets
+# TRANS_A and TRANS_B): EMULATOR's main() and the tests' own main()s (see program()) use it.
+OPERANDS = r"""
+// A is M x K (TRANS_A: its transpose is stored, K x M) with leading dimension lda, B is K x N
+// (TRANS_B: stored N x K) with ldb; normal random values seeded by the shape, NaN in the gaps.
+struct LabOperands {
+    const int M, N, K, lda, ldb;
+    std::vector<float> A, B;
+    LabOperands(int m, int n, int k, int lda_, int ldb_)
+        : M(m), N(n), K(k), lda(lda_), ldb(ldb_), A(size_t(TRANS_A ? k : m) * lda_, NAN),
+          B(size_t(TRANS_B ? n : k) * ldb_, NAN) {
+        std::mt19937 gen(M * 131 + N * 7 + K);
+        std::normal_distribution<float> normal;
+        for (int i = 0; i < M; ++i) for (int kk = 0; kk < K; ++kk) a(i, kk) = normal(gen);
+        for (int kk = 0; kk < K; ++kk) for (int j = 0; j < N; ++j) b(kk, j) = normal(gen);
+    }
+    float& a(int i, int k) { return A[TRANS_A ? size_t(k) * lda + i : size_t(i) * lda + k]; }
+    float& b(int k, int j) { return B[TRANS_B ? size_t(j) * ldb + k : size_t(k) * ldb + j]; }
+    // the reference: C(i, j) summed over k0 <= k < k1 in float64
+    double ref(int i, int j, int k0, int k1) {
+        double sum = 0;
+        for (int k = k0; k < k1; ++k) sum += double(a(i, k)) * b(k, j);
+        return sum;
+    }
+};
+// A result (C, or a split-K workspace slab) checked one stored element at a time: a column
+// j >= N is in the gap between rows and must keep its NaN; ref() is the element's reference.
+struct LabCheck {
+    long bad = 0, gaps = 0;   // non-finite results; writes into the gaps
+    double num = 0, den = 0;  // the sums of the relative Frobenius error
+    template <class Ref> void add(float c, int j, int N, Ref ref) {
+        if (j >= N) { gaps += !std::isnan(c); return; }
+        const double r = ref();
+        if (!std::isfinite(c)) { ++bad; return; }
+        num += (c - r) * (c - r);
+        den += r * r;
+    }
+    double rel() const { return std::sqrt(num / (den > 0 ? den : 1)); }
+};
+"""
 
 EMULATOR = r"""
 #include <algorithm>
@@ -402,7 +448,7 @@ void lab_run_grid(unsigned gx, unsigned gy, unsigned bx, unsigned by, long smem,
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 #include KERNEL_FILE
-
+""" + OPERANDS + r"""
 // argv: M N K lda ldb ldc grid_x grid_y block_x block_y [dynamic_smem_bytes]
 int main(int argc, char** argv) {
     if (argc != 11 && argc != 12) {
@@ -418,35 +464,20 @@ int main(int argc, char** argv) {
     const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
     const int lda = atoi(argv[4]), ldb = atoi(argv[5]), ldc = atoi(argv[6]);
     const unsigned gx = atoi(argv[7]), gy = atoi(argv[8]), bx = atoi(argv[9]), by = atoi(argv[10]);
-    std::mt19937 gen(M * 131 + N * 7 + K);
-    std::normal_distribution<float> normal;
-    // Storage: A is M x K (TRANS_A: its transpose is stored, K x M), with leading dimension lda.
-    const size_t a_lines = TRANS_A ? K : M, b_lines = TRANS_B ? N : K;
-    std::vector<float> A(a_lines * lda, NAN), B(b_lines * ldb, NAN), C(size_t(M) * ldc, NAN);
-    auto a_at = [&](int i, int k) -> float& { return A[TRANS_A ? size_t(k) * lda + i : size_t(i) * lda + k]; };
-    auto b_at = [&](int k, int j) -> float& { return B[TRANS_B ? size_t(j) * ldb + k : size_t(k) * ldb + j]; };
-    for (int i = 0; i < M; ++i) for (int k = 0; k < K; ++k) a_at(i, k) = normal(gen);
-    for (int k = 0; k < K; ++k) for (int j = 0; j < N; ++j) b_at(k, j) = normal(gen);
+    LabOperands ops(M, N, K, lda, ldb);
+    std::vector<float> C(size_t(M) * ldc, NAN);
     // exactly `smem` bytes of dynamic shared memory (16-byte units, 16-byte aligned)
     lab_run_grid(gx, gy, bx, by, smem,
-                 [&] { KERNEL_NAME(A.data(), B.data(), C.data(), M, N, K, lda, ldb, ldc); });
-    double num = 0, den = 0;
-    long bad = 0, gaps = 0;
+                 [&] { KERNEL_NAME(ops.A.data(), ops.B.data(), C.data(), M, N, K, lda, ldb, ldc); });
+    LabCheck check;
     for (int i = 0; i < M; ++i)
-        for (int j = 0; j < ldc; ++j) {
-            const double c = C[size_t(i) * ldc + j];
-            if (j >= N) { gaps += !std::isnan(c); continue; }
-            double ref = 0;
-            for (int k = 0; k < K; ++k) ref += double(a_at(i, k)) * b_at(k, j);
-            if (!std::isfinite(c)) { ++bad; continue; }
-            num += (c - ref) * (c - ref);
-            den += ref * ref;
-        }
-    const double rel = std::sqrt(num / (den > 0 ? den : 1));
+        for (int j = 0; j < ldc; ++j)
+            check.add(C[size_t(i) * ldc + j], j, N, [&] { return ops.ref(i, j, 0, K); });
+    const double rel = check.rel();
     std::printf("%dx%dx%d lda=%d ldb=%d ldc=%d rel_err=%.2e non-finite=%ld gap-writes=%ld "
-                "dynamic_smem=%ld kernel_smem=%ld\n", M, N, K, lda, ldb, ldc, rel, bad, gaps, smem,
-                kernel_smem);
-    return bad == 0 && gaps == 0 && rel < 1e-5 ? 0 : 1;
+                "dynamic_smem=%ld kernel_smem=%ld\n", M, N, K, lda, ldb, ldc, rel, check.bad,
+                check.gaps, smem, kernel_smem);
+    return check.bad == 0 && check.gaps == 0 && rel < 1e-5 ? 0 : 1;
 }
 """
 
@@ -495,6 +526,13 @@ def prelude() -> str:
     head, sep, _ = EMULATOR.partition("#include KERNEL_FILE")
     assert sep, "EMULATOR has no '#include KERNEL_FILE' to cut at"
     return head
+
+
+def program(main: str, *files: str) -> str:
+    """A test's own emulated program: prelude(), an `#include` of each of `files` (macro names
+    such as KERNEL_FILE, set by compile_async's defines, or quoted paths), OPERANDS, then `main`,
+    which builds its operands as `LabOperands ops(M, N, K, lda, ldb)`."""
+    return prelude() + "".join(f"#include {f}\n" for f in files) + OPERANDS + main
 
 
 _EXTERN_SHARED = re.compile(

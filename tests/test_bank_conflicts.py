@@ -237,12 +237,20 @@ def test_pad_and_swizzle_are_conflict_free_everywhere(model, fix):
     assert not bad, f"{fix}: {len(bad)} conflicted or misaligned cases, e.g. {bad[:3]}"
 
 
+def _unfixed(model, fix: str) -> list:
+    """The cases of `fix` ("none": vectorized's padding, or "raw": no padding at all) as
+    (cfg, layout, summary), each checked for what no fix changes: the fragment loads are
+    conflict-free, the operand that is not scattered stores one way, nothing is misaligned."""
+    cases = [(cfg, layout, s) for (cfg, f, layout), s in model.items() if f == fix]
+    assert cases, fix
+    for cfg, layout, s in cases:
+        assert s["ld_conf"] == s["ld_conf_q"] == 0 and s["other_way"] == 1, (cfg, layout, s)
+        assert s["misaligned"] == 0, (cfg, layout, s)
+    return cases
+
+
 def test_none_is_vectorized_padding_conflict_free_only_at_bk8(model):
-    for (cfg, fix, layout), s in model.items():
-        if fix != "none":
-            continue
-        assert s["ld_conf"] == s["ld_conf_q"] == 0 and s["other_way"] == 1
-        assert s["misaligned"] == 0
+    for cfg, layout, s in _unfixed(model, "none"):
         scatters = layout != "tn"  # tn: A along m, B along n, both STS.128: nothing to fix
         expected = max(1, cfg.BK // 8) if scatters else 1   # 16*i mod 32: AW/2 groups collide
         assert s["scatter_way"] == expected, (cfg, layout, s)
@@ -250,11 +258,7 @@ def test_none_is_vectorized_padding_conflict_free_only_at_bk8(model):
 
 
 def test_raw_conflicts_aw_ways_on_the_scatter_only(model):
-    for (cfg, fix, layout), s in model.items():
-        if fix != "raw":
-            continue
-        assert s["ld_conf"] == s["ld_conf_q"] == 0 and s["other_way"] == 1
-        assert s["misaligned"] == 0
+    for cfg, layout, s in _unfixed(model, "raw"):
         assert s["scatter_way"] == (cfg.BK // 4 if layout != "tn" else 1), (cfg, layout, s)
 
 
@@ -324,7 +328,7 @@ def offsets_of(tmp_path_factory):
     """{case: (as_off, bs_off, split mismatches, array sizes, build)}: g++ builds of the .cu."""
     import concurrent.futures
 
-    from cuda_emulator import EMULATOR, compile_async, compiler, defines_of
+    from cuda_emulator import compile_async, compiler, defines_of, prelude
 
     from cuda_kernels import bank_conflicts
 
@@ -333,8 +337,7 @@ def offsets_of(tmp_path_factory):
         pytest.skip("no C++ compiler (g++ or clang++)")
     root = tmp_path_factory.mktemp("bank_offsets")
     main = root / "offsets.cpp"
-    main.write_text(EMULATOR.split("#include KERNEL_FILE")[0]
-                    + '#include "bank_conflicts.cu"\n' + OFFSETS_MAIN)
+    main.write_text(prelude() + '#include "bank_conflicts.cu"\n' + OFFSETS_MAIN)
 
     def one(i, case):
         cfg, fix, layout = case

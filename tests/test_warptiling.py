@@ -41,11 +41,9 @@ def _params(backend: str, **changes):
 
 # ------------------------------------------------------- (a) split-K in the CUDA emulator
 
-# main(): argv M N K lda ldb ldc(=ldw, the workspace row) ldc_c gx gy bx rgx rbx BK
+# main(), after warptiling.cu, splitk_reduce.cu and the emulator's LabOperands
+# (cuda_emulator.program): argv M N K lda ldb ldc(=ldw, the workspace row) ldc_c gx gy bx rgx rbx BK
 SPLITK_MAIN = r"""
-#include KERNEL_FILE
-#include REDUCE_FILE
-
 int main(int argc, char** argv) {
     if (argc != 14) { std::fprintf(stderr, "usage\n"); return 2; }
     const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
@@ -53,19 +51,12 @@ int main(int argc, char** argv) {
     const unsigned gx = atoi(argv[8]), gy = atoi(argv[9]), bx = atoi(argv[10]);
     const unsigned rgx = atoi(argv[11]), rbx = atoi(argv[12]);
     const int bk = atoi(argv[13]);
-    std::mt19937 gen(M * 131 + N * 7 + K);
-    std::normal_distribution<float> normal;
-    const size_t a_lines = TRANS_A ? K : M, b_lines = TRANS_B ? N : K;
-    std::vector<float> A(a_lines * lda, NAN), B(b_lines * ldb, NAN), C(size_t(M) * ldc, NAN);
-    std::vector<float> W(size_t(gy) * M * ldw, NAN);
-    auto a_at = [&](int i, int k) -> float& { return A[TRANS_A ? size_t(k) * lda + i : size_t(i) * lda + k]; };
-    auto b_at = [&](int k, int j) -> float& { return B[TRANS_B ? size_t(j) * ldb + k : size_t(k) * ldb + j]; };
-    for (int i = 0; i < M; ++i) for (int k = 0; k < K; ++k) a_at(i, k) = normal(gen);
-    for (int k = 0; k < K; ++k) for (int j = 0; j < N; ++j) b_at(k, j) = normal(gen);
+    LabOperands ops(M, N, K, lda, ldb);
+    std::vector<float> C(size_t(M) * ldc, NAN), W(size_t(gy) * M * ldw, NAN);
     auto launch = [&](unsigned grid_x, unsigned grid_y, unsigned threads, auto body) {
         lab_run_grid(grid_x, grid_y, threads, 1, 0, body);  // no dynamic shared memory
     };
-    launch(gx, gy, bx, [&] { matmul_warptiling(A.data(), B.data(), W.data(), M, N, K, lda, ldb, ldw); });
+    launch(gx, gy, bx, [&] { matmul_warptiling(ops.A.data(), ops.B.data(), W.data(), M, N, K, lda, ldb, ldw); });
     // Each slab: the float64 product over its split's k-tiles; empty splits exact zeros.
     const int ktiles = (K + bk - 1) / bk;
     long slab_bad = 0, pad_writes = 0, empty = 0;
@@ -74,41 +65,36 @@ int main(int argc, char** argv) {
         const int k0 = int((long long)z * ktiles / gy) * bk;
         const int k1 = std::min(K, int((long long)(z + 1) * ktiles / gy) * bk);
         empty += k1 <= k0;
-        double num = 0, den = 0;
+        LabCheck slab;
         for (int i = 0; i < M; ++i)
             for (int j = 0; j < ldw; ++j) {
                 const float w = W[(size_t(z) * M + i) * ldw + j];
-                if (j >= N) { pad_writes += !std::isnan(w); continue; }
-                double ref = 0;
-                for (int k = k0; k < k1; ++k) ref += double(a_at(i, k)) * b_at(k, j);
-                if (!std::isfinite(w) || (k1 <= k0 && w != 0.0f)) { ++slab_bad; continue; }
-                num += (w - ref) * (w - ref);
-                den += ref * ref;
+                slab.add(w, j, N, [&] { return ops.ref(i, j, k0, k1); });
+                slab_bad += j < N && k1 <= k0 && w != 0.0f;  // an empty split writes exact zeros
             }
-        if (den > 0) worst = std::max(worst, std::sqrt(num / den));
+        slab_bad += slab.bad;
+        pad_writes += slab.gaps;
+        worst = std::max(worst, slab.rel());
     }
     launch(rgx, 1, rbx, [&] { splitk_reduce(W.data(), C.data(), M, N, ldw, ldc); });
-    double num = 0, den = 0;
-    long bad = 0, gaps = 0, unordered = 0;
+    LabCheck check;
+    long unordered = 0;
     for (int i = 0; i < M; ++i)
         for (int j = 0; j < ldc; ++j) {
             const float c = C[size_t(i) * ldc + j];
-            if (j >= N) { gaps += !std::isnan(c); continue; }
-            float sum = W[size_t(i) * ldw + j];  // slab 0 + slab 1 + ..., in fp32, in order
-            for (unsigned z = 1; z < gy; ++z) sum += W[(size_t(z) * M + i) * ldw + j];
-            unordered += std::memcmp(&sum, &c, sizeof c) != 0;
-            double ref = 0;
-            for (int k = 0; k < K; ++k) ref += double(a_at(i, k)) * b_at(k, j);
-            if (!std::isfinite(c)) { ++bad; continue; }
-            num += (c - ref) * (c - ref);
-            den += ref * ref;
+            if (j < N) {
+                float sum = W[size_t(i) * ldw + j];  // slab 0 + slab 1 + ..., in fp32, in order
+                for (unsigned z = 1; z < gy; ++z) sum += W[(size_t(z) * M + i) * ldw + j];
+                unordered += std::memcmp(&sum, &c, sizeof c) != 0;
+            }
+            check.add(c, j, N, [&] { return ops.ref(i, j, 0, K); });
         }
-    const double rel = std::sqrt(num / (den > 0 ? den : 1));
+    const double rel = check.rel();
     std::printf("%dx%dx%d splits=%u empty=%ld slab_err=%.2e slab_bad=%ld pad_writes=%ld "
                 "rel_err=%.2e non-finite=%ld gap-writes=%ld not-ordered-sum=%ld\n", M, N, K, gy,
-                empty, worst, slab_bad, pad_writes, rel, bad, gaps, unordered);
-    return slab_bad == 0 && pad_writes == 0 && worst < 1e-5 && bad == 0 && gaps == 0 &&
-           unordered == 0 && rel < 1e-5 ? 0 : 1;
+                empty, worst, slab_bad, pad_writes, rel, check.bad, check.gaps, unordered);
+    return slab_bad == 0 && pad_writes == 0 && worst < 1e-5 && check.bad == 0 &&
+           check.gaps == 0 && unordered == 0 && rel < 1e-5 ? 0 : 1;
 }
 """
 
@@ -137,15 +123,14 @@ _ld = padded_ld
 @pytest.fixture(scope="module")
 def splitk_programs(tmp_path_factory):
     """One g++ executable per SPLIT_CASES entry (tests/cuda_emulator.py's pool): {index: path}."""
-    from cuda_emulator import EMULATOR, KERNELS, compile_async, compiler, defines_of
+    from cuda_emulator import KERNELS, compile_async, compiler, defines_of, program
 
     if compiler() is None:
         pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
     from cuda_kernels import warptiling
 
     root = tmp_path_factory.mktemp("splitk")
-    prelude = EMULATOR.split("#include KERNEL_FILE")[0] + "#include <cstring>\n"
-    (root / "splitk.cpp").write_text(prelude + SPLITK_MAIN)
+    (root / "splitk.cpp").write_text(program(SPLITK_MAIN, "KERNEL_FILE", "REDUCE_FILE"))
 
     def compile_case(i):
         tile, layout, splitk, flags = SPLIT_CASES[i]
