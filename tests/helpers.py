@@ -6,7 +6,10 @@ tests/conftest.py.
 - cpu_only: skips a test (or, as `pytestmark = cpu_only`, a file) where a CUDA GPU is present;
   the CPU-mode paths (Triton interpreter, the g++ emulator, the "no GPU" messages) only run without.
 - lab_env / run_lab: the environment and the run of a `python -m lab.<tool>` subprocess in the
-  repository root, with it on PYTHONPATH and the output captured as text.
+  repository root, with it on PYTHONPATH and the output captured as text; one_line_error: what
+  every command's refusal of a user's mistake looks like; stage_option_errors: the mistakes in
+  --stage, --backend and a size option that every command refuses alike.
+- check_in_layout: a prepared launch checked against torch.matmul on the GPU, shape by shape.
 """
 
 from __future__ import annotations
@@ -72,6 +75,46 @@ def run_python(code: str, *args, timeout: float, cwd: Path = ROOT, drop: tuple[s
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=cwd,
                           env=lab_env(drop=drop, **env), capture_output=True, text=True,
                           timeout=timeout)
+
+
+def one_line_error(r: subprocess.CompletedProcess, *words: str) -> str:
+    """Asserts that the command `r` refused a user's mistake: exit status 2, nothing on stdout,
+    one line on stderr that starts with "error: " and holds each of `words`, no traceback.
+    Returns that line."""
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out
+    assert r.stdout == "" and "Traceback" not in out, out
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    missing = [w for w in words if w not in lines[0]]
+    assert not missing, f"{missing} not in: {lines[0]}"
+    return lines[0]
+
+
+def stage_option_errors(size_option: str) -> list[tuple[list[str], str]]:
+    """The mistakes every command that takes --stage, --backend and a size option (`--sizes` in
+    lab.compare, `--size` in lab.profile) refuses in one sentence: (arguments, words the
+    error holds)."""
+    return [
+        (["--stage", "bogus"], "unknown stage 'bogus'"),
+        (["--stage", "tiled", size_option, "0"], "positive"),
+        (["--stage", "tiled", size_option, "12x"], "MxNxK"),
+        (["--stage", "tiled", "--backend", "opencl"], "unknown backend opencl"),
+    ]
+
+
+# ------------------------------------------------------------------------- GPU checks
+def check_in_layout(module, params: dict, shapes, layout: str, label: str = "") -> None:
+    """`module.prepare(a, b, c, **params)` at each (M, N, K) of `shapes` on fresh CUDA inputs
+    in `layout` (seed M + N + K; C a transposed view in tt), checked against torch.matmul by
+    lab.check; a failure names `label`, the layout and the shape."""
+    from lab import check as chk
+
+    for M, N, K in shapes:
+        a, b = chk.make_inputs(M, N, K, seed=M + N + K, device="cuda", layout=layout)
+        c = output_for(M, N, layout)
+        result = chk.check(module.prepare(a, b, c, **params), c, chk.reference(a, b), K)
+        assert result.passed, f"{label}{layout} {M}x{N}x{K}: {result.reason}"
 
 
 # ------------------------------------------------------------------ the emulator tests' operands

@@ -32,8 +32,8 @@ import types
 import pytest
 import torch
 
-from helpers import (LAYOUTS, ROOT, compile_for_emulator, cpu_only, line_widths, new_emulator,
-                     output_for, run_sanitized, stage_module, stage_params, strided_operands)
+from helpers import (LAYOUTS, ROOT, check_in_layout, compile_for_emulator, cpu_only, line_widths,
+                     new_emulator, run_sanitized, stage_module, stage_params, strided_operands)
 from lab import check as chk
 from lab.errors import CompileError, LabError
 from lab.stages import get_stage
@@ -386,14 +386,7 @@ PIPELINES = [dict(), dict(pipeline="cp_async"), dict(pipeline="cp_async", stages
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("changes", PIPELINES, ids=str)
 def test_every_pipeline_matches_torch_on_the_gpu(changes, layout):
-    module = _cuda()
-    params = _params(**changes)
-    for M, N, K in GPU_SHAPES:
-        a, b = chk.make_inputs(M, N, K, seed=M + N + K, device="cuda", layout=layout)
-        ref = chk.reference(a, b)
-        c = output_for(M, N, layout)
-        result = chk.check(module.prepare(a, b, c, **params), c, ref, K)
-        assert result.passed, f"{changes} {layout} {M}x{N}x{K}: {result.reason}"
+    check_in_layout(_cuda(), _params(**changes), GPU_SHAPES, layout, label=f"{changes} ")
 
 
 def _sanitizer():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers import output_for
+from helpers import check_in_layout
 from lab import check as chk
 from lab.errors import LabError
 from lab.shapes import GPU_TEST_SHAPES, Shape
@@ -12,10 +12,18 @@ from stage_sets import FP32_CASES, FP32_CUDA, FP32_TRITON  # noqa: F401
 pytestmark = pytest.mark.gpu
 
 CASES = FP32_CASES
+# every fp32 stage x backend, one test each
+each_stage = pytest.mark.parametrize("stage,backend", CASES,
+                                     ids=[f"{s.name}-{b}" for s, b in CASES])
+
+
+def _defaults(stage, backend) -> dict:
+    """The registry's default parameters of `stage` for `backend`."""
+    return Variant(stage, stage.defaults()).params_for(backend)
 
 
 @pytest.mark.parametrize("shape", GPU_TEST_SHAPES, ids=str)
-@pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])
+@each_stage
 def test_stage_matches_torch(stage, backend, shape):
     import torch
 
@@ -23,7 +31,7 @@ def test_stage_matches_torch(stage, backend, shape):
     a, b = chk.make_inputs(M, N, K, seed=M * 7 + N * 3 + K, device="cuda")
     ref = chk.reference(a, b)
     c = torch.empty((M, N), device="cuda")
-    launch = stage.module(backend).prepare(a, b, c, **Variant(stage, stage.defaults()).params_for(backend))
+    launch = stage.module(backend).prepare(a, b, c, **_defaults(stage, backend))
     result = chk.check(launch, c, ref, K)
     assert result.passed, result.reason
     # and a second launch on fresh inputs through the same prepared callable's buffers
@@ -35,21 +43,13 @@ LAYOUT_SHAPES = (Shape(1, 1, 1), Shape(3, 130, 2), Shape(65, 64, 63), Shape(1000
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
-@pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])
+@each_stage
 def test_stage_on_every_layout(stage, backend, layout):
     """A and B row-major or transposed views; in tt, C a transposed view too."""
-
-    module = stage.module(backend)
-    params = Variant(stage, stage.defaults()).params_for(backend)
-    for M, N, K in LAYOUT_SHAPES:
-        a, b = chk.make_inputs(M, N, K, seed=M + N + K, device="cuda", layout=layout)
-        ref = chk.reference(a, b)
-        c = output_for(M, N, layout)
-        result = chk.check(module.prepare(a, b, c, **params), c, ref, K)
-        assert result.passed, f"{layout} {M}x{N}x{K}: {result.reason}"
+    check_in_layout(stage.module(backend), _defaults(stage, backend), LAYOUT_SHAPES, layout)
 
 
-@pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])
+@each_stage
 def test_stage_on_offset_sliced_and_strided_views(stage, backend):
     """Storage offsets that break 16-byte alignment, row strides larger than the widths, an
     operand with no unit stride, and a sliced C whose neighbours must stay untouched."""
@@ -57,7 +57,7 @@ def test_stage_on_offset_sliced_and_strided_views(stage, backend):
 
     M, N, K = 130, 67, 95
     module = stage.module(backend)
-    params = Variant(stage, stage.defaults()).params_for(backend)
+    params = _defaults(stage, backend)
     a0, b0 = chk.make_inputs(M, N, K, seed=9, device="cuda")
     ref = chk.reference(a0, b0)
     cases = {
@@ -86,7 +86,7 @@ def test_stage_on_offset_sliced_and_strided_views(stage, backend):
     assert (big[:, 1::2] == -1.0).all(), "wrote between the columns of a strided C"
 
 
-@pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])
+@each_stage
 def test_the_python_api_on_the_gpu(stage, backend):
     import torch
 
@@ -100,7 +100,7 @@ def test_the_python_api_on_the_gpu(stage, backend):
     assert torch.equal(empty, torch.zeros(77, 45, device="cuda"))
 
 
-@pytest.mark.parametrize("stage,backend", CASES, ids=[f"{s.name}-{b}" for s, b in CASES])
+@each_stage
 def test_variants_of_each_parameter_are_correct(stage, backend):
     """Every non-default value of every parameter of the stage, one at a time, on an odd shape."""
     import torch
@@ -138,7 +138,7 @@ def test_theoretical_occupancy_matches_the_cuda_occupancy_api(stage):
     M, N, K = 1000, 1100, 300
     a, b = chk.make_inputs(M, N, K, seed=1, device="cuda")
     c = torch.empty((M, N), device="cuda")
-    launch = stage.module("cuda").prepare(a, b, c, **Variant(stage, stage.defaults()).params_for("cuda"))
+    launch = stage.module("cuda").prepare(a, b, c, **_defaults(stage, "cuda"))
     res = launch.resources
     theory = from_resources(res, from_device())
     api = occupancy_blocks_per_sm(launch.build, res["threads"], res["smem_dynamic"])

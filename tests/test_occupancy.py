@@ -10,15 +10,21 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers import HAS_GPU, one_line_error, run_lab
 from lab.occupancy import SM89, SM90, DeviceLimits, from_properties, from_resources, occupancy
 
 
+def expect(found, **fields):
+    """Each named attribute of `found` (an Occupancy or DeviceLimits) equals its value; every
+    mismatch is listed in the one failure."""
+    assert {name: getattr(found, name) for name in fields} == fields
+
+
 def test_sm90_limits():
-    assert (SM90.max_warps_per_sm, SM90.max_blocks_per_sm, SM90.regs_per_sm) == (64, 32, 65536)
-    assert SM90.max_regs_per_thread == 255 and SM90.reg_alloc_unit == 256
-    assert SM90.smem_per_sm == 233472 and SM90.smem_per_block_max == 232448
-    assert SM90.smem_alloc_unit == 128 and SM90.reserved_smem_per_block == 1024
-    assert SM90.warp_size == 32 and SM90.warp_alloc_granularity == 4
+    expect(SM90, max_warps_per_sm=64, max_blocks_per_sm=32, regs_per_sm=65536,
+           max_regs_per_thread=255, reg_alloc_unit=256, smem_per_sm=233472,
+           smem_per_block_max=232448, smem_alloc_unit=128, reserved_smem_per_block=1024,
+           warp_size=32, warp_alloc_granularity=4)
 
 
 # tiled:tile=32 (a 32x32 block): 1024 threads, 32 registers, 8 KiB static smem.
@@ -33,17 +39,9 @@ def test_sm90_limits():
 # budget (65536 / 2048 threads); with a 33rd register the block count halves (next test).
 def test_32x32_block_32_regs_is_full_occupancy():
     occ = occupancy(1024, 32, 8192)
-    assert occ.warps_per_block == 32
-    assert occ.blocks_by_warps == 2
-    assert occ.regs_per_warp == 1024
-    assert occ.blocks_by_regs == 2
-    assert occ.smem_allocated_per_block == 9216
-    assert occ.blocks_by_smem == 25
-    assert occ.blocks_by_blocks == 32
-    assert occ.blocks_per_sm == 2
-    assert occ.active_warps == 64
-    assert occ.occupancy == 1.0
-    assert occ.limiter == "warps+registers"
+    expect(occ, warps_per_block=32, blocks_by_warps=2, regs_per_warp=1024, blocks_by_regs=2,
+           smem_allocated_per_block=9216, blocks_by_smem=25, blocks_by_blocks=32, blocks_per_sm=2,
+           active_warps=64, occupancy=1.0, limiter="warps+registers")
     assert str(occ) == "2 blocks/SM, 64/64 warps (100.0%), limited by warps+registers"
 
 
@@ -53,22 +51,14 @@ def test_32x32_block_32_regs_is_full_occupancy():
 #   by regs         = floor(48 / 32) = 1;  by warps 2, by smem 25, by blocks 32
 #   blocks/SM = 1 -> 32 active warps -> 32/64 = 50%, limited by registers.
 def test_32x32_block_40_regs_is_register_limited():
-    occ = occupancy(1024, 40, 8192)
-    assert occ.regs_per_warp == 1280
-    assert occ.blocks_by_regs == 1
-    assert occ.blocks_per_sm == 1
-    assert occ.active_warps == 32
-    assert occ.occupancy == 0.5
-    assert occ.limiter == "registers"
+    expect(occupancy(1024, 40, 8192), regs_per_warp=1280, blocks_by_regs=1, blocks_per_sm=1,
+           active_warps=32, occupancy=0.5, limiter="registers")
 
 
 # 33 registers: 33 * 32 = 1056 registers a warp, rounded up to the 256 unit -> 1280, the same
 # allocation as 40 registers: floor(65536 / 1280) = 51 -> 48 warps -> 1 block -> 50%.
 def test_register_allocation_unit_rounds_up():
-    occ = occupancy(1024, 33, 8192)
-    assert occ.regs_per_warp == 1280
-    assert occ.blocks_by_regs == 1
-    assert occ.occupancy == 0.5
+    expect(occupancy(1024, 33, 8192), regs_per_warp=1280, blocks_by_regs=1, occupancy=0.5)
 
 
 # Where the 4-warp granularity matters: 64 threads (2 warps), 40 registers.
@@ -77,13 +67,8 @@ def test_register_allocation_unit_rounds_up():
 #   by warps = floor(64 / 2) = 32;  smem 0 -> no limit;  by blocks 32
 #   blocks/SM = 24 -> 48 warps -> 48/64 = 75%, limited by registers.
 def test_warp_allocation_granularity():
-    occ = occupancy(64, 40, 0)
-    assert occ.blocks_by_regs == 24
-    assert occ.blocks_by_smem is None
-    assert occ.blocks_per_sm == 24
-    assert occ.active_warps == 48
-    assert occ.occupancy == 0.75
-    assert occ.limiter == "registers"
+    expect(occupancy(64, 40, 0), blocks_by_regs=24, blocks_by_smem=None, blocks_per_sm=24,
+           active_warps=48, occupancy=0.75, limiter="registers")
 
 
 # tiled:tile=8: 8x8 = 64 threads (2 warps), 32 registers, 2*8*8*4 = 512 B smem.
@@ -94,12 +79,8 @@ def test_warp_allocation_granularity():
 #   blocks/SM = 32 -> 64 warps -> 100%; warps, registers and the 32-block limit all tie.
 # Full occupancy, but only just: each block is 2 warps, so the 32-block cap is already binding.
 def test_8x8_tiles_hit_the_block_limit():
-    occ = occupancy(64, 32, 512)
-    assert (occ.blocks_by_warps, occ.blocks_by_regs, occ.blocks_by_smem, occ.blocks_by_blocks) \
-        == (32, 32, 152, 32)
-    assert occ.blocks_per_sm == 32
-    assert occ.occupancy == 1.0
-    assert occ.limiter == "warps+registers+blocks"
+    expect(occupancy(64, 32, 512), blocks_by_warps=32, blocks_by_regs=32, blocks_by_smem=152,
+           blocks_by_blocks=32, blocks_per_sm=32, occupancy=1.0, limiter="warps+registers+blocks")
 
 
 # A one-warp block (32 threads), 32 registers, 1 KiB smem: the block limit alone.
@@ -108,12 +89,8 @@ def test_8x8_tiles_hit_the_block_limit():
 # (A 4x4 tile, 16 threads, still occupies one whole warp: the same answer.)
 @pytest.mark.parametrize("threads", [32, 16])
 def test_one_warp_blocks_are_block_limited(threads):
-    occ = occupancy(threads, 32, 1024)
-    assert occ.warps_per_block == 1
-    assert (occ.blocks_by_warps, occ.blocks_by_regs, occ.blocks_by_smem) == (64, 64, 114)
-    assert occ.blocks_per_sm == 32
-    assert occ.occupancy == 0.5
-    assert occ.limiter == "blocks"
+    expect(occupancy(threads, 32, 1024), warps_per_block=1, blocks_by_warps=64, blocks_by_regs=64,
+           blocks_by_smem=114, blocks_per_sm=32, occupancy=0.5, limiter="blocks")
 
 
 # Shared-memory limited: 256 threads (8 warps), 32 registers, 100 KiB = 102400 B of smem.
@@ -123,13 +100,8 @@ def test_one_warp_blocks_are_block_limited(threads):
 #   by blocks = 32
 #   blocks/SM = 2 -> 16 warps -> 16/64 = 25%, limited by shared memory.
 def test_smem_limited():
-    occ = occupancy(256, 32, 100 * 1024)
-    assert occ.smem_allocated_per_block == 103424
-    assert occ.blocks_by_smem == 2
-    assert occ.blocks_per_sm == 2
-    assert occ.active_warps == 16
-    assert occ.occupancy == 0.25
-    assert occ.limiter == "shared memory"
+    expect(occupancy(256, 32, 100 * 1024), smem_allocated_per_block=103424, blocks_by_smem=2,
+           blocks_per_sm=2, active_warps=16, occupancy=0.25, limiter="shared memory")
 
 
 # Shared-memory rounding: 1 byte -> 1 + 1024 = 1025 -> rounded up to 1152 (9 * 128).
@@ -139,10 +111,8 @@ def test_smem_allocation_unit_rounds_up():
 
 # 227 KiB (the per-block maximum) + 1 KiB reserved = 228 KiB = the whole SM: exactly 1 block.
 def test_largest_smem_block_fits_once():
-    occ = occupancy(128, 32, 227 * 1024)
-    assert occ.blocks_by_smem == 1
-    assert occ.blocks_per_sm == 1
-    assert occ.limiter == "shared memory"
+    expect(occupancy(128, 32, 227 * 1024), blocks_by_smem=1, blocks_per_sm=1,
+           limiter="shared memory")
 
 
 # RTX 4090-like limits (sm_89: 48 warps, 24 blocks, 64K registers, 100 KiB smem per SM) for the
@@ -158,24 +128,17 @@ def test_32x32_block_on_sm89():
                         regs_per_sm=65536, smem_per_sm=100 * 1024, smem_per_block_max=99 * 1024)
     for limits in (sm89, SM89):
         occ = occupancy(1024, 32, 8192, limits)
-        assert (occ.blocks_by_warps, occ.blocks_by_regs, occ.blocks_by_smem, occ.blocks_by_blocks) \
-            == (1, 2, 11, 24)
-        assert occ.blocks_per_sm == 1
-        assert occ.active_warps == 32
-        assert occ.occupancy == pytest.approx(2 / 3)
+        expect(occ, blocks_by_warps=1, blocks_by_regs=2, blocks_by_smem=11, blocks_by_blocks=24,
+               blocks_per_sm=1, active_warps=32, occupancy=pytest.approx(2 / 3), limiter="warps")
         assert f"{100 * occ.occupancy:.1f}" == "66.7"
-        assert occ.limiter == "warps"
 
 
 # tiled_rect default on sm_90: 8x32 = 256 threads (8 warps), 32 registers, (8*32 + 32*32)*4 = 5120 B.
 #   by warps = 8;  by regs = 64 / 8 = 8;  by smem = 5120 + 1024 = 6144 -> 233472 / 6144 = 38;  32
 #   blocks/SM = 8 -> 64 warps -> 100%, warps+registers.
 def test_rect_8x32_default():
-    occ = occupancy(256, 32, 5120)
-    assert occ.blocks_by_smem == 38
-    assert occ.blocks_per_sm == 8
-    assert occ.occupancy == 1.0
-    assert occ.limiter == "warps+registers"
+    expect(occupancy(256, 32, 5120), blocks_by_smem=38, blocks_per_sm=8, occupancy=1.0,
+           limiter="warps+registers")
 
 
 # A block that cannot launch at all: 1024 threads x 72 registers = 72*32 = 2304 a warp,
@@ -183,21 +146,16 @@ def test_rect_8x32_default():
 # requested for launch"); occupancy 0, limited by registers. 64 registers just fit:
 # 2048 * 32 = 65536 -> 32 warps by registers -> 1 block -> 50%.
 def test_block_that_cannot_get_its_registers():
-    occ = occupancy(1024, 72, 0)
-    assert occ.blocks_by_regs == 0
-    assert occ.blocks_per_sm == 0
-    assert occ.occupancy == 0.0
-    assert occ.limiter == "registers"
-    fits = occupancy(1024, 64, 0)
-    assert fits.blocks_by_regs == 1 and fits.occupancy == 0.5
+    expect(occupancy(1024, 72, 0), blocks_by_regs=0, blocks_per_sm=0, occupancy=0.0,
+           limiter="registers")
+    expect(occupancy(1024, 64, 0), blocks_by_regs=1, occupancy=0.5)
 
 
 # 0 registers / 0 bytes: no register / shared-memory limit (None); warps and blocks decide.
 def test_zero_registers_and_smem_mean_no_limit():
-    occ = occupancy(128, 0, 0)
-    assert occ.blocks_by_regs is None and occ.blocks_by_smem is None
-    assert occ.blocks_per_sm == 16  # floor(64 / 4 warps)
-    assert occ.limiter == "warps"
+    # blocks_per_sm: floor(64 / 4 warps)
+    expect(occupancy(128, 0, 0), blocks_by_regs=None, blocks_by_smem=None, blocks_per_sm=16,
+           limiter="warps")
 
 
 @pytest.mark.parametrize("args,fragment", [
@@ -228,8 +186,7 @@ def test_from_properties_a100_like():
                   "reservedSharedMemPerBlock": 1024, "warpSize": 32, "maxThreadsPerBlock": 1024,
                   "regsPerBlock": 65536}
     lim = from_properties(cupy_props)
-    assert lim.name == "sm_80"
-    assert (lim.max_warps_per_sm, lim.smem_per_sm, lim.smem_per_block_max) == (64, 167936, 166912)
+    expect(lim, name="sm_80", max_warps_per_sm=64, smem_per_sm=167936, smem_per_block_max=166912)
     # 256 threads, 100 KiB: 103424 allocated -> floor(167936 / 103424) = 1 block on an A100
     assert occupancy(256, 32, 100 * 1024, lim).blocks_per_sm == 1
 
@@ -237,12 +194,10 @@ def test_from_properties_a100_like():
 def test_from_properties_torch_only_falls_back_to_sm90():
     torch_props = SimpleNamespace(major=8, minor=9, max_threads_per_multi_processor=1536,
                                   warp_size=32, shared_memory_per_multiprocessor=102400)
-    lim = from_properties(None, torch_props)
-    assert lim.name == "sm_89"
-    assert lim.max_warps_per_sm == 48
-    assert lim.smem_per_sm == 102400
-    assert lim.max_blocks_per_sm == SM90.max_blocks_per_sm  # torch does not report it
-    assert lim.regs_per_sm == SM90.regs_per_sm
+    # torch reports neither the blocks per SM nor the registers: SM90's
+    expect(from_properties(None, torch_props), name="sm_89", max_warps_per_sm=48,
+           smem_per_sm=102400, max_blocks_per_sm=SM90.max_blocks_per_sm,
+           regs_per_sm=SM90.regs_per_sm)
 
 
 # ------------------------------------------------- cross-check against NVIDIA's cuda_occupancy.h
@@ -332,8 +287,6 @@ def test_matches_cuda_occupancy_h(tmp_path):
 
 
 def _occupancy_cli(*args):
-    from helpers import run_lab
-
     return run_lab("lab.occupancy", *args, timeout=120)
 
 
@@ -352,26 +305,12 @@ def test_cli_prints_the_limits():
     (["256", "300"], "registers_per_thread is 300"),
 ])
 def test_cli_errors_are_one_sentence_and_exit_2(args, words):
-    r = _occupancy_cli(*args)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert r.stdout == "" and "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0]
+    one_line_error(_occupancy_cli(*args), words)
 
 
-def _gpu_visible():
-    import torch
-
-    return torch.cuda.is_available()
-
-
-@pytest.mark.skipif(_gpu_visible(), reason="checks the no-GPU message")
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
 def test_cli_arch_device_without_a_gpu_says_so():
-    r = _occupancy_cli("--arch", "device", "256", "32")
-    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ")
-    assert "no CUDA GPU" in lines[0] and "--arch sm_90" in lines[0]
+    one_line_error(_occupancy_cli("--arch", "device", "256", "32"), "no CUDA GPU", "--arch sm_90")
 
 
 @pytest.mark.gpu
