@@ -29,31 +29,35 @@ _COUNTED = (r"instructions?|loads?|stores?|warps?|FFMAs?|FMAs?|requests?|LDS\S*|
             r"STG\S*|wavefronts?|times|repetitions|reps|rounds|iterations|per\b|x\b|ms\b|s\b|"
             r"seconds|minutes|%")
 
-RULES: list[tuple[str, re.Pattern]] = [
-    ("'the issue' / 'this issue' (a project task; name the source instead)",
-     re.compile(rf"\b(?:the|this)\s+issue\b(?!\s+(?:{_ISSUE_NOUNS})\b)(?!'s)", re.I)),
-    ("'issue's' (a project task's goal; state the fact and its source)",
-     re.compile(r"\bissue[’']s\b", re.I)),
-    ("'issue <number>' (a project task; say what it was)",
-     re.compile(rf"(?<!-)\bissue(?:\s+#?\s*|\s*#\s*|-)\d+\b(?!\s+(?:{_COUNTED}))", re.I)),
-    ("'seed 0NN' (a task-list name, not the random seed)",
-     re.compile(r"\bseed[\s_-]?0\d\d\b", re.I)),
-    ("'run NN' (name the results file instead)",
-     re.compile(rf"\brun\s+\d\d\b(?!\s*(?:{_COUNTED}))", re.I)),
-    ("'lent' (name the GPU: NVIDIA H100 80GB HBM3)",
-     re.compile(r"\blent\b", re.I)),
-    ("'the lead' / 'lead's' (say what the file records)",
-     re.compile(r"\bthe\s+lead\b(?!\s+(?:over|shrinks|grows|narrows|widens)\b)|\blead[’']s\b", re.I)),
-    ("a path outside this repository",
-     re.compile(r"\.\./shared/", re.I)),
-]
+# (what the hit is and what to write instead, its pattern); every pattern ignores case
+_RULE_PATTERNS = {
+    "'the issue' / 'this issue' (a project task; name the source instead)":
+        rf"\b(?:the|this)\s+issue\b(?!\s+(?:{_ISSUE_NOUNS})\b)(?!'s)",
+    "'issue's' (a project task's goal; state the fact and its source)": r"\bissue[’']s\b",
+    "'issue <number>' (a project task; say what it was)":
+        rf"(?<!-)\bissue(?:\s+#?\s*|\s*#\s*|-)\d+\b(?!\s+(?:{_COUNTED}))",
+    "'seed 0NN' (a task-list name, not the random seed)": r"\bseed[\s_-]?0\d\d\b",
+    "'run NN' (name the results file instead)": rf"\brun\s+\d\d\b(?!\s*(?:{_COUNTED}))",
+    "'lent' (name the GPU: NVIDIA H100 80GB HBM3)": r"\blent\b",
+    "'the lead' / 'lead's' (say what the file records)":
+        r"\bthe\s+lead\b(?!\s+(?:over|shrinks|grows|narrows|widens)\b)|\blead[’']s\b",
+    "a path outside this repository": r"\.\./shared/",
+}
+RULES: list[tuple[str, re.Pattern]] = [(rule, re.compile(pattern, re.I))
+                                       for rule, pattern in _RULE_PATTERNS.items()]
 PUBLIC_LADDER = re.compile(r"\bpublic\s+(?:SGEMM\s+)?ladder", re.I)
 NAMES_IT = re.compile(r"SGEMM_CUDA", re.I)
 
 
+def pages() -> list[Path]:
+    """The pages a user reads: README.md, every docs/**/*.md and every results/**/README.md."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
+            *sorted((ROOT / "results").glob("**/README.md"))]
+
+
 def doc_files() -> list[Path]:
-    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
-             *sorted((ROOT / "results").glob("**/README.md")), ROOT / "results" / "files.txt",
+    """pages(), results/files.txt and every scripts/**/README.md, those that exist."""
+    files = [*pages(), ROOT / "results" / "files.txt",
              *sorted((ROOT / "scripts").glob("**/README.md"))]
     return [f for f in files if f.is_file()]
 
@@ -191,8 +195,6 @@ def test_every_term_a_newcomer_meets_points_to_the_glossary(name):
 
 def test_every_link_into_the_glossary_names_an_entry_it_has():
     anchors = glossary_anchors()
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
-             *sorted((ROOT / "results").glob("**/README.md"))]
-    for page in pages:
+    for page in pages():
         for anchor in re.findall(r"GLOSSARY\.md#([\w-]+)", page.read_text(encoding="utf-8")):
             assert anchor in anchors, f"{page.relative_to(ROOT)}: #{anchor}"
