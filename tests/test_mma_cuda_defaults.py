@@ -5,10 +5,10 @@ configuration per precision taken from the CUDA searches on the H100 (results/au
 `|mma|cuda|` entries of 2026-11-23, and the top-5 tables of
 results/2026-11-23-h100/06-tune-cuda-*.log), with a shape rule (a 128 x 128 row when the tuned
 tile gives fewer blocks than the GPU has SMs) and a fit rule (the previous fixed defaults where
-the tuned values would be refused next to explicit ones), as the Triton twin's
-(tests/test_mma_defaults.py). CPU only, no GPU: the resolution, the numbers it comes from,
-validate(), NVRTC builds without spills, what prepare() and lab.compare
-report, the cached entries and the tuner's space.
+the tuned values would be refused next to explicit ones), as the wgmma stage's Triton twin's
+(tests/test_wgmma_defaults.py). CPU only, no GPU: the resolution, the numbers it comes from,
+validate(), NVRTC builds without spills, what prepare() and lab.compare report, the cached
+entries and the tuner's space.
 """
 
 from __future__ import annotations
