@@ -40,26 +40,26 @@ def test_cuda_stage_is_clean_under_compute_sanitizer(stage, tool):
     assert "checked" in out, f"the target did not finish its check:\n{tail}"
 
 
-# The tensor-core stage computes in tf32, 3xtf32, bf16 and fp16 (not fp32): every precision under
-# memcheck, racecheck and synccheck (the cp.async ring's barriers), on a shape with interior blocks
-# (the whole-tile copy path) and edges, with the defaults (on an sm_90 GPU the wgmma kernel,
-# cuda_kernels/mma_wgmma.cu), with the tuned 128 x 256 bf16 tile, and with the mma.sync kernel's
-# defaults (wgmma=0).
+# The tensor-core stages compute in tf32, 3xtf32, bf16 and fp16 (not fp32): every precision under
+# memcheck, racecheck and synccheck (the cp.async ring's and the mbarriers' waits), on a shape
+# with interior blocks (the whole-tile copy path) and edges: mma (mma.sync) with its defaults and
+# with the tuned 128 x 256 bf16 tile, and wgmma (Hopper's warpgroup MMA, cuda_kernels/wgmma.cu)
+# with its defaults.
 MMA_SHAPE = "300x520x200"
-MMA_CASES = [(p, tool, "") for p in TC_PRECISIONS
-             for tool in ("memcheck", "racecheck", "synccheck")] + \
-    [("bf16", tool, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,frags=2")
-     for tool in ("memcheck", "racecheck", "synccheck")] + \
-    [(p, tool, "wgmma=0") for p in ("tf32", "bf16") for tool in ("memcheck", "racecheck")]
+TOOLS_TC = ("memcheck", "racecheck", "synccheck")
+MMA_CASES = [("mma", p, tool, "") for p in TC_PRECISIONS for tool in TOOLS_TC] + \
+    [("mma", "bf16", tool, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,frags=2")
+     for tool in TOOLS_TC] + \
+    [("wgmma", p, tool, "") for p in TC_PRECISIONS for tool in TOOLS_TC]
 
 
 @pytest.mark.skipif(SANITIZER is None, reason="compute-sanitizer not found on PATH, in the venv "
                                               "or in /usr/local/cuda/bin")
-@pytest.mark.parametrize("precision,tool,params", MMA_CASES,
-                         ids=[f"{p}-{t}-" + ("defaults" if not q else "mma.sync" if q == "wgmma=0"
-                                                else "tuned") for p, t, q in MMA_CASES])
-def test_mma_is_clean_under_compute_sanitizer(precision, tool, params):
-    label = "mma" + (f":{params}" if params else "")
+@pytest.mark.parametrize("stage,precision,tool,params", MMA_CASES,
+                         ids=[f"{s}-{p}-{t}-" + ("tuned" if q else "defaults")
+                              for s, p, t, q in MMA_CASES])
+def test_tensor_core_stages_are_clean_under_compute_sanitizer(stage, precision, tool, params):
+    label = stage + (f":{params}" if params else "")
     r, out, tail = run_sanitized(SANITIZER, tool, label, "--precision", precision, "--size", MMA_SHAPE)
     assert not re.search(r"ERROR SUMMARY: [1-9]", out), f"{tool} found errors in {label}:\n{tail}"
     assert r.returncode == 0, f"{tool} run of {label} ({precision}) exited {r.returncode}:\n{tail}"
