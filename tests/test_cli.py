@@ -146,9 +146,14 @@ def test_compile_error_shows_nvrtc_log_with_file_and_line(tmp_path, monkeypatch)
     msg = str(info.value)
     assert "zz_broken_test.cu(1)" in msg and "undefined_name" in msg and "error" in msg
     # the harness turns that exception into an error row and carries on
+    from dataclasses import replace
+
     import cuda_kernels.naive as naive
 
-    monkeypatch.setattr(naive, "build", lambda **_: build.compile_kernel("missing.cu", "k"))
+    def missing(*_args, **_kw):  # the stage's OFFER.compile, pointed at a source that is not there
+        return build.compile_kernel("missing.cu", "k"), None
+
+    monkeypatch.setattr(naive, "OFFER", replace(naive.OFFER, compile=missing))
     rows = execute(Plan(parse_variants(["naive,tiled"]), ["cuda"], [Shape(8, 8, 8)], mode="cpu"))
     assert [r.status for r in rows] == ["error", "compiled"]
     assert "missing.cu" in rows[0].detail
@@ -161,8 +166,10 @@ def test_a_wrong_row_fails_and_the_run_goes_on(monkeypatch):
     from lab.stages import parse_variants
     import triton_kernels.naive as tnaive
 
+    from lab.contract import Prepared
+
     def bad_prepare(a, b, c, **_):
-        return lambda: c.copy_((a @ b) * 1.01)
+        return Prepared(lambda: c.copy_((a @ b) * 1.01))
 
     monkeypatch.setattr(tnaive, "prepare", bad_prepare)
     rows = execute(Plan(parse_variants(["naive,coalesced"]), ["triton"], [Shape(9, 9, 9)], mode="cpu"))
