@@ -100,8 +100,8 @@ def _interpreter_for_cpu_tensors(where: str) -> None:
 
 def _refuse_compiled_kernels(where: str) -> None:
     """Triton kernels imported before the interpreter was switched on are compiled for the GPU."""
-    from triton_kernels._common import INTERPRETED
+    from lab.toolchain.triton import kernels_interpreted
 
-    if not INTERPRETED:
+    if kernels_interpreted() is False:
         raise LabError(f"{where} was loaded for the GPU and cannot run CPU tensors; move them to "
                        f"the GPU with .cuda(), or set TRITON_INTERPRET=1 before importing the lab")

@@ -143,7 +143,7 @@ def versions() -> list[Finding]:
                                f"the README's install command"))
     out.append(Finding("torch_cuda", "CUDA runtime (torch)", torch.version.cuda or "none (CPU build)"))
     try:
-        from cuda_kernels._build import nvrtc_version
+        from lab.toolchain.nvrtc import nvrtc_version
 
         major, minor = nvrtc_version()
         out.append(Finding("nvrtc", "NVRTC", f"{major}.{minor}"))
@@ -160,7 +160,7 @@ def versions() -> list[Finding]:
 
 def probe_nvrtc_arch(arch: str) -> Finding:
     """Compile the naive stage for `arch` with NVRTC (no GPU needed)."""
-    from cuda_kernels._build import compile_kernel
+    from lab.toolchain.nvrtc import compile_kernel
 
     try:
         build = compile_kernel("naive.cu", "matmul_naive", {"BLOCK": 32}, arch=arch)

@@ -373,7 +373,7 @@ def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, 
         _apply_check(row, result)
         return
     if backend == "cuda" and launch.build is not None and row.threads:
-        from cuda_kernels._build import occupancy_blocks_per_sm
+        from lab.toolchain.nvrtc import occupancy_blocks_per_sm
 
         row.api_blocks_per_sm = occupancy_blocks_per_sm(launch.build, row.threads,
                                                         row.smem_dynamic or 0)
@@ -431,7 +431,7 @@ def _compile_only(row: Row, variant: Variant, shape: Shape, layout: str = "nn",
                   precision: str = "fp32") -> None:
     """CPU mode, CUDA backend: compile with NVRTC for the H100 and report resources, through the
     launcher's OFFER: validate, resolve (automatic values, for the H100's SMs), compile."""
-    from cuda_kernels._build import resources
+    from lab.toolchain.nvrtc import resources
     from lab.roofline import DEFAULT_SMS
 
     offer = variant.stage.offer("cuda")

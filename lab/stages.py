@@ -138,7 +138,7 @@ def _fmt(value: object) -> str:
     return str(int(value)) if isinstance(value, bool) else str(value)
 
 
-# Compiler switches every CUDA stage offers (see cuda_kernels/_build.py and common.cuh).
+# Compiler switches every CUDA stage offers (see lab/toolchain/nvrtc.py and common.cuh).
 SWITCHES = (
     Param("fast_math", False, (False, True), "compile with --use_fast_math", ("cuda",),
           numerics=True),

@@ -49,7 +49,7 @@ writes into its gaps; EMULATOR's own main() uses both), then its main().
 
 Every g++ build of the tests goes through `compile_async` (this module's Emulator, and the tests
 with a main() of their own): at most as many compiles run at once as there are cores, and each
-executable is kept in the on-disk build cache (cuda_kernels/_cache.py) under a key made of the
+executable is kept in the on-disk build cache (lab/toolchain/cache.py) under a key made of the
 compiler's version, its flags and the preprocessed source (so every header and define counts, and
 no path does). A second test run, or a second test file building the same kernel, compiles nothing.
 """
@@ -67,7 +67,7 @@ from pathlib import Path
 
 KERNELS = Path(__file__).resolve().parent.parent / "cuda_kernels"
 sys.path.insert(0, str(KERNELS.parent))
-from cuda_kernels import _cache  # noqa: E402
+from lab.toolchain import cache as _cache  # noqa: E402
 
 # The flags of the emulated kernels: AddressSanitizer and UBSan, stop at the first finding.
 SANITIZE = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all")

@@ -44,9 +44,9 @@ def as_stage(entries: dict, stage: str) -> dict:
 
 
 def sass_mix(build) -> dict:
-    """The SASS instruction mix of a build (cuda_kernels/_sass.py); skips the test where no
+    """The SASS instruction mix of a build (lab/toolchain/sass.py); skips the test where no
     cuobjdump or nvdisasm is installed."""
-    from cuda_kernels import _sass
+    from lab.toolchain import sass as _sass
 
     if _sass.find_tool("cuobjdump") is None and _sass.find_tool("nvdisasm") is None:
         pytest.skip("no cuobjdump / nvdisasm to disassemble with")

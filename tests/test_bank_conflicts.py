@@ -478,7 +478,7 @@ def test_the_fixes_keep_two_blocks_per_sm_at_larger_bk(fix, changes):
 
 @cpu_only
 def test_the_k_loop_is_vectorized_s_in_every_fix(default_builds):
-    from cuda_kernels import _sass
+    from lab.toolchain import sass as _sass
 
     if _sass.find_tool("cuobjdump") is None and _sass.find_tool("nvdisasm") is None:
         pytest.skip("no cuobjdump or nvdisasm (pip install nvidia-cuda-cuobjdump)")

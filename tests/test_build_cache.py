@@ -1,4 +1,4 @@
-"""The on-disk build cache (cuda_kernels/_cache.py): what goes into a key, that a hit compiles
+"""The on-disk build cache (lab/toolchain/cache.py): what goes into a key, that a hit compiles
 nothing, that LAB_BUILD_CACHE moves or turns it off, and that the emulator's g++ builds share it.
 
 Every test points the cache at its own temporary folder, so none depends on what an earlier run
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cuda_kernels import _build, _cache
+from lab.toolchain import cache as _cache
+from lab.toolchain import nvrtc as _build
 
 TESTS = Path(__file__).resolve().parent
 

@@ -274,7 +274,7 @@ def test_shared_memory_per_pipeline_and_layout():
 
 @pytest.fixture(scope="module")
 def sass_of():
-    from cuda_kernels import _sass
+    from lab.toolchain import sass as _sass
 
     if _sass.find_tool("cuobjdump") is None and _sass.find_tool("nvdisasm") is None:
         pytest.skip("no cuobjdump or nvdisasm (pip install nvidia-cuda-cuobjdump)")

@@ -3,7 +3,12 @@
 
 - No circle among lab modules: a command (lab.autotune, lab.compare, lab.run, lab.profile) may
   import a lower module, never one that imports it back.
-- Kernel modules import from lab only the shared base a launcher needs (BASE).
+- Kernel modules import from lab only the shared base a launcher needs (BASE), and the base
+  imports nothing above itself: dependencies point one way, commands -> harness -> registry ->
+  launchers -> the shared base (errors, contract, operands, roofline, toolchain).
+- lab/ imports nothing of cuda_kernels/ or triton_kernels/ (the registry reaches a launcher by
+  its module name, lab/stages.py Stage.module); cuda_kernels/ and triton_kernels/ import nothing
+  of each other (twins share through the base).
 - lab/axes.py and the tuner package lab/tune/ stay low: they import no command module.
 
 CPU only, no kernel is imported.
@@ -21,8 +26,11 @@ pytestmark = pytest.mark.fast
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("lab", "cuda_kernels", "triton_kernels")
 # What a launcher (cuda_kernels/*, triton_kernels/*) may import from lab: the errors, the
-# launcher contract, the operand check and description, and the roofline's figures.
-BASE = ("lab.errors", "lab.contract", "lab.operands", "lab.roofline")
+# launcher contract, the operand check and description, the roofline's figures, and the build
+# and launch tools (lab/toolchain/).
+BASE = ("lab.errors", "lab.contract", "lab.operands", "lab.roofline", "lab.toolchain",
+        "lab.toolchain.nvrtc", "lab.toolchain.cache", "lab.toolchain.sass", "lab.toolchain.ptx",
+        "lab.toolchain.triton")
 COMMANDS = ("lab.autotune", "lab.compare", "lab.run", "lab.profile")
 
 
@@ -131,6 +139,21 @@ def test_kernel_modules_import_only_the_shared_base_of_lab():
     beyond = sorted((m, t) for m, ts in GRAPH.items() if m.split(".")[0] != "lab"
                     for t in ts if t.split(".")[0] == "lab" and t not in BASE)
     assert beyond == []
+
+
+def test_the_shared_base_imports_nothing_above_it():
+    """The base may import the lab package itself (lab/__init__.py imports only lab.errors)."""
+    above = sorted((m, t) for m in BASE for t in GRAPH[m] if t not in BASE and t != "lab")
+    assert above == []
+
+
+def test_lab_imports_no_launcher_package_and_the_twins_import_no_twin():
+    down = sorted((m, t) for m, ts in GRAPH.items() if m.split(".")[0] == "lab"
+                  for t in ts if t.split(".")[0] in ("cuda_kernels", "triton_kernels"))
+    assert down == []
+    across = sorted((m, t) for m, ts in GRAPH.items() for t in ts
+                    if {m.split(".")[0], t.split(".")[0]} == {"cuda_kernels", "triton_kernels"})
+    assert across == []
 
 
 # lab/tune/'s modules in the order lab/tune/__init__.py lists them: each imports only earlier ones.

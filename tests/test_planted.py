@@ -33,7 +33,7 @@ def _count(mix: dict, opcode: str) -> int:
 
 
 def _mix(build):
-    from cuda_kernels import _sass
+    from lab.toolchain import sass as _sass
 
     return _sass.instruction_mix(_sass.sass(build))
 

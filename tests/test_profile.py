@@ -315,7 +315,7 @@ def test_find_tool_finds_the_pip_cuobjdump():
 
 def test_ptx_of_the_tiled_build_names_the_kernel():
     from cuda_kernels import tiled
-    from cuda_kernels._ptx import ptx, ptx_of, ptx_options
+    from lab.toolchain.ptx import ptx, ptx_of, ptx_options
 
     build = tiled.build()
     text = ptx(build)

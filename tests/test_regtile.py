@@ -251,7 +251,7 @@ def test_invalid_variant_is_a_usage_error_on_the_command_line(capsys):
 
 @pytest.fixture(scope="module")
 def sass_of():
-    from cuda_kernels import _sass
+    from lab.toolchain import sass as _sass
 
     if _sass.find_tool("cuobjdump") is None and _sass.find_tool("nvdisasm") is None:
         pytest.skip("no cuobjdump or nvdisasm (pip install nvidia-cuda-cuobjdump)")
@@ -292,7 +292,7 @@ def test_fma_loop_is_fully_unrolled_and_in_registers(sass_of, stage_name, ffma):
 
 
 def test_inner_loops_read_shared_memory_as_designed(sass_of):
-    from cuda_kernels import _sass
+    from lab.toolchain import sass as _sass
 
     mix1 = _sass.instruction_mix(sass_of("blocktile_1d"))
     assert mix1.get("LDS", 0) == 8 and mix1.get("LDS.128", 0) == 16   # 8 B values, A as vectors

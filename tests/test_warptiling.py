@@ -377,7 +377,7 @@ def test_switches_and_unrolled_off_have_no_local_memory():
 
 @pytest.fixture(scope="module")
 def default_sass():
-    from cuda_kernels import _sass
+    from lab.toolchain import sass as _sass
 
     if _sass.find_tool("cuobjdump") is None and _sass.find_tool("nvdisasm") is None:
         pytest.skip("no cuobjdump or nvdisasm (pip install nvidia-cuda-cuobjdump)")
@@ -386,7 +386,7 @@ def default_sass():
 
 @cpu_only
 def test_default_sass_reads_fragments_with_lds128_only(default_sass):
-    from cuda_kernels import _sass
+    from lab.toolchain import sass as _sass
 
     mix = _sass.instruction_mix(default_sass)
     # the unrolled k loop body: 4 k's of 128 FFMA (NVVM unrolls up to 512 FFMA per body), and per

@@ -82,7 +82,7 @@ def test_wgmma_builds_compile_without_spills_and_issue_hgmma(precision, layout):
     assert build.arch == "sm_90a" and build.kernel == "matmul_wgmma"
     assert build.spill_bytes == 0 and build.stack_frame == 0, build.log
     mix = sass_mix(build)
-    from cuda_kernels import _sass
+    from lab.toolchain import sass as _sass
 
     text = _sass.sass(build)
     k = 8 if precision in ("tf32", "3xtf32") else 16
@@ -144,7 +144,7 @@ def test_wgmma_build_options_compile_without_spills(precision, config, a_kmajor)
     build = wg.build(precision, a_kmajor, 8, "nt" if a_kmajor else "nn", config)
     assert build.spill_bytes == 0 and build.stack_frame == 0, build.log
     assert "C751" not in build.log, build.log  # no "wgmma serialized" from ptxas
-    from cuda_kernels import _sass
+    from lab.toolchain import sass as _sass
 
     k = 8 if precision in ("tf32", "3xtf32") else 16
     shapes = set(re.findall(r"HGMMA\.(64x\d+x\d+)", _sass.sass(build)))

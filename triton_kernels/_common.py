@@ -1,29 +1,26 @@
-"""What every Triton launcher shares: launching a @triton.jit kernel as a no-argument callable,
-and the pieces of kernel code several stages repeat (the @triton.jit helpers below).
+"""What the Triton launchers share: tl.dot's precision arguments, the argument list, the
+register-tiling stages' block tile, and the pieces of kernel code several stages repeat (the
+@triton.jit helpers below).
 
-On a GPU, `launcher` compiles the kernel once up front (JITFunction.warmup) so that the harness's
-timed callable only launches, and reads the compiled kernel's metadata (registers, spills, shared
-memory, warps) for the resource columns. Under the Triton interpreter (TRITON_INTERPRET=1, the CPU
-mode) there is nothing to compile and no resource report.
+Launching a @triton.jit kernel as a Prepared (compiled once up front, so that the timed call only
+launches) is the toolchain's: lab/toolchain/triton.py, re-exported here for the stages.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import os
 
 import triton
 import triton.language as tl
 
-from lab.contract import Prepared
 from lab.errors import LabError
+from lab.toolchain import triton as toolchain
+from lab.toolchain.triton import (  # noqa: F401 (re-exported for the stages)
+    FakeDriver, compiled_resources, interpreted, launcher, recording)
 
-
-def interpreted(kernel) -> bool:
-    from triton.runtime.interpreter import InterpretedFunction
-
-    return isinstance(kernel, InterpretedFunction)
+# Whether this process's Triton kernels are interpreted: TRITON_INTERPRET=1 must be set before
+# the first @triton.jit kernel is imported, and every stage imports this module first.
+toolchain.kernels_imported(os.environ.get("TRITON_INTERPRET") == "1")
 
 
 # ------------------------------------------------------------------- precisions of tl.dot
@@ -51,22 +48,6 @@ def dot_meta(kernel, p) -> dict:
             "UPCAST": interpreted(kernel) and precision == "bf16"}
 
 
-def compiled_resources(compiled, grid) -> dict[str, int]:
-    meta = compiled.metadata
-    num_warps = int(getattr(meta, "num_warps", 4))
-    blocks = 1
-    for g in grid:
-        blocks *= int(g)
-    return {
-        "registers": int(compiled.n_regs),
-        "smem_static": 0,  # Triton allocates all shared memory dynamically
-        "smem_dynamic": int(getattr(meta, "shared", 0)),
-        "spill_bytes": int(compiled.n_spills),
-        "threads": num_warps * 32,
-        "grid_blocks": blocks,
-    }
-
-
 def problem_args(p) -> tuple:
     """The argument list every stage's kernel takes: (a, b, c, M, N, K, stride_am, stride_ak,
     stride_bk, stride_bn, stride_cm, stride_cn), from the shared description of the operands
@@ -74,66 +55,6 @@ def problem_args(p) -> tuple:
     16 as such, so the row-major case compiles to the kernel it was before strides were added."""
     return (p.a.tensor, p.b.tensor, p.c.tensor, p.M, p.N, p.K, p.a.s0, p.a.s1, p.b.s0, p.b.s1,
             p.c.s0, p.c.s1)
-
-
-# Whether this process's Triton kernels are interpreted: TRITON_INTERPRET=1 must be set before
-# the first @triton.jit kernel is imported, and every stage imports this module first.
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-_RECORDER: contextvars.ContextVar = contextvars.ContextVar("triton_launch_recorder", default=None)
-
-
-@contextlib.contextmanager
-def recording():
-    """Within this block, launcher() compiles and launches nothing: it appends (kernel, grid,
-    args, meta) of each launch a stage's prepare() would make to the list it yields (the
-    profiler's way to compile a stage's kernel exactly as its launcher would, lab/profile.py)."""
-    calls: list = []
-    token = _RECORDER.set(calls)
-    try:
-        yield calls
-    finally:
-        _RECORDER.reset(token)
-
-
-def launcher(kernel, grid: tuple, args: tuple, **meta) -> Prepared:
-    """A Prepared launch of `kernel[grid](*args, **meta)`, compiled now (JITFunction.warmup) so
-    that calling it only launches."""
-    grid = tuple(int(g) for g in grid)
-    calls = _RECORDER.get()
-    if calls is not None:
-        calls.append((kernel, grid, args, meta))
-        return Prepared(lambda: None)
-    resources = None
-    if not interpreted(kernel):
-        compiled = kernel.warmup(*args, grid=grid, **meta)
-        compiled._init_handles()
-        resources = compiled_resources(compiled, grid)
-
-    def launch():
-        kernel[grid](*args, **meta)
-
-    return Prepared(launch, resources=resources)
-
-
-class FakeDriver:
-    """Just enough of a Triton driver to compile (never launch) for a GPU that is not here."""
-
-    def __init__(self, target):
-        self.target = target
-
-    def get_current_target(self):
-        return self.target
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-    def get_active_torch_device(self):
-        import torch
-
-        return torch.device("cpu")
 
 
 # ------------------------------------------------- the register-tiling stages' block tile

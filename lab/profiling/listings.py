@@ -17,8 +17,8 @@ from lab.profiling.triton_capture import _triton_compile
 
 
 def _cuda_sass(build) -> str:
-    try:  # cuda_kernels/_sass.py, where this checkout has it
-        from cuda_kernels._sass import sass as sass_of_build
+    try:  # lab/toolchain/sass.py, where this checkout has it
+        from lab.toolchain.sass import sass as sass_of_build
     except ImportError:
         sass_of_build = None
     if sass_of_build is not None:
@@ -130,7 +130,7 @@ def compile_listing(v, backend: str, shape, sass: bool, ptx: bool,
 
     params = ",".join(f"{k}={val}" for k, val in v.params_for(backend).items())
     if backend == "cuda":
-        from cuda_kernels._build import resources as cuda_resources
+        from lab.toolchain.nvrtc import resources as cuda_resources
 
         build, geometry = v.stage.offer("cuda").compile(v.params_for("cuda"), *shape, "nn",
                                                         precision)
@@ -138,7 +138,7 @@ def compile_listing(v, backend: str, shape, sass: bool, ptx: bool,
                        f"{v.label} cuda {build.kernel} ({build.arch}, NVRTC, {precision})",
                        precision=precision)
         if ptx:
-            from cuda_kernels._ptx import ptx as ptx_of_build
+            from lab.toolchain.ptx import ptx as ptx_of_build
 
             item.ptx = ptx_of_build(build)
         if sass:

@@ -33,7 +33,7 @@ def triton_launch(variant, shape, precision: str = "fp32") -> dict:
 
     from lab.operands import DTYPE_NAMES, TRITON, describe
 
-    from triton_kernels._common import recording
+    from lab.toolchain.triton import recording
 
     module = variant.stage.module("triton")
     params = variant.params_for("triton")
@@ -65,7 +65,7 @@ def _triton_compile(variant, shape, precision: str = "fp32"):
 
     import torch
 
-    from triton_kernels._common import FakeDriver, interpreted
+    from lab.toolchain.triton import FakeDriver, interpreted
 
     captured = triton_launch(variant, shape, precision)
     kernel = captured["kernel"]

@@ -24,7 +24,7 @@ def cuda_probe(offer, M: int, N: int, K: int, layout: str = "nn",
     would use, so that the launch finds the build the probe (or the compile pool, ahead) made in
     the per-process cache. compile() sees no operands: where prepare() picks a variant from the
     operands' alignment, an unaligned launch compiles its own variant once more."""
-    from cuda_kernels._build import resources
+    from lab.toolchain.nvrtc import resources
 
     def probe(params: dict) -> dict:
         build, geometry = offer.compile(dict(params), M, N, K, layout, precision)
@@ -48,7 +48,7 @@ class CompileAhead:
     it waits for the build in flight for the same configuration (one compile per configuration,
     not two), else compiles here. An error raised by a prefetched build is raised by `probe`, as
     the build would have raised it. NVRTC compiles distinct programs in parallel, and the builds
-    are cached per process (cuda_kernels/_build.py), so the launch that follows reuses them."""
+    are cached per process (lab/toolchain/nvrtc.py), so the launch that follows reuses them."""
 
     def __init__(self, probe: Callable[[dict], dict | None], key: Callable[[dict], object],
                  workers: int | None = None):
@@ -103,7 +103,7 @@ def warm_build_caches() -> None:
     """Fill cuda_kernels._build's per-process lookups (the GPU's architecture, NVRTC's version)
     on this thread before the compile pool's threads read them."""
     try:
-        from cuda_kernels._build import device_arch, nvrtc_version
+        from lab.toolchain.nvrtc import device_arch, nvrtc_version
 
         device_arch()
         nvrtc_version()

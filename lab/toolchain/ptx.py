@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from cuda_kernels._build import Build, compile_kernel, nvrtc_compile
+from lab.toolchain.nvrtc import Build, compile_kernel, nvrtc_compile
 
 
 def ptx_options(options: tuple[str, ...]) -> tuple[str, ...]:
