@@ -98,10 +98,8 @@ def intensity(flops: float, dram_bytes: float) -> float:
     return flops / dram_bytes
 
 
-def device_peaks(peak_bw: float = H100_DRAM_BW) -> Peaks | None:
-    """FP32 peak from the current GPU (SM count x lanes x 2 x max SM clock); None without a GPU.
-
-    The bandwidth stays a parameter (default: the measured H100 copy figure)."""
+def current_device():
+    """(name, compute capability, SMs, max SM clock in MHz) of the current GPU; None without one."""
     try:
         import torch
 
@@ -112,12 +110,22 @@ def device_peaks(peak_bw: float = H100_DRAM_BW) -> Peaks | None:
         dev = torch.cuda.current_device()
         sms = rt.deviceGetAttribute(rt.cudaDevAttrMultiProcessorCount, dev)
         clock_khz = rt.deviceGetAttribute(rt.cudaDevAttrClockRate, dev)
-        cc = torch.cuda.get_device_capability(dev)
-        name = torch.cuda.get_device_name(dev)
+        return (torch.cuda.get_device_name(dev), tuple(torch.cuda.get_device_capability(dev)),
+                sms, clock_khz / 1e3)
     except Exception:  # pragma: no cover - a broken driver: fall back to the anchors
         return None
+
+
+def device_peaks(peak_bw: float = H100_DRAM_BW) -> Peaks | None:
+    """FP32 peak from the current GPU (SM count x lanes x 2 x max SM clock); None without a GPU.
+
+    The bandwidth stays a parameter (default: the measured H100 copy figure)."""
+    device = current_device()
+    if device is None:
+        return None
+    name, cc, sms, mhz = device
     lanes = _LANES.get(tuple(cc), FP32_LANES_PER_SM)
-    flops = fp32_peak(sms, clock_khz * 1e3, lanes)
+    flops = fp32_peak(sms, mhz * 1e6, lanes)
     return Peaks(flops, peak_bw,
-                 f"{name}: {sms} SMs x {lanes} x 2 x {clock_khz / 1e6:.2f} GHz; "
+                 f"{name}: {sms} SMs x {lanes} x 2 x {mhz / 1e3:.2f} GHz; "
                  f"DRAM {peak_bw / 1e12:.2f} TB/s")

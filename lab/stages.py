@@ -170,6 +170,33 @@ def block_tile(edge: int) -> tuple[Param, ...]:
     )
 
 
+def warp_block_tile() -> tuple[Param, ...]:
+    """BM x BN: the block tile of the warp-tiled CUDA stages (warptiling, double_buffered)."""
+    return (
+        Param("BM", 128, (64, 128, 256), "block tile rows", ("cuda",)),
+        Param("BN", 128, (64, 128, 256), "block tile columns", ("cuda",)),
+    )
+
+
+def warp_tile() -> tuple[Param, ...]:
+    """WM x WN: a warp's tile in the warp-tiled CUDA stages."""
+    return (
+        Param("WM", 64, (32, 64, 128), "warp tile rows (BM/WM x BN/WN warps)", ("cuda",)),
+        Param("WN", 64, (32, 64, 128), "warp tile columns", ("cuda",)),
+    )
+
+
+def triton_tile() -> tuple[Param, ...]:
+    """BLOCK_M x BLOCK_N x BLOCK_K and GROUP_M: the Triton twins of the warp-tiled stages."""
+    return (
+        Param("BLOCK_M", 128, (32, 64, 128, 256), "Triton block tile rows", ("triton",)),
+        Param("BLOCK_N", 128, (32, 64, 128, 256), "Triton block tile columns", ("triton",)),
+        Param("BLOCK_K", 32, (16, 32, 64), "Triton k-step", ("triton",)),
+        Param("GROUP_M", 8, (1, 4, 8, 16), "Triton tile-rows walked together (L2 reuse)",
+              ("triton",)),
+    )
+
+
 def thread_tile() -> tuple[Param, ...]:
     """TM x TN: a thread's register tile in the 2-D stages (CUDA only; tl.dot decides in Triton)."""
     return (
@@ -291,11 +318,9 @@ STAGES: tuple[Stage, ...] = (
         "with few output tiles",
         published=70.9,
         params=(
-            Param("BM", 128, (64, 128, 256), "block tile rows", ("cuda",)),
-            Param("BN", 128, (64, 128, 256), "block tile columns", ("cuda",)),
+            *warp_block_tile(),
             Param("BK", 16, (8, 16, 32), "k-step of the shared tiles", ("cuda",)),
-            Param("WM", 64, (32, 64, 128), "warp tile rows (BM/WM x BN/WN warps)", ("cuda",)),
-            Param("WN", 64, (32, 64, 128), "warp tile columns", ("cuda",)),
+            *warp_tile(),
             Param("WNITER", 4, (1, 2, 4, 8), "warp subtiles across a warp tile's columns",
                   ("cuda",)),
             Param("TM", 8, (4, 8), "rows of a thread's tile in one warp subtile", ("cuda",)),
@@ -305,11 +330,7 @@ STAGES: tuple[Stage, ...] = (
             group(16), *SWITCHES,
             Param("splitk", 1, (1, 2, 3, 4, 6, 8, 16, 32, 48, 64),
                   "K splits: partial tiles into a workspace, then a fixed-order sum (2 kernels)"),
-            Param("BLOCK_M", 128, (32, 64, 128, 256), "Triton block tile rows", ("triton",)),
-            Param("BLOCK_N", 128, (32, 64, 128, 256), "Triton block tile columns", ("triton",)),
-            Param("BLOCK_K", 32, (16, 32, 64), "Triton k-step", ("triton",)),
-            Param("GROUP_M", 8, (1, 4, 8, 16), "Triton tile-rows walked together (L2 reuse)",
-                  ("triton",)),
+            *triton_tile(),
             num_warps(8), num_stages(3),
             Param("realign", False, (False, True),
                   "Triton: copy an A or B whose leading dimension is not a multiple of 16 (or "
@@ -324,12 +345,10 @@ STAGES: tuple[Stage, ...] = (
         "registers with one barrier per k-step (pipeline=regs) or a cp.async ring of 2-4 tiles "
         "(pipeline=cp_async); fragments prefetched a k-step ahead",
         params=(
-            Param("BM", 128, (64, 128, 256), "block tile rows", ("cuda",)),
-            Param("BN", 128, (64, 128, 256), "block tile columns", ("cuda",)),
+            *warp_block_tile(),
             Param("BK", 16, (8, 16, 32), "k-step of the shared tiles (a multiple of 8)",
                   ("cuda",)),
-            Param("WM", 64, (32, 64, 128), "warp tile rows (BM/WM x BN/WN warps)", ("cuda",)),
-            Param("WN", 64, (32, 64, 128), "warp tile columns", ("cuda",)),
+            *warp_tile(),
             Param("TM", 8, (4, 8, 16),
                   "rows of a thread's whole register tile ((WM/TM)*(WN/TN) = 32 lanes)",
                   ("cuda",)),
@@ -340,11 +359,7 @@ STAGES: tuple[Stage, ...] = (
                   ("cuda",)),
             Param("stages", 2, (2, 3, 4), "cp.async ring depth (pipeline=regs: 2)", ("cuda",)),
             group(16), *SWITCHES,
-            Param("BLOCK_M", 128, (32, 64, 128, 256), "Triton block tile rows", ("triton",)),
-            Param("BLOCK_N", 128, (32, 64, 128, 256), "Triton block tile columns", ("triton",)),
-            Param("BLOCK_K", 32, (16, 32, 64), "Triton k-step", ("triton",)),
-            Param("GROUP_M", 8, (1, 4, 8, 16), "Triton tile-rows walked together (L2 reuse)",
-                  ("triton",)),
+            *triton_tile(),
             num_warps(8),
             Param("num_stages", 3, (2, 3, 4, 5),
                   "Triton software-pipeline depth (tiles in flight; no effect when interpreted)",

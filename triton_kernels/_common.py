@@ -177,6 +177,48 @@ def k_masks(k0, rk, K_A, K_B, CONST_A: tl.constexpr, CONST_B: tl.constexpr, VEC:
 
 
 @triton.jit
+def grouped_ranges(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   GROUP_M: tl.constexpr):
+    """(rm, rn, rk): this program's rows and columns of C in the grouped order (common.cuh's
+    block_tile: GROUP_M block-rows walked column by column), and the k offsets of one k-step."""
+    pid_m, pid_n = grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
+                                 GROUP_M)
+    rm = block_range(pid_m, BLOCK_M)
+    rn = block_range(pid_n, BLOCK_N)
+    rk = tl.max_contiguous(tl.arange(0, BLOCK_K), BLOCK_K)
+    return rm, rn, rk
+
+
+@triton.jit
+def operand_pointers(a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak, stride_bk, stride_bn,
+                     stride_cm, stride_cn, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
+                     VEC_C: tl.constexpr, VEC: tl.constexpr):
+    """(a_ptrs, b_ptrs, c_m, c_n): the first k-step's A and B tile pointers and C's row and column
+    offsets. A flag "n" ("t") says every row (column) of its operand starts on a 16-byte boundary
+    (VEC elements): line_offsets gives that line's offsets the hint, so loads can be 128-bit."""
+    a_m, a_k = line_offsets(rm, rk, stride_am, stride_ak, VEC_A, VEC)
+    b_k, b_n = line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, VEC)
+    c_m, c_n = line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, VEC)
+    return a_ptr + a_m[:, None] + a_k[None, :], b_ptr + b_k[:, None] + b_n[None, :], c_m, c_n
+
+
+@triton.jit
+def load_k_step(a_ptrs, b_ptrs, k0, rk, K_A, K_B, a_in_m, b_in_n, EVEN_K: tl.constexpr,
+                CONST_A: tl.constexpr, CONST_B: tl.constexpr, VEC: tl.constexpr):
+    """(a, b): the k-step at k0 of A and B, zero outside the operands. EVEN_K: every k-step is
+    full, so only the M / N edges are masked; else the K masks too (k_masks: CONST_A for a
+    row-major A, CONST_B for a column-major B, whose K bound is a multiple of VEC)."""
+    if EVEN_K:
+        a = tl.load(a_ptrs, mask=a_in_m, other=0.0)
+        b = tl.load(b_ptrs, mask=b_in_n, other=0.0)
+    else:
+        in_k_a, in_k_b = k_masks(k0, rk, K_A, K_B, CONST_A, CONST_B, VEC)
+        a = tl.load(a_ptrs, mask=a_in_m & in_k_a, other=0.0)
+        b = tl.load(b_ptrs, mask=in_k_b & b_in_n, other=0.0)
+    return a, b
+
+
+@triton.jit
 def masked_tile(ptr, r0, r1, n0, n1, stride0, stride1):
     """The tile of an operand at rows r0 and columns r1, zero where r0 >= n0 or r1 >= n1."""
     return tl.load(ptr + r0[:, None] * stride0 + r1[None, :] * stride1,

@@ -96,19 +96,12 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
                                   VEC_C: tl.constexpr, EVEN_K: tl.constexpr,
                                   PAD_A: tl.constexpr = False, PAD_B: tl.constexpr = False):
     # Grouped program order (common.cuh's block_tile): GROUP_M block-rows walked column by column.
-    pid_m, pid_n = common.grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M),
-                                        tl.cdiv(N, BLOCK_N), GROUP_M)
-
-    rm = common.block_range(pid_m, BLOCK_M)
-    rn = common.block_range(pid_n, BLOCK_N)
-    rk = tl.max_contiguous(tl.arange(0, BLOCK_K), BLOCK_K)
+    rm, rn, rk = common.grouped_ranges(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     # Each operand's offsets along its two dimensions; the flags (vectorized.py's rule) promise
     # 16-byte aligned lines along the contiguous one, so its loads can be 128-bit.
-    a_m, a_k = common.line_offsets(rm, rk, stride_am, stride_ak, VEC_A, 4)
-    b_k, b_n = common.line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
-    c_m, c_n = common.line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, 4)
-    a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
-    b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
+    a_ptrs, b_ptrs, c_m, c_n = common.operand_pointers(
+        a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+        stride_cn, VEC_A, VEC_B, VEC_C, 4)
     # M % 4 == 0 (N % 4 == 0) where a flag says so: that mask is constant per float4
     in_m, in_n = common.edge_masks(rm, rn, M, N, (VEC_A == "t" and not PAD_A) or VEC_C == "t",
                                    (VEC_B == "n" and not PAD_B) or VEC_C == "n", 4)
@@ -133,15 +126,10 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # Written as a plain loop: with num_stages > 1 the compiler pipelines it (module docstring).
     for k0 in range(0, K, BLOCK_K):
-        if EVEN_K:  # every k-step is full: only the M / N edges are masked
-            a = tl.load(a_ptrs, mask=a_in_m, other=0.0)
-            b = tl.load(b_ptrs, mask=b_in_n, other=0.0)
-        else:
-            # K % 4 == 0 (or k_a, k_b rounded up: PAD_*): constant per float4 of a row of A
-            # (row-major) or a column of B (column-major)
-            in_k_a, in_k_b = common.k_masks(k0, rk, k_a, k_b, VEC_A == "n", VEC_B == "t", 4)
-            a = tl.load(a_ptrs, mask=a_in_m & in_k_a, other=0.0)
-            b = tl.load(b_ptrs, mask=in_k_b & b_in_n, other=0.0)
+        # K % 4 == 0 (or k_a, k_b rounded up: PAD_*): constant per float4 of a row of A
+        # (row-major) or a column of B (column-major)
+        a, b = common.load_k_step(a_ptrs, b_ptrs, k0, rk, k_a, k_b, a_in_m, b_in_n, EVEN_K,
+                                  VEC_A == "n", VEC_B == "t", 4)
         acc = tl.dot(a, b, acc, input_precision="ieee")
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk

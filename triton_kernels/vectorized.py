@@ -72,11 +72,9 @@ def matmul_vectorized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
     # run (rk, rn or rm itself once the constant 1 is folded); the other starts each line.
     # A flag "n" says every row of its operand starts on a 16-byte boundary (4 floats), "t" every
     # column does (a transposed view): line_offsets gives that line's offsets the hint.
-    a_m, a_k = common.line_offsets(rm, rk, stride_am, stride_ak, VEC_A, 4)
-    b_k, b_n = common.line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
-    c_m, c_n = common.line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, 4)
-    a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
-    b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
+    a_ptrs, b_ptrs, c_m, c_n = common.operand_pointers(
+        a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+        stride_cn, VEC_A, VEC_B, VEC_C, 4)
     # Edge masks. A flag promises that the size along its operand's contiguous dimension is a
     # multiple of 4, and the runs of rm, rn, rk start at multiples of 4: that dimension's mask is
     # then constant per float4 (M % 4 == 0 for a column-major A or C, N % 4 for a row-major B, C).
@@ -84,14 +82,9 @@ def matmul_vectorized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
                                    VEC_B == "n" or VEC_C == "n", 4)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        if EVEN_K:  # every k-step is full: only the M / N edges are masked
-            a = tl.load(a_ptrs, mask=in_m, other=0.0)
-            b = tl.load(b_ptrs, mask=in_n, other=0.0)
-        else:
-            # K % 4 == 0 where A is row-major or B column-major: constant per float4 of their lines
-            in_k_a, in_k_b = common.k_masks(k0, rk, K, K, VEC_A == "n", VEC_B == "t", 4)
-            a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
-            b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
+        # K % 4 == 0 where A is row-major or B column-major: constant per float4 of their lines
+        a, b = common.load_k_step(a_ptrs, b_ptrs, k0, rk, K, K, in_m, in_n, EVEN_K,
+                                  VEC_A == "n", VEC_B == "t", 4)
         if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)
             a, b = a.to(tl.float32), b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)

@@ -165,20 +165,13 @@ def matmul_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
                         UPCAST: tl.constexpr, REGS_A: tl.constexpr = 0,
                         RS_WAIT: tl.constexpr = False):
     # Grouped program order (common.cuh's block_tile): GROUP_M block-rows walked column by column.
-    pid_m, pid_n = common.grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M),
-                                        tl.cdiv(N, BLOCK_N), GROUP_M)
-
-    rm = common.block_range(pid_m, BLOCK_M)
-    rn = common.block_range(pid_n, BLOCK_N)
-    rk = tl.max_contiguous(tl.arange(0, BLOCK_K), BLOCK_K)
+    rm, rn, rk = common.grouped_ranges(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     # Alignment hints (vectorized.py's rule with VEC elements per 16 bytes: 4 floats or 8
     # halves): the flag names the operand's contiguous dimension, whose lines start on 16-byte
     # boundaries and whose size is a multiple of VEC.
-    a_m, a_k = common.line_offsets(rm, rk, stride_am, stride_ak, VEC_A, VEC)
-    b_k, b_n = common.line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, VEC)
-    c_m, c_n = common.line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, VEC)
-    a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
-    b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
+    a_ptrs, b_ptrs, c_m, c_n = common.operand_pointers(
+        a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+        stride_cn, VEC_A, VEC_B, VEC_C, VEC)
     # M % VEC == 0 (N % VEC == 0) where a flag says so: that mask is constant per 16 bytes
     in_m, in_n = common.edge_masks(rm, rn, M, N, VEC_A == "t" or VEC_C == "t",
                                    VEC_B == "n" or VEC_C == "n", VEC)
@@ -194,14 +187,9 @@ def matmul_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
             # gave one wrong element of C in 4096^3 on the H100). Nothing uses the result.
             tl.inline_asm_elementwise("wgmma.wait_group.sync.aligned 0;\n\tmov.b32 $0, $1;",
                                       "=r,r", [rk], dtype=tl.int32, is_pure=False, pack=1)
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=in_m, other=0.0)
-            b = tl.load(b_ptrs, mask=in_n, other=0.0)
-        else:
-            # K % VEC == 0 where A is row-major or B column-major
-            in_k_a, in_k_b = common.k_masks(k0, rk, K, K, VEC_A == "n", VEC_B == "t", VEC)
-            a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
-            b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
+        # K % VEC == 0 where A is row-major or B column-major
+        a, b = common.load_k_step(a_ptrs, b_ptrs, k0, rk, K, K, in_m, in_n, EVEN_K,
+                                  VEC_A == "n", VEC_B == "t", VEC)
         if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)
             a, b = a.to(tl.float32), b.to(tl.float32)
         if REGS_A != 0:

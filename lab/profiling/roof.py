@@ -17,21 +17,11 @@ def roof_label(precision: str) -> str:
 
 
 def _device():
-    """(name, compute capability, SMs, max SM clock in MHz) of the current GPU; None without one."""
-    try:
-        import torch
+    """(name, compute capability, SMs, max SM clock in MHz) of the current GPU; None without one
+    (lab/roofline.py current_device)."""
+    from lab.roofline import current_device
 
-        if not torch.cuda.is_available():
-            return None
-        import cupy.cuda.runtime as rt
-
-        dev = torch.cuda.current_device()
-        sms = rt.deviceGetAttribute(rt.cudaDevAttrMultiProcessorCount, dev)
-        clock_khz = rt.deviceGetAttribute(rt.cudaDevAttrClockRate, dev)
-        return (torch.cuda.get_device_name(dev), tuple(torch.cuda.get_device_capability(dev)),
-                sms, clock_khz / 1e3)
-    except Exception:  # pragma: no cover - a broken driver: fall back to the anchors
-        return None
+    return current_device()
 
 
 def precision_peaks(precision: str, bw: float):
