@@ -197,6 +197,16 @@ def triton_tile() -> tuple[Param, ...]:
     )
 
 
+def square_tile() -> tuple[Param, ...]:
+    """The parameters of tiled and of its padded variant (the same kernel but for the edges)."""
+    return (
+        Param("tile", 32, (8, 16, 32), "tile edge: TILE x TILE threads and tiles"),
+        Param("ktile", 2, (1, 2, 4), "K depth staged per barrier, in units of TILE", ("cuda",)),
+        group(16),
+        *SWITCHES, num_warps(), num_stages(),
+    )
+
+
 def thread_tile() -> tuple[Param, ...]:
     """TM x TN: a thread's register tile in the 2-D stages (CUDA only; tl.dot decides in Triton)."""
     return (
@@ -235,24 +245,14 @@ STAGES: tuple[Stage, ...] = (
         "tiled",
         "shared-memory tiling (TILE 32): each loaded element is reused TILE times from shared memory",
         published=17.9,
-        params=(
-            Param("tile", 32, (8, 16, 32), "tile edge: TILE x TILE threads and tiles"),
-            Param("ktile", 2, (1, 2, 4), "K depth staged per barrier, in units of TILE", ("cuda",)),
-            group(16),
-            *SWITCHES, num_warps(), num_stages(),
-        ),
+        params=square_tile(),
     ),
     # The divergence and occupancy variants of tiled (docs/stages/tiled_padded.md, tiled_rect.md).
     Stage(
         "tiled_padded",
         "tiled on zero-padded operands (padded once, outside the timing): no bounds checks, no "
         "divergence; the crop back into C is timed",
-        params=(
-            Param("tile", 32, (8, 16, 32), "tile edge: TILE x TILE threads and tiles"),
-            Param("ktile", 2, (1, 2, 4), "K depth staged per barrier, in units of TILE", ("cuda",)),
-            group(16),
-            *SWITCHES, num_warps(), num_stages(),
-        ),
+        params=square_tile(),
     ),
     Stage(
         "tiled_rect",
