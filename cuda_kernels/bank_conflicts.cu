@@ -75,18 +75,7 @@
 #ifndef TN
 #define TN 8
 #endif
-#ifndef MIN_BLOCKS
-#define MIN_BLOCKS 1
-#endif
-#ifndef VEC_A  // 1: A's lines (rows; columns with TRANS_A) are 16-byte aligned: float4 loads of A
-#define VEC_A 1
-#endif
-#ifndef VEC_B  // 1: B's lines (rows; columns with TRANS_B) are 16-byte aligned: float4 loads of B
-#define VEC_B 1
-#endif
-#ifndef VEC_C  // 1: C's rows are 16-byte aligned: float4 stores of C
-#define VEC_C 1
-#endif
+// MIN_BLOCKS and the alignment switches VEC_A, VEC_B, VEC_C (as in vectorized.cu): common.cuh.
 #define FIX_NONE 0
 #define FIX_PAD 1
 #define FIX_SWIZZLE 2
@@ -138,6 +127,22 @@ struct Tile {
         }
         return k * LD + (k >> 2) * GPAD + (x0 ^ ((k >> 2) * SWZ)) + x1;
     }
+
+    // The loader's stores (common.cuh: load_kmajor_tiles) of a float4 chunk whose column is
+    // x0 + dx (x0 the thread's, dx compile-time, as off() wants them). along: 4 consecutive
+    // columns of row k, one STS.128. across: the scatter, 4 consecutive k's down column x0 + dx,
+    // one STS each; k is a multiple of 4, so k..k+3 are one group of 4 rows: one GPAD, one XOR.
+    static __device__ __forceinline__ void along(float (&t)[SIZE], int k, int x0, int dx,
+                                                 float4 v) {
+        *reinterpret_cast<float4*>(&t[off(k, x0, dx)]) = v;
+    }
+    static __device__ __forceinline__ void across(float (&t)[SIZE], int k, int x0, int dx,
+                                                  float4 v) {
+        t[off(k + 0, x0, dx)] = v.x;
+        t[off(k + 1, x0, dx)] = v.y;
+        t[off(k + 2, x0, dx)] = v.z;
+        t[off(k + 3, x0, dx)] = v.w;
+    }
 };
 using ATile = Tile<BM, !TRANS_A, 4>;                  // As(k, m): A transposed
 using BTile = Tile<BN, (bool)TRANS_B, TRANS_B ? 4 : 0>;  // Bs(k, n)
@@ -146,52 +151,6 @@ using BTile = Tile<BN, (bool)TRANS_B, TRANS_B ? 4 : 0>;  // Bs(k, n)
 // (through ATile::off / BTile::off), and tests/test_bank_conflicts.py compares them with its model.
 __device__ __forceinline__ int as_off(int k, int m) { return ATile::off(k, m); }
 __device__ __forceinline__ int bs_off(int k, int n) { return BTile::off(k, n); }
-
-// Copy one k-step's tiles into shared memory (A transposed), as in vectorized.cu: common.cuh's
-// float4 loader (load_chunks) with the stores through ATile::off / BTile::off. FULL (compile
-// time): the block is inside C and the k-step inside K, so no bounds test is compiled in.
-template <bool FULL>
-__device__ __forceinline__ void load_tiles(float (&As)[ATile::SIZE], float (&Bs)[BTile::SIZE],
-                                           const float* __restrict__ a_ptr,
-                                           const float* __restrict__ b_ptr, int a_r,
-                                           int a_c, int b_r, int b_c, int m0, int n0, int k0,
-                                           int M, int N, int K, int lda, int ldb) {
-#if TRANS_A
-    // A chunk is rows r..r+3 of column c of A: 4 consecutive floats of row c of As.
-    load_chunks<FULL, VEC_A, A_CHUNKS, THREADS, WalkA>(
-        a_ptr, lda, a_c, a_r, k0, K, m0, M, [&](int c, int, int, int dr, float4 v) {
-            *reinterpret_cast<float4*>(&As[ATile::off(c, a_r, dr)]) = v;   // one STS.128
-        });
-#else
-    // A chunk is k's c..c+3 of row r of A. The scatter: the 4 k's of row r go to 4 rows of As,
-    // one STS each. c is a multiple of 4, so c..c+3 are one group of 4 rows: one GPAD, one XOR
-    // for all four.
-    load_chunks<FULL, VEC_A, A_CHUNKS, THREADS, WalkA>(
-        a_ptr, lda, a_r, a_c, m0, M, k0, K, [&](int, int c, int dr, int, float4 v) {
-            As[ATile::off(c + 0, a_r, dr)] = v.x;
-            As[ATile::off(c + 1, a_r, dr)] = v.y;
-            As[ATile::off(c + 2, a_r, dr)] = v.z;
-            As[ATile::off(c + 3, a_r, dr)] = v.w;
-        });
-#endif
-#if TRANS_B
-    // A chunk is k's r..r+3 of column c of B, scattered down column c of Bs (the mirror image of
-    // the row-major A: the same fix applies).
-    load_chunks<FULL, VEC_B, B_CHUNKS, THREADS, WalkB>(
-        b_ptr, ldb, b_c, b_r, n0, N, k0, K, [&](int, int r, int dc, int, float4 v) {
-            Bs[BTile::off(r + 0, b_c, dc)] = v.x;
-            Bs[BTile::off(r + 1, b_c, dc)] = v.y;
-            Bs[BTile::off(r + 2, b_c, dc)] = v.z;
-            Bs[BTile::off(r + 3, b_c, dc)] = v.w;
-        });
-#else
-    // A chunk is columns c..c+3 of row r of B: 4 consecutive floats of row r of Bs.
-    load_chunks<FULL, VEC_B, B_CHUNKS, THREADS, WalkB>(
-        b_ptr, ldb, b_r, b_c, k0, K, n0, N, [&](int r, int, int, int dc, float4 v) {
-            *reinterpret_cast<float4*>(&Bs[BTile::off(r, b_c, dc)]) = v;   // one STS.128
-        });
-#endif
-}
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 matmul_bank_conflicts(const float* __restrict__ A, const float* __restrict__ B,
@@ -218,13 +177,13 @@ matmul_bank_conflicts(const float* __restrict__ A, const float* __restrict__ B,
     zero_acc(acc);
 
     for (int k0 = 0; k0 < K; k0 += BK) {
-        if (inside && k0 + BK <= K) {   // uniform across the block: no divergence
-            load_tiles<true>(As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K, lda,
-                             ldb);
-        } else {
-            load_tiles<false>(As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K, lda,
-                              ldb);
-        }
+        // One k-step's tiles into shared memory (A transposed), as in vectorized.cu, with the
+        // stores through ATile::off / BTile::off (Tile::along, Tile::across). A row-major A and
+        // a transposed B are the scatter (mirror images of each other: the same fix applies); a
+        // transposed A and a row-major B are stored whole, one STS.128 per chunk.
+        load_kmajor_ktile<BK, VEC_A, VEC_B, A_CHUNKS, B_CHUNKS, THREADS, WalkA, WalkB, ATile,
+                          BTile>(As, Bs, inside, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M,
+                                 N, K, lda, ldb);
         __syncthreads();
         a_ptr += a_step<BK>(lda);
         b_ptr += b_step<BK>(ldb);

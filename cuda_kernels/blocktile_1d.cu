@@ -46,11 +46,8 @@
 #ifndef TM
 #define TM 8
 #endif
-// Blocks per SM the register allocator must leave room for (the launcher picks it so the cap is
-// comfortably above what the kernel needs; see blocktile_1d.py).
-#ifndef MIN_BLOCKS
-#define MIN_BLOCKS 1
-#endif
+// MIN_BLOCKS (common.cuh): blocks per SM the register allocator must leave room for (the launcher
+// picks it so the cap is comfortably above what the kernel needs; see blocktile_1d.py).
 
 #define THREADS (BM * BN / TM)
 // Shared-tile row lengths. Row-major operands: the unpadded tiles. A transposed operand's loader
@@ -83,6 +80,20 @@ static_assert(A_LOADS >= 1 && A_LOADS * THREADS == BM * BK, "A tile must split e
 static_assert(B_LOADS >= 1 && B_LOADS * THREADS == BK * BN, "B tile must split evenly over threads");
 static_assert(!TRANS_A || BM % A_RUN == 0, "a transposed A is loaded in runs of A_RUN rows");
 
+// The loaders' walks (common.cuh: load_scalars). Element e = tid + p*THREADS of a transposed A's
+// tile is row (e / (A_RUN*BK)) * A_RUN + e % A_RUN, column (e / A_RUN) % BK: a warp reads A_RUN
+// consecutive rows (contiguous in a column-major A) of each of 32/A_RUN columns. Stored into
+// As[m][k] with rows BK + 4 floats apart, the 32 stores of a warp hit 32 different banks (at
+// BK = 8, 16, 32); a whole warp on one column would hit 4 banks 8 times each. The other tiles take
+// common.cuh's ScalarWalk: row-major along rows, a transposed B down its columns.
+template <int Run, int Cols>
+struct RunWalk {
+    static __device__ __forceinline__ int row(int e) { return e / (Run * Cols) * Run + e % Run; }
+    static __device__ __forceinline__ int col(int e) { return e / Run % Cols; }
+};
+using WalkA = Pick<TRANS_A, RunWalk<A_RUN, BK>, ScalarWalk<BM, BK, false>>::type;
+using WalkB = ScalarWalk<BK, BN, TRANS_B>;
+
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 matmul_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
                     float* __restrict__ C, int M, int N, int K, int lda, int ldb,
@@ -108,32 +119,22 @@ matmul_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
     // compile-time offsets (p*THREADS / W, p*THREADS % W): no index math left in the K loop,
     // which only advances two pointers. A: a warp reads 32/BK rows of BK consecutive floats; B: 32
     // consecutive floats of one row (128 bytes).
-    // Transposed operands are read along their columns instead (see the loads in the K loop).
-#if TRANS_A
-    // Element e = tid + p*THREADS of the A tile is row (e / (A_RUN*BK)) * A_RUN + e % A_RUN,
-    // column (e / A_RUN) % BK: a warp reads A_RUN consecutive rows (contiguous in a column-major
-    // A) of each of 32/A_RUN columns. Stored into As[m][k] with rows BK + 4 floats apart, the
-    // 32 stores of a warp hit 32 different banks (at BK = 8, 16, 32); a whole warp on one column
-    // would hit 4 banks 8 times each. Again a per-thread base plus compile-time offsets.
-    const int a_r = tid / (A_RUN * BK) * A_RUN + tid % A_RUN, a_c = tid / A_RUN % BK;
-    const float* a_ptr = A + a_c * lda + (A_CLAMP ? min(m0 + a_r, M - 1) : m0 + a_r);
-    // a_ptr += BK*lda per k-step
-#else
-    const int a_r = tid / BK, a_c = tid % BK;
-    const float* a_ptr = A + (m0 + a_r) * lda + a_c;   // += BK per k-step
-#endif
-#if TRANS_B
-    // Element e of the B tile is column e / BK, row e % BK: consecutive threads take consecutive
-    // k of one column of B (contiguous in a column-major B), BK floats per column. Bs rows are
-    // BN + 4 floats apart, so the warp's stores Bs[k][j] for 8 k's x 4 j's hit 32 banks at BK = 8
-    // (2-way at BK = 16; unpadded they would be BK-way conflicts).
-    const int b_r = tid % BK, b_c = tid / BK;
-    const float* b_ptr = B + (B_CLAMP ? min(n0 + b_c, N - 1) : n0 + b_c) * ldb + b_r;
-    // b_ptr += BK per k-step
-#else
-    const int b_r = tid / BN, b_c = tid % BN;
-    const float* b_ptr = B + b_r * ldb + n0 + b_c;     // += BK*ldb per k-step
-#endif
+    // Transposed operands are read along their columns instead (WalkA, WalkB above). A transposed
+    // B's element e is column e / BK, row e % BK: consecutive threads take consecutive k of one
+    // column of B (contiguous in a column-major B), BK floats per column. Bs rows are BN + 4
+    // floats apart, so the warp's stores Bs[k][j] for 8 k's x 4 j's hit 32 banks at BK = 8 (2-way
+    // at BK = 16; unpadded they would be BK-way conflicts).
+    // A_CLAMP, B_CLAMP: a row past M (a column past N) reads the last one instead (see A_CLAMP).
+    // (a_r, a_c) and (b_r, b_c) are WalkA and WalkB of tid, written out: computed through the
+    // walks' functions, the tn and tt builds' SASS came out in another instruction order (NVRTC
+    // 13.0, sm_90; tc and tr above share tid / BN and tid % BN with them), so it stays as measured.
+    const int a_r = TRANS_A ? tid / (A_RUN * BK) * A_RUN + tid % A_RUN : tid / BK,
+              a_c = TRANS_A ? tid / A_RUN % BK : tid % BK;
+    const float* a_ptr = TRANS_A ? A + a_c * lda + (A_CLAMP ? min(m0 + a_r, M - 1) : m0 + a_r)
+                                 : A + (m0 + a_r) * lda + a_c;
+    const int b_r = TRANS_B ? tid % BK : tid / BN, b_c = TRANS_B ? tid / BK : tid % BN;
+    const float* b_ptr = TRANS_B ? B + (B_CLAMP ? min(n0 + b_c, N - 1) : n0 + b_c) * ldb + b_r
+                                 : B + b_r * ldb + n0 + b_c;
     // No separate unguarded path for interior blocks here (blocktile_2d has one): with one A and
     // one B element per thread per k-step the two bounds tests are a few predicated instructions,
     // and the two-path version needs 63 registers instead of 32, which halves the blocks per SM.
@@ -143,35 +144,16 @@ matmul_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
     for (int i = 0; i < TM; ++i) acc[i] = 0.0f;
 
     for (int k0 = 0; k0 < K; k0 += BK) {
-        // Guarded loads: out-of-range elements become 0, so the FMA loop below needs no branch
-        // (a zero in A or B adds nothing to any accumulator).
-#pragma unroll
-        for (int p = 0; p < A_LOADS; ++p) {
-#if TRANS_A
-            const int dr = p * THREADS / (A_RUN * BK) * A_RUN, dc = p * THREADS / A_RUN % BK;
-            const bool ok = (A_CLAMP || m0 + a_r + dr < M) && k0 + a_c + dc < K;
-            As[a_r + dr][a_c + dc] = ok ? a_ptr[dc * lda + dr] : 0.0f;
-#else
-            const int dr = p * THREADS / BK, dc = p * THREADS % BK;
-            const bool ok = m0 + a_r + dr < M && k0 + a_c + dc < K;
-            As[a_r + dr][a_c + dc] = ok ? a_ptr[dr * lda + dc] : 0.0f;
-#endif
-        }
-#pragma unroll
-        for (int p = 0; p < B_LOADS; ++p) {
-#if TRANS_B
-            const int dr = p * THREADS % BK, dc = p * THREADS / BK;
-            const bool ok = k0 + b_r + dr < K && (B_CLAMP || n0 + b_c + dc < N);
-            Bs[b_r + dr][b_c + dc] = ok ? b_ptr[dc * ldb + dr] : 0.0f;
-#else
-            const int dr = p * THREADS / BN, dc = p * THREADS % BN;
-            const bool ok = k0 + b_r + dr < K && n0 + b_c + dc < N;
-            Bs[b_r + dr][b_c + dc] = ok ? b_ptr[dr * ldb + dc] : 0.0f;
-#endif
-        }
+        // Guarded loads (common.cuh: load_scalars): out-of-range elements become 0, so the FMA
+        // loop below needs no branch (a zero in A or B adds nothing to any accumulator). A clamped
+        // operand's rows (columns) are not tested.
+        load_scalars<A_LOADS, THREADS, WalkA, TRANS_A, !A_CLAMP, true>(As, a_ptr, lda, a_r, a_c,
+                                                                       m0, M, k0, K);
+        load_scalars<B_LOADS, THREADS, WalkB, TRANS_B, true, !B_CLAMP>(Bs, b_ptr, ldb, b_r, b_c,
+                                                                       k0, K, n0, N);
         __syncthreads();
-        a_ptr += TRANS_A ? BK * lda : BK;
-        b_ptr += TRANS_B ? BK : BK * ldb;
+        a_ptr += a_step<BK>(lda);  // common.cuh: BK*lda (transposed A) or BK
+        b_ptr += b_step<BK>(ldb);  // BK (transposed B) or BK*ldb
 
         // The register-tiled product: one B value per k, reused TM times from a register.
         INNER_UNROLL

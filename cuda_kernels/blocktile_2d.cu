@@ -51,9 +51,7 @@
 #ifndef TN
 #define TN 8
 #endif
-#ifndef MIN_BLOCKS
-#define MIN_BLOCKS 1
-#endif
+// MIN_BLOCKS (blocks per SM for __launch_bounds__; the launcher's choice): common.cuh.
 
 #define TROWS (BM / TM)            // thread rows in the block
 #define TCOLS (BN / TN)            // thread columns in the block
@@ -79,23 +77,10 @@ static_assert(THREADS >= 32 && THREADS <= 1024, "(BM/TM)*(BN/TN) threads must be
 static_assert(A_LOADS >= 1 && A_LOADS * THREADS == BM * BK, "A tile must split evenly over threads");
 static_assert(B_LOADS >= 1 && B_LOADS * THREADS == BK * BN, "B tile must split evenly over threads");
 
-// The loaders' compile-time offsets (dr, dc) of element p of a thread, from its base (row, column)
-// in the tile, and the offset of element (row + dr, column + dc) from the thread's pointer in the
-// operand's layout. Row-major tiles are walked along their rows, transposed ones along columns.
-#if TRANS_A
-#define A_OFFSETS(p) const int dr = (p) * THREADS % BM, dc = (p) * THREADS / BM
-#define A_STEP(dr, dc) ((dc) * lda + (dr))
-#else
-#define A_OFFSETS(p) const int dr = (p) * THREADS / BK, dc = (p) * THREADS % BK
-#define A_STEP(dr, dc) ((dr) * lda + (dc))
-#endif
-#if TRANS_B
-#define B_OFFSETS(p) const int dr = (p) * THREADS % BK, dc = (p) * THREADS / BK
-#define B_STEP(dr, dc) ((dc) * ldb + (dr))
-#else
-#define B_OFFSETS(p) const int dr = (p) * THREADS / BN, dc = (p) * THREADS % BN
-#define B_STEP(dr, dc) ((dr) * ldb + (dc))
-#endif
+// The loaders' walks (common.cuh: ScalarWalk, load_scalars): the BM x BK tile of A and the
+// BK x BN tile of B, row-major tiles along their rows, transposed ones down their columns.
+using WalkA = ScalarWalk<BM, BK, TRANS_A>;
+using WalkB = ScalarWalk<BK, BN, TRANS_B>;
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 matmul_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
@@ -122,61 +107,34 @@ matmul_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
     // consecutive threads take consecutive rows i of A (consecutive k of B), adjacent in memory.
     // (a_r, a_c) and (b_r, b_c) stay the (row, column) of the element in the tile. (The As stores
     // of a transposed A, 32 rows of one k, are 2-way bank conflicts, like those of the nn loader.)
-#if TRANS_A
-    const int a_r = tid % BM, a_c = tid / BM;
-    const float* a_ptr = A + a_c * lda + m0 + a_r;     // += BK*lda per k-step
-#else
-    const int a_r = tid / BK, a_c = tid % BK;
-    const float* a_ptr = A + (m0 + a_r) * lda + a_c;   // += BK per k-step
-#endif
-#if TRANS_B
-    const int b_r = tid % BK, b_c = tid / BK;
-    const float* b_ptr = B + (n0 + b_c) * ldb + b_r;   // += BK per k-step
-#else
-    const int b_r = tid / BN, b_c = tid % BN;
-    const float* b_ptr = B + b_r * ldb + n0 + b_c;     // += BK*ldb per k-step
-#endif
+    const int a_r = WalkA::row(tid), a_c = WalkA::col(tid);
+    const int b_r = WalkB::row(tid), b_c = WalkB::col(tid);
+    const float* a_ptr = TRANS_A ? A + a_c * lda + m0 + a_r : A + (m0 + a_r) * lda + a_c;
+    const float* b_ptr = TRANS_B ? B + (n0 + b_c) * ldb + b_r : B + b_r * ldb + n0 + b_c;
     // Blocks that lie entirely inside C take the unguarded load path on every full k-step: one
     // uniform branch per k-step instead of a bounds test per load.
     const bool inside = m0 + BM <= M && n0 + BN <= N;
 
     float acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+    zero_acc(acc);
 
     for (int k0 = 0; k0 < K; k0 += BK) {
-        if (inside && k0 + BK <= K) {
-#pragma unroll
-            for (int p = 0; p < A_LOADS; ++p) {
-                A_OFFSETS(p);
-                As[a_r + dr][a_c + dc] = a_ptr[A_STEP(dr, dc)];
-            }
-#pragma unroll
-            for (int p = 0; p < B_LOADS; ++p) {
-                B_OFFSETS(p);
-                Bs[b_r + dr][b_c + dc] = b_ptr[B_STEP(dr, dc)];
-            }
+        if (inside && k0 + BK <= K) {  // no bounds test (common.cuh: load_scalars)
+            load_scalars<A_LOADS, THREADS, WalkA, TRANS_A, false, false>(As, a_ptr, lda, a_r, a_c,
+                                                                         m0, M, k0, K);
+            load_scalars<B_LOADS, THREADS, WalkB, TRANS_B, false, false>(Bs, b_ptr, ldb, b_r, b_c,
+                                                                         k0, K, n0, N);
         } else {
             // Edge tile: zero outside A and B, so the FMA loop below needs no branch (a zero
             // adds nothing to any accumulator).
-#pragma unroll
-            for (int p = 0; p < A_LOADS; ++p) {
-                A_OFFSETS(p);
-                const bool ok = m0 + a_r + dr < M && k0 + a_c + dc < K;
-                As[a_r + dr][a_c + dc] = ok ? a_ptr[A_STEP(dr, dc)] : 0.0f;
-            }
-#pragma unroll
-            for (int p = 0; p < B_LOADS; ++p) {
-                B_OFFSETS(p);
-                const bool ok = k0 + b_r + dr < K && n0 + b_c + dc < N;
-                Bs[b_r + dr][b_c + dc] = ok ? b_ptr[B_STEP(dr, dc)] : 0.0f;
-            }
+            load_scalars<A_LOADS, THREADS, WalkA, TRANS_A, true, true>(As, a_ptr, lda, a_r, a_c,
+                                                                       m0, M, k0, K);
+            load_scalars<B_LOADS, THREADS, WalkB, TRANS_B, true, true>(Bs, b_ptr, ldb, b_r, b_c,
+                                                                       k0, K, n0, N);
         }
         __syncthreads();
-        a_ptr += TRANS_A ? BK * lda : BK;
-        b_ptr += TRANS_B ? BK : BK * ldb;
+        a_ptr += a_step<BK>(lda);  // common.cuh: BK*lda (transposed A) or BK
+        b_ptr += b_step<BK>(ldb);  // BK (transposed B) or BK*ldb
 
         INNER_UNROLL
         for (int k = 0; k < BK; ++k) {
@@ -196,6 +154,8 @@ matmul_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
     }
     // Guarded scalar stores. For a fixed (i, j) the 16 threads of a warp row write every 4th float
     // of a 64-float run; the four j of a group fill the gaps, and L2 merges them into full sectors.
+    // (common.cuh's store_tile4 with single floats makes the same stores, but its tests, against
+    // min(4, N - col), compiled to other SASS here; so the loop stays written out.)
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
         const int row = m0 + (i / 4) * 4 * TROWS + 4 * tr + i % 4;

@@ -38,6 +38,15 @@
 #define INNER_UNROLL LAB_PRAGMA(unroll 1)
 #endif
 
+// __launch_bounds__(THREADS, MIN_BLOCKS) in the register-tiling stages (blocktile_1d onwards): the
+// blocks per SM the register allocator must leave room for, i.e. a cap of 65536 / (THREADS *
+// MIN_BLOCKS) registers per thread. The launchers pick it (cuda_kernels/_build.py:
+// spill_free_build, the largest cap that does not spill); 1, no cap but the 255 of the ISA, when a
+// file is compiled alone.
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1
+#endif
+
 // Block rasterization. The launch is a 1-D grid of grid_m * grid_n blocks; block `bid` is mapped
 // to the tile (bm, bn) of C. GROUP = 1 is plain row-major order: consecutive blocks walk the tiles
 // of one block-row of C, so the blocks resident at one time share a few rows of A but stream
@@ -62,8 +71,76 @@ __device__ __forceinline__ void block_tile(int grid_m, int grid_n, int& bm, int&
     bn = in_group / rows;
 }
 
+// ------------------------------------------------------------------------------ register tiles
+// A thread's Rows x Cols accumulators (blocktile_2d onwards) set to 0 before the K loop.
+template <int Rows, int Cols>
+__device__ __forceinline__ void zero_acc(float (&acc)[Rows][Cols]) {
+#pragma unroll
+    for (int i = 0; i < Rows; ++i)
+#pragma unroll
+        for (int j = 0; j < Cols; ++j) acc[i][j] = 0.0f;
+}
+
+// ------------------------------------------------------------------------------ k-steps
+// How far an operand's pointer moves from one k-step of Bk to the next: Bk lines of a transposed
+// A (columns, lda apart) or Bk floats along a row-major A's row; likewise for B (rows of a
+// row-major B, Bk * ldb). Every register-tiling stage's loader advances by these.
+template <int Bk>
+__device__ __forceinline__ int a_step(int lda) { return TRANS_A ? Bk * lda : Bk; }
+template <int Bk>
+__device__ __forceinline__ int b_step(int ldb) { return TRANS_B ? Bk : Bk * ldb; }
+
+// ------------------------------------------------------------------------------ scalar tile loads
+// The loaders of blocktile_1d and blocktile_2d: per k-step each thread copies a few single floats
+// of an operand's tile into shared memory, element e = tid + p * THREADS, placed by a walk:
+// (Walk::row(e), Walk::col(e)) in the tile. Consecutive threads take consecutive elements
+// along the operand's contiguous dimension, so a warp's global reads are coalesced in every layout.
+
+// The plain walk of a Rows x Cols tile: along its rows (e at row e / Cols, column e % Cols) where
+// the operand is row-major, down its columns (row e % Rows, column e / Rows) where it is
+// transposed (Trans). Sizes are powers of two, so element p's place is the thread's (the walk of
+// tid) plus the walk of p * THREADS, a compile-time constant: all index math leaves the K loop,
+// which only advances a pointer.
+template <int Rows, int Cols, bool Trans>
+struct ScalarWalk {
+    static __device__ __forceinline__ int row(int e) { return Trans ? e % Rows : e / Cols; }
+    static __device__ __forceinline__ int col(int e) { return Trans ? e / Rows : e % Cols; }
+};
+
+// Copy this thread's Loads elements of a tile into the shared tile t: element (r + dr, c + dc),
+// (r, c) the thread's first element (the Walk of tid), (dr, dc) the Walk of p * Threads. ptr
+// points at element (r, c) in the operand, whose element (r + dr, c + dc) lies dr * ld + dc floats
+// further (dc * ld + dr in a transposed operand, Trans). Bounds: (r0 + r + dr, c0 + c + dc) is the
+// element's place in the operand, tested against rlim where TestR and against clim where TestC;
+// an element outside is stored as 0, so the FMA loop needs no branch. With neither test (an
+// interior block on a whole k-step) no bounds code is compiled in. (Template parameters are not
+// named like the stages' -D defines: tiled.cu's TILE would replace a parameter called TILE.)
+template <int Loads, int Threads, class Walk, bool Trans, bool TestR, bool TestC, class Dst>
+__device__ __forceinline__ void load_scalars(Dst& t, const float* ptr, int ld, int r, int c,
+                                             int r0, int rlim, int c0, int clim) {
+#pragma unroll
+    for (int p = 0; p < Loads; ++p) {
+        const int dr = Walk::row(p * Threads), dc = Walk::col(p * Threads);
+        const bool ok = (!TestR || r0 + r + dr < rlim) && (!TestC || c0 + c + dc < clim);
+        t[r + dr][c + dc] = ok ? ptr[Trans ? dc * ld + dr : dr * ld + dc] : 0.0f;
+    }
+}
+
 // ------------------------------------------------------------------------------ float4 helpers
 // Shared by the float4 stages (vectorized, bank_conflicts, warptiling, double_buffered).
+
+// Their alignment switches, set per call by the launchers (vectorized.py: vector_flags) from the
+// operands: an operand whose lines are not 16-byte aligned gets its switch 0, and its 4-float
+// chunks are then read or written one float at a time (load4 / store4 below).
+#ifndef VEC_A  // 1: A's lines (rows; columns with TRANS_A) are 16-byte aligned: float4 loads of A
+#define VEC_A 1
+#endif
+#ifndef VEC_B  // 1: B's lines (rows; columns with TRANS_B) are 16-byte aligned: float4 loads of B
+#define VEC_B 1
+#endif
+#ifndef VEC_C  // 1: C's rows are 16-byte aligned: float4 stores of C (mma.cu: 2-element stores)
+#define VEC_C 1
+#endif
 
 // std::conditional without <type_traits> (NVRTC compiles without the C++ standard library)
 template <bool C, typename X, typename Y> struct Pick { using type = X; };
@@ -217,18 +294,45 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 #endif  // LAB_CP_ASYNC
 
+// ------------------------------------------------------------------------------ k-tile copies
+// The tile loaders of double_buffered.cu (TileCopy) and mma.cu (Loader) see an operand's tile as
+// lines along the operand's contiguous dimension and take where the tile lies as (x0, xlim,
+// y0, ylim): its first line and the operand's line count, its first element along a line and the
+// line length. A's lines are its rows (m) where it is row-major, its columns (k) where transposed;
+// B's are its rows (k) where row-major, its columns (n) where transposed. A_TILE_AT(k0) and
+// B_TILE_AT(k0) are those four arguments for the tiles of k-tile k0, in every layout; they read
+// m0, n0, M, N, K where they are used. Macros, because they stand for four arguments of a call,
+//   copy<FULL>(dst, ld, A_TILE_AT(k0))
+// which no function can return (copy_ktile below, and double_buffered.cu's regs pipeline).
+#define A_TILE_AT(k0) TRANS_A ? (k0) : m0, TRANS_A ? K : M, TRANS_A ? m0 : (k0), TRANS_A ? M : K
+#define B_TILE_AT(k0) TRANS_B ? n0 : (k0), TRANS_B ? N : K, TRANS_B ? (k0) : n0, TRANS_B ? K : N
+
+// Copy k-tile k0 of A and B into the tiles at `tiles` (the A tile, then the B tile AElems elements
+// on) with the loaders la, lb, then move both loaders on one k-tile: the refill of one slot of a
+// shared-memory ring (double_buffered.cu's pipeline=cp_async, mma.cu). FULL copies (no bounds
+// code) where the block is inside C and the k-tile inside K, or where the caller knows it is
+// (Known; mma.cu's steady-state loop). `inside` is the same for the whole block: the branch does
+// not diverge, and each side is its own inlined copy of the loaders. (The B tile's address is
+// taken here, in each branch: passed in as a second pointer, computed before the branch, it
+// changed the SASS of double_buffered.cu's cp_async builds. The regs pipeline, whose two
+// destinations are register arrays, writes the same calls out.)
+template <int Bk, int AElems, bool Known = false, class LA, class LB, class T>
+__device__ __forceinline__ void copy_ktile(LA& la, LB& lb, T* tiles, bool inside, int m0, int n0,
+                                           int k0, int M, int N, int K, int lda, int ldb) {
+    if (Known || (inside && k0 + Bk <= K)) {
+        la.template copy<true>(tiles, lda, A_TILE_AT(k0));
+        lb.template copy<true>(tiles + AElems, ldb, B_TILE_AT(k0));
+    } else {
+        la.template copy<false>(tiles, lda, A_TILE_AT(k0));
+        lb.template copy<false>(tiles + AElems, ldb, B_TILE_AT(k0));
+    }
+    la.advance(a_step<Bk>(lda));
+    lb.advance(b_step<Bk>(ldb));
+}
+
 // -------------------------------------------------------------------------- float4 register tiles
 // The pieces of the float4 register-tiling stages that do not change from stage to stage
 // (vectorized.cu introduces them; bank_conflicts.cu and warptiling.cu reuse them).
-
-// acc = 0.
-template <int Rows, int Cols>
-__device__ __forceinline__ void zero_acc(float (&acc)[Rows][Cols]) {
-#pragma unroll
-    for (int i = 0; i < Rows; ++i)
-#pragma unroll
-        for (int j = 0; j < Cols; ++j) acc[i][j] = 0.0f;
-}
 
 // acc += a b^T for one k: a holds R values of A as R/4 float4, b holds S values of B as S/4
 // float4 (the fragments, one LDS.128 each); R * S FFMA on register names only.
@@ -244,7 +348,7 @@ __device__ __forceinline__ void outer_product4(float (&acc)[Rows][Cols], const f
 // The loaders' start: this thread's chunk 0 (chunk q = tid, placed by the walk) in the A tile at
 // (m0, k0) and the B tile at (k0, n0), as (m, k) and (k, n) in the tile, and its address. A
 // transposed operand is walked along its columns, the direction that is contiguous in memory.
-// The k loop then only advances the pointer: a_step() / b_step() floats per k-step of BK.
+// The k loop then only advances the pointer by a_step() / b_step() (see k-steps, above).
 template <class Walk>
 __device__ __forceinline__ const float* a_chunk0(const float* A, int lda, int m0, int k0, int tid,
                                                  int& m, int& k) {
@@ -267,51 +371,90 @@ __device__ __forceinline__ const float* b_chunk0(const float* B, int ldb, int k0
     return B + (k0 + k) * ldb + n0 + n;
 #endif
 }
-template <int Bk>
-__device__ __forceinline__ int a_step(int lda) { return TRANS_A ? Bk * lda : Bk; }
-template <int Bk>
-__device__ __forceinline__ int b_step(int ldb) { return TRANS_B ? Bk : Bk * ldb; }
 
-// Copy one k-step's tiles into k-major shared tiles As[k][m] (A transposed) and Bs[k][n] with
-// load_chunks: a line that runs along k (a row-major A, a transposed B) is scattered down 4 rows
-// (scatter4; conflict-free with the stage's padded row length), a line that runs along m or n is
-// one STS.128. FULL (compile time): the block is inside C and the k-step inside K, so no bounds
-// test is compiled in. (a_m, a_k), (b_k, b_n): this thread's chunk 0 in the tiles (a_chunk0,
-// b_chunk0); a_ptr, b_ptr point at it in A and B. AWide, BWide: float4 loads of A, B (the
-// stage's VEC_A, VEC_B). Template parameters are not named like the stages' -D defines.
+// The stores of a k-major shared tile (As(k, m): A transposed; Bs(k, n)) that load_kmajor_tiles
+// hands each float4 chunk to. The chunk's m (n) is given as this thread's chunk-0 coordinate x0
+// plus the chunk's compile-time offset dx (bank_conflicts.cu's swizzle needs the two apart):
+//   along(t, k, x0, dx, v)   4 consecutive m's (n's) into row k: one STS.128 (a line along m, n);
+//   across(t, k, x0, dx, v)  4 consecutive k's down column x0 + dx, rows k..k+3 (a line along k:
+//                            the transposing scatter, scatter4).
+// KMajor: the plain 2-D array t[k][x] of vectorized.cu and warptiling.cu (rows padded by the
+// stage); bank_conflicts.cu's Tile places elements its own way.
+struct KMajor {
+    template <int R, int W>
+    static __device__ __forceinline__ void along(float (&t)[R][W], int k, int x0, int dx,
+                                                 float4 v) {
+        *reinterpret_cast<float4*>(&t[k][x0 + dx]) = v;
+    }
+    template <int R, int W>
+    static __device__ __forceinline__ void across(float (&t)[R][W], int k, int x0, int dx,
+                                                  float4 v) {
+        scatter4(t, k, x0 + dx, v);
+    }
+};
+
+// Copy one k-step's tiles into k-major shared tiles As(k, m) (A transposed) and Bs(k, n) with
+// load_chunks, in every layout: each operand is walked along its contiguous dimension, and a line
+// that runs along k (a row-major A, a transposed B) is stored across 4 rows (AStore::across; the
+// stage's row padding or swizzle keeps it conflict-free), a line that runs along m or n along one
+// row (AStore::along, one STS.128). FULL (compile time): the block is inside C and the k-step
+// inside K, so no bounds test is compiled in. (a_m, a_k), (b_k, b_n): this thread's chunk 0 in
+// the tiles (a_chunk0, b_chunk0); a_ptr, b_ptr point at it in A and B. AWide, BWide: float4
+// loads of A, B (the stage's VEC_A, VEC_B). Template parameters are not named like the stages'
+// -D defines.
 template <bool FULL, bool AWide, bool BWide, int AChunks, int BChunks, int Threads, class AWalk,
-          class BWalk, int Bk, int ALd, int BLd>
-__device__ __forceinline__ void load_kmajor_tiles(float (&As)[Bk][ALd], float (&Bs)[Bk][BLd],
-                                                  const float* __restrict__ a_ptr,
+          class BWalk, class AStore = KMajor, class BStore = KMajor, class TA, class TB>
+__device__ __forceinline__ void load_kmajor_tiles(TA& As, TB& Bs, const float* __restrict__ a_ptr,
                                                   const float* __restrict__ b_ptr, int a_m,
                                                   int a_k, int b_k, int b_n, int m0, int n0,
                                                   int k0, int M, int N, int K, int lda, int ldb) {
 #if TRANS_A
-    // 4 consecutive m's of column k of A: one STS.128 into row k of As.
+    // 4 consecutive m's of column k of A: along row k of As.
     load_chunks<FULL, AWide, AChunks, Threads, AWalk>(
-        a_ptr, lda, a_k, a_m, k0, K, m0, M, [&](int k, int m, int, int, float4 v) {
-            *reinterpret_cast<float4*>(&As[k][m]) = v;
+        a_ptr, lda, a_k, a_m, k0, K, m0, M, [&](int k, int, int, int dm, float4 v) {
+            AStore::along(As, k, a_m, dm, v);
         });
 #else
-    // 4 consecutive k's of row m of A, scattered into 4 rows of As.
+    // 4 consecutive k's of row m of A, across 4 rows of As.
     load_chunks<FULL, AWide, AChunks, Threads, AWalk>(
-        a_ptr, lda, a_m, a_k, m0, M, k0, K, [&](int m, int k, int, int, float4 v) {
-            scatter4(As, k, m, v);
+        a_ptr, lda, a_m, a_k, m0, M, k0, K, [&](int, int k, int dm, int, float4 v) {
+            AStore::across(As, k, a_m, dm, v);
         });
 #endif
 #if TRANS_B
-    // 4 consecutive k's of column n of B, scattered down column n of Bs.
+    // 4 consecutive k's of column n of B, across 4 rows of Bs.
     load_chunks<FULL, BWide, BChunks, Threads, BWalk>(
-        b_ptr, ldb, b_n, b_k, n0, N, k0, K, [&](int n, int k, int, int, float4 v) {
-            scatter4(Bs, k, n, v);
+        b_ptr, ldb, b_n, b_k, n0, N, k0, K, [&](int, int k, int dn, int, float4 v) {
+            BStore::across(Bs, k, b_n, dn, v);
         });
 #else
-    // 4 consecutive n's of row k of B: one STS.128.
+    // 4 consecutive n's of row k of B: along row k of Bs.
     load_chunks<FULL, BWide, BChunks, Threads, BWalk>(
-        b_ptr, ldb, b_k, b_n, k0, K, n0, N, [&](int k, int n, int, int, float4 v) {
-            *reinterpret_cast<float4*>(&Bs[k][n]) = v;
+        b_ptr, ldb, b_k, b_n, k0, K, n0, N, [&](int k, int, int, int dn, float4 v) {
+            BStore::along(Bs, k, b_n, dn, v);
         });
 #endif
+}
+
+// One k-step of the float4 register-tiling stages: load_kmajor_tiles with FULL where the block is
+// inside C (`inside`: the same for the whole block, so the branch does not diverge) and the
+// k-step inside K; each side is its own inlined copy of the loaders, the interior one without a
+// bounds test.
+template <int Bk, bool AWide, bool BWide, int AChunks, int BChunks, int Threads, class AWalk,
+          class BWalk, class AStore = KMajor, class BStore = KMajor, class TA, class TB>
+__device__ __forceinline__ void load_kmajor_ktile(TA& As, TB& Bs, bool inside,
+                                                  const float* __restrict__ a_ptr,
+                                                  const float* __restrict__ b_ptr, int a_m,
+                                                  int a_k, int b_k, int b_n, int m0, int n0,
+                                                  int k0, int M, int N, int K, int lda, int ldb) {
+    if (inside && k0 + Bk <= K)
+        load_kmajor_tiles<true, AWide, BWide, AChunks, BChunks, Threads, AWalk, BWalk, AStore,
+                          BStore>(As, Bs, a_ptr, b_ptr, a_m, a_k, b_k, b_n, m0, n0, k0, M, N, K,
+                                  lda, ldb);
+    else
+        load_kmajor_tiles<false, AWide, BWide, AChunks, BChunks, Threads, AWalk, BWalk, AStore,
+                          BStore>(As, Bs, a_ptr, b_ptr, a_m, a_k, b_k, b_n, m0, n0, k0, M, N, K,
+                                  lda, ldb);
 }
 
 // The epilogue of vectorized.cu's thread tile: row i of the TM x TN tile is row

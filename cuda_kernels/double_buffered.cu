@@ -104,18 +104,8 @@
 #ifndef STAGES  // ring depth of the cp_async pipeline (the regs pipeline always has 2 buffers)
 #define STAGES 2
 #endif
-#ifndef MIN_BLOCKS
-#define MIN_BLOCKS 1
-#endif
-#ifndef VEC_A  // 1: A's lines (rows; columns with TRANS_A) are 16-byte aligned
-#define VEC_A 1
-#endif
-#ifndef VEC_B  // 1: B's lines (rows; columns with TRANS_B) are 16-byte aligned
-#define VEC_B 1
-#endif
-#ifndef VEC_C  // 1: C's rows are 16-byte aligned: float4 stores of C
-#define VEC_C 1
-#endif
+// MIN_BLOCKS and VEC_A / VEC_B / VEC_C (1 where A's lines, B's lines, C's rows are 16-byte
+// aligned): common.cuh.
 
 #define WARPS_N (BN / WN)
 #define THREADS (32 * (BM / WM) * WARPS_N)
@@ -197,7 +187,7 @@ struct TileCopy {
 
     // regs pipeline: global -> registers (zeros outside the operand)
     template <bool FULL>
-    __device__ __forceinline__ void load(float4 (&r)[CHUNKS], int ld, int x0, int xlim, int y0,
+    __device__ __forceinline__ void copy(float4 (&r)[CHUNKS], int ld, int x0, int xlim, int y0,
                                          int ylim) const {
 #pragma unroll
         for (int p = 0; p < CHUNKS; ++p) {
@@ -225,8 +215,8 @@ struct TileCopy {
 
     // cp_async pipeline: global -> shared tile, asynchronously (never SCATTER)
     template <bool FULL>
-    __device__ __forceinline__ void copy_async(float* tile, int ld, int x0, int xlim, int y0,
-                                               int ylim) const {
+    __device__ __forceinline__ void copy(float* tile, int ld, int x0, int xlim, int y0,
+                                         int ylim) const {
 #pragma unroll
         for (int p = 0; p < CHUNKS; ++p) {
             const int dl = IL * ((p * S) / CW), dc = 4 * ((p * S) % CW);
@@ -314,13 +304,6 @@ using CopyB = TileCopy<TRANS_B ? BN : BK, TRANS_B ? BK : BN, TRANS_B ? 16 : 1, B
 using FragA = Frag<TM, A_KIN, LR, A_LD>;
 using FragB = Frag<TN, B_KIN, LC, B_LD>;
 
-// Copy tile number `t` (k0 = t*BK) of A and B: the (line, along-line) coordinates of each
-// operand, per layout.
-#define A_COORDS(k0) TRANS_A ? (k0) : m0, TRANS_A ? K : M, TRANS_A ? m0 : (k0), TRANS_A ? M : K
-#define B_COORDS(k0) TRANS_B ? n0 : (k0), TRANS_B ? N : K, TRANS_B ? (k0) : n0, TRANS_B ? K : N
-#define A_STEP (TRANS_A ? BK * lda : BK)
-#define B_STEP (TRANS_B ? BK : BK * ldb)
-
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 matmul_double_buffered(const float* __restrict__ A, const float* __restrict__ B,
                        float* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc) {
@@ -342,27 +325,25 @@ matmul_double_buffered(const float* __restrict__ A, const float* __restrict__ B,
     FragB frag_b(wn0, lc);
 
     float acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+    zero_acc(acc);  // common.cuh
 
     // Tiles are copied in order 0, 1, 2, ...: `next` is the next one to copy.
     int next = 0;
 #if PIPELINE == 0
     float4 ra[CopyA::CHUNKS], rb[CopyB::CHUNKS];  // tile t+1, in flight during tile t's FMAs
-    // Global loads of tile `next` into ra/rb (uniform branch: FULL compiles no bounds tests).
+    // Global loads of tile `next` into ra/rb (common.cuh's copy_ktile: an interior block on a
+    // whole k-tile compiles no bounds tests).
     auto load_next = [&]() {
         const int k0 = next * BK;
         if (inside && k0 + BK <= K) {
-            copy_a.load<true>(ra, lda, A_COORDS(k0));
-            copy_b.load<true>(rb, ldb, B_COORDS(k0));
+            copy_a.copy<true>(ra, lda, A_TILE_AT(k0));  // common.cuh: the tile's lines, per layout
+            copy_b.copy<true>(rb, ldb, B_TILE_AT(k0));
         } else {
-            copy_a.load<false>(ra, lda, A_COORDS(k0));
-            copy_b.load<false>(rb, ldb, B_COORDS(k0));
+            copy_a.copy<false>(ra, lda, A_TILE_AT(k0));
+            copy_b.copy<false>(rb, ldb, B_TILE_AT(k0));
         }
-        copy_a.advance(A_STEP);
-        copy_b.advance(B_STEP);
+        copy_a.advance(a_step<BK>(lda));
+        copy_b.advance(b_step<BK>(ldb));
         ++next;
     };
     load_next();
@@ -373,19 +354,9 @@ matmul_double_buffered(const float* __restrict__ A, const float* __restrict__ B,
     // Copy tile `next` into ring slot `slot` and commit its group (an empty group past the last
     // tile, so that "wait for all but the newest STAGES-2 groups" always means "tile t+1").
     auto copy_next = [&](int slot) {
-        if (next < tiles) {
-            float* As = smem + slot * (A_TILE + B_TILE);
-            const int k0 = next * BK;
-            if (inside && k0 + BK <= K) {
-                copy_a.copy_async<true>(As, lda, A_COORDS(k0));
-                copy_b.copy_async<true>(As + A_TILE, ldb, B_COORDS(k0));
-            } else {
-                copy_a.copy_async<false>(As, lda, A_COORDS(k0));
-                copy_b.copy_async<false>(As + A_TILE, ldb, B_COORDS(k0));
-            }
-            copy_a.advance(A_STEP);
-            copy_b.advance(B_STEP);
-        }
+        if (next < tiles)  // common.cuh's copy_ktile, as in mma.cu
+            copy_ktile<BK, A_TILE>(copy_a, copy_b, smem + slot * (A_TILE + B_TILE), inside, m0, n0,
+                                   next * BK, M, N, K, lda, ldb);
         ++next;
         cp_async_commit();
     };

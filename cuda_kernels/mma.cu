@@ -96,9 +96,6 @@
 #ifndef STAGES
 #define STAGES 4
 #endif
-#ifndef MIN_BLOCKS
-#define MIN_BLOCKS 1
-#endif
 #ifndef ALIGN_A  // bytes every line of A starts on: 16, 4 or 2 (mma.py: alignment)
 #define ALIGN_A 16
 #endif
@@ -108,9 +105,8 @@
 #ifndef FRAGS  // fragment register sets: 2 = the next k-step's are loaded during this one's mma
 #define FRAGS 2
 #endif
-#ifndef VEC_C  // 1: C's rows allow 2-element stores (pointer and ldc aligned to 2 elements)
-#define VEC_C 1
-#endif
+// VEC_C (common.cuh, default 1): 1 where C's rows allow 2-element stores (pointer and ldc
+// aligned to 2 elements). MIN_BLOCKS: common.cuh.
 #ifndef TF32_RN  // TF32: 1 rounds each operand to nearest with cvt (as cuBLAS), 2 with a guarded
 #define TF32_RN 1  // integer add, 0 leaves the tensor core to truncate (as tl.dot); see tf32_rn
 #endif
@@ -826,11 +822,6 @@ __device__ __forceinline__ void store_pair(elem_t* p, float lo, float hi, bool b
 
 // ------------------------------------------------------------------------------ the kernel
 
-#define A_COORDS(k0) A_KMAJOR ? m0 : (k0), A_KMAJOR ? M : K, A_KMAJOR ? (k0) : m0, A_KMAJOR ? K : M
-#define B_COORDS(k0) B_KMAJOR ? n0 : (k0), B_KMAJOR ? N : K, B_KMAJOR ? (k0) : n0, B_KMAJOR ? K : N
-#define A_STEP (A_KMAJOR ? BK : BK * lda)
-#define B_STEP (B_KMAJOR ? BK : BK * ldb)
-
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 matmul_mma(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* __restrict__ C,
            int M, int N, int K, int lda, int ldb, int ldc) {
@@ -864,22 +855,10 @@ matmul_mma(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* _
     auto copy_next = [&](int slot, bool full) {
         elem_t* As = smem + slot * (A_TILE + B_TILE);
         const int k0 = next * BK;
-        if (full) {
-            load_a.copy<true>(As, lda, A_COORDS(k0));
-            load_b.copy<true>(As + A_TILE, ldb, B_COORDS(k0));
-            load_a.advance(A_STEP);
-            load_b.advance(B_STEP);
-        } else if (next < tiles) {
-            if (inside && k0 + BK <= K) {
-                load_a.copy<true>(As, lda, A_COORDS(k0));
-                load_b.copy<true>(As + A_TILE, ldb, B_COORDS(k0));
-            } else {
-                load_a.copy<false>(As, lda, A_COORDS(k0));
-                load_b.copy<false>(As + A_TILE, ldb, B_COORDS(k0));
-            }
-            load_a.advance(A_STEP);
-            load_b.advance(B_STEP);
-        }
+        if (full)  // common.cuh's copy_ktile: with Known = true, no test at all
+            copy_ktile<BK, A_TILE, true>(load_a, load_b, As, inside, m0, n0, k0, M, N, K, lda, ldb);
+        else if (next < tiles)
+            copy_ktile<BK, A_TILE>(load_a, load_b, As, inside, m0, n0, k0, M, N, K, lda, ldb);
         ++next;
         cp_async_commit();
     };

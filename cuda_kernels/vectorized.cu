@@ -61,18 +61,7 @@
 #ifndef TN
 #define TN 8
 #endif
-#ifndef MIN_BLOCKS
-#define MIN_BLOCKS 1
-#endif
-#ifndef VEC_A  // 1: A's lines (rows; columns with TRANS_A) are 16-byte aligned: float4 loads of A
-#define VEC_A 1
-#endif
-#ifndef VEC_B  // 1: B's lines (rows; columns with TRANS_B) are 16-byte aligned: float4 loads of B
-#define VEC_B 1
-#endif
-#ifndef VEC_C  // 1: C's rows are 16-byte aligned: float4 stores of C
-#define VEC_C 1
-#endif
+// MIN_BLOCKS and the alignment switches VEC_A, VEC_B, VEC_C (see Alignment): common.cuh.
 
 #define TROWS (BM / TM)
 #define TCOLS (BN / TN)
@@ -104,21 +93,6 @@ static_assert(THREADS >= 32 && THREADS <= 1024, "(BM/TM)*(BN/TN) threads must be
 static_assert(A_CHUNKS >= 1 && A_CHUNKS * THREADS * 4 == BM * BK, "A tile: whole float4s per thread");
 static_assert(B_CHUNKS >= 1 && B_CHUNKS * THREADS * 4 == BK * BN, "B tile: whole float4s per thread");
 
-// Copy one k-step's tiles into shared memory (A transposed): common.cuh's load_kmajor_tiles, the
-// float4 loader (load_chunks: edge chunks element by element with zero fill) with this stage's
-// stores. A line of A runs along k (row-major A): its 4 k's are scattered down 4 rows of As
-// (scatter4; conflict-free: see AS_LD); a line along m or n is one STS.128. FULL (compile time)
-// means the block is inside C and the k-step inside K: no bounds test is compiled in.
-template <bool FULL>
-__device__ __forceinline__ void load_tiles(float (&As)[BK][AS_LD], float (&Bs)[BK][BS_LD],
-                                           const float* __restrict__ a_ptr,
-                                           const float* __restrict__ b_ptr, int a_r,
-                                           int a_c, int b_r, int b_c, int m0, int n0, int k0,
-                                           int M, int N, int K, int lda, int ldb) {
-    load_kmajor_tiles<FULL, VEC_A, VEC_B, A_CHUNKS, B_CHUNKS, THREADS, WalkA, WalkB>(
-        As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K, lda, ldb);
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 matmul_vectorized(const float* __restrict__ A, const float* __restrict__ B,
                   float* __restrict__ C, int M, int N, int K, int lda, int ldb, int ldc) {
@@ -149,13 +123,13 @@ matmul_vectorized(const float* __restrict__ A, const float* __restrict__ B,
     zero_acc(acc);
 
     for (int k0 = 0; k0 < K; k0 += BK) {
-        if (inside && k0 + BK <= K) {   // uniform across the block: no divergence
-            load_tiles<true>(As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K, lda,
-                             ldb);
-        } else {
-            load_tiles<false>(As, Bs, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K, lda,
-                              ldb);
-        }
+        // One k-step's tiles into shared memory (A transposed): common.cuh's load_kmajor_ktile,
+        // the float4 loader (load_chunks: edge chunks element by element with zero fill). A line
+        // of A that runs along k (row-major A) is scattered down 4 rows of As (scatter4;
+        // conflict-free: see AS_LD); a line along m or n is one STS.128. An interior block on a
+        // whole k-step takes a copy with no bounds test compiled in.
+        load_kmajor_ktile<BK, VEC_A, VEC_B, A_CHUNKS, B_CHUNKS, THREADS, WalkA, WalkB>(
+            As, Bs, inside, a_ptr, b_ptr, a_r, a_c, b_r, b_c, m0, n0, k0, M, N, K, lda, ldb);
         __syncthreads();
         a_ptr += a_step<BK>(lda);  // BK*lda (transposed A) or BK
         b_ptr += b_step<BK>(ldb);  // BK (transposed B) or BK*ldb

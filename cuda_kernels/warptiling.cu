@@ -73,21 +73,10 @@
 #ifndef SPLITK  // > 1: blockIdx.y picks a K range; C is the workspace of SPLITK slabs of M x ldc
 #define SPLITK 1
 #endif
-#ifndef MIN_BLOCKS
-#define MIN_BLOCKS 1
-#endif
 #ifndef FRAG_BUFFERS
 #define FRAG_BUFFERS 2
 #endif
-#ifndef VEC_A  // 1: A's lines (rows; columns with TRANS_A) are 16-byte aligned: float4 loads of A
-#define VEC_A 1
-#endif
-#ifndef VEC_B  // 1: B's lines (rows; columns with TRANS_B) are 16-byte aligned: float4 loads of B
-#define VEC_B 1
-#endif
-#ifndef VEC_C  // 1: C's rows are 16-byte aligned: float4 stores of C
-#define VEC_C 1
-#endif
+// MIN_BLOCKS and the alignment switches VEC_A, VEC_B, VEC_C (as in vectorized.cu): common.cuh.
 // Split-K partials go to the workspace, whose rows the launcher pads to a multiple of 4 floats.
 #define VEC_OUT (SPLITK > 1 ? 1 : VEC_C)
 
@@ -134,20 +123,6 @@ struct SlabWalk {
 };
 using WalkA = Pick<TRANS_A, LineWalk<BM / 4>, SlabWalk<BM>>::type;
 using WalkB = Pick<TRANS_B, SlabWalk<BN>, LineWalk<BN / 4>>::type;
-
-// Copy one k-step's tiles into shared memory (A transposed). FULL (compile time): the block is
-// inside C and the k-step inside K, so no bounds test is compiled in. (a_m, a_k), (b_k, b_n):
-// where this thread's chunk 0 lies in the tiles; a_ptr, b_ptr point at it in A and B.
-template <bool FULL>
-__device__ __forceinline__ void load_tiles(float (&As)[BK][AS_LD], float (&Bs)[BK][BS_LD],
-                                           const float* __restrict__ a_ptr,
-                                           const float* __restrict__ b_ptr, int a_m, int a_k,
-                                           int b_k, int b_n, int m0, int n0, int k0, int M, int N,
-                                           int K, int lda, int ldb) {
-    // common.cuh's load_kmajor_tiles, as in vectorized.cu: STS.128 along m or n, scatter4 along k
-    load_kmajor_tiles<FULL, VEC_A, VEC_B, A_CHUNKS, B_CHUNKS, THREADS, WalkA, WalkB>(
-        As, Bs, a_ptr, b_ptr, a_m, a_k, b_k, b_n, m0, n0, k0, M, N, K, lda, ldb);
-}
 
 // One k's fragments: AF float4 of row k of As and BF float4 of row k of Bs (LDS.128 each).
 // as_row / bs_row point at this thread's first float4 in row 0; the rest are compile-time offsets.
@@ -205,13 +180,10 @@ matmul_warptiling(const float* __restrict__ A, const float* __restrict__ B, floa
 
     for (int kt = kt0; kt < kt1; ++kt) {
         const int k0 = kt * BK;
-        if (inside && k0 + BK <= K) {  // uniform across the block: no divergence
-            load_tiles<true>(As, Bs, a_ptr, b_ptr, a_m, a_k, b_k, b_n, m0, n0, k0, M, N, K, lda,
-                             ldb);
-        } else {
-            load_tiles<false>(As, Bs, a_ptr, b_ptr, a_m, a_k, b_k, b_n, m0, n0, k0, M, N, K, lda,
-                              ldb);
-        }
+        // One k-step's tiles into shared memory (A transposed), as in vectorized.cu: STS.128
+        // along m or n, scatter4 along k (common.cuh's load_kmajor_ktile).
+        load_kmajor_ktile<BK, VEC_A, VEC_B, A_CHUNKS, B_CHUNKS, THREADS, WalkA, WalkB>(
+            As, Bs, inside, a_ptr, b_ptr, a_m, a_k, b_k, b_n, m0, n0, k0, M, N, K, lda, ldb);
         __syncthreads();
         a_ptr += a_step<BK>(lda);
         b_ptr += b_step<BK>(ldb);
