@@ -356,13 +356,33 @@ def caption(root: Path = RESULTS, here: str = "README.md") -> str:
             f"Triton kernel (orange) as {g('% of cuBLAS', 'percent-of-cublas')} timed beside it "
             f"at the same precision ({g('3xTF32', '3xtf32')} against cuBLAS fp32). Top: "
             f"{g('fp32', 'fp32')} on the CUDA cores; below: the {g('tensor-core', 'tensor-cores')}"
-            f" precisions, which only `mma` (both kernels) and the Triton twins of `tiled` and "
-            f"`vectorized` offer (\"no CUDA\": that stage has no CUDA kernel in that precision). "
+            f" precisions, which only {_tensor_core_offers()} offer (\"no CUDA\": that stage has "
+            f"no CUDA kernel in that precision). "
             f"Black diamonds: the kernels of siboehm/SGEMM_CUDA on the same GPU model "
             f"({g('what they are', 'sgemm-cuda')}). Each bar is one row of "
             f"[`{run}`]({run}) (`python -m lab.compare --stage all --precision "
-            f"fp32,tf32,3xtf32,bf16,fp16 --sizes 1024,1025,2048,4096`, {when}, commit {commit}), "
-            f"drawn by `python -m lab.results`.*")
+            f"fp32,tf32,3xtf32,bf16,fp16` at 1024^3, 1025^3, 2048^3 and 4096^3, {when}, commit "
+            f"{commit}), drawn by `python -m lab.results`.*")
+
+
+def _tensor_core_offers() -> str:
+    """Which stages offer a tensor-core precision, read from the registry: "`a` and `b` (both
+    kernels) and the Triton twins of `c` and `d`"."""
+    from lab.stages import STAGES
+
+    def names(stages) -> str:
+        quoted = [f"`{s.name}`" for s in stages]
+        return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+    def tc(stage, backend) -> bool:
+        return any(p != "fp32" for p in stage.precisions_for(backend))
+
+    both = [s for s in STAGES if tc(s, "cuda") and tc(s, "triton")]
+    triton = [s for s in STAGES if tc(s, "triton") and not tc(s, "cuda")]
+    parts = [f"{names(both)} (both kernels)"] if both else []
+    if triton:
+        parts.append(f"the Triton twin{'s' if len(triton) > 1 else ''} of {names(triton)}")
+    return " and ".join(parts)
 
 
 # ----------------------------------------------------------------------------- the pages
@@ -485,9 +505,10 @@ def results_readme(root: Path = RESULTS) -> str:
         "and hit rates, sectors per request, DRAM bytes and the top stall agree closely, except "
         "the Triton `coalesced` twin, whose kernel changed in between: 18.0 ms, 1.01 GB of DRAM "
         "traffic and `long_scoreboard` 81% of stalls, against 17.7 ms, 0.88 GB and 63%.",
-        "- Several `.env.json` files of 2026-11-22 carry a `commit_note`: the label given when they "
-        "were measured was mistyped or pointed at an older tree, and `commit` holds the "
-        "corrected one (or null where it could not be known).", "",
+        "- Several `.env.json` files of 2026-11-22, and those of `ladder.csv` and `split-ab-*.csv` "
+        "of 2026-11-25, carry a `commit_note`: the label given when they were measured was "
+        "mistyped or pointed at an older tree, and `commit` holds the corrected one (or null "
+        "where it could not be known).", "",
         "## Folders", "",
         "| folder | GPU | files | what it holds |", "|---|---|---:|---|",
     ]
