@@ -34,18 +34,8 @@
 //   B value cannot be reused across columns; blocktile_2d computes a TM x TN tile per thread.
 #include "common.cuh"
 
-#ifndef BM
-#define BM 64
-#endif
-#ifndef BN
-#define BN 64
-#endif
-#ifndef BK
-#define BK 8
-#endif
-#ifndef TM
-#define TM 8
-#endif
+// BM, BN, BK, TM: -D defines that cuda_kernels/blocktile_1d.py always passes, from the registry
+// (lab/stages.py; its defaults: BM 64, BN 64, BK 8, TM 8).
 // MIN_BLOCKS (common.cuh): blocks per SM the register allocator must leave room for (the launcher
 // picks it so the cap is comfortably above what the kernel needs; see blocktile_1d.py).
 

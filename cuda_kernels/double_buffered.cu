@@ -77,27 +77,9 @@
 #define LAB_CP_ASYNC 1  // common.cuh's cp.async helpers
 #include "common.cuh"
 
-#ifndef BM
-#define BM 128
-#endif
-#ifndef BN
-#define BN 128
-#endif
-#ifndef BK
-#define BK 16
-#endif
-#ifndef WM
-#define WM 64
-#endif
-#ifndef WN
-#define WN 64
-#endif
-#ifndef TM
-#define TM 8
-#endif
-#ifndef TN
-#define TN 16
-#endif
+// BM, BN, BK, WM, WN, TM, TN: -D defines that cuda_kernels/double_buffered.py always passes,
+// from the registry (lab/stages.py; its defaults: BM 128, BN 128, BK 16, WM 64, WN 64, TM 8,
+// TN 16).
 #ifndef PIPELINE  // 0: regs (global -> registers -> shared), 1: cp_async (global -> shared)
 #define PIPELINE 0
 #endif

@@ -78,21 +78,8 @@
 
 // ------------------------------------------------------------------------------ parameters
 
-#ifndef BM
-#define BM 128
-#endif
-#ifndef BN
-#define BN 128
-#endif
-#ifndef BK
-#define BK 32
-#endif
-#ifndef WM
-#define WM 64
-#endif
-#ifndef WN
-#define WN 64
-#endif
+// BM, BN, BK, WM, WN: -D defines that cuda_kernels/mma.py always passes: the registry's values
+// (lab/stages.py), where 0 is resolved per precision and shape (mma.py's AUTO table).
 #ifndef STAGES
 #define STAGES 4
 #endif

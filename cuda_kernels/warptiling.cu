@@ -46,29 +46,10 @@
 //   its loads, hidden only by the other resident blocks); the double_buffered stage does that.
 #include "common.cuh"
 
-#ifndef BM
-#define BM 128
-#endif
-#ifndef BN
-#define BN 128
-#endif
-#ifndef BK
-#define BK 16
-#endif
-#ifndef WM
-#define WM 64
-#endif
-#ifndef WN
-#define WN 64
-#endif
+// BM, BN, BK, WM, WN, TM, TN: -D defines that cuda_kernels/warptiling.py always passes, from
+// the registry (lab/stages.py; its defaults: BM 128, BN 128, BK 16, WM 64, WN 64, TM 8, TN 4).
 #ifndef WNITER
 #define WNITER 4
-#endif
-#ifndef TM
-#define TM 8
-#endif
-#ifndef TN
-#define TN 4
 #endif
 #ifndef SPLITK  // > 1: blockIdx.y picks a K range; C is the workspace of SPLITK slabs of M x ldc
 #define SPLITK 1

@@ -198,9 +198,13 @@ def twins(tmp_path_factory):
     src = root / "mma.cu"
     src.write_text(ce.emulated_source(KERNELS / "mma.cu"))
     (root / "harness.cpp").write_text(_prelude(ce) + HARNESS_MAIN)
+    from cuda_kernels import mma
+
+    tile = {k: int(v) if isinstance(v, bool) else v  # the tile defines a build passes
+            for k, v in mma.defines(precision="tf32").items()}
     futures = {mode: ce.compile_async(root / "harness.cpp", root / f"twin_{mode}",
-                                      {"KERNEL_FILE": f'"{src}"', "PREC_TF32": 1,
-                                       "TF32_RN": mode}, flags=("-O1",))
+                                      {**tile, "KERNEL_FILE": f'"{src}"', "TF32_RN": mode},
+                                      flags=("-O1",))
                for mode in (1, 2)}
     return {mode: f.result() for mode, f in futures.items()}
 
