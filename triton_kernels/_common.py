@@ -203,6 +203,23 @@ def operand_pointers(a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak, stride_bk, 
 
 
 @triton.jit
+def grouped_tile(a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                 stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 GROUP_M: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
+                 VEC_C: tl.constexpr, VEC: tl.constexpr):
+    """(rk, a_ptrs, b_ptrs, c_m, c_n, in_m, in_n): the whole prologue of the tensor-core twins,
+    grouped_ranges, then operand_pointers, then C's edge masks, constant per VEC elements where
+    a flag promises M (N) is a multiple of VEC along a column-major A or C (a row-major B or C)."""
+    rm, rn, rk = grouped_ranges(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+    a_ptrs, b_ptrs, c_m, c_n = operand_pointers(a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak,
+                                                stride_bk, stride_bn, stride_cm, stride_cn,
+                                                VEC_A, VEC_B, VEC_C, VEC)
+    in_m, in_n = edge_masks(rm, rn, M, N, VEC_A == "t" or VEC_C == "t",
+                            VEC_B == "n" or VEC_C == "n", VEC)
+    return rk, a_ptrs, b_ptrs, c_m, c_n, in_m, in_n
+
+
+@triton.jit
 def load_k_step(a_ptrs, b_ptrs, k0, rk, K_A, K_B, a_in_m, b_in_n, EVEN_K: tl.constexpr,
                 CONST_A: tl.constexpr, CONST_B: tl.constexpr, VEC: tl.constexpr):
     """(a, b): the k-step at k0 of A and B, zero outside the operands. EVEN_K: every k-step is

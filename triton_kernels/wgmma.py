@@ -164,17 +164,12 @@ def matmul_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
                         VEC_C: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                         UPCAST: tl.constexpr, REGS_A: tl.constexpr = 0,
                         RS_WAIT: tl.constexpr = False):
-    # Grouped program order (common.cuh's block_tile): GROUP_M block-rows walked column by column.
-    rm, rn, rk = common.grouped_ranges(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
-    # Alignment hints (vectorized.py's rule with VEC elements per 16 bytes: 4 floats or 8
-    # halves): the flag names the operand's contiguous dimension, whose lines start on 16-byte
-    # boundaries and whose size is a multiple of VEC.
-    a_ptrs, b_ptrs, c_m, c_n = common.operand_pointers(
-        a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-        stride_cn, VEC_A, VEC_B, VEC_C, VEC)
-    # M % VEC == 0 (N % VEC == 0) where a flag says so: that mask is constant per 16 bytes
-    in_m, in_n = common.edge_masks(rm, rn, M, N, VEC_A == "t" or VEC_C == "t",
-                                   VEC_B == "n" or VEC_C == "n", VEC)
+    # Grouped program order (common.cuh's block_tile), the tile pointers with alignment hints
+    # (vectorized.py's rule with VEC elements per 16 bytes: 4 floats or 8 halves) and C's edge
+    # masks: triton_kernels/_common.py grouped_tile.
+    rk, a_ptrs, b_ptrs, c_m, c_n, in_m, in_n = common.grouped_tile(
+        a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC_A, VEC_B, VEC_C, VEC)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # A plain loop; num_stages > 1 makes the compiler pipeline it (double_buffered's twin).
