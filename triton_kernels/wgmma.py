@@ -8,13 +8,9 @@ that were stage mma's Triton twin until the two instructions became two stages: 
 @triton.jit code, the same automatic values, the same rows of results/ (docs/stages/wgmma.md says
 which). Each program computes a BLOCK_M x BLOCK_N tile of C (by default 128 x 256 or 128 x 128,
 per precision and shape: Knobs below; 8 warps) with masked, zero-filled tile loads, an fp32
-accumulator and
-    tl.dot(a, b, acc, input_precision=...)   "tf32" for tf32, "tf32x3" for 3xtf32 (fp32
-                                             operands); bf16 / fp16 operands go to the tensor
-                                             cores as they are (triton_kernels/_common.py,
-                                             DOT_PRECISION)
-and C stored in its own dtype (the fp32 accumulator rounded to bf16 / fp16 on store, like
-cuBLAS and the CUDA stage).
+accumulator, tl.dot with the precision's input_precision (as in stage mma's twin:
+triton_kernels/_common.py DOT_PRECISION), and C stored in its own dtype, the fp32 accumulator
+rounded to bf16 / fp16 on store, like cuBLAS and the CUDA stage.
 GPUs: sm_90 only (H100, H200), where Triton lowers tl.dot to wgmma; prepare() refuses another GPU
 in one sentence (there Triton would emit another instruction: stage mma's twin is the mma.sync
 one). Under the Triton interpreter (CPU tensors) it runs anywhere, to check the numbers.
