@@ -59,14 +59,27 @@ def precision_for(a, precision: str | None, where: str, supported: tuple[str, ..
         dt = str(getattr(a, "dtype", "")).removeprefix("torch.")
         precision = PRECISION_OF_DTYPE.get(dt)
         if precision is None or precision not in supported:
-            takes = " or ".join(dict.fromkeys(DTYPE_NAMES[p] for p in supported))
-            raise LabError(f"{where} takes {takes} tensors, but A is {dt or type(a).__name__}")
+            raise LabError(_dtype_refusal(where, dt or type(a).__name__, precision, supported))
         return precision
     if precision not in DTYPE_NAMES:
         raise LabError(f"unknown precision {precision!r}; choose from {', '.join(DTYPE_NAMES)}")
     if precision not in supported:
         raise LabError(f"{where} computes in {', '.join(supported)}, not {precision}")
     return precision
+
+
+def _dtype_refusal(where: str, dt: str, implied: str | None, supported: tuple[str, ...]) -> str:
+    """Why a call whose A is `dt` (implying the precision `implied`, if any) cannot run, and what
+    would: the precisions the stage offers for that dtype, or the dtypes it takes."""
+    same = [p for p in supported if DTYPE_NAMES[p] == dt]
+    takes = list(dict.fromkeys(DTYPE_NAMES[p] for p in supported))
+    if implied is not None and same:  # e.g. float32 on a tensor-core stage: name the choices
+        others = [d for d in takes if d != dt]
+        tail = f", or give it {' or '.join(others)} tensors" if others else ""
+        choices = " or ".join(repr(p) for p in same)
+        return (f"{where} does not compute in {implied}; with {dt} tensors pass "
+                f"precision={choices}{tail}")
+    return f"{where} takes {' or '.join(takes)} tensors, but A is {dt}"
 
 
 def span(rows: int, cols: int, s0: int, s1: int) -> int:
@@ -249,6 +262,11 @@ def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None 
     if tuple(c.shape) != (M, N):
         raise LabError(f"{where}: C (out) must be {M}x{N} for a {M}x{K} A and a {K}x{N} B, but it "
                        f"is {c.shape[0]}x{c.shape[1]}")
+    if not a.dtype == b.dtype == c.dtype:
+        names = [str(t.dtype).removeprefix("torch.") for t in (a, b, c)]
+        raise LabError(f"{where}: A is {names[0]}, B is {names[1]} and C (out) is {names[2]}, but "
+                       f"the three must have one dtype; convert with .to(), such as "
+                       f"b.to({str(a.dtype)})")
     for name, t in (("A", a), ("B", b), ("C", c)):
         dt = str(t.dtype).removeprefix("torch.")
         if dt not in needs.dtypes:
@@ -271,6 +289,10 @@ def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None 
     # last: what is wrong with the operands themselves is worth saying first, on any device
     device = device or ("cuda" if needs.blas else "any")
     if device == "cuda" and a.device.type != "cuda":
+        if not torch.cuda.is_available():
+            raise LabError(f"{where} is a CUDA kernel and needs a CUDA GPU, but this machine has "
+                           f"none; backend='triton' runs the stage's Triton twin on CPU tensors "
+                           f"under the Triton interpreter")
         raise LabError(f"{where} runs on a CUDA GPU, but the tensors are on {_dev(a)}; move them "
                        f"with .cuda() (Triton stages also run CPU tensors under the Triton "
                        f"interpreter, TRITON_INTERPRET=1)")
@@ -355,6 +377,28 @@ def describe(a, b, c, needs: Needs = CUDA, precision: str = "fp32") -> Problem:
     return p
 
 
+# The Triton interpreter runs every program in numpy: about 1.5 s for a 256^3 problem with the
+# tiled stages (lab/run.py's CPU_MAX_WORK, the size CPU mode stops at), and in proportion beyond.
+INTERPRETER_WARN_WORK = 256**3
+INTERPRETER_S_PER_WORK = 1.5 / 256**3
+_WARNED_INTERPRETER: list[bool] = []
+
+
+def _warn_interpreter_time(where: str, M: int, N: int, K: int) -> None:
+    """Once per process: a CPU call beyond 256^3 runs for a while under the interpreter."""
+    work = M * N * K
+    if work <= INTERPRETER_WARN_WORK or _WARNED_INTERPRETER:
+        return
+    import warnings
+
+    _WARNED_INTERPRETER.append(True)
+    seconds = work * INTERPRETER_S_PER_WORK
+    warnings.warn(f"{where} runs {M}x{N}x{K} on CPU tensors under the Triton interpreter, which "
+                  f"computes every program in numpy: expect about {seconds:,.0f} s or more (some "
+                  f"1.5 s per 256^3 of M*N*K); a CUDA GPU runs it in milliseconds",
+                  UserWarning, stacklevel=4)
+
+
 def _copy_back(kernel: Prepared, buf, user_c) -> Prepared:
     def run():
         kernel()
@@ -386,6 +430,8 @@ def entry(offer: Offer, needs: Needs | None = None):
                            device or ("any" if interpreting else "cuda"))
             M, K = a.shape
             N = b.shape[1]
+            if interpreting and a.device.type == "cpu":
+                _warn_interpreter_time(where, M, N, K)
             if M == 0 or N == 0:  # nothing to compute
                 return Prepared(lambda: None)
             if K == 0:  # an empty sum: C is zero, as torch.matmul gives

@@ -131,7 +131,7 @@ def test_a_missing_csv_folder_is_created(tmp_path):
 @cpu_only
 def test_compile_error_shows_nvrtc_log_with_file_and_line(tmp_path, monkeypatch):
     """A broken kernel: the row errors with NVRTC's log; the other rows still run; exit 1."""
-    import cuda_kernels._build as build
+    import lab.toolchain.nvrtc as build
     from lab.run import Plan, execute
     from lab.shapes import Shape
     from lab.stages import parse_variants
