@@ -28,15 +28,16 @@ def test_triton_stage_is_correct_under_the_interpreter(stage, shape):
 
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
 def test_cuda_stage_compiles_for_sm90_without_spills(stage):
-    cuda = stage.module("cuda")
+    """Through the stage's OFFER.compile, in its first precision: sm_90 (sm_90a where the kernel
+    uses Hopper-only instructions), no spills, a launchable geometry."""
+    offer = stage.offer("cuda")
     params = Variant(stage, stage.defaults()).params_for("cuda")
-    build = cuda.build(**params)
-    assert build.arch == "sm_90"
+    build, (grid, block, smem) = offer.compile(params, 1025, 1000, 513, "nn", offer.precisions[0])
+    assert build.arch in ("sm_90", "sm_90a")
     assert build.cubin[:4] == b"\x7fELF"
     assert build.spill_bytes == 0, f"{stage.name} spills {build.spill_bytes} bytes"
     assert build.stack_frame == 0
     assert 0 < build.registers <= 255
-    grid, block, smem = cuda.geometry(1025, 1000, 513, **params)
     threads = block[0] * block[1] * block[2]
     assert 32 <= threads <= 1024 and all(g >= 1 for g in grid)
 
