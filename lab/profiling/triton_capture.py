@@ -50,7 +50,7 @@ def triton_launch(variant, shape, precision: str = "fp32") -> dict:
     launched = [call for call in calls if call[0].fn.__name__ == main]
     if not launched:
         raise LabError(f"triton_kernels.{variant.stage.name}.prepare launched no {main} (the first "
-                       f"kernel its OFFER names) through triton_kernels._common.launcher")
+                       f"kernel its OFFER names) through lab.toolchain.triton.launcher")
     kernel, grid, args, meta = launched[-1]
     return {"kernel": kernel, "grid": grid, "args": args, "meta": meta}
 
