@@ -4,6 +4,7 @@ Each figure is checked through its matplotlib objects (panels, bars, lines, poin
 written files are checked to be PNGs. The CLI's mistakes are one `error:` sentence and exit 2.
 """
 
+import ast
 import json
 import os
 import shutil
@@ -564,3 +565,37 @@ def test_nothing_to_draw_writes_nothing(tmp_path, capsys):
     assert list((tmp_path / "out").iterdir()) == []
     err = _one_note(capsys.readouterr().err)
     assert err.startswith("plots skipped: ladder (no passing GPU row with a % of cuBLAS)")
+
+
+# lab/plots/ in the order lab/plots/__init__.py lists it: each module imports only those before it.
+PLOT_LAYERS = ("common", "ladder", "sweep", "roofline", "occupancy", "build")
+
+
+def _lab_imports(path) -> set[str]:
+    """The lab modules a file imports anywhere in it (`from a import b`: a.b where that is a
+    module of lab/plots/, else a)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                known = node.module == "lab.plots" and a.name in PLOT_LAYERS
+                out.add(sub if known else node.module)
+    return {m for m in out if m == "lab" or m.startswith("lab.")}
+
+
+def test_the_plot_modules_import_only_the_ones_listed_before_them():
+    """One module per figure over one shared module, the command on top: no module of lab/plots/
+    imports lab.plot or a module listed after it, and each opens with a docstring."""
+    folder = ROOT / "lab" / "plots"
+    assert sorted(p.stem for p in folder.glob("*.py")) == sorted([*PLOT_LAYERS, "__init__"])
+    for i, name in enumerate(PLOT_LAYERS):
+        path = folder / f"{name}.py"
+        assert ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))), name
+        plots = {m for m in _lab_imports(path) if m == "lab.plot" or m.startswith("lab.plots")}
+        allowed = {f"lab.plots.{m}" for m in PLOT_LAYERS[:i]}
+        assert plots <= allowed, (name, sorted(plots - allowed))
+    assert "lab.plots.build" in _lab_imports(ROOT / "lab" / "plot.py")
+    assert "lab.plots.common" in _lab_imports(folder / "ladder.py")
