@@ -3,7 +3,7 @@
 # $OUT/batch.tgz (the device returns at most 8 files). Steps are named on the command line:
 #   doctor   python -m lab.doctor --json
 #   trust    scripts/trust_measure.py (docs/TRUST.md's measurements)
-#   tests    pytest -m gpu on the files in $TESTS (default: every GPU test)
+#   tests    pytest -m gpu on the files in $TESTS (default: every GPU test), stopped after $TEST_LIMIT s
 #   compare  python -m lab.compare with $STAGES, $SIZES and $COMPARE_ARGS, CSV $NAME.csv
 #   tune     python -m lab.autotune with $TUNE_STAGES, $TUNE_SIZES, $TUNE_ARGS (log $TUNE_NAME.log)
 #   ceiling  scripts/experiments/mma_ceiling.py (mma.sync's rate from registers alone)
@@ -23,7 +23,9 @@ for step in "$@"; do
   case $step in
     doctor) python3 -m lab.doctor --json "$W/doctor.json" 2>&1 | tee "$W/doctor.txt" ;;
     trust) python3 scripts/trust_measure.py "$W" 2>&1 | tee "$W/trust.log" | tail -30 ;;
-    tests) python3 -m pytest -q -m gpu -p no:cacheprovider ${TESTS:-} 2>&1 | tee "$W/pytest-gpu.log" | tail -25 ;;
+    tests) # SIGINT at $TEST_LIMIT seconds: pytest then prints its summary and writes the junit file
+           timeout -s INT "${TEST_LIMIT:-540}" python3 -m pytest -q -rfE -m gpu -p no:cacheprovider \
+             --junitxml "$W/pytest-gpu.xml" ${TESTS:-} 2>&1 | tee "$W/pytest-gpu.log" | tail -25 ;;
     compare) python3 -m lab.compare --stage "$STAGES" --sizes "$SIZES" ${COMPARE_ARGS:-} \
                --csv "$W/$NAME.csv" 2>&1 | tee "$W/$NAME.log" | grep -v '^  ' ;;
     tune) python3 -m lab.autotune --stage "$TUNE_STAGES" --sizes "$TUNE_SIZES" ${TUNE_ARGS:-} 2>&1 \
