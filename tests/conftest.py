@@ -40,3 +40,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# A GPU run may be stopped at a time limit before pytest prints its summary. With
+# LAB_TEST_STREAM=<file>, each test's outcome (and a failure's traceback) is appended to that file
+# the moment it is known (scripts/gpu_tests.py reads it).
+_STREAM = os.environ.get("LAB_TEST_STREAM")
+
+
+def pytest_runtest_logreport(report):
+    """One line per test outcome: OUTCOME nodeid seconds phase (a skip or an error in set-up
+    is the test's outcome too), then a failure's traceback indented."""
+    if not _STREAM or (report.passed and report.when != "call"):
+        return
+    if report.skipped and report.when == "teardown":
+        return
+    with open(_STREAM, "a") as f:
+        f.write(f"{report.outcome.upper()} {report.nodeid} {report.duration:.2f}s {report.when}\n")
+        if report.failed:
+            f.write("".join(f"    {line}\n" for line in str(report.longrepr).splitlines()[-60:]))
