@@ -17,6 +17,8 @@
 //                               a_hi*b_hi (three mma per piece, small terms first): near-fp32
 //                               accuracy from TF32 tensor cores (CUTLASS's "fast accurate fp32";
 //                               the a_lo*b_lo term is below fp32's rounding and is dropped).
+//                               Inf and NaN split into the head +-1 and the tail x, so that C's
+//                               NaN and +-Inf are fp32's (tf32_split).
 //   2. Fragments. mma.sync takes its operands in registers spread over the 32 lanes in a fixed
 //      pattern (the "fragment layout", docs/stages/mma.md draws it): lane l = 4g + t holds, of a
 //      16 x 16 bf16 A piece, rows g and g+8 at columns 2t, 2t+1, 2t+8, 2t+9. ldmatrix.x4 reads
@@ -437,11 +439,16 @@ __device__ __forceinline__ u32 tf32_rn(u32 x) {
     return tf32_finite(x) ? x + 0x1000u : x;
 #endif
 }
-// The head of 3xTF32 must be an exact TF32 value (the tail is computed from it): mask as well.
-// A NaN's tail x - hi is a NaN whatever its head (a NaN; Inf only in the corner above), so every
-// product it enters is NaN. An Inf's head is Inf and its tail Inf - Inf a NaN: 3xTF32 turns an
-// Inf operand into NaN in C, where cuBLAS's fp32 gives +-Inf (unless Inf meets 0 or -Inf).
-__device__ __forceinline__ u32 tf32_hi(u32 x) { return tf32_rn(x) & 0xffffe000u; }
+// The head of 3xTF32 must be an exact TF32 value (the tail is computed from it): the low 13 bits
+// cleared. sm_90's cvt.rn.tf32.f32 clears them itself, so there the mask is left out (it was one
+// LOP3 per split register, 48 per k-tile loop of the default 3xTF32 tile); the add needs it.
+__device__ __forceinline__ u32 tf32_hi(u32 x) {
+#if TF32_ROUND == 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return tf32_rn(x);
+#else
+    return tf32_rn(x) & 0xffffe000u;
+#endif
+}
 
 __device__ __forceinline__ u32 f32_sub_bits(u32 a, u32 b) {
 #ifdef __CUDA_ARCH__
@@ -451,19 +458,40 @@ __device__ __forceinline__ u32 f32_sub_bits(u32 a, u32 b) {
 #endif
 }
 
-// 3xTF32's split of x into hi = tf32_hi(x) and lo = tf32_rn(x - hi) (x - hi is exact in fp32).
-// Mode 2 tests x once for both: x - hi is finite where x is, except where x rounds up to Inf,
-// and there lo = -+Inf + 0x1000 still reads as -+Inf. Testing hi and lo apart, the default
-// 3xTF32 tile spilled 8 bytes at 255 registers (sm_90, layout tt), and took 48 more
-// instructions per k-tile loop.
+// 3xTF32's split of x into a head hi and a tail lo = tf32_rn(x - hi). A finite x: hi = tf32_hi(x)
+// (x - hi is then exact in fp32). Inf and NaN: hi = +-1, x's sign (x & 0xbf800000 is +-1 for
+// any x whose exponent field is all ones), and lo = tf32_rn(x - hi) = x (Inf - 1 = Inf, NaN - 1
+// a NaN). Why: the k-step sums lo_a hi_b + hi_a lo_b + hi_a hi_b (mma_step). Split as tf32(x) and
+// tf32(x - tf32(x)), an Inf had the tail Inf - Inf = NaN, and every row (column) of C that an Inf
+// of A (B) entered came out NaN, where fp32 (cuBLAS, torch.matmul) gives +-Inf. Zeroing only the
+// tail of an Inf is not enough: hi_a lo_b is then Inf times b's tail, which is 0 wherever b is
+// exact in TF32 (Inf * 0 = NaN) and has the sign of b - tf32(b), not of b, elsewhere (Inf + -Inf
+// = NaN). With the Inf in the tail and a head of +-1, each product that meets an Inf has a factor
+// of the IEEE product's sign that is 0 only where IEEE's product is NaN: a = +-Inf, b finite:
+// lo_a hi_b = Inf * tf32(b) (NaN for b = 0, as IEEE), hi_a lo_b and hi_a hi_b are finite; a and
+// b both infinite: lo_a hi_b = lo_a * +-1 and hi_a lo_b = +-1 * lo_b, Infs of the product's sign.
+// The order of the three products and their fresh sum (mma_step) stay as they were, and so does
+// the accuracy of finite operands. A NaN's tail is NaN, and its row or column of C is NaN.
+// Corners: Inf times a nonzero b that TF32 rounds to 0 (|b| <= 2^-137) gives NaN where IEEE
+// gives Inf, as in tf32; a finite x that rounds up to Inf (|x| >= 0x7f7ff000, within half a TF32
+// unit of FLT_MAX) gets the head Inf and the tail -Inf, NaN in C, as before.
+// Cost, sm_90, default 3xTF32 tile: the finite test (FSETP) and a predicated LOP3 per split
+// register, less the mask cvt.rn makes needless (tf32_hi): the interior k-tile loop went from
+// 484 to 526 instructions per 96 HMMA (nn; tt 486 to 530), registers 242 -> 235 (nn), 255 -> 254
+// (tt), no spills. Mode 2 (and sm_80, whose cvt.rna is mode 2's guarded add and mask: the same
+// bits, so its builds take this form) tests x once for head and tail: x - hi is finite where x
+// is, except where x rounds up to Inf, and there lo = -+Inf + 0x1000 still reads as -+Inf.
+// Testing hi and lo apart, the default 3xTF32 tile spilled 8 bytes at 255 registers (sm_90,
+// layout tt), and took 48 more instructions per k-tile loop; the Inf head costs mode 2 nothing
+// (581 instructions, nn, before and after).
 __device__ __forceinline__ void tf32_split(u32 x, u32& hi, u32& lo) {
-#if TF32_ROUND == 2
     const bool finite = tf32_finite(x);
-    hi = (finite ? x + 0x1000u : x) & 0xffffe000u;
+#if TF32_ROUND == 2 || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
+    hi = finite ? (x + 0x1000u) & 0xffffe000u : x & 0xbf800000u;
     const u32 d = f32_sub_bits(x, hi);
     lo = finite ? d + 0x1000u : d;
 #else
-    hi = tf32_hi(x);
+    hi = finite ? tf32_hi(x) : x & 0xbf800000u;
     lo = tf32_rn(f32_sub_bits(x, hi));
 #endif
 }

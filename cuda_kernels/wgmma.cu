@@ -45,7 +45,8 @@
 //
 // Precision: PREC_TF32 (A' rounded to nearest TF32 in registers; B' read by the tensor core as it
 // lies in shared memory, which ignores its low 13 bits: truncation), PREC_3XTF32 (both
-// split into a TF32 head and tail; three wgmma per step into a fresh sum added to the accumulator
+// split into a TF32 head and tail, Inf and NaN into the head +-1 and the tail x (tf32_head);
+// three wgmma per step into a fresh sum added to the accumulator
 // in fp32 every SUM_TILES tiles; SUM_TILES=0 leaves the whole sum to the tensor core, whose
 // accumulation loses accuracy over K: 2.9e-5 at 4096^3), PREC_BF16, PREC_FP16 (16-bit inputs and
 // output, fp32 accumulation).
@@ -169,6 +170,19 @@ __device__ __forceinline__ u32 tf32_rn(u32 x) {
     u32 r;
     asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
     return r;
+}
+// 3xTF32's split of x into a head h and a tail tf32_rn(x - h): h = tf32_rn(x) where x is finite,
+// +-1 (x's sign: x & 0xbf800000) where x is Inf or NaN, whose tail is then x itself. So an Inf
+// reaches C as fp32's +-Inf (NaN only where it meets 0 or an Inf of the other sign), not as the
+// NaN of the tail Inf - Inf; why the head must not stay Inf: mma.cu's tf32_split. Cost: a finite
+// test and a predicated LOP3 per split element (A' 16, B' 16 per thread and tile at the default
+// 3xTF32 row): 895 -> 1024 instructions per loop of two tiles (24 HGMMA), registers 230 -> 236,
+// no spills (sm_90a, nn and tt).
+__device__ __forceinline__ u32 tf32_head(u32 x) {
+    return fabsf(__uint_as_float(x)) < __uint_as_float(0x7f800000u) ? tf32_rn(x) : x & 0xbf800000u;
+}
+__device__ __forceinline__ u32 tf32_tail(u32 x, u32 h) {
+    return tf32_rn(__float_as_uint(__uint_as_float(x) - __uint_as_float(h)));
 }
 
 // Shared-memory matrix descriptor of a K-major, 128-byte-swizzled tile: start address, leading
@@ -312,8 +326,8 @@ __device__ __forceinline__ void prepare_b(u32 slot) {
         u32 h[4], t[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            h[j] = tf32_rn(x[i][j]);
-            t[j] = tf32_rn(__float_as_uint(__uint_as_float(x[i][j]) - __uint_as_float(h[j])));
+            h[j] = tf32_head(x[i][j]);
+            t[j] = tf32_tail(x[i][j], h[j]);
         }
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + off[i]), "r"(h[0]),
                      "r"(h[1]), "r"(h[2]), "r"(h[3]));
@@ -459,8 +473,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
 #if SPLIT
-                const u32 h = tf32_rn(f[s][r]);
-                lo[s][r] = tf32_rn(__float_as_uint(__uint_as_float(f[s][r]) - __uint_as_float(h)));
+                const u32 h = tf32_head(f[s][r]);
+                lo[s][r] = tf32_tail(f[s][r], h);
                 f[s][r] = h;
 #elif ELEM == 4
                 f[s][r] = tf32_rn(f[s][r]);

@@ -1,36 +1,45 @@
-"""NaN and Inf through the mma stage's TF32 rounding (cuda_kernels/mma.cu: tf32_rn, tf32_hi).
+"""NaN and Inf through the tensor-core stages' TF32 rounding and 3xTF32 split (cuda_kernels/mma.cu:
+tf32_rn, tf32_hi, tf32_split; cuda_kernels/wgmma.cu: tf32_head, tf32_tail).
 
-The bug these tests keep out: TF32 operands were rounded by adding half a TF32 unit (0x1000) to
-their bit pattern. The GPU's fp32 arithmetic makes the NaN 0x7fffffff (0/0, log(-1), Inf - Inf),
-and 0x7fffffff + 0x1000 = 0x80000fff, which the tensor core reads as -0 (0xffffffff wraps to +0):
-a NaN in A or B vanished from C in tf32, and in 3xtf32 (head -0, tail rounded to 0), where cuBLAS
-propagates it. mma.cu's TF32_RN now picks a NaN-safe rounding: 1 (the default) cvt.rn.tf32.f32 on
-sm_90 (nearest even; cvt.rna below sm_90), 2 the add guarded by a finite test, 0 none (the tensor
-core truncates; 3xTF32 still splits with mode 2's rounding).
+The bugs these tests keep out. (1) TF32 operands were rounded by adding half a TF32 unit (0x1000)
+to their bit pattern. The GPU's fp32 arithmetic makes the NaN 0x7fffffff (0/0, log(-1), Inf -
+Inf), and 0x7fffffff + 0x1000 = 0x80000fff, which the tensor core reads as -0 (0xffffffff wraps
+to +0): a NaN in A or B vanished from C in tf32, and in 3xtf32 (head -0, tail rounded to 0),
+where cuBLAS propagates it. mma.cu's TF32_RN now picks a NaN-safe rounding: 1 (the default)
+cvt.rn.tf32.f32 on sm_90 (nearest even; cvt.rna below sm_90), 2 the add guarded by a finite
+test, 0 none (the tensor core truncates; 3xTF32 still splits with mode 2's rounding). (2) 3xTF32
+split an Inf into the head Inf and the tail Inf - Inf = NaN: C was NaN wherever an Inf entered,
+where fp32 gives +-Inf. Both CUDA kernels now split Inf and NaN into the head +-1 and the tail x.
 
 CPU (skipped when a GPU is present, like the other CPU-mode tests):
-(a) the CPU twins of tf32_rn / tf32_hi (g++, a tiny harness around mma.cu) against a NumPy model
-    of the sm_90 build's bits, and that model against a float64 reference (nearest even for mode
-    1, ties away for mode 2) on special values (zeros, denormals, ties with even and odd bit 13,
-    their neighbours, FLT_MAX, Inf, the NaNs) and random bit patterns;
+(a) the CPU twins of tf32_rn / tf32_hi / tf32_split (g++, a tiny harness around mma.cu) against a
+    NumPy model of the sm_90 build's bits, and that model against a float64 reference (nearest
+    even for mode 1, ties away for mode 2) on special values (zeros, denormals, ties with even and
+    odd bit 13, their neighbours, FLT_MAX, Inf, the NaNs) and random bit patterns;
 (b) the kernel emulated on the CPU (tests/cuda_emulator.py's prelude, as tests/test_mma.py) with
-    NaN (0x7fffffff, 0xffffffff, 0x7fc00000) and +-Inf planted in A and B, at edges too: every C
-    element whose row of A or column of B holds a NaN is NaN, Inf gives IEEE's +-Inf or NaN in
-    tf32 and NaN in 3xtf32 (documented in mma.cu), every other element is finite and within the
-    precision's elementwise bound; tf32 and 3xtf32, TF32_RN 1 and 2, layouts nn and tt; and the
-    old unguarded add, planted, fails it;
+    NaN (0x7fffffff, 0xffffffff, 0x7fc00000) and +-Inf planted in A and B, at first, last and
+    middle rows, columns and k and at block and k-tile edges, and a zero and a TF32-exact value
+    beside each Inf: every C element whose row of A or column of B holds a NaN is NaN, one an Inf
+    enters is IEEE's +-Inf or NaN (the float64 sum) in tf32 and 3xtf32 alike, every other element
+    is finite and within the precision's elementwise bound; tf32 and 3xtf32, TF32_RN 1 and 2,
+    layouts nn and tt. Planted, the old unguarded add fails it (NaN lost), and so do the old
+    3xTF32 split and a split that zeroes only an Inf's tail (Inf turned into NaN);
 (c) NVRTC and SASS: sm_90's default TF32 build rounds with F2FP.TF32 (cvt.rn) and no guarded
-    adds; every mode builds spill-free for sm_90 and sm_80; TF32_RN outside 0..2 is refused.
-GPU (marked `gpu`): (d) the device's rounding bits are the CPU twins' (the NumPy model); (e) the
-public launchers of both backends, NaN planted as bit patterns and made by the GPU itself: C is NaN
-exactly where torch.matmul of the float64 inputs is, and close to it elsewhere, in tf32 and 3xtf32
-(CUDA with TF32_RN 1 and 2, and the Triton twin, whose tl.dot is mma.sync too) and in bf16 /
-fp16; Inf as IEEE says. (The wgmma stage's kernels get the same checks in tests/test_wgmma.py.)
+    adds; every mode builds spill-free for sm_90 and sm_80; TF32_RN outside 0..2 is refused; the
+    default 3xtf32 builds of both stages (mma: sm_90, wgmma: sm_90a, every layout) are spill-free
+    and carry the split's finite test and +-1 head, which their tf32 builds do not.
+GPU (marked `gpu`): (d) the device's rounding and split bits are the CPU twins' (the NumPy
+model), and wgmma.cu's split gives the model's bits; (e) the public launchers of both backends,
+NaN planted as bit patterns and made by the GPU itself: C is NaN exactly where torch.matmul of the
+float64 inputs is, and close to it elsewhere, in tf32 and 3xtf32 (CUDA with TF32_RN 1 and 2, and
+the Triton twin, whose tl.dot is mma.sync too) and in bf16 / fp16; Inf as IEEE says; (f) both
+tensor-core stages (mma, wgmma), both backends, every precision and layout, with (b)'s planting
+at the default tiles' edges: C's NaN, +Inf and -Inf are exactly torch.matmul's in fp32.
 """
-
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +102,18 @@ def model_bits(x: np.ndarray, mode: int) -> tuple[np.ndarray, np.ndarray]:
         rn = np.where(special, u, u + 0x1000)
     rn = (rn & 0xFFFFFFFF).astype(np.uint32)
     return rn, rn & np.uint32(0xFFFFE000)
+
+
+def model_split(x: np.ndarray, mode: int) -> tuple[np.ndarray, np.ndarray]:
+    """3xTF32's split of x as mma.cu's tf32_split and wgmma.cu's tf32_head / tf32_tail compute
+    it: (head bits, the tail as float32 bit patterns before its rounding, x - head). A finite x:
+    head tf32_hi(x). Inf and NaN: head +-1 (x's sign: x & 0xbf800000), so that the tail x - head
+    is x itself (+-Inf, NaN) and every product of a head is finite or the IEEE product's Inf."""
+    finite = (x.astype(np.uint64) & 0x7F800000) != 0x7F800000
+    head = np.where(finite, model_bits(x, mode)[1], x & np.uint32(0xBF800000)).astype(np.uint32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = (x.view(np.float32) - head.view(np.float32)).view(np.uint32)
+    return head, diff
 
 
 def reference_tf32(x: np.ndarray, ties_even: bool) -> np.ndarray:
@@ -190,6 +211,12 @@ def _prelude(ce) -> str:
     return head
 
 
+def _tile_defines() -> dict:
+    """The defines a default tf32 build of mma.cu passes (mma.cu has no defaults for its tile)."""
+    defines = _cuda().defines(precision="tf32")
+    return {k: int(v) if isinstance(v, bool) else v for k, v in defines.items()}
+
+
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory):
     """mode -> the harness executable (mma.cu's CPU twins of tf32_rn / tf32_hi, PREC_TF32)."""
@@ -198,10 +225,7 @@ def twins(tmp_path_factory):
     src = root / "mma.cu"
     src.write_text(ce.emulated_source(KERNELS / "mma.cu"))
     (root / "harness.cpp").write_text(_prelude(ce) + HARNESS_MAIN)
-    from cuda_kernels import mma
-
-    tile = {k: int(v) if isinstance(v, bool) else v  # the tile defines a build passes
-            for k, v in mma.defines(precision="tf32").items()}
+    tile = _tile_defines()
     futures = {mode: ce.compile_async(root / "harness.cpp", root / f"twin_{mode}",
                                       {**tile, "KERNEL_FILE": f'"{src}"', "TF32_RN": mode},
                                       flags=("-O1",))
@@ -232,25 +256,31 @@ def test_cpu_twins_compute_the_sm90_bits(twins, mode):
     x = np.concatenate([SPECIALS, LOW_PAYLOAD_NANS, _random_bits(20000, seed=1)])
     rn, hi, split_hi, split_lo = _run_twin(twins[mode], x)
     want_rn, want_hi = model_bits(x, mode)
+    want_head, diff = model_split(x, mode)
     for name, got, want in (("tf32_rn", rn, want_rn), ("tf32_hi", hi, want_hi),
-                            ("tf32_split hi", split_hi, want_hi)):
+                            ("tf32_split hi", split_hi, want_head)):
         bad = np.nonzero(got != want)[0]
         assert bad.size == 0, (name, [f"{a:08x} -> {b:08x}, want {c:08x}"
                                       for a, b, c in zip(x[bad][:8], got[bad][:8], want[bad][:8])])
     # 3xTF32's tail: tf32_rn(x - hi), as the tensor core reads it (mode 2 tests x once for both
     # parts: where x rounds up to Inf, the tail -Inf + 0x1000 still reads as -Inf)
-    with np.errstate(invalid="ignore", over="ignore"):
-        tail = (x.view(np.float32) - want_hi.view(np.float32)).view(np.uint32)
-    bad = np.nonzero(~_same_tf32(split_lo, model_bits(tail, mode)[0]))[0]
+    bad = np.nonzero(~_same_tf32(split_lo, model_bits(diff, mode)[0]))[0]
     assert bad.size == 0, [f"{a:08x}: lo {b:08x}" for a, b in zip(x[bad][:8], split_lo[bad][:8])]
-    # and the properties the bug broke, said plainly
+    # and the properties the bugs broke, said plainly: NaN stays NaN through the rounding and
+    # through 3xTF32's tail (low-payload NaNs too), Inf's rounding is Inf, and 3xTF32 splits +-Inf
+    # into the head +-1 and the tail +-Inf, never NaN
     for bits in NAN_BITS:
         i = int(np.nonzero(x == bits)[0][0])
         assert math.isnan(np.uint32(rn[i] & 0xFFFFE000).view(np.float32)), hex(bits)
         assert math.isnan(hi[i].view(np.float32)), hex(bits)
+    for bits in (*NAN_BITS, *LOW_PAYLOAD_NANS):
+        i = int(np.nonzero(x == bits)[0][0])
+        assert math.isnan(np.uint32(split_lo[i] & 0xFFFFE000).view(np.float32)), hex(bits)
+        assert math.isfinite(split_hi[i].view(np.float32)), hex(bits)
     for bits in INF_BITS:
         i = int(np.nonzero(x == bits)[0][0])
         assert rn[i] & 0xFFFFE000 == bits and hi[i] == bits
+        assert split_hi[i] == (bits & 0xBF800000) and split_lo[i] & 0xFFFFE000 == bits, hex(bits)
 
 
 # ------------------------------------------------------- (b) the kernel, emulated, with NaN / Inf
@@ -259,11 +289,12 @@ NAN_MAIN = r'''
 #include KERNEL_FILE
 // ---- main: random normal A and B with NaN / Inf planted, C checked element by element
 // argv: M N K lda ldb ldc blocks threads smem e_prod specials
-// specials: "A:i:k:bits,B:k:j:bits,..." (bits in hex)
+// specials: "A:i:k:bits,B:k:j:bits,..." (bits in hex): NaN and Inf, and finite values planted
+// beside them (zeros, values exact in TF32, whose tail is 0)
 // Every C element whose row of A or column of B holds a NaN must be NaN. One touched by an Inf
-// (and no NaN): tf32, IEEE's value (the float64 sum of the same operands: +-Inf, or NaN where
-// Inf meets -Inf); 3xtf32, NaN (mma.cu: the tail Inf - Inf). Every other element: finite and
-// within |c - ref| <= (e_prod + (K / KSTEP + 1) 2^-24) S, S = sum_k |a_ik b_kj| (the bound of
+// (and no NaN), in tf32 and 3xtf32 alike: IEEE's value, the float64 sum of the same operands
+// (+-Inf; NaN where Inf meets -Inf or 0). Every other element: finite and within
+// |c - ref| <= (e_prod + (K / KSTEP + 1) 2^-24) S, S = sum_k |a_ik b_kj| (the bound of
 // tests/test_mma.py). Outside C: untouched NaN.
 int main(int argc, char** argv) {
     if (argc != 12) {
@@ -299,11 +330,17 @@ int main(int argc, char** argv) {
         }
         float v;
         std::memcpy(&v, &bits, 4);
-        if (op == 'A') { a_at(r, c) = v; (std::isnan(v) ? a_nan : a_inf)[r] = 1; }
-        else { b_at(r, c) = v; (std::isnan(v) ? b_nan : b_inf)[c] = 1; }
+        if (op == 'A') {
+            a_at(r, c) = v;
+            if (!std::isfinite(v)) (std::isnan(v) ? a_nan : a_inf)[r] = 1;
+        } else {
+            b_at(r, c) = v;
+            if (!std::isfinite(v)) (std::isnan(v) ? b_nan : b_inf)[c] = 1;
+        }
     }
     lab_run_grid(gx, 1, bx, 1, smem, [&] { matmul_mma(A.data(), B.data(), C.data(), M, N, K, lda, ldb, ldc); });
     long nan_missed = 0, inf_wrong = 0, clean_bad = 0, loose = 0, gaps = 0, nans = 0, infs = 0;
+    long inf_nans = 0;  // elements touched by an Inf whose IEEE value is NaN (Inf times 0)
     for (size_t e = 0; e < C.size(); ++e)
         if ((long(e) / ldc >= M || long(e) % ldc >= N) && !std::isnan(C[e])) ++gaps;
     for (int i = 0; i < M; ++i)
@@ -323,7 +360,8 @@ int main(int argc, char** argv) {
                 }
             } else if (a_inf[i] || b_inf[j]) {
                 ++infs;
-                const bool want_nan = PREC == 1 || std::isnan(ref);
+                const bool want_nan = std::isnan(ref);
+                inf_nans += want_nan;
                 if (want_nan ? !std::isnan(c) : c != ref) {
                     if (inf_wrong < 5)
                         std::printf("C(%d, %d) = %g, want %s\n", i, j, c,
@@ -338,10 +376,11 @@ int main(int argc, char** argv) {
                 ++loose;
             }
         }
-    std::printf("%dx%dx%d nan-elements=%ld nan-missed=%ld inf-elements=%ld inf-wrong=%ld "
-                "clean-non-finite=%ld beyond-bound=%ld gap-writes=%ld\n", M, N, K, nans, nan_missed,
-                infs, inf_wrong, clean_bad, loose, gaps);
-    return nan_missed || inf_wrong || clean_bad || loose || gaps || !nans || !infs ? 1 : 0;
+    std::printf("%dx%dx%d nan-elements=%ld nan-missed=%ld inf-elements=%ld inf-nan=%ld "
+                "inf-wrong=%ld clean-non-finite=%ld beyond-bound=%ld gap-writes=%ld\n", M, N, K,
+                nans, nan_missed, infs, inf_nans, inf_wrong, clean_bad, loose, gaps);
+    return nan_missed || inf_wrong || clean_bad || loose || gaps || !nans || !infs ||
+                   !inf_nans || inf_nans == infs ? 1 : 0;
 }
 '''
 
@@ -358,16 +397,45 @@ SMALL = {"BM": 32, "BN": 32, "BK": 16, "WM": 32, "WN": 32, "STAGES": 2}
 SHAPES = [(37, 45, 29), (64, 64, 80)]
 
 
-def specials(M: int, N: int, K: int) -> list[tuple[str, int, int, int]]:
+EXACT_BITS = (0x3F800000, 0xC0200000, 0x3F400000)  # 1, -2.5, 0.75: exact in TF32 (tail 0)
+ZERO_BITS = (0x00000000, 0x80000000)                # +0, -0
+
+
+def specials(M: int, N: int, K: int, rows=(31, 32), cols=(32, 31),
+             ks=(15, 16)) -> list[tuple[str, int, int, int]]:
     """NaN and Inf positions (operand, row, column, bits) reaching first, last and middle rows of
-    A, columns of B and k, in different fragment registers; no two in one row of A or column of
-    B."""
-    return [("A", 0, 0, 0x7FFFFFFF), ("A", M - 1, K - 1, 0xFFFFFFFF),
-            ("A", M // 2, K // 3, 0x7FC00000), ("A", M // 4, K // 2, 0x7F800000),
-            ("A", 3 * M // 4, 1, 0xFF800000),
-            ("B", 0, N - 1, 0xFFFFFFFF), ("B", K - 1, 0, 0x7FFFFFFF),
-            ("B", K // 2, N // 3, 0x7FC00000), ("B", K // 4, N // 2, 0x7F800000),
-            ("B", 2, 3 * N // 4, 0xFF800000)]
+    A, columns of B and k, in different fragment registers, and the edges of blocks and k-tiles
+    (by default SMALL's: rows / columns 31 | 32, k 15 | 16; Inf at A(rows[t], ks[t]) and
+    B(ks[t], cols[t]), where they fit); then, beside every Inf, at its k in the other operand, a
+    zero (IEEE: Inf * 0 is NaN) and a value exact in TF32 (tail 0: Inf times it is Inf, which
+    3xTF32 with only its tails zeroed for Inf turns into NaN, Inf * 0)."""
+    out = [("A", 0, 0, 0x7FFFFFFF), ("A", M - 1, K - 1, 0xFFFFFFFF),
+           ("A", M // 2, K // 3, 0x7FC00000), ("A", M // 4, K // 2, 0x7F800000),
+           ("A", 3 * M // 4, 1, 0xFF800000),
+           ("B", 0, N - 1, 0xFFFFFFFF), ("B", K - 1, 0, 0x7FFFFFFF),
+           ("B", K // 2, N // 3, 0x7FC00000), ("B", K // 4, N // 2, 0x7F800000),
+           ("B", 2, 3 * N // 4, 0xFF800000)]
+    edges = [e for t, (r, c, k) in enumerate(zip(rows, cols, ks))
+             for e in (("A", r, k, INF_BITS[t % 2]), ("B", k, c, INF_BITS[1 - t % 2]))]
+    out += [(op, r, c, bits) for op, r, c, bits in edges
+            if r < (M if op == "A" else K) and c < (K if op == "A" else N)]
+    taken = {(op, r, c) for op, r, c, _ in out}
+    special_lines = {(op, r if op == "A" else c) for op, r, c, _ in out}  # rows of A, columns of B
+    n = 0
+    for op, r, c, bits in list(out):
+        if bits not in INF_BITS:
+            continue
+        other, k, width = ("B", c, N) if op == "A" else ("A", r, M)
+        free = [x for x in range(width)
+                if (other, k, x) not in taken and (other, x) not in special_lines
+                and ((other, x, k) if other == "A" else (other, k, x)) not in taken]
+        for pick, value in ((free[(7 * n) % len(free)], ZERO_BITS[n % 2]),
+                            (free[(7 * n + 3) % len(free)], EXACT_BITS[n % 3])):
+            at = (other, pick, k) if other == "A" else (other, k, pick)
+            taken.add(at)
+            out.append((*at, value))
+        n += 1
+    return out
 
 
 class NanEmulator:
@@ -461,6 +529,52 @@ def test_the_emulator_catches_the_unguarded_add(nan_emulator, tmp_path, precisio
     assert not ok and "nan-missed=0" not in out, out
 
 
+# The split before Inf was handled (head tf32(x), tail tf32(x - head): an Inf's tail Inf - Inf is
+# NaN, so every product of an Inf operand's tail was NaN), and a half-way fix that zeroes only the
+# tail of a non-finite x (the cross term head * tail of the other operand is then Inf * 0 = NaN
+# wherever that operand is exact in TF32: the EXACT_BITS planted beside every Inf).
+SPLIT_BODIES = {
+    "before": """
+#if TF32_ROUND == 2
+    const bool finite = tf32_finite(x);
+    hi = (finite ? x + 0x1000u : x) & 0xffffe000u;
+    const u32 d = f32_sub_bits(x, hi);
+    lo = finite ? d + 0x1000u : d;
+#else
+    hi = tf32_rn(x) & 0xffffe000u;
+    lo = tf32_rn(f32_sub_bits(x, hi));
+#endif
+""",
+    "tails-zeroed": """
+    const bool finite = tf32_finite(x);
+    hi = tf32_rn(x) & 0xffffe000u;
+    lo = finite ? tf32_rn(f32_sub_bits(x, hi)) : 0u;
+""",
+}
+
+
+def _with_split(text: str, body: str) -> str:
+    """mma.cu with tf32_split's body replaced by `body`."""
+    head = "__device__ __forceinline__ void tf32_split(u32 x, u32& hi, u32& lo) {"
+    assert text.count(head) == 1
+    start = text.index(head) + len(head)
+    end = text.index("\n}\n", start)
+    return text[:start] + body.rstrip("\n") + text[end:]
+
+
+@cpu_only
+@pytest.mark.parametrize("rn", [1, 2])
+@pytest.mark.parametrize("split", sorted(SPLIT_BODIES))
+def test_the_emulator_catches_3xtf32_turning_inf_into_nan(nan_emulator, tmp_path, split, rn):
+    """The earlier split, planted, makes C NaN where IEEE (and tf32) give +-Inf: the emulated
+    test above fails on the Inf elements (and only there: NaN still reaches C)."""
+    mutated = tmp_path / "mma.cu"
+    mutated.write_text(_with_split((KERNELS / "mma.cu").read_text(), SPLIT_BODIES[split]))
+    ok, out = nan_emulator.run("3xtf32", "nn", rn, 37, 45, 29, source=mutated)
+    assert not ok and "nan-missed=0 " in out and "inf-wrong=0 " not in out, out
+    assert "beyond-bound=0 " in out and "clean-non-finite=0 " in out, out
+
+
 # ------------------------------------------------------- (c) NVRTC and SASS (no GPU needed)
 
 
@@ -530,6 +644,33 @@ def test_sm80_builds_without_spills(monkeypatch, precision, rn):
     assert _count(mix, "F2FP.TF32") == 0 and _count(mix, "FSETP.GEU") > 0, mix
 
 
+INF_GUARD = re.compile(r"FSETP\.GEU\.AND P\d, PT, \|R\d+\|, \+INF")  # |x| >= Inf, or NaN
+
+
+@cpu_only
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("stage", ["mma", "wgmma"])
+def test_3xtf32_default_builds_keep_inf_without_spills(monkeypatch, stage, layout):
+    """What prepare() builds for 3xtf32 at 4096^3 (mma: sm_90, wgmma: sm_90a): no spills, no
+    stack, at most 255 registers, and the split's Inf guard in the SASS: the finite test (FSETP.GEU
+    |x|, +INF, one per split register) and the head +-1 (x & 0xbf800000). The tf32 build of the
+    same stage has neither (it splits nothing)."""
+    from lab.toolchain import sass as _sass
+
+    monkeypatch.setenv("LAB_CUDA_ARCH", "sm_90")
+    offer = stage_module(stage, "cuda").OFFER
+    builds = {p: offer.compile(stage_params(stage, "cuda"), 4096, 4096, 4096, layout, p)[0]
+              for p in ("3xtf32", "tf32")}
+    build = builds["3xtf32"]
+    assert build.arch == ("sm_90a" if stage == "wgmma" else "sm_90")
+    _spill_free(build)
+    _mix(build)  # skips where no disassembler is installed
+    text = _sass.sass(build)
+    assert len(INF_GUARD.findall(text)) > 0 and "0xbf800000" in text, build.log
+    text = _sass.sass(builds["tf32"])
+    assert not INF_GUARD.findall(text) and "0xbf800000" not in text
+
+
 @cpu_only
 def test_tf32_rn_outside_its_values_is_refused(monkeypatch):
     from lab.errors import LabError
@@ -550,23 +691,47 @@ def _need_gpu():
 
 ROUND_KERNEL = r'''
 #include "mma.cu"
-extern "C" __global__ void lab_tf32_round(const u32* x, u32* rn, u32* hi, u32* lo, int n) {
+extern "C" __global__ void lab_tf32_round(const u32* x, u32* rn, u32* hi, u32* sh, u32* lo, int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        u32 h;
         rn[i] = tf32_rn(x[i]);
         hi[i] = tf32_hi(x[i]);
-        tf32_split(x[i], h, lo[i]);
+        tf32_split(x[i], sh[i], lo[i]);
+    }
+}
+'''
+# wgmma.cu's split (its A' in registers and its B' in shared memory both use it); sm_90a only
+WGMMA_SPLIT_KERNEL = r'''
+#include "wgmma.cu"
+extern "C" __global__ void lab_wgmma_split(const u32* x, u32* sh, u32* lo, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        sh[i] = tf32_head(x[i]);
+        lo[i] = tf32_tail(x[i], sh[i]);
     }
 }
 '''
 
 
+def _check_split_bits(x: np.ndarray, head, lo, mode: int) -> None:
+    '''The device's 3xTF32 head, bit for bit, and tail, as the tensor core reads it (the GPU's
+    NaNs are its own: any NaN matches), against model_split.'''
+    want_head, diff = model_split(x, mode)
+    got = head.cpu().numpy().view(np.uint32)
+    bad = np.nonzero(got != want_head)[0]
+    assert bad.size == 0, [f"{a:08x}: head {b:08x}, model {c:08x}"
+                           for a, b, c in zip(x[bad][:8], got[bad][:8], want_head[bad][:8])]
+    got = lo.cpu().numpy().view(np.uint32)
+    bad = np.nonzero(~_same_tf32(got, model_bits(diff, mode)[0]))[0]
+    assert bad.size == 0, [f"{a:08x}: lo {b:08x}" for a, b in zip(x[bad][:8], got[bad][:8])]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", [1, 2])
 def test_device_rounding_is_the_cpu_twins(tmp_path, mode):
-    """mma.cu's tf32_rn / tf32_hi on this GPU give the model's bits, which the CPU twins give
-    too (test_cpu_twins_compute_the_sm90_bits): the emulator rounds as the sm_90 build does."""
+    '''mma.cu's tf32_rn / tf32_hi / tf32_split on this GPU give the model's bits, which the CPU
+    twins give too (test_cpu_twins_compute_the_sm90_bits): the emulator rounds and splits as the
+    sm_90 build does.'''
     _need_gpu()
     from cuda_kernels._build import compile_kernel, device_arch, launcher
 
@@ -574,12 +739,12 @@ def test_device_rounding_is_the_cpu_twins(tmp_path, mode):
         pytest.skip("mode 1 is cvt.rna below sm_90: the CPU twins emulate sm_90's cvt.rn")
     src = tmp_path / "tf32_round.cu"
     src.write_text(ROUND_KERNEL)
-    build = compile_kernel(str(src), "lab_tf32_round", {"PREC_TF32": 1, "TF32_RN": mode})
+    build = compile_kernel(str(src), "lab_tf32_round", {**_tile_defines(), "TF32_RN": mode})
     x = np.concatenate([SPECIALS, LOW_PAYLOAD_NANS, _random_bits(1 << 20, seed=2)])
     xs = torch.from_numpy(x.view(np.int32)).cuda()
-    rn, hi, lo = torch.empty_like(xs), torch.empty_like(xs), torch.empty_like(xs)
+    rn, hi, sh, lo = (torch.empty_like(xs) for _ in range(4))
     n = xs.numel()
-    launcher(build, ((n + 255) // 256, 1, 1), (256, 1, 1), (xs, rn, hi, lo, np.int32(n)))()
+    launcher(build, ((n + 255) // 256, 1, 1), (256, 1, 1), (xs, rn, hi, sh, lo, np.int32(n)))()
     torch.cuda.synchronize()
     want_rn, want_hi = model_bits(x, mode)
     for name, got, want in (("tf32_rn", rn, want_rn), ("tf32_hi", hi, want_hi)):
@@ -587,12 +752,28 @@ def test_device_rounding_is_the_cpu_twins(tmp_path, mode):
         bad = np.nonzero(got != want)[0]
         assert bad.size == 0, (name, [f"{a:08x} -> {b:08x}, model {c:08x}"
                                       for a, b, c in zip(x[bad][:8], got[bad][:8], want[bad][:8])])
-    # 3xTF32's tail, as the tensor core reads it (the GPU's NaNs are its own: any NaN matches)
-    with np.errstate(invalid="ignore", over="ignore"):
-        tail = (x.view(np.float32) - want_hi.view(np.float32)).view(np.uint32)
-    got = lo.cpu().numpy().view(np.uint32)
-    bad = np.nonzero(~_same_tf32(got, model_bits(tail, mode)[0]))[0]
-    assert bad.size == 0, [f"{a:08x}: lo {b:08x}" for a, b in zip(x[bad][:8], got[bad][:8])]
+    _check_split_bits(x, sh, lo, mode)
+
+
+@pytest.mark.gpu
+def test_wgmma_split_is_the_model_on_the_gpu(tmp_path):
+    '''wgmma.cu's tf32_head / tf32_tail (cvt.rn, as mma.cu's mode 1) give model_split's bits:
+    +-Inf splits into +-1 and +-Inf, NaN into a finite head and a NaN tail.'''
+    _need_gpu()
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma.cu builds for sm_90a only")
+    from cuda_kernels._build import compile_kernel, launcher
+
+    src = tmp_path / "wgmma_split.cu"
+    src.write_text(WGMMA_SPLIT_KERNEL)
+    build = compile_kernel(str(src), "lab_wgmma_split", {"PREC_3XTF32": 1}, arch="sm_90a")
+    x = np.concatenate([SPECIALS, LOW_PAYLOAD_NANS, _random_bits(1 << 20, seed=3)])
+    xs = torch.from_numpy(x.view(np.int32)).cuda()
+    sh, lo = torch.empty_like(xs), torch.empty_like(xs)
+    n = xs.numel()
+    launcher(build, ((n + 255) // 256, 1, 1), (256, 1, 1), (xs, sh, lo, np.int32(n)))()
+    torch.cuda.synchronize()
+    _check_split_bits(x, sh, lo, 1)
 
 
 def _plant_bits(t: torch.Tensor, where: list[tuple[int, int]], bits: list[int]) -> None:
@@ -705,8 +886,8 @@ def test_16_bit_mma_propagates_nan_on_the_gpu(precision, backend):
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
 def test_inf_on_the_gpu(monkeypatch, precision, backend):
     """+-Inf in A and B: C is non-finite exactly where the float64 reference is, NaN where it is
-    NaN; tf32 gives the reference's +-Inf (Inf times a nonzero TF32 value is Inf); the CUDA
-    3xtf32 gives NaN wherever an Inf enters (its tail is Inf - Inf; mma.cu says so)."""
+    NaN, and the reference's +-Inf elsewhere, in tf32 and 3xtf32 alike (3xTF32 splits an Inf into
+    the head +-1 and the tail +-Inf: tf32_split in mma.cu)."""
     _need_gpu()
     M, N, K = GPU_SHAPES[0]
     a, b = chk.make_inputs(M, N, K, 3, "cuda")
@@ -724,12 +905,86 @@ def test_inf_on_the_gpu(monkeypatch, precision, backend):
         special = ~torch.isfinite(ref)
         assert torch.equal(~torch.isfinite(c), special), what
         assert torch.isnan(c[torch.isnan(ref)]).all(), what
-        if precision == "tf32":
-            inf = torch.isinf(ref)
-            assert torch.equal(c[inf].double(), ref[inf]), what
-        elif backend == "cuda":
-            assert torch.isnan(c[special]).all(), what
+        inf = torch.isinf(ref)
+        assert inf.any() and torch.equal(c[inf].double(), ref[inf]), what
         clean = ~special
         rel = (torch.linalg.vector_norm(c[clean].double() - ref[clean])
                / torch.linalg.vector_norm(ref[clean])).item()
         assert rel <= chk.tolerance(precision, K), (what, rel)
+
+
+# ------------------------------------------------------- (f) both stages, torch's pattern
+
+# Block and k-tile edges of the default tiles (mma 3xtf32: 128 x 64, k 16; tf32 / 16-bit: 256 or
+# 128 rows, k 32 or 64 bytes; wgmma: 128 rows, 128 or 256 columns, 128 bytes of k, and its nn
+# layout swaps A and B): rows, columns and k on both sides of 64 and 128, k of 16 and 32.
+GPU_EDGES = dict(rows=(63, 64, 127, 128), cols=(64, 63, 128, 127), ks=(15, 16, 31, 32))
+
+
+def _special_operands(M, N, K, dtype, layout, seed):
+    """Random normal A (M x K) and B (K x N) of `dtype` in `layout` with specials() planted (NaN
+    as GPU arithmetic's 0x7fffffff, its negation and torch's 0x7fc00000, +-Inf, and zeros and
+    TF32-exact values beside each Inf) at first, last, middle and tile-edge positions; 16-bit
+    operands get the same values (NaN as the dtype's NaN)."""
+    a, b = chk.make_inputs(M, N, K, seed, "cuda", dtype=dtype)
+    for op, r, c, bits in specials(M, N, K, **GPU_EDGES):
+        t = a if op == "A" else b
+        if t.element_size() == 4:
+            _plant_bits(t, [(r, c)], [bits])
+        else:
+            t[r, c] = float(np.uint32(bits).view(np.float32))
+    if layout[0] == "t":
+        a = a.t().contiguous().t()
+    if layout[1] == "t":
+        b = b.t().contiguous().t()
+    return a, b
+
+
+def assert_torch_pattern(c, a, b, K, precision, what):
+    """C's NaN, Inf and Inf signs are those of torch.matmul in IEEE fp32 (TF32 off) on the same
+    operands (16-bit ones upcast), and its finite elements are within the precision's threshold
+    of the float64 reference."""
+    matmul = torch.backends.cuda.matmul
+    before, matmul.allow_tf32 = matmul.allow_tf32, False
+    try:
+        ref32 = torch.matmul(a.float(), b.float())
+    finally:
+        matmul.allow_tf32 = before
+    got = c.float()
+    for name, f in (("NaN", torch.isnan), ("Inf", torch.isinf)):
+        want, has = f(ref32), f(got)
+        assert want.any(), (what, f"no {name} in torch's C: nothing planted?")
+        missing, extra = (want & ~has).sum().item(), (has & ~want).sum().item()
+        assert missing == 0 and extra == 0, (f"{what}: {name} missing at {missing}, extra at "
+                                             f"{extra} of {want.sum().item()} elements")
+    inf = torch.isinf(ref32)
+    assert torch.equal(got[inf], ref32[inf]), (what, "an Inf of the wrong sign")
+    clean = torch.isfinite(ref32)
+    ref = chk.reference(a, b)
+    rel = (torch.linalg.vector_norm(got[clean].double() - ref[clean])
+           / torch.linalg.vector_norm(ref[clean])).item()
+    assert rel <= chk.tolerance(precision, K), (what, rel)
+
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32", "bf16", "fp16"])
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+@pytest.mark.parametrize("stage", ["mma", "wgmma"])
+def test_nan_and_inf_give_torchs_pattern_on_the_gpu(stage, backend, precision):
+    """Both tensor-core stages, both backends, every precision, every layout: with NaN, +-Inf
+    (and zeros and TF32-exact values beside the Infs) planted in A and in B, at first, last,
+    middle and tile-edge positions, C is NaN, +Inf and -Inf exactly where torch.matmul in fp32
+    is. (3xtf32 on the CUDA kernels gave NaN wherever an Inf entered, until its split kept Inf.)"""
+    _need_gpu()
+    if stage == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("stage wgmma needs an sm_90 GPU")
+    launcher = stage_module(stage, backend)
+    for M, N, K in GPU_SHAPES:
+        for layout in ("nn", "nt", "tn", "tt"):
+            a, b = _special_operands(M, N, K, DTYPE[precision], layout, M + N + K)
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=DTYPE[precision])
+            launcher.prepare(a, b, c, precision=precision)()
+            torch.cuda.synchronize()
+            assert_torch_pattern(c, a, b, K, precision,
+                                 f"{stage} {backend} {precision} {layout} {M}x{N}x{K}")

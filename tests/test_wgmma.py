@@ -23,12 +23,14 @@ GPU (marked `gpu`; sm_90 only): every precision x layout at aligned and edge siz
 not multiples of the tiles (sliced views keep the lines 16-byte aligned), through the stage's
 public launcher; layout tn and unaligned lines, copied in the call and still right (and a B
 changed after prepare() is what the next call multiplies); the sweep's build options at edge
-sizes; NaN and Inf reach C (both backends); a long K; views (offset starts, wide rows, a
-column-major C); the Triton twin with kmajor_b on and off.
+sizes; NaN and Inf reach C where torch.matmul puts them in fp32 (both backends, every precision,
+3xtf32 included); a long K; views (offset starts, wide rows, a column-major C); the Triton twin
+with kmajor_b on and off.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -623,10 +625,17 @@ def test_wgmma_build_options_on_the_gpu(precision, config):
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("backend", ["cuda", "triton"])
 def test_wgmma_carries_nan_and_inf_to_c_on_the_gpu(precision, backend):
+    """NaN (torch's and one the GPU makes) and +-Inf in A and B, with a zero and a value exact in
+    TF32 beside each Inf (at its k, in the other operand), every layout: C is NaN, +Inf and -Inf
+    exactly where torch.matmul in IEEE fp32 is, in every precision. 3xTF32 too: its split keeps
+    an Inf's head finite (+-1) and puts the Inf in the tail (wgmma.cu's tf32_head), so no product
+    of a head meets Inf * 0. (tests/test_mma_nan.py plants more, tile edges included, in both
+    tensor-core stages.)"""
     _hopper()
     dt = DTYPE[precision]
     M, N, K = 192, 320, 128
     stage = _wg() if backend == "cuda" else _triton()
+    matmul = torch.backends.cuda.matmul
     for layout in LAYOUTS:
         a, b = chk.make_inputs(M, N, K, 5, "cuda", dtype=dt)
         a, b = a.clone(), b.clone()
@@ -634,18 +643,30 @@ def test_wgmma_carries_nan_and_inf_to_c_on_the_gpu(precision, backend):
         a[40, 9] = torch.tensor(-1.0, device="cuda").log().to(dt)  # a NaN made by the GPU
         b[7, 11] = float("inf")
         b[20, 30] = float("-inf")
+        a[100, 64] = float("-inf")  # k 64: the first k of the third 128-byte k-tile in TF32
+        a[50, 7], a[60, 7] = 1.0, 0.0  # beside B's Inf at k 7: Inf and NaN (Inf * 0)
+        a[70, 20], a[80, 20] = -2.5, -0.0
+        b[64, 200], b[64, 201] = 0.0, 0.75
         if layout[0] == "t":
             a = a.t().contiguous().t()
         if layout[1] == "t":
             b = b.t().contiguous().t()
-        want = torch.isfinite(a.double() @ b.double())
-        if precision == "3xtf32" and backend == "cuda":
-            # an infinite operand's tail is Inf - Inf: NaN, as in mma.sync
-            want &= torch.isfinite(a.double()).all(1, keepdim=True)
-            want &= torch.isfinite(b.double()).all(0, keepdim=True)
+        before, matmul.allow_tf32 = matmul.allow_tf32, False
+        try:
+            want = torch.matmul(a.float(), b.float())
+        finally:
+            matmul.allow_tf32 = before
         c = torch.empty((M, N), dtype=dt, device="cuda")
         stage.prepare(a, b, c, precision=precision)()
-        assert (torch.isfinite(c) == want).all(), (precision, backend, layout)
+        got = c.float()
+        what = (precision, backend, layout)
+        planted = want[[50, 60, 70, 80, 100, 100], [11, 11, 30, 30, 201, 200]].tolist()
+        assert planted[:5:2] == [float("inf")] * 2 + [float("-inf")], (what, planted)
+        assert all(math.isnan(x) for x in planted[1::2]), (what, planted)
+        assert torch.equal(torch.isnan(got), torch.isnan(want)), what
+        assert torch.equal(torch.isinf(got), torch.isinf(want)), what
+        inf = torch.isinf(want)
+        assert torch.equal(got[inf], want[inf]), what
 
 
 @pytest.mark.gpu
