@@ -205,11 +205,11 @@ def launch_config(M: int, N: int, precision: str = DEFAULT_PRECISION, sms: int =
     return {**config(precision, **params, M=M, N=N, sms=sms), "group": group}
 
 
-def resolved_params(params: dict, M: int, N: int, precision: str = DEFAULT_PRECISION,
-                    sms: int = DEFAULT_SMS) -> dict:
+def resolved_params(params: dict, M: int, N: int, K: int,
+                    precision: str = DEFAULT_PRECISION, sms: int = DEFAULT_SMS) -> dict:
     """The tuner's identity of a configuration (the contract's `resolve`): `params` with the
     automatic values made concrete as prepare() would for an M x N problem on `sms` SMs, so that
-    BK=0 and the BK it stands for are one candidate."""
+    BK=0 and the BK it stands for are one candidate (K changes none of them)."""
     return {**params, **launch_config(M, N, precision, sms, **params)}
 
 

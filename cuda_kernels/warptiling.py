@@ -17,19 +17,30 @@ split writes its slab) and splitk_reduce (splitk_reduce.cu: C = slab 0 + ... + s
 that order, so the result is bitwise reproducible). Both are timed. The resource columns describe
 the first kernel; launch.reduce_build is the second.
 
+The automatic split (splitk = 0, the registry's default): resolve() makes it concrete for the
+problem's M, N, K and the GPU's SM count with lab/splitk.py's auto_split() (the same function the
+Triton twin and the tuner's split-K seeds use; its docstring has the rule and the arithmetic):
+S = 1 unless the tiles are fewer than the SMs and K leaves every split at least 1024, else tiles x
+S near 4x the SM count, raised until no split sums more than 16384 products. prepare() builds and
+launches that S, and its resources carry the `params` text with it (splitk=64, never 0); OFFER's
+compile (CPU mode, the tuner's probe) resolves it for DEFAULT_SMS (132). build() and geometry()
+take a concrete S: without a shape they read 0 as 1, the unsplit kernel.
+
 Variants per call, as in vectorized.py: the layout (-DTRANS_A / -DTRANS_B) and VEC_A / VEC_B / VEC_C
 (vector_flags: which operands' lines are 16-byte aligned).
 """
 
 from __future__ import annotations
 
-from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, first_min_blocks, launcher,
+from cuda_kernels._build import (cdiv, compile_kernel, first_min_blocks, launcher,
                                  require_even_split, require_static_smem, resources,
                                  stage_launcher)
 from cuda_kernels.vectorized import vector_flags
-from lab.contract import Prepared, Tuning
+from lab.contract import Offer, Prepared, Tuning
 from lab.errors import LabError
 from lab.operands import entry, timer
+from lab.roofline import DEFAULT_SMS, sm_count
+from lab.splitk import AUTO, auto_split
 
 MAX_ACC = 128  # accumulators per thread that fit beside the fragments in 255 registers
 REDUCE_THREADS = 256
@@ -87,8 +98,9 @@ def validate(BM: int = 128, BN: int = 128, BK: int = 16, WM: int = 64, WN: int =
                        "raise BK (or BM, BN), or use fewer warps (larger WM/WN)")
     # the larger (transposed B) of the layouts
     require_static_smem(where, (BK * (BM + 4) + BK * (BN + 4)) * 4)
-    if splitk < 1:
-        raise LabError(f"warptiling with splitk={splitk}: splitk must be 1 or more")
+    if splitk < 0:
+        raise LabError(f"warptiling with splitk={splitk}: splitk must be 0 (chosen from the "
+                       f"shape) or 1 or more")
     if frags not in (1, 2):
         raise LabError(f"warptiling with frags={frags}: frags (fragment register sets) is 1 or 2")
 
@@ -120,10 +132,11 @@ def build(BM: int = 128, BN: int = 128, BK: int = 16, WM: int = 64, WN: int = 64
           splitk: int = 1, fast_math: bool = False, unroll: bool = True, vec_a: bool = True,
           vec_b: bool = True, vec_c: bool = True, layout: str = "nn", **_):
     """The main kernel (NVRTC, no GPU needed). splitk > 1 compiles the split-K variant, whose
-    partial tiles go to the workspace (always float4: VEC_OUT in the .cu)."""
+    partial tiles go to the workspace (always float4: VEC_OUT in the .cu); splitk = 0 (automatic)
+    has no shape here to be resolved against and builds the unsplit kernel (resolve() first)."""
     tile = dict(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, WNITER=WNITER, TM=TM, TN=TN)
     validate(**tile, splitk=splitk, frags=frags)
-    defines = {**tile, "FRAG_BUFFERS": frags, "GROUP": group, "SPLITK": splitk,
+    defines = {**tile, "FRAG_BUFFERS": frags, "GROUP": group, "SPLITK": max(splitk, 1),
                "VEC_A": bool(vec_a), "VEC_B": bool(vec_b), "VEC_C": bool(vec_c)}
     return spill_free(defines, first_blocks(**tile, frags=frags), fast_math=fast_math,
                       unroll=unroll, layout=layout)
@@ -137,7 +150,8 @@ def build_reduce(splitk: int = 2, vec_c: bool = True, **_):
 
 def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, WM: int = 64, WN: int = 64,
              splitk: int = 1, **_):
-    return (cdiv(M, BM) * cdiv(N, BN), splitk, 1), (threads(BM, BN, WM, WN), 1, 1), 0
+    """(grid, block, dynamic shared bytes) for a concrete splitk (0 reads as 1, as in build())."""
+    return (cdiv(M, BM) * cdiv(N, BN), max(splitk, 1), 1), (threads(BM, BN, WM, WN), 1, 1), 0
 
 
 def workspace_ld(N: int) -> int:
@@ -150,26 +164,62 @@ def reduce_geometry(M: int, N: int):
 
 
 def kernels(params, precision: str) -> tuple[str, ...]:
-    """The main kernel, and the reduction after it when K is split."""
-    return ("matmul_warptiling",) + (("splitk_reduce",) if params.get("splitk", 1) > 1 else ())
+    """The main kernel, and the reduction after it when K is split (or may be: splitk=0)."""
+    return ("matmul_warptiling",) + (("splitk_reduce",) if params.get("splitk", 1) != 1 else ())
 
 
-OFFER = cuda_offer("warptiling", kernels, build, geometry, validate=validate,
-                   tuning=Tuning(split="splitk", tile=("BM", "BN")))
+# the registry's CUDA parameters of this stage, in its order: the `params` column's order
+PARAM_ORDER = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "frags", "group", "fast_math",
+               "unroll", "splitk")
+
+
+def resolve(params, M: int, N: int, K: int, precision: str = "fp32",
+            sms: int = DEFAULT_SMS) -> dict:
+    """The parameters as they are built and launched (the contract's `resolve`): splitk=0 made
+    the split lab.splitk.auto_split() chooses for M x N x K in BM x BN tiles on `sms` SMs."""
+    out = dict(params)
+    if out.get("splitk", AUTO) == AUTO:
+        out["splitk"] = auto_split(M, N, K, out.get("BM", 128), out.get("BN", 128), sms)
+    return out
+
+
+def show(resolved) -> str:
+    """The `params` column: the registry's parameters in its order, the split as it runs."""
+    return ",".join(f"{k}={resolved[k]}" for k in PARAM_ORDER if k in resolved)
+
+
+def compile_for(params, M: int, N: int, K: int, layout: str = "nn", precision: str = "fp32"):
+    """The main kernel's build and geometry as prepare() makes them for M x N x K on an H100
+    (DEFAULT_SMS: CPU mode and the tuner's probe have no GPU to ask)."""
+    r = resolve(params, M, N, K, precision, DEFAULT_SMS)
+    return build(**r, layout=layout), geometry(M, N, K, **r)
+
+
+OFFER = Offer("warptiling", "cuda", kernels=kernels,
+              validate=lambda params, precision: validate(**params), resolve=resolve, show=show,
+              compile=compile_for, tuning=Tuning(split="splitk", tile=("BM", "BN")))
 
 
 @entry(OFFER)
-def prepare(p, splitk: int = 1, **params):
-    """p: the shared description of the operands (lab/operands.py)."""
+def prepare(p, splitk: int = AUTO, **params):
+    """p: the shared description of the operands (lab/operands.py). splitk=0: the split for this
+    problem and this GPU (resolve()); launch.config is the configuration that runs and its text
+    the row's `params` column."""
     import numpy as np
     import torch
 
     params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c")}
+    config = resolve({**params, "splitk": splitk}, p.M, p.N, p.K, p.precision,
+                     sm_count(p.c.tensor.device))
+    splitk = config["splitk"]
     flags = vector_flags(p)
     main = build(**params, splitk=splitk, **flags, layout=p.layout)
     grid, block, smem = geometry(p.M, p.N, p.K, **params, splitk=splitk)
     if splitk == 1:
-        return stage_launcher(main, (grid, block, smem), p)
+        out = stage_launcher(main, (grid, block, smem), p)
+        out.resources = {**out.resources, "params": show(config)}
+        out.config = config
+        return out
 
     clock = timer(p.c.tensor.is_cuda)
     ldw = workspace_ld(p.N)
@@ -187,5 +237,6 @@ def prepare(p, splitk: int = 1, **params):
         partials()
         reduce()
 
-    return Prepared(launch, resources=resources(main, grid, block, smem), build=main,
-                    setup_ms=setup_ms, reduce_build=red, workspace=work)
+    return Prepared(launch, resources={**resources(main, grid, block, smem),
+                                       "params": show(config)},
+                    build=main, setup_ms=setup_ms, reduce_build=red, workspace=work, config=config)

@@ -152,7 +152,7 @@ def validate(params, precision: str | None = None) -> None:
                            f"STAGES, BN or WGS")
 
 
-def resolve(params, M: int, N: int, precision: str, sms: int) -> dict:
+def resolve(params, M: int, N: int, K: int, precision: str, sms: int) -> dict:
     """The parameters as they are built and launched (the contract's `resolve`): every knob
     concrete for `precision` (no shape rule: the WGMMA rows run at every size); SUM_TILES is None
     outside 3xTF32, where it changes nothing."""
@@ -323,7 +323,7 @@ def prepare(p, **params):
     launch's `config` is the configuration that runs (resolve()); its text is
     launch.resources["params"], the row's `params` column."""
     require_hopper(p)
-    resolved = resolve(params, p.M, p.N, p.precision, 0)
+    resolved = resolve(params, p.M, p.N, p.K, p.precision, 0)
     c = config(p.precision, **{k: v for k, v in params.items() if k in KNOBS})
     out = launch(p, p.precision, resolved["group"], c)
     out.resources = {**out.resources, "params": show(resolved)}

@@ -36,7 +36,7 @@ def _accept(params: Mapping, precision: str) -> None:
     """The validate() of a launcher that takes every value the registry lists."""
 
 
-def _as_given(params: Mapping, M: int, N: int, precision: str, sms: int) -> dict:
+def _as_given(params: Mapping, M: int, N: int, K: int, precision: str, sms: int) -> dict:
     """The resolve() of a launcher with no automatic values: the parameters are what runs."""
     return dict(params)
 
@@ -65,9 +65,10 @@ class Offer:
     validate(params, precision): raise LabError (one sentence) for a parameter combination the
         kernel cannot run; called before any tensor is looked at, by prepare(), the CLI and the
         tuner.
-    resolve(params, M, N, precision, sms): the parameters as they will be built and launched for
-        an M x N problem on a GPU of `sms` SMs (automatic values such as 0 made concrete). Two
-        parameter sets with the same resolution are one build to the tuner.
+    resolve(params, M, N, K, precision, sms): the parameters as they will be built and launched
+        for an M x N x K problem on a GPU of `sms` SMs (automatic values such as 0 made concrete:
+        a tile from M and N, a split of K from all three). Two parameter sets with the same
+        resolution are one build to the tuner.
     show(resolved): the resolved configuration as the `params` column writes it (None: the
         parameters themselves).
     compile(params, M, N, K, layout, precision): CUDA only -- the NVRTC build and the launch
@@ -81,7 +82,7 @@ class Offer:
     precisions: tuple[str, ...] = ("fp32",)
     kernels: tuple[str, ...] | Callable[[Mapping, str], tuple[str, ...]] = ()
     validate: Callable[[Mapping, str], None] = _accept
-    resolve: Callable[[Mapping, int, int, str, int], dict] = _as_given
+    resolve: Callable[[Mapping, int, int, int, str, int], dict] = _as_given
     show: Callable[[Mapping], str] | None = None
     compile: Callable | None = None
     tuning: Tuning = field(default_factory=Tuning)

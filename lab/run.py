@@ -440,7 +440,7 @@ def _compile_only(row: Row, variant: Variant, shape: Shape, layout: str = "nn",
     build, geometry = offer.compile(params, *shape, layout, precision)
     res = resources(build, *geometry)
     if offer.show is not None:
-        res = {**res, "params": offer.show(offer.resolve(params, shape[0], shape[1], precision,
+        res = {**res, "params": offer.show(offer.resolve(params, *shape, precision,
                                                          DEFAULT_SMS))}
     row.set_resources(res)
     row.status = "compiled"

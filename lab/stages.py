@@ -18,6 +18,7 @@ from types import ModuleType
 from lab.contract import PRECISIONS as CONTRACT_PRECISIONS
 from lab.contract import Offer
 from lab.errors import LabError
+from lab.splitk import AUTO as SPLITK_AUTO, SPLITS as SPLITK_CHOICES
 
 BACKENDS = ("cuda", "triton")
 # The precisions the harness can check and baseline; each stage x backend supports a subset.
@@ -328,8 +329,10 @@ STAGES: tuple[Stage, ...] = (
             Param("frags", 2, (1, 2), "fragment register sets (2: k+1 loaded while k computes)",
                   ("cuda",)),
             group(16), *SWITCHES,
-            Param("splitk", 1, (1, 2, 3, 4, 6, 8, 16, 32, 48, 64),
-                  "K splits: partial tiles into a workspace, then a fixed-order sum (2 kernels)"),
+            Param("splitk", SPLITK_AUTO, (SPLITK_AUTO, *SPLITK_CHOICES),
+                  "K splits: partial tiles into a workspace, then a fixed-order sum (2 kernels); "
+                  "0 = chosen from the shape (lab/splitk.py: only with fewer tiles than SMs and "
+                  "a long K; the params column shows the split that ran)"),
             *triton_tile(),
             num_warps(8), num_stages(3),
             Param("realign", False, (False, True),

@@ -680,8 +680,11 @@ def test_bad_restrictions_are_one_sentence(text, backends, words):
 
 def warptiling_cost(params):
     """A fake landscape over warptiling's CUDA space at SPLITK_SHAPE: splitk=32 on 128 x 128 tiles
-    is the unique minimum (1.0 ms); splitk=1 (the defaults) is slow."""
-    return (1.0 + 0.5 * abs(math.log2(params["splitk"] / 32)) + 0.2 * (params["BM"] != 128)
+    is the unique minimum (1.0 ms); splitk=1 is slow; splitk=0 (the registry's default) costs
+    what the split it resolves to at SPLITK_SHAPE on 132 SMs costs."""
+    split = get_stage("warptiling").offer("cuda").resolve(params, *SPLITK_SHAPE, "fp32",
+                                                          132)["splitk"]
+    return (1.0 + 0.5 * abs(math.log2(split / 32)) + 0.2 * (params["BM"] != 128)
             + 0.2 * (params["BN"] != 128) + 0.1 * (params["BK"] != 16)
             + 0.05 * (params["group"] != 16) + 0.1 * (not params["unroll"])
             + 0.01 * (params["WNITER"] != 4) + 0.01 * (params["frags"] != 2))
@@ -764,8 +767,8 @@ def test_splitk_seeds_aim_tiles_times_splitk_at_multiples_of_the_sm_count():
 def test_each_seed_is_the_nearest_split_in_ratio_among_the_registry_choices(shape, sms):
     M, N, K = shape
     space = at.space_of("warptiling", "cuda")
-    splits = [s for s in registry_param("warptiling", "splitk").choices
-              if s == 1 or K // s >= at.SEED_MIN_SPLIT_K]
+    splits = [s for s in registry_param("warptiling", "splitk").choices  # 0: automatic, no seed
+              if s == 1 or (s > 1 and K // s >= at.SEED_MIN_SPLIT_K)]
     edges = [sorted((c for c in registry_param("warptiling", e).choices
                      if c <= space.default[e]), reverse=True)[:at.SEED_TILES] for e in ("BM", "BN")]
     expected = []
@@ -773,7 +776,7 @@ def test_each_seed_is_the_nearest_split_in_ratio_among_the_registry_choices(shap
         tiles = -(-M // bm) * -(-N // bn)
         for f in at.SEED_TARGETS:
             best = min(splits, key=lambda c: (abs(math.log(tiles * c / (f * sms))), c))
-            if (bm, bn, best) not in expected + [(128, 128, 1)]:
+            if (bm, bn, best) not in expected:  # (the defaults' splitk is 0, not 1)
                 expected.append((bm, bn, best))
     assert seed_tiles(at.splitk_seeds(space, M, N, K, sm_count=sms)) == expected
 
@@ -1138,18 +1141,18 @@ def test_tune_merges_automatic_values_with_the_values_they_stand_for(tmp_path, s
 
 
 def test_a_stage_without_automatic_values_is_one_build_per_value_tuple():
-    plain = at.build_identity(get_stage("vectorized").offer("cuda"), 4096, 4096)
+    plain = at.build_identity(get_stage("vectorized").offer("cuda"), 4096, 4096, 4096)
     default = at.space_of("vectorized", "cuda").default
     assert plain(default) == tuple(sorted(default.items()))  # the contract's resolve(): as given
     assert plain({**default, "BK": 16}) != plain(default)
-    ident = at.build_identity(get_stage("mma").offer("cuda"), 4096, 4096, "bf16", 132)
+    ident = at.build_identity(get_stage("mma").offer("cuda"), 4096, 4096, 4096, "bf16", 132)
     space = at.space_of("mma", "cuda")
     auto = space.default
     explicit = {**auto, "BM": 256, "BN": 128, "BK": 64, "WM": 128, "WN": 32, "STAGES": 3,
                 "frags": 2}
     assert ident(auto) == ident(explicit)  # the bf16 automatic row at 4096^3
     # at 1025^3 the shape rule narrows the automatic tile: no longer the 256 x 128 build
-    small = at.build_identity(get_stage("mma").offer("cuda"), 1025, 1025, "bf16", 132)
+    small = at.build_identity(get_stage("mma").offer("cuda"), 1025, 1025, 1025, "bf16", 132)
     assert small(auto) != small(explicit)
 
 

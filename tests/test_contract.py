@@ -44,7 +44,7 @@ def test_validate_accepts_the_defaults_and_resolve_covers_every_parameter(stage,
     params = Variant(stage, stage.defaults()).params_for(backend)
     for precision in offer.precisions:
         assert offer.check(params, precision) is None, (precision, offer.check(params, precision))
-        resolved = offer.resolve(params, 4096, 4096, precision, 132)
+        resolved = offer.resolve(params, 4096, 4096, 4096, precision, 132)
         assert set(params) <= set(resolved)
         if offer.show is not None:
             assert isinstance(offer.show(resolved), str) and offer.show(resolved)

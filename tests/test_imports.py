@@ -26,9 +26,10 @@ pytestmark = pytest.mark.fast
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("lab", "cuda_kernels", "triton_kernels")
 # What a launcher (cuda_kernels/*, triton_kernels/*) may import from lab: the errors, the
-# launcher contract, the operand check and description, the roofline's figures, and the build
-# and launch tools (lab/toolchain/).
-BASE = ("lab.errors", "lab.contract", "lab.operands", "lab.roofline", "lab.toolchain",
+# launcher contract, the operand check and description, the roofline's figures, the split-K
+# arithmetic (lab/splitk.py, shared with the tuner's seeds), and the build and launch tools
+# (lab/toolchain/).
+BASE = ("lab.errors", "lab.contract", "lab.operands", "lab.roofline", "lab.splitk", "lab.toolchain",
         "lab.toolchain.nvrtc", "lab.toolchain.cache", "lab.toolchain.sass", "lab.toolchain.ptx",
         "lab.toolchain.triton")
 COMMANDS = ("lab.autotune", "lab.compare", "lab.run", "lab.profile")

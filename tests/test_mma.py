@@ -649,7 +649,7 @@ def test_triton_validate_refuses_in_one_sentence():
 def test_triton_twin_resolves_and_shows_what_it_compiles():
     m = _triton()
     for precision, bk in (("tf32", 32), ("3xtf32", 32), ("bf16", 64), ("fp16", 64)):
-        r = m.OFFER.resolve(_params("triton"), 4096, 4096, precision, 132)
+        r = m.OFFER.resolve(_params("triton"), 4096, 4096, 4096, precision, 132)
         assert r == {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": bk, "GROUP_M": 8,
                      "num_warps": 8, "num_stages": 3}
         assert m.OFFER.show(r) == (f"BLOCK_M=128,BLOCK_N=128,BLOCK_K={bk},GROUP_M=8,"

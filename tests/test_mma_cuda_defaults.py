@@ -370,7 +370,7 @@ def test_prepare_builds_launches_and_reports_the_resolved_configuration(precisio
         assert launch.resources["params"] == _text(launch.config)
         assert launch.resources["params"] == mma.config_text(launch.config)
         # the contract's resolve and show say the same without a GPU (CPU mode's params column)
-        assert mma.OFFER.show(mma.OFFER.resolve(_params(), M, N, precision, 132)) == \
+        assert mma.OFFER.show(mma.OFFER.resolve(_params(), M, N, 16, precision, 132)) == \
             launch.resources["params"]
         defined = dict(o[2:].split("=", 1) for o in launch.build.options if "=" in o)
         assert {k: int(defined["FRAGS" if k == "frags" else k]) for k in NAMES} == want

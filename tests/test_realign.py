@@ -433,8 +433,10 @@ def test_the_registry_parses_realign(twin, text, value):
     assert variant.params["realign"] is value
     assert variant.params_for("triton")["realign"] is value
     assert "realign" not in variant.params_for("cuda")
-    # the label names what differs from the defaults (splitk = 1 is warptiling's)
-    named = ([f"splitk={twin.split}"] if twin.split > 1 else []) + (["realign=1"] if value else [])
+    # the label names what differs from the defaults (warptiling's splitk is 0, automatic, so
+    # its twins' 1 and 3 are both named)
+    named = ([f"splitk={twin.splitk}"] if twin.splitk is not None else []) + \
+        (["realign=1"] if value else [])
     assert variant.label == twin.stage + (":" + ",".join(named) if named else "")
 
 

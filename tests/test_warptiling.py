@@ -14,11 +14,18 @@
 (d) NVRTC builds: zero spills for the default build in every layout, for each splitk choice
     and for the tile shapes worth timing; the reduction kernel for each splitk; the SASS of the
     default has the one-wavefront LDS.128 fragment reads and no local memory;
-(e) `gpu`: split-K and determinism on the GPU (skipped without one).
+(e) `gpu`: split-K and determinism on the GPU (skipped without one);
+(f) the automatic split (splitk=0, the default; lab/splitk.py): the split chosen for a table of
+    shapes and SM counts, the same on both backends, explicit values passed through, the
+    `params` column showing the split that runs, the Triton twin computing a split it chose
+    under the interpreter, the tuner's build identity merging 0 with its split; `gpu`: the
+    default at 320x192x786432 and 256x256x524288 correct on both backends, its error at
+    256x256x524288 within 2x of cuBLAS fp32's.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 
@@ -32,6 +39,7 @@ from lab.stages import get_stage
 
 STAGE = get_stage("warptiling")
 SPLITS = next(p.choices for p in STAGE.params if p.name == "splitk")
+EXPLICIT = tuple(s for s in SPLITS if s >= 1)  # 0 is the automatic split, section (f)
 SMALL = dict(BM=64, BN=64, BK=8, WM=32, WN=32, WNITER=1, TM=8, TN=4)  # 4 warps, 32 results each
 
 
@@ -326,7 +334,7 @@ def test_default_build_is_spill_free_in_every_layout(layout):
 
 
 @cpu_only
-@pytest.mark.parametrize("splitk", SPLITS)
+@pytest.mark.parametrize("splitk", EXPLICIT)
 def test_each_splitk_builds_without_spills(splitk):
     from cuda_kernels import warptiling
 
@@ -437,3 +445,200 @@ def test_splitk_on_every_layout_on_the_gpu(layout):
         launch = STAGE.module(backend).prepare(a, b, c, **_params(backend, splitk=6))
         result = chk.check(launch, c, ref, K)
         assert result.passed, f"{backend} {layout}: {result.reason}"
+
+
+# ------------------------------------------------------- (f) the automatic split (splitk=0)
+
+H100_SMS = 132
+# (M, N, K, SMs) -> the split splitk=0 runs with the default 128 x 128 tiles (both backends)
+AUTO_TABLE = [
+    ((320, 192, 786432, H100_SMS), 64),   # 6 tiles: tiles x S nearest 4 x 132 = 528 (384; 48: 288)
+    ((256, 256, 524288, H100_SMS), 64),   # 4 tiles: the largest choice; the chain K/S = 8192
+    ((4096, 4096, 4096, H100_SMS), 1),    # 1024 tiles >= 132 SMs
+    ((1025, 1025, 1025, H100_SMS), 1),    # 81 tiles, but K = 1025 < 2 x 1024
+    ((1024, 1024, 1024, H100_SMS), 1),    # 64 tiles, K too short
+    ((128, 128, 128, H100_SMS), 1),       # 1 tile, K too short
+    ((1536, 1408, 65536, H100_SMS), 1),   # 12 x 11 = 132 tiles = SMs: no split
+    ((2048, 1152, 524288, H100_SMS), 1),  # 144 tiles > SMs: no split however long K is
+    ((1024, 1024, 65536, H100_SMS), 8),   # 64 tiles: 8 x 64 = 512 blocks
+    ((1025, 1025, 8192, H100_SMS), 6),    # 81 tiles: 486 blocks (8 would give 648)
+    ((32, 32, 4096, H100_SMS), 4),        # 1 tile: K/S >= 1024 caps it at 4
+    ((1280, 1280, 1 << 20, H100_SMS), 64),  # 100 tiles: 6 for the blocks, 64 for the chain
+    ((320, 192, 786432, 16), 48),         # 16 SMs: 8 for the blocks, 48 for K/S <= 16384
+    ((320, 192, 786432, 6), 1),           # 6 SMs: the 6 tiles fill them
+]
+
+
+@pytest.mark.parametrize("shape,want", AUTO_TABLE, ids=lambda v: "x".join(map(str, v))
+                         if isinstance(v, tuple) else str(v))
+def test_the_automatic_split_of_each_shape(shape, want):
+    from lab.splitk import auto_split
+
+    M, N, K, sms = shape
+    assert auto_split(M, N, K, 128, 128, sms) == want
+    for backend in ("cuda", "triton"):  # both launchers resolve 0 to the same split
+        offer = STAGE.offer(backend)
+        resolved = offer.resolve(_params(backend), M, N, K, "fp32", sms)
+        assert resolved["splitk"] == want, backend
+        assert f"splitk={want}" in offer.show(resolved) and "splitk=0" not in offer.show(resolved)
+
+
+def test_the_automatic_split_keeps_its_rules_over_many_shapes():
+    """Over a grid of shapes and SM counts: a registry choice; 1 whenever the tiles fill the SMs
+    or K is shorter than two splits of MIN_SPLIT_K; otherwise every split at least MIN_SPLIT_K
+    long, and tiles x S the nearest (in ratio) to TARGET x SMs unless the chain rule raised it
+    to the smallest split that keeps K/S <= MAX_CHAIN."""
+    from lab import splitk as sk
+
+    for M in (1, 100, 320, 700, 1025, 1500, 4096):
+        for N in (1, 192, 256, 1025, 2000):
+            for K in (1, 1000, 2048, 5000, 65536, 786432, 3 << 20):
+                for sms in (16, 78, 132):
+                    s = sk.auto_split(M, N, K, 128, 128, sms)
+                    tiles = sk.tile_count(M, N, 128, 128)
+                    assert s in sk.SPLITS
+                    if tiles >= sms or K < 2 * sk.MIN_SPLIT_K:
+                        assert s == 1, (M, N, K, sms)
+                        continue
+                    assert s > 1 and K // s >= sk.MIN_SPLIT_K, (M, N, K, sms, s)
+                    allowed = [c for c in sk.SPLITS if c == 1 or K // c >= sk.MIN_SPLIT_K]
+                    near = min(allowed, key=lambda c: (abs(math.log(tiles * c / (4 * sms))), c))
+                    if K / near <= sk.MAX_CHAIN:
+                        assert s == near, (M, N, K, sms, s, near)
+                    else:
+                        short = [c for c in allowed if K / c <= sk.MAX_CHAIN]
+                        assert s == (min(short) if short else max(allowed)), (M, N, K, sms, s)
+
+
+def test_the_default_is_the_automatic_split_and_explicit_values_pass_through():
+    from lab.splitk import AUTO
+
+    assert STAGE.defaults()["splitk"] == AUTO == 0
+    for backend in ("cuda", "triton"):
+        offer = STAGE.offer(backend)
+        assert offer.check(_params(backend), "fp32") is None
+        for s in EXPLICIT:
+            params = _params(backend, splitk=s)
+            for shape in ((320, 192, 786432), (4096, 4096, 4096), (32, 32, 4096)):
+                assert offer.resolve(params, *shape, "fp32", H100_SMS)["splitk"] == s
+        assert "splitk_reduce" in "".join(offer.kernel_names(_params(backend), "fp32"))
+        assert offer.kernel_names(_params(backend, splitk=1), "fp32")[0].startswith(
+            "matmul_warptiling")
+        assert len(offer.kernel_names(_params(backend, splitk=1), "fp32")) == 1
+        with pytest.raises(LabError, match="splitk=-1: splitk must be 0"):
+            offer.validate({**_params(backend), "splitk": -1}, "fp32")
+
+
+@cpu_only
+def test_the_cuda_compile_builds_the_split_the_shape_gets():
+    """OFFER.compile (CPU mode's build, the tuner's probe) resolves splitk=0 for the H100 first;
+    build() alone, without a shape, reads 0 as the unsplit kernel."""
+    from cuda_kernels import warptiling
+
+    offer = STAGE.offer("cuda")
+    build, (grid, _, _) = offer.compile(_params("cuda"), 320, 192, 786432, "nn", "fp32")
+    assert "-DSPLITK=64" in build.options and grid == (6, 64, 1)
+    build, (grid, _, _) = offer.compile(_params("cuda"), 4096, 4096, 4096, "nn", "fp32")
+    assert "-DSPLITK=1" in build.options and grid == (1024, 1, 1)
+    assert "-DSPLITK=1" in warptiling.build(**_params("cuda")).options
+    assert warptiling.geometry(320, 192, 786432, **_params("cuda"))[0] == (6, 1, 1)
+
+
+def test_the_tuner_tries_the_automatic_split_and_its_value_once():
+    from lab.tune.prune import build_identity
+
+    for backend in ("cuda", "triton"):
+        offer = STAGE.offer(backend)
+        auto = _params(backend)
+        ident = build_identity(offer, 320, 192, 786432, "fp32", H100_SMS)
+        assert ident(auto) == ident({**auto, "splitk": 64}) != ident({**auto, "splitk": 32})
+        square = build_identity(offer, 4096, 4096, 4096, "fp32", H100_SMS)
+        assert square(auto) == square({**auto, "splitk": 1})
+
+
+@cpu_only
+def test_the_triton_twin_computes_the_split_it_chose(capsys, monkeypatch, tmp_path):
+    """32x32x4096 under the interpreter: one tile and K = 4 x 1024, so splitk=0 runs 4 splits and
+    the sum; C is correct, the ordered sum of its 4 slabs, and the `params` column (the launch's
+    resources, and lab.compare's CSV row for both backends) says splitk=4."""
+    from lab.compare import main
+    from lab.report import read_csv
+
+    M, N, K = 32, 32, 4096
+    a, b = chk.make_inputs(M, N, K, seed=4, device="cpu")
+    c = torch.empty(M, N)
+    launch, result = _run_triton(a, b, c, K)  # the registry's defaults: splitk=0
+    assert result.passed, result.reason
+    assert launch.config["splitk"] == 4 and launch.workspace.numel() == 4 * M * N
+    slabs = launch.workspace.view(4, M, N)
+    assert torch.equal(c, slabs[0] + slabs[1] + slabs[2] + slabs[3])
+    assert "splitk=4," in launch.resources["params"]
+    # with fewer SMs than tiles (a GPU of 1 SM) the same call does not split
+    monkeypatch.setattr(STAGE.module("triton"), "sm_count", lambda device: 1)
+    launch, result = _run_triton(a, b, torch.empty(M, N), K)
+    assert result.passed and launch.config["splitk"] == 1 and "workspace" not in launch.extra
+    monkeypatch.undo()
+
+    csv = tmp_path / "rows.csv"
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["--mode", "cpu", "--stage", "warptiling", "--sizes", f"{M}x{N}x{K}",
+                 "--csv", str(csv)]) == 0
+    capsys.readouterr()
+    rows = read_csv(csv)
+    assert sorted(rows["backend"]) == ["cuda", "triton"]
+    for params in rows["params"]:
+        assert "splitk=4" in params.split(",") and "splitk=0" not in params.split(","), params
+
+
+def _fp32_ieee_matmul(a, b):
+    """torch.matmul in IEEE fp32 (TF32 off), the cuBLAS baseline of the fp32 rows."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        before, matmul.fp32_precision = matmul.fp32_precision, "ieee"
+        try:
+            return torch.matmul(a, b)
+        finally:
+            matmul.fp32_precision = before
+    before, matmul.allow_tf32 = matmul.allow_tf32, False
+    try:
+        return torch.matmul(a, b)
+    finally:
+        matmul.allow_tf32 = before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+@pytest.mark.parametrize("shape", [(320, 192, 786432), (256, 256, 524288)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_the_default_splits_long_k_on_the_gpu_correctly(backend, shape):
+    from lab.roofline import sm_count
+    from lab.splitk import auto_split
+
+    M, N, K = shape
+    a, b = chk.make_inputs(M, N, K, seed=1, device="cuda")
+    ref = chk.reference(a, b)
+    c = torch.empty(M, N, device="cuda")
+    launch = STAGE.module(backend).prepare(a, b, c, **_params(backend))
+    result = chk.check(launch, c, ref, K)
+    assert result.passed, result.reason
+    want = auto_split(M, N, K, 128, 128, sm_count(c.device))
+    assert launch.config["splitk"] == want > 1
+    assert f"splitk={want}" in launch.resources["params"].split(",")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_the_default_error_at_long_k_is_within_2x_of_cublas(backend):
+    """256x256x524288: the unsplit kernel's fp32 chain of 524288 gave 1.3e-5 against cuBLAS's
+    1.6e-6 on an H100; the automatic split (64 on 132 SMs: chains of 8192) must come within 2x of
+    torch.matmul (fp32, TF32 off) on the same inputs, in the max error (against the RMS of the
+    result) and the relative Frobenius error."""
+    M, N, K = 256, 256, 524288
+    a, b = chk.make_inputs(M, N, K, seed=2, device="cuda")
+    ref = chk.reference(a, b)
+    cublas = chk.compare(_fp32_ieee_matmul(a, b), ref, K)
+    c = torch.empty(M, N, device="cuda")
+    result = chk.check(STAGE.module(backend).prepare(a, b, c, **_params(backend)), c, ref, K)
+    assert result.passed, result.reason
+    assert result.max_rel <= 2 * cublas.max_rel, (result.max_rel, cublas.max_rel)
+    assert result.rel_err <= 2 * cublas.rel_err, (result.rel_err, cublas.rel_err)

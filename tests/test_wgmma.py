@@ -170,7 +170,7 @@ def test_the_swept_build_options_are_the_stages_parameters(precision, config):
     if precision != "3xtf32":
         want.pop("SUM_TILES", None)
     assert wg.config(precision, **{k: v for k, v in params.items() if k in wg.KNOBS}) == want
-    text = wg.OFFER.show(wg.OFFER.resolve(params, 4096, 4096, precision, 132))
+    text = wg.OFFER.show(wg.OFFER.resolve(params, 4096, 4096, 4096, precision, 132))
     assert text == ",".join(f"{k}={v}" for k, v in {**want, "group": 8}.items())
 
 
@@ -411,16 +411,16 @@ def test_validate_accepts_every_registry_default_and_choice_that_fits():
 
 def test_resolve_and_show_make_one_build_of_values_that_change_nothing():
     wg = _wg()
-    r = {p: wg.OFFER.resolve(_params(), 4096, 4096, p, 132) for p in PRECISIONS}
+    r = {p: wg.OFFER.resolve(_params(), 4096, 4096, 4096, p, 132) for p in PRECISIONS}
     assert wg.OFFER.show(r["bf16"]) == "WGS=2,BN=256,STAGES=4,COPY_AT=0,LOAD_FIRST=0,group=8"
     assert wg.OFFER.show(r["3xtf32"]) == \
         "WGS=2,BN=128,STAGES=4,COPY_AT=0,LOAD_FIRST=1,SUM_TILES=2,group=8"
     # SUM_TILES means nothing outside 3xTF32: all its values are one build there
     for v in (-1, 0, 1, 2):
-        assert wg.OFFER.resolve({**_params(), "SUM_TILES": v}, 64, 64, "tf32", 132) == r["tf32"]
-    assert wg.OFFER.resolve({**_params(), "SUM_TILES": 0}, 64, 64, "3xtf32", 132) != r["3xtf32"]
+        assert wg.OFFER.resolve({**_params(), "SUM_TILES": v}, 64, 64, 64, "tf32", 132) == r["tf32"]
+    assert wg.OFFER.resolve({**_params(), "SUM_TILES": 0}, 64, 64, 64, "3xtf32", 132) != r["3xtf32"]
     # no shape rule: the WGMMA rows run at every size
-    assert wg.OFFER.resolve(_params(), 64, 64, "bf16", 132) == r["bf16"]
+    assert wg.OFFER.resolve(_params(), 64, 64, 64, "bf16", 132) == r["bf16"]
 
 
 def test_cpu_mode_reports_the_wgmma_build():

@@ -136,11 +136,11 @@ def test_regs_mn_resolves_per_precision_and_is_one_build_outside_tf32():
     for precision in ("3xtf32", "bf16", "fp16"):
         assert m.resolve(precision)["regs_mn"] == 0
         assert m.resolve(precision, regs_mn=1)["regs_mn"] == 0  # no effect: one build
-        on = m.resolved_params({"regs_mn": 1}, 4096, 4096, precision)
-        off = m.resolved_params({"regs_mn": 0}, 4096, 4096, precision)
+        on = m.resolved_params({"regs_mn": 1}, 4096, 4096, 4096, precision)
+        off = m.resolved_params({"regs_mn": 0}, 4096, 4096, 4096, precision)
         assert on == off
-    assert (m.resolved_params({"regs_mn": 1}, 4096, 4096, "tf32")
-            != m.resolved_params({"regs_mn": 0}, 4096, 4096, "tf32"))
+    assert (m.resolved_params({"regs_mn": 1}, 4096, 4096, 4096, "tf32")
+            != m.resolved_params({"regs_mn": 0}, 4096, 4096, 4096, "tf32"))
 
 
 @pytest.mark.parametrize("bad", [2, -2, "1", 1.0])

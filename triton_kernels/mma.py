@@ -183,7 +183,7 @@ def validate(params, precision: str | None = None) -> None:
                            f"more than an H100's 227 KiB; lower num_stages, BLOCK_K or BLOCK_N")
 
 
-def resolve(params, M: int, N: int, precision: str, sms: int) -> dict:
+def resolve(params, M: int, N: int, K: int, precision: str, sms: int) -> dict:
     """The parameters as they are compiled (the contract's `resolve`): BLOCK_K=0 made concrete."""
     c = {**DEFAULTS, **params}
     return {**c, "BLOCK_K": block_k(c["BLOCK_K"], precision)}
@@ -217,7 +217,7 @@ OFFER = Offer("mma", "triton", precisions=tuple(ELEM_BYTES), kernels=("matmul_mm
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py), with p.precision. The
     launch's `config` is the configuration that runs (resolve())."""
-    c = resolve(params, p.M, p.N, p.precision, 0)
+    c = resolve(params, p.M, p.N, p.K, p.precision, 0)
     bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
     grid = (cdiv(p.M, bm) * cdiv(p.N, bn),)
     launch = launcher(matmul_mma_kernel, grid, (*problem_args(p),), BLOCK_M=bm, BLOCK_N=bn,

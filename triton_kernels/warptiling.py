@@ -34,6 +34,10 @@ What this file adds over the vectorized twin (the "masks only on edges" GEMM):
   stores its partial tile into its slab of a workspace of S x M x N floats (allocated in prepare:
   setup), and splitk_reduce_kernel, a second small Triton kernel, sums the slabs in the fixed
   order 0, 1, ..., S-1 into C: bitwise reproducible. The launch callable runs both.
+  splitk = 0 (the registry's default) is the split lab/splitk.py's auto_split() chooses from M,
+  N, K, the BLOCK_M x BLOCK_N tile and the GPU's SM count, the same function as the CUDA stage's
+  (resolve(); S = 1 unless the tiles are fewer than the SMs and K is long, see its docstring);
+  prepare() launches that S and puts it in the `params` column (launch.config).
 - realign (default off; the machinery is triton_kernels/_realign.py, shared with the
   double_buffered twin, whose docstring gives the reasoning and the cost). Without 16-byte aligned
   lines (1025^3, 7919x6007x3001: no VEC hints) every copy of A and B is 4 bytes. realign=True
@@ -65,6 +69,8 @@ import triton.language as tl
 from lab.errors import LabError
 from lab.contract import Offer, Prepared, Tuning
 from lab.operands import entry, timer
+from lab.roofline import DEFAULT_SMS, sm_count
+from lab.splitk import AUTO, auto_split
 from triton_kernels import _common as common
 from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
 from triton_kernels._realign import realign_flags, realign_setup, with_copies
@@ -196,35 +202,67 @@ def validate(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_warp
     if acc > MAX_ACC:
         raise LabError(f"{where} gives each thread {acc} accumulators, more than the {MAX_ACC} "
                        f"that fit in registers; raise num_warps or lower BLOCK_M or BLOCK_N")
-    if splitk < 1:
-        raise LabError(f"warptiling (Triton) with splitk={splitk}: splitk must be 1 or more")
+    if splitk < 0:
+        raise LabError(f"warptiling (Triton) with splitk={splitk}: splitk must be 0 (chosen "
+                       f"from the shape) or 1 or more")
 
 
 def kernels(params, precision: str) -> tuple[str, ...]:
-    """The GEMM kernel, the split-K sum after it when K is split, and the realign copy before it."""
+    """The GEMM kernel, the split-K sum after it when K is split (or may be: splitk=0), and the
+    realign copy before it."""
     names = ("matmul_warptiling_kernel",)
-    if params.get("splitk", 1) > 1:
+    if params.get("splitk", 1) != 1:
         names += ("splitk_reduce_kernel",)
     if params.get("realign", False):
         names += ("realign_copy_kernel",)
     return names
 
 
+# the registry's Triton parameters of this stage, in its order: the `params` column's order
+PARAM_ORDER = ("splitk", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages",
+               "realign")
+
+
+def resolve(params, M: int, N: int, K: int, precision: str = "fp32",
+            sms: int = DEFAULT_SMS) -> dict:
+    """The parameters as they are compiled and launched (the contract's `resolve`): splitk=0
+    made the split lab.splitk.auto_split() chooses for M x N x K in BLOCK_M x BLOCK_N tiles on
+    `sms` SMs (the CUDA stage's rule, from the same function)."""
+    out = dict(params)
+    if out.get("splitk", AUTO) == AUTO:
+        out["splitk"] = auto_split(M, N, K, out.get("BLOCK_M", 128), out.get("BLOCK_N", 128), sms)
+    return out
+
+
+def show(resolved) -> str:
+    """The `params` column: the registry's parameters in its order, the split as it runs."""
+    return ",".join(f"{k}={resolved[k]}" for k in PARAM_ORDER if k in resolved)
+
+
 OFFER = Offer("warptiling", "triton", kernels=kernels,
-              validate=lambda params, precision: validate(**params),
+              validate=lambda params, precision: validate(**params), resolve=resolve, show=show,
               tuning=Tuning(split="splitk", tile=("BLOCK_M", "BLOCK_N")))
 
 
 @entry(OFFER)
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_M: int = 8,
-            num_warps: int = 8, num_stages: int = 3, splitk: int = 1, realign: bool = False,
+            num_warps: int = 8, num_stages: int = 3, splitk: int = AUTO, realign: bool = False,
             **_):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/operands.py). splitk=0: the split for this
+    problem and this GPU (resolve()); launch.config is the configuration that runs and its text
+    the row's `params` column."""
+    config = resolve(dict(splitk=splitk, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                          GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages,
+                          realign=realign), p.M, p.N, p.K, p.precision,
+                     sm_count(p.c.tensor.device))
     # realign (triton_kernels/_realign.py): the buffers first (setup, untimed), so that the GEMM
     # kernel's arguments are the buffers; the copies run once per call, before the kernel(s)
     p, copies, realign_ms = realign_setup(p, realign)
-    return with_copies(_launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages,
-                               splitk, realign_flags(p, copies)), copies, realign_ms, p)
+    out = with_copies(_launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages,
+                              config["splitk"], realign_flags(p, copies)), copies, realign_ms, p)
+    out.resources = {**(out.resources or {}), "params": show(config)}
+    out.config = config
+    return out
 
 
 def _launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, splitk, pads):

@@ -284,7 +284,7 @@ def resolve(precision: str, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int =
     return r
 
 
-def resolved_params(params: dict, M: int, N: int, precision: str = "bf16",
+def resolved_params(params: dict, M: int, N: int, K: int, precision: str = "bf16",
                     sms: int = DEFAULT_SMS) -> dict:
     """The tuner's identity of a configuration (lab.autotune.build_identity): `params` with the
     automatic values made concrete as prepare() would for an M x N problem on `sms` SMs, so that

@@ -66,7 +66,7 @@ def dry_run(stage, backend: str, shape, layout: str, max_configs: int | None = N
           f"(bucket {bucket(M, N, K)}):", flush=True)
     space = space_of(stage, backend, restrict, validate)
     c = candidates(space, validate=validate, shape=(M, N, K), sm_count=SEED_SMS,
-                   identity=build_identity(offer, M, N, precision, SEED_SMS))
+                   identity=build_identity(offer, M, N, K, precision, SEED_SMS))
 
     def say(text: str, indent: str = "  ") -> None:  # a note, wrapped to the terminal at spaces
         print(wrap(text, indent=indent, subsequent=indent + "  "), flush=True)
@@ -210,7 +210,7 @@ def _dry_run_order(space, c: Candidates, validate, shape, layout, max_configs, o
                else 2.0,
                validate=validate, budget_s=math.inf, max_configs=shown, shape=(M, N, K),
                layout=layout, refine_rounds=0, sm_count=SEED_SMS,
-               identity=build_identity(offer, M, N, precision, SEED_SMS))
+               identity=build_identity(offer, M, N, K, precision, SEED_SMS))
     print("  sample, the first candidates in search order (while the defaults stay the "
           "fastest):")
     for i, t in enumerate(r.trials, 1):
@@ -260,7 +260,7 @@ def dry_run_all(stage, backend: str, shape, layout: str, max_configs: int | None
                    shape=(M, N, K), layout=layout, refine_rounds=0, sm_count=SEED_SMS,
                    prefetch=ahead.prefetch if ahead else None,
                    compile_ahead=ahead.lookahead if ahead else 0, on_progress=on_progress,
-                   identity=build_identity(offer, M, N, precision, SEED_SMS))
+                   identity=build_identity(offer, M, N, K, precision, SEED_SMS))
     finally:
         if ticker is not None:
             ticker.close()

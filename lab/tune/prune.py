@@ -19,10 +19,11 @@ def validator(offer, precision: str = "fp32") -> Callable[[dict], str | None]:
     return why_not
 
 
-def build_identity(offer, M: int, N: int, precision: str = "fp32",
+def build_identity(offer, M: int, N: int, K: int, precision: str = "fp32",
                    sms: int | None = None) -> Callable[[dict], tuple]:
     """identity(params) for search(): the configuration as the launcher will build and launch it
-    for an M x N problem on a GPU of `sms` SMs, from OFFER.resolve(params, M, N, precision, sms)
+    for an M x N x K problem on a GPU of `sms` SMs, from OFFER.resolve(params, M, N, K,
+    precision, sms)
     (automatic values such as 0 made concrete), as a sorted tuple of items. The contract's default
     resolve() returns the parameters unchanged: then every value tuple is its own build."""
     sms = int(sms or SEED_SMS)
@@ -31,7 +32,8 @@ def build_identity(offer, M: int, N: int, precision: str = "fp32",
     def identity(params: dict) -> tuple:
         k = tuple(sorted(params.items()))
         if k not in known:
-            known[k] = tuple(sorted(offer.resolve(dict(params), M, N, precision, sms).items()))
+            known[k] = tuple(sorted(offer.resolve(dict(params), M, N, K, precision,
+                                                  sms).items()))
         return known[k]
 
     return identity

@@ -2,19 +2,22 @@
 split K so that tiles x split lands near 1x, 2x and 4x the SM count, tried right after the
 defaults (lab/tune/__init__.py, step 3). The parameters they set are the launcher's to name:
 `OFFER.tuning.split` and `OFFER.tuning.tile` (lab/contract.py Tuning); a space without a split
-gets no seeds."""
+gets no seeds. The arithmetic (tiles, the splits a K allows, the split nearest a target) is
+lab/splitk.py's, the same the launchers' automatic split (`splitk=0`) uses; the seeds allow
+shorter splits than that default (SEED_MIN_SPLIT_K: the search measures what the rule can only
+estimate)."""
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 from lab.roofline import DEFAULT_SMS
+from lab.splitk import TARGETS, allowed_splits, few_tiles, nearest_split, tile_count
 from lab.tune.space import Space, fmt, nearest_valid
 
 SEED_SMS = DEFAULT_SMS  # SMs the split-K seeds assume when the GPU's count is not known (132)
 SEED_TILES = 2  # block tiles seeded: the defaults' and one smaller (at most 3 seeds each)
-SEED_TARGETS = (1, 2, 4)  # tiles x split is aimed at these multiples of the SM count
+SEED_TARGETS = TARGETS  # tiles x split is aimed at these multiples of the SM count (1, 2, 4)
 SEED_MIN_SPLIT_K = 256  # a seed's split leaves every split at least this much of K
 SEED_REPAIR_LIMIT = 2_000  # configurations validate() may be asked for a seed it refuses
 
@@ -24,7 +27,9 @@ def splitk_seeds(space: Space, M: int, N: int, K: int, sm_count: int | None = No
     """The split-K seeds of `space` at M x N x K, in the order they are tried: the defaults' tile
     first, then the smaller tiles; per tile the split nearest 1x, 2x, 4x the SM count. [] when
     the space searches no split (space.tuning.split), has no block tile (space.tuning.tile), or
-    the shape has enough tiles or too short a K. Seeds equal to the defaults are left out."""
+    the shape has enough tiles or too short a K. Seeds equal to the defaults are left out; one
+    equal to what the defaults' automatic split (splitk=0) resolves to is the same build, tried
+    once (the search's build identity, OFFER.resolve)."""
     sms = int(sm_count or SEED_SMS)
     name = space.tuning.split
     split = next((p for p in space.searched if p.name == name), None) if name else None
@@ -46,16 +51,14 @@ def splitk_seeds(space: Space, M: int, N: int, K: int, sm_count: int | None = No
         t = (rows[min(step, len(rows) - 1)], cols[min(step, len(cols) - 1)])
         if t not in tiles_tried:
             tiles_tried.append(t)
-    splits = [s for s in split.choices if s == 1 or K // s >= SEED_MIN_SPLIT_K]
-    first = cdiv(M, tiles_tried[0][0]) * cdiv(N, tiles_tried[0][1])
-    if first >= sms or not any(s > 1 for s in splits):
+    splits = allowed_splits(split.choices, K, SEED_MIN_SPLIT_K)  # the automatic 0 left out
+    if not few_tiles(tile_count(M, N, *tiles_tried[0]), sms) or not any(s > 1 for s in splits):
         return []
     seeds, keys = [], {space.key(default)}
     for bm, bn in tiles_tried:
-        tiles = cdiv(M, bm) * cdiv(N, bn)
+        tiles = tile_count(M, N, bm, bn)
         for factor in SEED_TARGETS:
-            target = factor * sms
-            s = min(splits, key=lambda s: (abs(math.log(tiles * s / target)), s))
+            s = nearest_split(tiles, factor * sms, splits)
             seed = space.full({**{n: default[n] for n in space.names}, edges[0]: bm,
                                edges[1]: bn, name: s})
             if validate is not None and validate(seed) is not None:
@@ -71,6 +74,3 @@ def seed_text(seed: dict, tuning) -> str:
     names = (*tuning.tile, tuning.split) if tuning.split else tuple(tuning.tile)
     return ",".join(f"{k}={fmt(seed[k])}" for k in names if k in seed)
 
-
-def cdiv(a: int, b: int) -> int:
-    return -(-int(a) // int(b))

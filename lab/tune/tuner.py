@@ -102,7 +102,7 @@ def tune(stage, backend: str, M: int, N: int, K: int, *, layout: str = "nn",
                         precision=precision, sm_count=sm_count,
                         prefetch=ahead.prefetch if ahead else None,
                         compile_ahead=ahead.lookahead if ahead else 0,
-                        identity=build_identity(offer, M, N, precision, sm_count))
+                        identity=build_identity(offer, M, N, K, precision, sm_count))
         if ahead is not None:
             ahead.close()
         if bench is not None and cublas and result.winner is not None:
