@@ -78,8 +78,9 @@ def stage_launcher(build: Build, geometry, p):
     compiled for p.layout (layout_defines).
     """
     grid, block, smem = geometry
-    return Prepared(launcher(build, grid, block, matmul_args(p), smem),
-                    resources=resources(build, grid, block, smem), build=build)
+    kernel = launcher(build, grid, block, matmul_args(p), smem)
+    return Prepared.of_steps([kernel.step], resources=resources(build, grid, block, smem),
+                             build=build)
 
 
 def cuda_offer(stage: str, kernels, build, geometry, validate=None, **fields) -> Offer:

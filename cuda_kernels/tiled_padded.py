@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, launcher, matmul_args,
                                  resources)
-from lab.contract import Prepared
+
 from lab.operands import Padded, entry
 
 
@@ -53,6 +53,6 @@ def prepare(p, tile: int = 32, ktile: int = 2, **params):
     q = padded.problem
     bld = build(tile=tile, ktile=ktile, **params, layout=q.layout)
     grid, block, smem = geometry(q.M, q.N, q.K, tile=tile)
-    launch = padded.with_crop(launcher(bld, grid, block, matmul_args(q), smem))
-    return Prepared(launch, resources=resources(bld, grid, block, smem), build=bld,
-                    setup_ms=padded.setup_ms, padded_shape=(padded.Mp, padded.Np, padded.Kp))
+    kernel = launcher(bld, grid, block, matmul_args(q), smem)
+    return padded.with_crop(kernel.step, resources=resources(bld, grid, block, smem), build=bld,
+                            padded_shape=(padded.Mp, padded.Np, padded.Kp))

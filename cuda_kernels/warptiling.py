@@ -232,11 +232,9 @@ def prepare(p, splitk: int = AUTO, **params):
     rgrid, rblock, _ = reduce_geometry(p.M, p.N)
     reduce = launcher(red, rgrid, rblock, (work, p.c.tensor, i32(p.M), i32(p.N), i32(ldw),
                                            i32(p.c.ld)))
-
-    def launch():
-        partials()
-        reduce()
-
-    return Prepared(launch, resources={**resources(main, grid, block, smem),
-                                       "params": show(config)},
-                    build=main, setup_ms=setup_ms, reduce_build=red, workspace=work, config=config)
+    # setup_reusable: the workspace is allocated once and every call rewrites all of it
+    return Prepared.of_steps([partials.step, reduce.step],
+                             resources={**resources(main, grid, block, smem),
+                                        "params": show(config)},
+                             build=main, setup_ms=setup_ms, reduce_build=red, workspace=work,
+                             config=config, setup_reusable=True)

@@ -303,14 +303,12 @@ def launch(p, precision: str, group: int = 8, config: dict | None = None) -> Pre
     copies = tuple((dst, src) for _, dst, src in w["copies"])
     names = tuple(name for name, _, _ in w["copies"])
     if not copies:
-        return Prepared(kernel, resources=res, build=b, copies=names)
+        return Prepared.of_steps([kernel.step], resources=res, build=b, copies=names)
+    import torch
 
-    def run():  # the copies are part of the computation, so of the timed call
-        for dst, src in copies:
-            dst.copy_(src)
-        kernel()
-
-    return Prepared(run, resources=res, build=b, kernel_only=kernel, copies=names)
+    # the copies are part of the computation, so of the timed call
+    steps = [(torch.Tensor.copy_, (dst, src)) for dst, src in copies] + [kernel.step]
+    return Prepared.of_steps(steps, resources=res, build=b, kernel_only=kernel, copies=names)
 
 
 OFFER = Offer("wgmma", "cuda", precisions=PRECISIONS, kernels=(KERNEL,), validate=validate,

@@ -28,8 +28,41 @@ def matmul(a, b, stage: str | None = None, backend: str = "cuda", out=None,
     params: the stage's parameters (e.g. tile=16), checked against the registry. Returns C. Like torch.matmul, the
     call is asynchronous on a GPU (it returns once the kernel is queued on the current stream).
     """
+    from lab import plan as plans
+
+    key = plans.signature(a, b, out, stage, backend, precision, params)
+    if key is not None:
+        hit = plans.lookup(key)
+        if hit is not None and not plans.capturing(a):
+            return _replay(hit, a, b, out)
+    return _matmul(a, b, stage, backend, out, precision, params, key)
+
+
+def _replay(plan, a, b, out):
+    """A call whose signature has a plan (lab/plan.py): only the checks that depend on the tensors
+    themselves, then the plan's steps on these tensors."""
     import torch
 
+    if out is None:
+        out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+    else:
+        clash = plan.overlap(a, b, out)
+        if clash is not None:
+            from lab.operands import overlap_message
+
+            raise LabError(overlap_message(plan.where, clash))
+    if a.requires_grad or b.requires_grad or out.requires_grad:
+        plan(a.detach(), b.detach(), out.detach())
+    else:
+        plan(a, b, out)
+    return out
+
+
+def _matmul(a, b, stage, backend, out, precision, params, key):
+    """The full road: resolve, check, prepare, launch; keep the plan when `key` is given."""
+    import torch
+
+    from lab import plan as plans
     from lab.operands import DTYPE_NAMES, Needs, check_operands, precision_for
     from lab.stages import BACKENDS, DEFAULT_STAGE, Variant, get_stage
 
@@ -75,9 +108,11 @@ def matmul(a, b, stage: str | None = None, backend: str = "cuda", out=None,
     module = spec.module(backend)
     if backend == "triton" and on_cpu:
         _refuse_compiled_kernels(where)
-    launch = module.prepare(a, b, out, precision=precision,
-                            **Variant(spec, values).params_for(backend))
+    kwargs = dict(precision=precision, **Variant(spec, values).params_for(backend))
+    launch = module.prepare(a, b, out, **kwargs)
     launch()
+    if key is not None and not plans.capturing(a):
+        plans.store(key, plans.make_plan(launch, module.prepare, kwargs, a, b, out, where))
     return out
 
 

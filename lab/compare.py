@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-transfers", action="store_true",
                    help="GPU only: also time the host-to-host path (copy A and B to the GPU, "
                         "run, copy C back) next to the kernel alone")
+    p.add_argument("--api", action="store_true",
+                   help="also time each stage row as a user's lab.matmul call: columns api ms "
+                        "(GPU-visible median, L2 flushed) and api us (CPU time per call with "
+                        "its plan cached); docs/COLUMNS.md")
     p.add_argument("--list", action="store_true",
                    help="list the stages and their parameters (only those named by --stage, if "
                         "given)")
@@ -177,7 +181,8 @@ def _main(argv: list[str] | None) -> int:
     shapes = parse_sizes(",".join(args.sizes) if args.sizes else
                          (GPU_SIZES if mode == "gpu" else CPU_SIZES))
     plan = Plan(variants, backends, shapes, precision, args.seed, mode, args.rep_ms,
-                transfers=args.include_transfers, layouts=parse_layouts(args.layout),
+                transfers=args.include_transfers, api=args.api,
+                layouts=parse_layouts(args.layout),
                 repeat=args.repeat, cublas_timing=args.cublas_timing)
     validate(plan)  # say what is wrong before printing anything else (execute() checks again)
     from lab.run import cpu_skips

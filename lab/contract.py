@@ -119,22 +119,56 @@ class Prepared:
     build: the NVRTC build that runs (CUDA), for the occupancy API.
     kernel_only: the kernel launch without the per-call copies a stage may add, for a profiler.
     problem: the Problem the launcher was handed.
+    steps: the call as data, when it is nothing but a sequence of `(run, args)` pairs (kernel
+        launches, tensor copies): calling the Prepared runs `run(*args)` for each in order. Made
+        with `Prepared.of_steps`; lab.matmul's plan cache (lab/plan.py) replays the steps on new
+        tensors of the same shapes, strides and alignment, so a launcher that builds its call this
+        way runs at the kernel's speed when a user calls lab.matmul in a loop. None: an opaque
+        call, which lab.matmul prepares again on every call.
     extra: launcher-specific facts a test or a page may read (e.g. a workspace, a resolved
         configuration); the harness reads none of them.
     """
 
-    __slots__ = ("fn", "resources", "setup_ms", "build", "kernel_only", "problem", "extra")
+    __slots__ = ("fn", "resources", "setup_ms", "build", "kernel_only", "problem", "steps",
+                 "extra")
 
     def __init__(self, fn: Callable[[], object], *, resources: dict | None = None,
                  setup_ms: float | None = None, build=None, kernel_only=None, problem=None,
-                 **extra):
+                 steps: tuple | None = None, **extra):
         self.fn = fn
         self.resources = resources
         self.setup_ms = setup_ms
         self.build = build
         self.kernel_only = kernel_only
         self.problem = problem
+        self.steps = steps
         self.extra = dict(extra)
+
+    @classmethod
+    def of_steps(cls, steps, **fields) -> "Prepared":
+        """A Prepared whose call runs `run(*args)` for each (run, args) of `steps`, in order.
+        A step may itself be a Prepared made this way (its steps are spliced in)."""
+        flat: list[tuple] = []
+        for step in steps:
+            if isinstance(step, Prepared):
+                if step.steps is None:
+                    raise ValueError("of_steps: a Prepared without steps cannot be spliced")
+                flat.extend(step.steps)
+            else:
+                run, args = step
+                flat.append((run, tuple(args)))
+        flat_t = tuple(flat)
+        if len(flat_t) == 1:
+            run, args = flat_t[0]
+
+            def call():
+                run(*args)
+        else:
+            def call():
+                for run, args in flat_t:
+                    run(*args)
+
+        return cls(call, steps=flat_t, **fields)
 
     def __call__(self):
         return self.fn()

@@ -280,8 +280,7 @@ def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None 
                        f"distinct, such as torch.empty({M}, {N})")
     for name, t in (("A", a), ("B", b)):
         if _overlaps(c, t):
-            raise LabError(f"{where}: C (out) shares memory with {name}; the kernel would read "
-                           f"values it has already overwritten, so pass a separate C")
+            raise LabError(overlap_message(where, name))
     for name, t in (("A", a), ("B", b), ("C", c)):
         if t.numel():
             op = Operand.of(name, t)
@@ -310,6 +309,11 @@ def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None 
                            f"`with torch.cuda.device({a.device.index}):`")
 
 
+def overlap_message(where: str, name: str) -> str:
+    return (f"{where}: C (out) shares memory with {name}; the kernel would read values it has "
+            f"already overwritten, so pass a separate C")
+
+
 def check_index_range(name: str, rows: int, cols: int, s0: int, s1: int, where: str) -> None:
     """Raise LabError unless a rows x cols operand with strides (s0, s1) fits 32-bit offsets."""
     if not fits_32bit(rows, cols, s0, s1):
@@ -329,7 +333,11 @@ class _Timer:
     """CUDA events on the current stream on a GPU, perf_counter on the CPU."""
 
     def __init__(self, cuda: bool):
+        # Inside a CUDA graph capture an event cannot be waited on; the copy is captured untimed.
         self.cuda = cuda
+        self.capturing = cuda and _capturing()
+        if self.capturing:
+            return
         if cuda:
             import torch
 
@@ -339,11 +347,19 @@ class _Timer:
             self.t0 = time.perf_counter()
 
     def stop(self) -> float:
+        if self.capturing:
+            return 0.0
         if self.cuda:
             self.end.record()
             self.end.synchronize()
             return float(self.start.elapsed_time(self.end))
         return (time.perf_counter() - self.t0) * 1e3
+
+
+def _capturing() -> bool:
+    import torch
+
+    return torch.cuda.is_current_stream_capturing()
 
 
 def timer(cuda: bool) -> _Timer:
@@ -400,6 +416,13 @@ def _warn_interpreter_time(where: str, M: int, N: int, K: int) -> None:
 
 
 def _copy_back(kernel: Prepared, buf, user_c) -> Prepared:
+    import torch
+
+    fields = dict(resources=kernel.resources, setup_ms=kernel.setup_ms, build=kernel.build,
+                  kernel_only=kernel.kernel_only or kernel, **kernel.extra)
+    if kernel.steps is not None:  # the copy is part of the computation (and of a replay)
+        return Prepared.of_steps([kernel, (torch.Tensor.copy_, (user_c, buf))], **fields)
+
     def run():
         kernel()
         user_c.copy_(buf)  # a C with no unit stride: the copy is part of the computation
@@ -433,11 +456,15 @@ def entry(offer: Offer, needs: Needs | None = None):
             if interpreting and a.device.type == "cpu":
                 _warn_interpreter_time(where, M, N, K)
             if M == 0 or N == 0:  # nothing to compute
-                return Prepared(lambda: None)
+                return Prepared.of_steps([])
             if K == 0:  # an empty sum: C is zero, as torch.matmul gives
-                return Prepared(c.zero_)
-            # autograd plays no part here (and DLPack refuses tensors that require grad)
-            a, b, c = a.detach(), b.detach(), c.detach()
+                import torch
+
+                return Prepared.of_steps([(torch.Tensor.zero_, (c,))])
+            # autograd plays no part here (an in-place write to a C that requires grad would be
+            # refused); the tensors themselves are kept where they need no detaching, so a plan
+            # (lab/plan.py) can find them in the launch's steps
+            a, b, c = (t.detach() if t.requires_grad else t for t in (a, b, c))
             p = describe(a, b, c, needs, precision)
             launch = inner(p, **params)
             if not isinstance(launch, Prepared):
@@ -473,7 +500,7 @@ class Padded:
     one stage in elements, TILE * ktile for the CUDA kernel; `tile` when not given). An operand
     that needs padding is copied into a zero, row-major buffer; one that does not is used as it
     is, in its own layout and leading dimension (the kernel reads layouts and leading dimensions).
-    `problem` is the padded problem the kernel runs on; `with_crop` makes the timed callable."""
+    `problem` is the padded problem the kernel runs on; `with_crop` makes the timed call."""
 
     def __init__(self, p, tile: int, k_multiple: int | None = None):
         M, N, K = p.M, p.N, p.K
@@ -501,17 +528,16 @@ class Padded:
         self.problem = replace(p, M=self.Mp, N=self.Np, K=self.Kp, a=a, b=b, c=c, setup_ms=0.0,
                                copy_back=None)
 
-    def with_crop(self, launch):
-        """The timed callable: the bare launch, or the launch followed by the crop copy."""
-        if not self.pads_c:
-            return launch
-        c, view = self.c, self.cpad[: self.M, : self.N]
+    def with_crop(self, launch, **fields) -> Prepared:
+        """The timed call as a Prepared: `launch` (a Prepared with steps, or a KernelLaunch's
+        step) alone, or followed by the crop copy C <- padded C[:M, :N]; `fields` go to the
+        Prepared (resources, ...), with this padding's setup_ms."""
+        import torch
 
-        def launch_and_crop():
-            launch()
-            c.copy_(view)
-
-        return launch_and_crop
+        steps = [launch]
+        if self.pads_c:
+            steps.append((torch.Tensor.copy_, (self.c, self.cpad[: self.M, : self.N])))
+        return Prepared.of_steps(steps, setup_ms=self.setup_ms, **fields)
 
 
 def _zero_padded(x, rows: int, cols: int):

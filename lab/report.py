@@ -60,6 +60,8 @@ class Row:
     setup_ms: float | None = None  # one-time work in prepare() worth knowing (e.g. padding)
     e2e_ms: float | None = None  # --include-transfers: H2D copies + kernel + D2H copy
     transfer_ms: float | None = None  # e2e_ms - median_ms
+    api_ms: float | None = None  # --api: median GPU-visible time of the lab.matmul call
+    api_us: float | None = None  # --api: CPU time per lab.matmul call, its plan cached
     registers: int | None = None
     smem_static: int | None = None
     smem_dynamic: int | None = None
@@ -333,12 +335,14 @@ _COLUMNS = {
     "e2e ms": (lambda r: _sig(r.e2e_ms, 4), "right"),
     "xfer %": (lambda r: _num(100 * r.transfer_ms / r.e2e_ms, ".0f")
                if r.e2e_ms and r.transfer_ms is not None else "-", "right"),
+    "api ms": (lambda r: _sig(r.api_ms, 4), "right"),
+    "api us": (lambda r: _num(r.api_us, ".0f"), "right"),
     "occ %": (lambda r: _num(None if r.occupancy is None else 100 * r.occupancy, ".0f"), "right"),
     "limited by": (lambda r: r.occupancy_limiter or "-", "left"),
     "blk/SM": (_blocks, "right"),
 }
 # Shown only when some row has a value (in the tables that offer them).
-_WHEN_FILLED = ("vs base", "% peak", "% cuB range", "MHz", "min MHz", "W", "throttle", "setup ms", "e2e ms", "xfer %", "occ %", "limited by", "blk/SM")
+_WHEN_FILLED = ("vs base", "% peak", "% cuB range", "MHz", "min MHz", "W", "throttle", "setup ms", "e2e ms", "xfer %", "api ms", "api us", "occ %", "limited by", "blk/SM")
 # CPU mode has no times, so its narrow table has room for what NVRTC reports of the CUDA rows.
 CPU_RESOURCES = ("regs", "smem B", "spill B")
 # No vertical lines and a rule under each header (not across the gaps), so that neighbouring
@@ -377,7 +381,8 @@ def columns(rows: list[Row], mode: str, wide: bool = False, spread: bool = False
     cols.append("size")
     if gpu:
         cols += ["median ms", *(["p20-p80 ms"] if wide else []), "TFLOPS", "% cuBLAS",
-                 *(["% cuB range"] if wide or spread else []), "% peak", "vs base"]
+                 *(["% cuB range"] if wide or spread else []), "% peak", "vs base",
+                 "api ms", "api us"]
     cols += ["rel err", "status"]
     if wide:
         cols += ["regs", "smem B", "spill B", "threads"]

@@ -40,6 +40,7 @@ class Plan:
     rep_ms: float = 100.0
     cublas: bool = True
     transfers: bool = False  # also time host -> device -> host around each launch
+    api: bool = False  # also time each stage row as a user's lab.matmul call (its plan cached)
     layouts: list[str] = field(default_factory=lambda: ["nn"])  # BLAS names: nn, nt, tn, tt
     notes: list[str] = field(default_factory=list)
     repeat: int = 1  # run the whole plan this many times (fresh inputs: seed + repeat index)
@@ -378,6 +379,46 @@ def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, 
         row.api_blocks_per_sm = occupancy_blocks_per_sm(launch.build, row.threads,
                                                         row.smem_dynamic or 0)
     _check_and_time(row, launch, a, b, c, ref, plan, host, cublas, gpu)
+    if plan.api and row.status == "pass":
+        _time_api(row, variant, backend, a, b, c, plan)
+
+
+API_CPU_CALLS = 50  # lab.matmul calls whose CPU time is averaged (no wait between them)
+
+
+def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan) -> None:
+    """--api: the row's computation as a user calls it, lab.matmul(a, b, out=c, ...) with the
+    row's stage, backend, precision and parameters. Its C must equal the prepared launch's (the
+    same kernel on the same inputs); then `api_ms` is its median GPU-visible time (L2 flushed,
+    as `median_ms`) and `api_us` its CPU time per call once the signature's plan is cached
+    (lab/plan.py): API_CPU_CALLS calls back to back, divided."""
+    import time
+
+    import torch
+
+    import lab
+    from lab.timing import bench
+
+    params = variant.params_for(backend)
+    want = c.clone()
+
+    def call():
+        lab.matmul(a, b, stage=variant.stage.name, backend=backend, out=c,
+                   precision=row.precision, **params)
+
+    c.fill_(float("nan"))
+    call()
+    if not torch.equal(c, want):
+        row.detail = (row.detail + "; " if row.detail else "") + (
+            "lab.matmul's C differs from the prepared launch's (not timed)")
+        return
+    row.api_ms = bench(call, rep_ms=plan.rep_ms).median_ms
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(API_CPU_CALLS):
+        call()
+    row.api_us = (time.perf_counter() - start) / API_CPU_CALLS * 1e6
+    torch.cuda.synchronize()
 
 
 def _apply_check(row: Row, result: chk.CheckResult) -> bool:

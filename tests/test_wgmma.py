@@ -34,6 +34,7 @@ import math
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -311,15 +312,20 @@ def test_a_copy_is_the_same_build_as_the_readable_layout():
 def _cpu_kernel(build, grid, block, args, smem):
     """A stand-in for _build.launcher: a launch that computes, in float64 on the CPU, what the
     kernel computes from these arguments (wgmma.cu's contract; A_KMAJOR from the build)."""
-    Ap, Bp, C, M, N, K, lda, ldb, csm, csn = args
     a_kmajor = "-DA_KMAJOR=1" in build.options
 
-    def run():
-        w = {"copies": [], "Ap": Ap, "Bp": Bp, "M": int(M), "N": int(N), "lda": int(lda),
-             "ldb": int(ldb), "a_kmajor": a_kmajor, "csm": int(csm), "csn": int(csn)}
-        _run_contract(w, C)
+    class Launch:  # what KernelLaunch offers: call it, or run(*args) with other tensors
+        def run(self, Ap, Bp, C, M, N, K, lda, ldb, csm, csn):
+            w = {"copies": [], "Ap": Ap, "Bp": Bp, "M": int(M), "N": int(N), "lda": int(lda),
+                 "ldb": int(ldb), "a_kmajor": a_kmajor, "csm": int(csm), "csn": int(csn)}
+            _run_contract(w, C)
 
-    return run
+        def __call__(self):
+            self.run(*args)
+
+        step = property(lambda self: (self.run, tuple(args)))
+
+    return Launch()
 
 
 @pytest.mark.parametrize("layout,M,N", [("tn", 40, 24), ("tn", 24, 40), ("nn", 40, 24)])
@@ -359,7 +365,7 @@ def test_prepare_refuses_a_gpu_that_is_not_sm_90(monkeypatch, arch):
         wg.prepare.inner(p, **_params())
     _one_sentence(str(info.value))
     monkeypatch.setattr(wg, "device_arch_of", lambda p: "sm_90")  # an H100: it builds
-    monkeypatch.setattr(wg, "launcher", lambda *a, **k: lambda: None)
+    monkeypatch.setattr(wg, "launcher", lambda *a, **k: SimpleNamespace(step=(print, ())))
     assert wg.prepare.inner(p, **_params()).build.kernel == "matmul_wgmma"
 
 

@@ -23,13 +23,13 @@ the stage's launch without the copies as launch.kernel_only (for a profiler).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
 
 import triton
 import triton.language as tl
 
 from lab.contract import Prepared
 from lab.operands import timer
+from lab.toolchain.triton import launcher
 from triton_kernels._common import cdiv
 
 # a buffer's leading dimension is a multiple of this many elements (64 bytes of fp32), so that
@@ -77,22 +77,17 @@ def _lines(buf, user) -> tuple:
     return (user, buf, buf.shape[1], buf.shape[0], user.stride(1), user.stride(0), buf.stride(1))
 
 
-def copy_into_buffers(pairs: tuple) -> Callable[[], None]:
-    """A no-argument callable that copies every (buffer view, user tensor) pair in `pairs` (one
-    or two) with one launch of realign_copy_kernel; nothing when there is nothing to copy."""
+def copy_into_buffers(pairs: tuple) -> Prepared:
+    """The copy of every (buffer view, user tensor) pair in `pairs` (one or two) as one launch of
+    realign_copy_kernel (a Prepared with steps); no steps when there is nothing to copy."""
     jobs = [_lines(buf, user) for buf, user in pairs]
     tiles = [cdiv(j[2], COPY_LINES) * cdiv(j[3], COPY_WIDTH) for j in jobs]
     total = sum(tiles)
     if total == 0:
-        return lambda: None
+        return Prepared.of_steps([])
     first, second = jobs[0], jobs[-1]
-    args = (*first, tiles[0], *second)
-    grid = (total,)
-
-    def copy():
-        realign_copy_kernel[grid](*args, BLOCK_L=COPY_LINES, BLOCK_W=COPY_WIDTH, num_warps=4)
-
-    return copy
+    return launcher(realign_copy_kernel, (total,), (*first, tiles[0], *second), helper=True,
+                    BLOCK_L=COPY_LINES, BLOCK_W=COPY_WIDTH, num_warps=4)
 
 
 def needs_realign(op) -> bool:
@@ -174,16 +169,20 @@ def with_copies(launch, copies: dict, setup_ms: float | None, problem=None):
 
     pairs = tuple(copies.values())
     copy = copy_into_buffers(pairs)
-
-    def launch_with_copy():  # timed, every call: the copies (one kernel), then the kernel(s)
-        copy()
-        launch()
-
     own = launch.setup_ms
-    return Prepared(launch_with_copy, resources=launch.resources,
-                    setup_ms=setup_ms if own is None else own + (setup_ms or 0.0),
-                    kernel_only=launch,  # the kernel(s) alone, for a profiler
-                    **launch.extra,
-                    copy_pairs=pairs,  # (buffer view, user tensor) per copied operand
-                    realigned=tuple(copies),  # the operands copied: ("A",), ("B",), ("A", "B")
-                    kernel_problem=problem)
+    fields = dict(resources=launch.resources,
+                  setup_ms=setup_ms if own is None else own + (setup_ms or 0.0),
+                  kernel_only=launch,  # the kernel(s) alone, for a profiler
+                  **launch.extra,
+                  copy_pairs=pairs,  # (buffer view, user tensor) per copied operand
+                  realigned=tuple(copies),  # the operands copied: ("A",), ("B",), both
+                  kernel_problem=problem)
+    if launch.steps is None:  # an opaque launch: an opaque call
+        def launch_with_copy():
+            copy()
+            launch()
+
+        return Prepared(launch_with_copy, **fields)
+    # timed, every call: the copies (one kernel), then the kernel(s); the setup made zeroed
+    # buffers that every call refills, so a replay may reuse them
+    return Prepared.of_steps([copy, launch], **{**fields, "setup_reusable": True})

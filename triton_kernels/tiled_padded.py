@@ -31,7 +31,7 @@ K-step is TILE; the CUDA-only ktile and group parameters have no Triton counterp
 import triton
 import triton.language as tl
 
-from lab.contract import Offer, Prepared
+from lab.contract import Offer
 from lab.operands import Padded, entry
 from triton_kernels import _common as common
 from triton_kernels._common import launcher, problem_args
@@ -63,5 +63,4 @@ def prepare(p, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
     grid = ((pad.Mp // tile) * (pad.Np // tile),)
     kernel = launcher(matmul_tiled_padded_kernel, grid, (*problem_args(pad.problem),), TILE=tile,
                       USE_DOT=tile >= 16, num_warps=num_warps, num_stages=num_stages)
-    return Prepared(pad.with_crop(kernel.fn), resources=kernel.resources, setup_ms=pad.setup_ms,
-                    padded_shape=(pad.Mp, pad.Np, pad.Kp))
+    return pad.with_crop(kernel, resources=kernel.resources, padded_shape=(pad.Mp, pad.Np, pad.Kp))

@@ -288,9 +288,6 @@ def _launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, splitk
                       BLOCK=REDUCE_BLOCK, num_warps=4)
     partials = launcher(matmul_warptiling_kernel, (splitk * tiles,),
                         (args[0], args[1], work, *args[3:]), **meta)
-
-    def launch():
-        partials()
-        reduce()
-
-    return Prepared(launch, resources=partials.resources, setup_ms=setup_ms, workspace=work)
+    # setup_reusable: the workspace is allocated once and every call rewrites all of it
+    return Prepared.of_steps([partials, reduce], resources=partials.resources,
+                             setup_ms=setup_ms, workspace=work, setup_reusable=True)

@@ -487,12 +487,8 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0, GROUP_M: 
     # the row's `params` column is the configuration that ran (Row.set_resources copies it)
     resources = {**(launch.resources or {}), "params": config_text(config)}
     if transpose_b is None:
-        return Prepared(launch, resources=resources, config=config, kernel_problem=q)
-
-    def launch_with_copy():  # the copy is part of the timed call: cuBLAS gets no such help
-        transpose_b()
-        launch()
-
-    # kernel_only: the kernel alone, for a profiler
-    return Prepared(launch_with_copy, resources=resources, kernel_only=launch, config=config,
-                    kernel_problem=q)
+        return Prepared.of_steps([launch], resources=resources, config=config, kernel_problem=q)
+    # the copy is part of the timed call (cuBLAS gets no such help); kernel_only: the kernel
+    # alone, for a profiler
+    return Prepared.of_steps([transpose_b, launch], resources=resources, kernel_only=launch,
+                             config=config, kernel_problem=q)

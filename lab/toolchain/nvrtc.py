@@ -246,13 +246,72 @@ def occupancy_blocks_per_sm(build: Build, threads: int, smem_dynamic: int = 0) -
     return driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem_dynamic)
 
 
-def launcher(build: Build, grid, block, args, smem_dynamic: int = 0):
-    """Return a no-argument callable that launches `build` on torch's current stream.
+def current_stream_ptr() -> int:
+    """The raw handle of torch's current CUDA stream on the current device (a stream being
+    captured into a CUDA graph, too). About a microsecond; torch.cuda.current_stream() builds a
+    Python object and takes a few."""
+    import torch
 
-    `args` may hold torch CUDA tensors (passed by pointer, zero-copy through DLPack) and numpy
-    scalars (np.int32 for sizes). Everything is resolved here so the callable only launches.
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(torch.cuda.current_device()))
+    return int(torch.cuda.current_stream().cuda_stream)  # pragma: no cover - older torch
+
+
+_STREAMS: dict[int, object] = {}
+
+
+def _cupy_stream(ptr: int):
+    """CuPy's view of a CUDA stream handle (made once per handle)."""
+    stream = _STREAMS.get(ptr)
+    if stream is None:
+        import cupy
+
+        with warnings.catch_warnings():  # ExternalStream is deprecated in CuPy 14 but still the
+            warnings.simplefilter("ignore", DeprecationWarning)  # one spelling 13 and 14 share
+            stream = _STREAMS[ptr] = cupy.cuda.ExternalStream(ptr)
+    return stream
+
+
+class KernelLaunch:
+    """One launch of an NVRTC build: `launch()` runs it with the arguments it was made with,
+    `launch.run(*args)` with others of the same kinds (lab.matmul's plan cache replays a launch on
+    new tensors of the same shapes this way: lab/plan.py). Either way it goes to torch's current
+    stream at call time, so it can be captured in a CUDA graph.
+
+    Arguments: torch CUDA tensors, passed by their data pointer (the tensor stays referenced by
+    whoever holds the arguments), and numpy scalars (np.int32 for sizes)."""
+
+    __slots__ = ("fn", "grid", "block", "smem", "args", "pointers")
+
+    def __init__(self, fn, grid, block, smem: int, args: tuple, pointers: tuple[int, ...]):
+        self.fn, self.grid, self.block, self.smem, self.args = fn, grid, block, smem, args
+        self.pointers = pointers  # the positions of the tensor arguments
+
+    def run(self, *args) -> None:
+        import numpy as np
+
+        cargs = list(args)
+        for i in self.pointers:
+            cargs[i] = np.uint64(cargs[i].data_ptr())
+        self.fn(self.grid, self.block, tuple(cargs), shared_mem=self.smem,
+                stream=_cupy_stream(current_stream_ptr()))
+
+    def __call__(self) -> None:
+        self.run(*self.args)
+
+    @property
+    def step(self) -> tuple:
+        """(run, args): what lab.contract.Prepared.steps holds for this launch."""
+        return (self.run, self.args)
+
+
+def launcher(build: Build, grid, block, args, smem_dynamic: int = 0) -> KernelLaunch:
+    """A KernelLaunch of `build` (a no-argument callable that launches on torch's current stream).
+
+    `args` may hold torch CUDA tensors (passed by their data pointer) and numpy scalars (np.int32
+    for sizes). Everything is resolved here so that the call only launches.
     """
-    import cupy
     import numpy as np
     import torch
 
@@ -263,19 +322,15 @@ def launcher(build: Build, grid, block, args, smem_dynamic: int = 0):
         driver.funcSetAttribute(
             fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_dynamic
         )
-    cargs = tuple(cupy.from_dlpack(x) if isinstance(x, torch.Tensor) else x for x in args)
-    for x in cargs:
-        if not isinstance(x, (cupy.ndarray, np.generic)):
+    for x in args:
+        if isinstance(x, torch.Tensor):
+            if not x.is_cuda:
+                raise TypeError(f"kernel argument of shape {tuple(x.shape)} is not on a CUDA GPU")
+        elif not isinstance(x, np.generic):
             raise TypeError(f"kernel argument {x!r} must be a tensor or a numpy scalar")
-    with warnings.catch_warnings():  # ExternalStream is deprecated in CuPy 14 but still the
-        warnings.simplefilter("ignore", DeprecationWarning)  # one spelling CuPy 13 and 14 share
-        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
     grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
-
-    def launch():
-        fn(grid, block, cargs, shared_mem=smem_dynamic, stream=stream)
-
-    return launch
+    pointers = tuple(i for i, x in enumerate(args) if isinstance(x, torch.Tensor))
+    return KernelLaunch(fn, grid, block, int(smem_dynamic), tuple(args), pointers)
 
 
 # ----------------------------------------------------------------- register caps (no GPU needed)

@@ -72,24 +72,63 @@ def recording():
         _RECORDER.reset(token)
 
 
-def launcher(kernel, grid: tuple, args: tuple, **meta) -> Prepared:
+class CompiledLaunch:
+    """A launch of a compiled Triton kernel through its handle (`compiled[grid]`), skipping
+    JITFunction.run's per-call work (binding the arguments, computing the specialization key,
+    looking the kernel up): `run(*args)` takes every parameter of the kernel in order, constexprs
+    included, as the compiled kernel's launcher does. It launches on torch's current stream at
+    call time (a stream being captured into a CUDA graph, too)."""
+
+    __slots__ = ("runner",)
+
+    def __init__(self, compiled, grid: tuple):
+        self.runner = compiled[tuple(grid) + (1,) * (3 - len(grid))]
+
+    def run(self, *args) -> None:
+        from lab.toolchain.nvrtc import current_stream_ptr
+
+        self.runner(*args, stream=current_stream_ptr())
+
+
+def _bound(kernel, args: tuple, meta: dict) -> tuple:
+    """Every parameter of `kernel` in order (its defaults applied) for kernel[grid](*args, **meta):
+    the compiled kernel's argument list. The launch options (num_warps, ...) are not parameters.
+    Read from the JITFunction's own signature of the Python function it compiles."""
+    values = []
+    for i, (name, param) in enumerate(kernel.signature.parameters.items()):
+        if i < len(args):
+            values.append(args[i])
+        elif name in meta:
+            values.append(meta[name])
+        elif param.default is not param.empty:
+            values.append(param.default)
+        else:
+            raise TypeError(f"{kernel.fn.__name__}: no value for its parameter {name}")
+    return tuple(values)
+
+
+def launcher(kernel, grid: tuple, args: tuple, *, helper: bool = False, **meta) -> Prepared:
     """A Prepared launch of `kernel[grid](*args, **meta)`, compiled now (JITFunction.warmup) so
-    that calling it only launches."""
+    that calling it only launches: through the compiled kernel's handle on a GPU (CompiledLaunch),
+    through the interpreter on the CPU. Its `steps` replay it on other tensors (lab/plan.py).
+
+    helper=True: a copy around a stage's kernels (not one of them); recording() leaves it out."""
     grid = tuple(int(g) for g in grid)
     calls = _RECORDER.get()
     if calls is not None:
-        calls.append((kernel, grid, args, meta))
-        return Prepared(lambda: None)
-    resources = None
-    if not interpreted(kernel):
-        compiled = kernel.warmup(*args, grid=grid, **meta)
-        compiled._init_handles()
-        resources = compiled_resources(compiled, grid)
+        if not helper:
+            calls.append((kernel, grid, args, meta))
+        return Prepared.of_steps([])
+    if interpreted(kernel):
+        def interpret(*a):
+            kernel[grid](*a, **meta)
 
-    def launch():
-        kernel[grid](*args, **meta)
-
-    return Prepared(launch, resources=resources)
+        return Prepared.of_steps([(interpret, tuple(args))])
+    compiled = kernel.warmup(*args, grid=grid, **meta)
+    compiled._init_handles()
+    resources = compiled_resources(compiled, grid)
+    fast = CompiledLaunch(compiled, grid)
+    return Prepared.of_steps([(fast.run, _bound(kernel, tuple(args), meta))], resources=resources)
 
 
 class FakeDriver:
