@@ -18,10 +18,12 @@ that order, so the result is bitwise reproducible). Both are timed. The resource
 the first kernel; launch.reduce_build is the second.
 
 The automatic split (splitk = 0, the registry's default): resolve() makes it concrete for the
-problem's M, N, K and the GPU's SM count with lab/splitk.py's auto_split() (the same function the
-Triton twin and the tuner's split-K seeds use; its docstring has the rule and the arithmetic):
-S = 1 unless the tiles are fewer than the SMs and K leaves every split at least 1024, else tiles x
-S near 4x the SM count, raised until no split sums more than 16384 products. prepare() builds and
+problem's M, N, K and the GPU's SM count with lab/splitk.py's auto_tile_and_split() (the same
+function the Triton twin uses, beside the tuner's split-K seeds; its docstring has the rule and the
+arithmetic): S = 1 unless the tiles are fewer than the SMs and K leaves every split at least 1024,
+else tiles x S near 8x the SM count, raised until no split sums more than 16384 products; where a
+split is taken, a 64 x 64 tile (four 32 x 32 warp tiles) replaces the given one if it pads less
+of C's edge (320x192: 64 x 64; 256x256: the given 128 x 128). prepare() builds and
 launches that S, and its resources carry the `params` text with it (splitk=64, never 0); OFFER's
 compile (CPU mode, the tuner's probe) resolves it for DEFAULT_SMS (132). build() and geometry()
 take a concrete S: without a shape they read 0 as 1, the unsplit kernel.
@@ -40,7 +42,7 @@ from lab.contract import Offer, Prepared, Tuning
 from lab.errors import LabError
 from lab.operands import entry, timer
 from lab.roofline import DEFAULT_SMS, sm_count
-from lab.splitk import AUTO, auto_split
+from lab.splitk import AUTO, auto_split, auto_tile_and_split
 
 MAX_ACC = 128  # accumulators per thread that fit beside the fragments in 255 registers
 REDUCE_THREADS = 256
@@ -176,10 +178,22 @@ PARAM_ORDER = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "frags", "gro
 def resolve(params, M: int, N: int, K: int, precision: str = "fp32",
             sms: int = DEFAULT_SMS) -> dict:
     """The parameters as they are built and launched (the contract's `resolve`): splitk=0 made
-    the split lab.splitk.auto_split() chooses for M x N x K in BM x BN tiles on `sms` SMs."""
+    the tile and split lab.splitk.auto_tile_and_split() chooses for M x N x K on `sms` SMs (a
+    64 x 64 tile is four 32 x 32 warp tiles; kept only where the other parameters allow it)."""
     out = dict(params)
-    if out.get("splitk", AUTO) == AUTO:
-        out["splitk"] = auto_split(M, N, K, out.get("BM", 128), out.get("BN", 128), sms)
+    if out.get("splitk", AUTO) != AUTO:
+        return out
+    BM, BN = out.get("BM", 128), out.get("BN", 128)
+    tm, tn, s = auto_tile_and_split(M, N, K, BM, BN, sms)
+    out["splitk"] = s
+    if (tm, tn) != (BM, BN):
+        small = {**out, "BM": tm, "BN": tn, "WM": 32, "WN": 32, "WNITER": 1}
+        try:
+            validate(**small)
+        except LabError:  # the given thread tile does not fit it: the given tile, its own split
+            out["splitk"] = auto_split(M, N, K, BM, BN, sms)
+        else:
+            out = small
     return out
 
 
@@ -211,6 +225,7 @@ def prepare(p, splitk: int = AUTO, **params):
     params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c")}
     config = resolve({**params, "splitk": splitk}, p.M, p.N, p.K, p.precision,
                      sm_count(p.c.tensor.device))
+    params = {k: v for k, v in config.items() if k != "splitk"}  # the tile splitk=0 chose
     splitk = config["splitk"]
     flags = vector_flags(p)
     main = build(**params, splitk=splitk, **flags, layout=p.layout)

@@ -27,14 +27,15 @@ multiprocessor count; 132, an H100 SXM's, where there is no GPU):
    kernel at its peak: a split only happens where the unsplit kernel keeps at most tiles/sms of
    the SMs busy, so the time it saves is far larger. 1025^3 (81 tiles < 132) has K = 1025, too
    short for two splits of 1024: S = 1; so are 1024^3 and 128^3.
-3. **tiles x S nearest TARGET = 4 x sms blocks**, in ratio (|log(tiles*S / target)|, a tie to the
-   smaller S), among the SPLITS that step 2 allows: the largest of the seeds' targets. One wave
-   is not enough: the default CUDA tile fits 2 blocks per SM (221 registers x 128 threads) and
-   the Triton one 1 (8 warps of 190 registers), and a block alone is latency-bound, so blocks
-   beyond the first wave keep the SMs issuing and make the last wave's tail a smaller part of
-   the whole. Measured on an H100 at 320x192x786432 (results/2026-11-22-h100/
-   30-tune-warptiling-cuda-splitk.log, CUDA, 128 x 64 tiles = 9 tiles): splitk 16, 32, 64 (144,
-   288, 576 blocks) took 15.8, 9.0 and 6.5 ms: more blocks kept paying up to the largest choice.
+3. **tiles x S nearest TARGET = 8 x sms blocks**, in ratio (|log(tiles*S / target)|, a tie to the
+   smaller S), among the SPLITS that step 2 allows. One wave is not enough: a block alone is
+   latency-bound, and blocks beyond the first keep the SMs issuing and make the last wave's tail
+   a smaller part of the whole; the 64 x 64 CUDA tile of step 5 fits 8 blocks per SM (64
+   registers x 128 threads). Measured on an H100 at 320x192x786432 in 64 x 64 tiles (15 tiles;
+   results/2026-11-25-h100/splitk-sweep.csv): splitk 16, 32, 48, 64 (240 to 960 blocks) ran at
+   40.3, 67.9, 78.8 and 83.5% of cuBLAS fp32 in CUDA, and the Triton twin (4 warps) at 97.4% at
+   32 and 98.6% at 64: more blocks kept paying up to the largest choice. (The tuner's seeds aim
+   at 1x, 2x and 4x: TARGETS.)
 4. **Accuracy: the fp32 chain K/S <= MAX_CHAIN = 16384.** A kernel sums each element's K/S
    products of a split in one fp32 chain, one rounding per step; with random signs the
    relative error grows like sqrt(chain) (docs/CHECKING.md), about 1.8e-8 * sqrt(chain) on an
@@ -47,22 +48,32 @@ multiprocessor count; 132, an H100 SXM's, where there is no GPU):
    S, S rises to the smallest choice with K/S <= MAX_CHAIN (never beyond step 2's limit or the
    largest choice). At 256x256x524288 step 3 already gives 64: chains of 8192, about 1.6e-6.
 
+5. **The tile.** Where a split is taken, the launcher also compares the given block tile with
+   SMALL_TILE x SMALL_TILE (64 x 64) and takes the one that computes fewer padded elements of C,
+   the given one on a tie (auto_tile_and_split). 320x192 in 128 x 128 tiles is 3 x 2 tiles that
+   compute 384 x 256 elements, 62.5% of them C's: the same split there ran at 29.1% (CUDA) and
+   65.6% (Triton) of cuBLAS against 83.5% and 98.6% in 64 x 64 tiles (results/2026-11-25-h100/
+   splitk-default-128.csv, splitk-sweep.csv). 256x256 is whole 128 x 128 tiles: it keeps them
+   (74.8% CUDA at splitk 64, against 66.4% in 64 x 64). The CUDA stage's 64 x 64 tile is four 32
+   x 32 warp tiles (WM = WN = 32, WNITER = 1); the Triton twin's runs 4 warps. An explicit
+   splitk keeps every parameter as given.
+
 **Workspace**: S*M*N*4 bytes (the CUDA kernel rounds N up to a multiple of 4). Near the target,
 tiles x S is about 4 x sms blocks of BM x BN: 528 x 64 KiB = 35 MB at 128 x 128 on an H100. Step 4
 can raise it on very long K, but never past S*M*N <= M*N*K/1024 floats (step 2), i.e.
 min(M, N)/1024 times the operands' own size (with tiles < sms, min(M, N) < 1,500 at 128 x 128).
 
-**What it gives** (H100, 132 SMs, the default 128 x 128 tiles of both backends, so the CUDA and
-Triton rows split alike):
+**What it gives** (H100, 132 SMs, the default 128 x 128 tiles of both backends given, so the CUDA
+and Triton rows choose alike):
 
-| shape | tiles | S | blocks | K/S (chain) | workspace | why |
-|---|---:|---:|---:|---:|---:|---|
-| 320x192x786432 | 6 | 64 | 384 | 12288 | 15.7 MB | target 528: 64 (48 gives 288) |
-| 256x256x524288 | 4 | 64 | 256 | 8192 | 16.8 MB | target 528: the largest choice; error ~1.6e-6 |
-| 4096^3 | 1024 | 1 | 1024 | 4096 | - | tiles >= SMs |
-| 1025^3 | 81 | 1 | 81 | 1025 | - | K/2 < 1024 |
-| 128^3 | 1 | 1 | 1 | 128 | - | K/2 < 1024 |
-| 1024x1024x65536 | 64 | 8 | 512 | 8192 | 33.6 MB | target 528 |
+| shape | tile | tiles | S | blocks | K/S (chain) | workspace | why |
+|---|---|---:|---:|---:|---:|---:|---|
+| 320x192x786432 | 64 x 64 | 15 | 64 | 960 | 12288 | 15.7 MB | 64 x 64 pads no edge; target 1056 |
+| 256x256x524288 | 128 x 128 | 4 | 64 | 256 | 8192 | 16.8 MB | the largest choice; error ~1.6e-6 |
+| 4096^3 | 128 x 128 | 1024 | 1 | 1024 | 4096 | - | tiles >= SMs |
+| 1025^3 | 128 x 128 | 81 | 1 | 81 | 1025 | - | K/2 < 1024 |
+| 128^3 | 128 x 128 | 1 | 1 | 1 | 128 | - | K/2 < 1024 |
+| 1024x1024x65536 | 128 x 128 | 64 | 16 | 1024 | 4096 | 67.1 MB | target 1056 |
 
 The reduction's traffic at 320x192x786432: 2 x 15.7 MB, about 10 us at 3 TB/s, beside cuBLAS's
 2.4 ms for the whole product.
@@ -78,9 +89,10 @@ from lab.roofline import DEFAULT_SMS
 AUTO = 0  # splitk=0: the split auto_split() chooses from the shape (the registry's default)
 SPLITS = (1, 2, 3, 4, 6, 8, 16, 32, 48, 64)  # the splits the registry offers beside AUTO
 TARGETS = (1, 2, 4)  # the tuner's seeds aim tiles x split at these multiples of the SM count
-TARGET = TARGETS[-1]  # the automatic split aims at the largest (step 3)
+TARGET = 8  # the automatic split aims tiles x split at this multiple of the SM count (step 3)
 MIN_SPLIT_K = 1024  # the automatic split keeps every split at least this much of K (step 2)
 MAX_CHAIN = 16384  # ... and raises S until no split sums more than this many products (step 4)
+SMALL_TILE = 64  # the block tile edge a split takes where it wastes less of C's edge (step 5)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -107,6 +119,26 @@ def nearest_split(tiles: int, target: float, splits: Iterable[int]) -> int:
     """The split S among `splits` whose tiles x S lies nearest `target` blocks in ratio (a tie
     goes to the smaller S)."""
     return min(splits, key=lambda s: (abs(math.log(tiles * s / target)), s))
+
+
+def padded_area(M: int, N: int, BM: int, BN: int) -> int:
+    """Elements of C that BM x BN tiles compute, the edge tiles' padding included."""
+    return cdiv(M, BM) * BM * cdiv(N, BN) * BN
+
+
+def auto_tile_and_split(M: int, N: int, K: int, BM: int, BN: int, sms: int | None = None,
+                        choices: Iterable[int] = SPLITS) -> tuple[int, int, int]:
+    """(BM, BN, S) that `splitk=0` runs: the given tile and auto_split()'s S; but where a split is
+    taken and the SMALL_TILE x SMALL_TILE tile wastes less of C's edge than the given one (step 5
+    of this module's docstring), that tile and its own automatic split."""
+    s = auto_split(M, N, K, BM, BN, sms, choices)
+    if s == 1 or (BM, BN) == (SMALL_TILE, SMALL_TILE):
+        return BM, BN, s
+    if padded_area(M, N, SMALL_TILE, SMALL_TILE) < padded_area(M, N, BM, BN):
+        small = auto_split(M, N, K, SMALL_TILE, SMALL_TILE, sms, choices)
+        if small > 1:
+            return SMALL_TILE, SMALL_TILE, small
+    return BM, BN, s
 
 
 def auto_split(M: int, N: int, K: int, BM: int, BN: int, sms: int | None = None,

@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=float, default=540.0, help="seconds before shards are stopped")
     ap.add_argument("-k", dest="keyword")
     ap.add_argument("--ids", help="a file of test ids to run (one per line) instead of collecting")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()

@@ -733,7 +733,7 @@ def test_device_rounding_is_the_cpu_twins(tmp_path, mode):
     twins give too (test_cpu_twins_compute_the_sm90_bits): the emulator rounds and splits as the
     sm_90 build does.'''
     _need_gpu()
-    from cuda_kernels._build import compile_kernel, device_arch, launcher
+    from lab.toolchain.nvrtc import compile_kernel, device_arch, launcher
 
     if mode == 1 and int(device_arch().split("_")[1]) < 90:
         pytest.skip("mode 1 is cvt.rna below sm_90: the CPU twins emulate sm_90's cvt.rn")

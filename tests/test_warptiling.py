@@ -450,37 +450,55 @@ def test_splitk_on_every_layout_on_the_gpu(layout):
 # ------------------------------------------------------- (f) the automatic split (splitk=0)
 
 H100_SMS = 132
-# (M, N, K, SMs) -> the split splitk=0 runs with the default 128 x 128 tiles (both backends)
+# (M, N, K, SMs) -> (tile edge, split) that splitk=0 runs given the default 128 x 128 tiles (both
+# backends; lab/splitk.py auto_tile_and_split)
 AUTO_TABLE = [
-    ((320, 192, 786432, H100_SMS), 64),   # 6 tiles: tiles x S nearest 4 x 132 = 528 (384; 48: 288)
-    ((256, 256, 524288, H100_SMS), 64),   # 4 tiles: the largest choice; the chain K/S = 8192
-    ((4096, 4096, 4096, H100_SMS), 1),    # 1024 tiles >= 132 SMs
-    ((1025, 1025, 1025, H100_SMS), 1),    # 81 tiles, but K = 1025 < 2 x 1024
-    ((1024, 1024, 1024, H100_SMS), 1),    # 64 tiles, K too short
-    ((128, 128, 128, H100_SMS), 1),       # 1 tile, K too short
-    ((1536, 1408, 65536, H100_SMS), 1),   # 12 x 11 = 132 tiles = SMs: no split
-    ((2048, 1152, 524288, H100_SMS), 1),  # 144 tiles > SMs: no split however long K is
-    ((1024, 1024, 65536, H100_SMS), 8),   # 64 tiles: 8 x 64 = 512 blocks
-    ((1025, 1025, 8192, H100_SMS), 6),    # 81 tiles: 486 blocks (8 would give 648)
-    ((32, 32, 4096, H100_SMS), 4),        # 1 tile: K/S >= 1024 caps it at 4
-    ((1280, 1280, 1 << 20, H100_SMS), 64),  # 100 tiles: 6 for the blocks, 64 for the chain
-    ((320, 192, 786432, 16), 48),         # 16 SMs: 8 for the blocks, 48 for K/S <= 16384
-    ((320, 192, 786432, 6), 1),           # 6 SMs: the 6 tiles fill them
+    ((320, 192, 786432, H100_SMS), (64, 64)),   # 64 x 64 pads no edge (128: 62.5% of it is C);
+                                                # 15 tiles x 64 = 960 blocks, nearest 8 x 132
+    ((256, 256, 524288, H100_SMS), (128, 64)),  # whole 128 x 128 tiles; the largest choice
+    ((4096, 4096, 4096, H100_SMS), (128, 1)),   # 1024 tiles >= 132 SMs
+    ((1025, 1025, 1025, H100_SMS), (128, 1)),   # 81 tiles, but K = 1025 < 2 x 1024
+    ((1024, 1024, 1024, H100_SMS), (128, 1)),   # 64 tiles, K too short
+    ((128, 128, 128, H100_SMS), (128, 1)),      # 1 tile, K too short
+    ((1536, 1408, 65536, H100_SMS), (128, 1)),  # 12 x 11 = 132 tiles = SMs: no split
+    ((2048, 1152, 524288, H100_SMS), (128, 1)),  # 144 tiles > SMs: no split however long K is
+    ((1024, 1024, 65536, H100_SMS), (128, 16)),  # 64 tiles: 16 x 64 = 1024 blocks
+    ((1025, 1025, 8192, H100_SMS), (128, 8)),   # 81 tiles: K/S >= 1024 caps it at 8; 64 x 64
+                                                # would be 289 tiles (no split), so 128 stays
+    ((32, 32, 4096, H100_SMS), (64, 4)),        # 1 tile: K/S >= 1024 caps it at 4
+    ((1280, 1280, 1 << 20, H100_SMS), (128, 64)),  # 100 tiles: 8 for the blocks, 64 for the chain
+    ((320, 192, 786432, 16), (64, 48)),         # 16 SMs: 8 for the blocks, 48 for K/S <= 16384
+    ((320, 192, 786432, 6), (128, 1)),          # 6 SMs: the 6 tiles fill them
 ]
 
 
 @pytest.mark.parametrize("shape,want", AUTO_TABLE, ids=lambda v: "x".join(map(str, v))
                          if isinstance(v, tuple) else str(v))
 def test_the_automatic_split_of_each_shape(shape, want):
-    from lab.splitk import auto_split
+    from lab.splitk import auto_tile_and_split
 
     M, N, K, sms = shape
-    assert auto_split(M, N, K, 128, 128, sms) == want
-    for backend in ("cuda", "triton"):  # both launchers resolve 0 to the same split
+    tile, split = want
+    assert auto_tile_and_split(M, N, K, 128, 128, sms) == (tile, tile, split)
+    for backend in ("cuda", "triton"):  # both launchers resolve 0 to the same tile and split
         offer = STAGE.offer(backend)
         resolved = offer.resolve(_params(backend), M, N, K, "fp32", sms)
-        assert resolved["splitk"] == want, backend
-        assert f"splitk={want}" in offer.show(resolved) and "splitk=0" not in offer.show(resolved)
+        assert resolved["splitk"] == split, backend
+        edges = ("BM", "BN") if backend == "cuda" else ("BLOCK_M", "BLOCK_N")
+        assert (resolved[edges[0]], resolved[edges[1]]) == (tile, tile), backend
+        if tile == 64 and backend == "cuda":  # four 32 x 32 warp tiles
+            assert (resolved["WM"], resolved["WN"], resolved["WNITER"]) == (32, 32, 1)
+        if tile == 64 and backend == "triton":
+            assert resolved["num_warps"] == 4
+        text = offer.show(resolved)
+        assert f"splitk={split}" in text and "splitk=0" not in text
+
+
+def test_an_explicit_split_keeps_the_given_tile():
+    for backend in ("cuda", "triton"):
+        offer = STAGE.offer(backend)
+        params = {**_params(backend), "splitk": 64}
+        assert offer.resolve(params, 320, 192, 786432, "fp32", H100_SMS) == params
 
 
 def test_the_automatic_split_keeps_its_rules_over_many_shapes():
@@ -502,7 +520,7 @@ def test_the_automatic_split_keeps_its_rules_over_many_shapes():
                         continue
                     assert s > 1 and K // s >= sk.MIN_SPLIT_K, (M, N, K, sms, s)
                     allowed = [c for c in sk.SPLITS if c == 1 or K // c >= sk.MIN_SPLIT_K]
-                    near = min(allowed, key=lambda c: (abs(math.log(tiles * c / (4 * sms))), c))
+                    near = min(allowed, key=lambda c: (abs(math.log(tiles * c / (sk.TARGET * sms))), c))
                     if K / near <= sk.MAX_CHAIN:
                         assert s == near, (M, N, K, sms, s, near)
                     else:
@@ -531,13 +549,14 @@ def test_the_default_is_the_automatic_split_and_explicit_values_pass_through():
 
 @cpu_only
 def test_the_cuda_compile_builds_the_split_the_shape_gets():
-    """OFFER.compile (CPU mode's build, the tuner's probe) resolves splitk=0 for the H100 first;
-    build() alone, without a shape, reads 0 as the unsplit kernel."""
+    """OFFER.compile (CPU mode's build, the tuner's probe) resolves splitk=0 (tile and split) for
+    the H100 first; build() alone, without a shape, reads 0 as the unsplit kernel."""
     from cuda_kernels import warptiling
 
     offer = STAGE.offer("cuda")
     build, (grid, _, _) = offer.compile(_params("cuda"), 320, 192, 786432, "nn", "fp32")
-    assert "-DSPLITK=64" in build.options and grid == (6, 64, 1)
+    assert "-DSPLITK=64" in build.options and grid == (15, 64, 1)  # 64 x 64 tiles
+    assert "-DBM=64" in build.options and "-DWM=32" in build.options
     build, (grid, _, _) = offer.compile(_params("cuda"), 4096, 4096, 4096, "nn", "fp32")
     assert "-DSPLITK=1" in build.options and grid == (1024, 1, 1)
     assert "-DSPLITK=1" in warptiling.build(**_params("cuda")).options
@@ -551,7 +570,11 @@ def test_the_tuner_tries_the_automatic_split_and_its_value_once():
         offer = STAGE.offer(backend)
         auto = _params(backend)
         ident = build_identity(offer, 320, 192, 786432, "fp32", H100_SMS)
-        assert ident(auto) == ident({**auto, "splitk": 64}) != ident({**auto, "splitk": 32})
+        small = ({"BM": 64, "BN": 64, "WM": 32, "WN": 32, "WNITER": 1} if backend == "cuda"
+                 else {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4})  # the tile it chose
+        chosen = {**auto, **small, "splitk": 64}
+        assert ident(auto) == ident(chosen) != ident({**chosen, "splitk": 32})
+        assert ident(auto) != ident({**auto, "splitk": 64})  # the given tile, split by hand
         square = build_identity(offer, 4096, 4096, 4096, "fp32", H100_SMS)
         assert square(auto) == square({**auto, "splitk": 1})
 

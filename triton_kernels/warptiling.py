@@ -34,10 +34,11 @@ What this file adds over the vectorized twin (the "masks only on edges" GEMM):
   stores its partial tile into its slab of a workspace of S x M x N floats (allocated in prepare:
   setup), and splitk_reduce_kernel, a second small Triton kernel, sums the slabs in the fixed
   order 0, 1, ..., S-1 into C: bitwise reproducible. The launch callable runs both.
-  splitk = 0 (the registry's default) is the split lab/splitk.py's auto_split() chooses from M,
-  N, K, the BLOCK_M x BLOCK_N tile and the GPU's SM count, the same function as the CUDA stage's
-  (resolve(); S = 1 unless the tiles are fewer than the SMs and K is long, see its docstring);
-  prepare() launches that S and puts it in the `params` column (launch.config).
+  splitk = 0 (the registry's default) is the split lab/splitk.py's auto_tile_and_split() chooses
+  from M, N, K, the BLOCK_M x BLOCK_N tile and the GPU's SM count, the same function as the CUDA
+  stage's (resolve(); S = 1 unless the tiles are fewer than the SMs and K is long, see its
+  docstring; where it splits, a 64 x 64 tile of 4 warps if that pads less of C's edge);
+  prepare() launches that configuration and puts it in the `params` column (launch.config).
 - realign (default off; the machinery is triton_kernels/_realign.py, shared with the
   double_buffered twin, whose docstring gives the reasoning and the cost). Without 16-byte aligned
   lines (1025^3, 7919x6007x3001: no VEC hints) every copy of A and B is 4 bytes. realign=True
@@ -70,7 +71,7 @@ from lab.errors import LabError
 from lab.contract import Offer, Prepared, Tuning
 from lab.operands import entry, timer
 from lab.roofline import DEFAULT_SMS, sm_count
-from lab.splitk import AUTO, auto_split
+from lab.splitk import AUTO, auto_tile_and_split
 from triton_kernels import _common as common
 from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
 from triton_kernels._realign import realign_flags, realign_setup, with_copies
@@ -226,11 +227,15 @@ PARAM_ORDER = ("splitk", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps"
 def resolve(params, M: int, N: int, K: int, precision: str = "fp32",
             sms: int = DEFAULT_SMS) -> dict:
     """The parameters as they are compiled and launched (the contract's `resolve`): splitk=0
-    made the split lab.splitk.auto_split() chooses for M x N x K in BLOCK_M x BLOCK_N tiles on
-    `sms` SMs (the CUDA stage's rule, from the same function)."""
+    made the tile and split lab.splitk.auto_tile_and_split() chooses for M x N x K on `sms` SMs
+    (the CUDA stage's rule, from the same function)."""
     out = dict(params)
-    if out.get("splitk", AUTO) == AUTO:
-        out["splitk"] = auto_split(M, N, K, out.get("BLOCK_M", 128), out.get("BLOCK_N", 128), sms)
+    if out.get("splitk", AUTO) != AUTO:
+        return out
+    BM, BN = out.get("BLOCK_M", 128), out.get("BLOCK_N", 128)
+    tm, tn, out["splitk"] = auto_tile_and_split(M, N, K, BM, BN, sms)
+    if (tm, tn) != (BM, BN):  # the 64 x 64 tile runs 4 warps (lab/splitk.py, step 5)
+        out.update(BLOCK_M=tm, BLOCK_N=tn, num_warps=4)
     return out
 
 
@@ -258,8 +263,9 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_
     # realign (triton_kernels/_realign.py): the buffers first (setup, untimed), so that the GEMM
     # kernel's arguments are the buffers; the copies run once per call, before the kernel(s)
     p, copies, realign_ms = realign_setup(p, realign)
-    out = with_copies(_launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages,
-                              config["splitk"], realign_flags(p, copies)), copies, realign_ms, p)
+    out = with_copies(_launch(p, config["BLOCK_M"], config["BLOCK_N"], BLOCK_K, GROUP_M,
+                              config["num_warps"], num_stages, config["splitk"],
+                              realign_flags(p, copies)), copies, realign_ms, p)
     out.resources = {**(out.resources or {}), "params": show(config)}
     out.config = config
     return out
