@@ -70,7 +70,8 @@ def main(argv=None) -> int:
             if line.startswith("    "):
                 failures.append(line)
                 continue
-            outcome, nodeid = line.split()[:2]
+            outcome, rest = line.split(" ", 1)
+            nodeid = rest.rsplit(" ", 2)[0]  # a node id may hold spaces: "...[{'a': 1}]"
             done[nodeid] = outcome
             if outcome.startswith(("FAILED", "ERROR")):
                 failures.append(line)
