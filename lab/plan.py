@@ -12,7 +12,7 @@ overlap A or B) and replays the plan's steps with the new tensors put in.
 
 What a plan replays: the launch's `steps` (lab/contract.py Prepared.steps), a sequence of
 `(run, args)` pairs -- kernel launches and tensor copies -- in which each argument that was one of
-the call's tensors (A, B, C, or the transposed views of them that a column-major C leads to) is
+the call's tensors (A, B, C, or a transposed view of one: a column-major C leads to those) is
 swapped for the new call's. Everything else in the arguments (sizes, strides, a split-K
 workspace, a buffer for a C with no unit stride) is part of the plan and reused. A plan is made
 only when that is safe:
@@ -113,8 +113,9 @@ class Plan:
 
     replay: ((run, template, subs), ...) -- the launch's steps with the call's tensors taken out of
         `template` (None in their place) and `subs` saying which position takes which slot:
-        0, 1, 2 = A, B, C as the user passed them; 3, 4, 5 = B^T, A^T, C^T (a column-major C is
-        computed as C^T = B^T A^T: lab/operands.py describe()). None: prepare on every call.
+        0, 1, 2 = A, B, C as the user passed them; 3, 4, 5 = their transposed views A^T, B^T, C^T
+        (a column-major C is computed as C^T = B^T A^T: lab/operands.py describe(); a launcher
+        may swap too). None: prepare on every call.
     prepare: the stage's public prepare and its keyword arguments, for a plan without replay.
     a_extent, b_extent, c_extent: bytes each spans (for the overlap check of a given `out`).
     where: "stage <name> (<backend>)", for messages.
@@ -144,7 +145,7 @@ class Plan:
         if self.replay is None:
             self.prepare(a, b, c, **self.kwargs)()
             return
-        slots = (a, b, c, b.t(), a.t(), c.t()) if self.derived else (a, b, c)
+        slots = (a, b, c, a.t(), b.t(), c.t()) if self.derived else (a, b, c)
         for run, template, subs in self.replay:
             if subs:
                 args = list(template)
@@ -158,8 +159,9 @@ class Plan:
 def make_plan(launch, prepare, kwargs: dict, a, b, c, where: str) -> Plan:
     """The Plan of a call whose prepare() returned `launch` for user tensors a, b, c (`where`:
     "stage <name> (<backend>)", for messages)."""
-    return Plan(_replay(launch, a, b, c), prepare, kwargs, a, b, c,
-                derived=bool(launch.problem is not None and launch.problem.swapped), where=where)
+    replay = _replay(launch, a, b, c)
+    derived = replay is not None and any(slot >= 3 for _, _, subs in replay for _, slot in subs)
+    return Plan(replay, prepare, kwargs, a, b, c, derived=derived, where=where)
 
 
 def _replay(launch, a, b, c):
@@ -173,12 +175,9 @@ def _replay(launch, a, b, c):
     if launch.setup_ms and not launch.extra.get("setup_reusable"):
         return None
     slots = {id(a): 0, id(b): 1, id(c): 2}
-    if p is not None and p.swapped:
-        # the described operands of C^T = B^T A^T are views of the user's tensors; a new call's
-        # are made the same way (Plan.__call__); check they are the ones the launch holds
-        for slot, op, made in ((3, p.a, b.t()), (4, p.b, a.t()), (5, p.c, c.t())):
-            if op.tensor.data_ptr() == made.data_ptr() and op.tensor.stride() == made.stride():
-                slots[id(op.tensor)] = slot
+    # a transposed view of a user tensor (describe()'s C^T = B^T A^T, or a launcher's own swap)
+    # is found by its pointer, shape and strides; a new call's is made the same way
+    views = [(slot, t.t()) for slot, t in ((3, a), (4, b), (5, c)) if t.numel()]
     spans = [_span(t) for t in (a, b, c) if t.numel()]
     replay = []
     for run, args in steps:
@@ -187,6 +186,9 @@ def _replay(launch, a, b, c):
             if not isinstance(x, torch.Tensor):
                 continue
             slot = slots.get(id(x))
+            if slot is None:
+                slot = next((k for k, v in views if x.data_ptr() == v.data_ptr()
+                             and x.shape == v.shape and x.stride() == v.stride()), None)
             if slot is not None:
                 template[pos] = None
                 subs.append((pos, slot))

@@ -292,3 +292,17 @@ def test_reusable_setup_replays_and_refills_its_buffers():
             torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
         plan = _plan_of(a, b, None, stage, **params)
         assert plan is not None and plan.replay is not None, stage
+
+
+def test_a_launchers_own_swap_is_replayed():
+    """The Triton wgmma twin computes tf32 as C^T = B^T A^T itself (its kernel's rows are C's
+    columns), so its launch holds transposed views of the user's tensors: found by pointer, shape
+    and strides, and made again from the new tensors on each replay."""
+    _cpu()
+    M, N, K = 64, 48, 32
+    for seed in (12, 13):
+        a, b = _pair(M, N, K, seed=seed)
+        c = lab.matmul(a, b, stage="wgmma", backend="triton", precision="tf32")
+        torch.testing.assert_close(c, a @ b, rtol=2e-2, atol=2e-2)
+    plan = _plan_of(a, b, None, "wgmma", precision="tf32")
+    assert plan.replay is not None and plan.derived
