@@ -223,7 +223,8 @@ def test_replay_on_the_gpu(stage, backend, precision):
             c = lab.matmul(a, b, stage=stage, backend=backend, out=out, precision=precision)
             torch.cuda.synchronize()
             _close(c, a, b, precision)
-        assert _plan_of(a, b, out, stage, backend, precision) is not None
+        plan = _plan_of(a, b, out, stage, backend, precision)
+        assert plan is not None and plan.replay is not None  # replayed, not prepared again
 
 
 @pytest.mark.gpu
