@@ -62,6 +62,8 @@ class Row:
     transfer_ms: float | None = None  # e2e_ms - median_ms
     api_ms: float | None = None  # --api: median GPU-visible time of the lab.matmul call
     api_us: float | None = None  # --api: CPU time per lab.matmul call, its plan cached
+    # (cuBLAS rows: per torch.matmul call)
+    prepare_us: float | None = None  # --api: CPU time of one prepare() call of the stage
     registers: int | None = None
     smem_static: int | None = None
     smem_dynamic: int | None = None

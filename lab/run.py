@@ -355,6 +355,8 @@ def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None, gpu=None):
             _cublas_mode(precision)
             torch.matmul(a, b, out=c)
         _check_and_time(row, launch, a, b, c, ref, plan, host, gpu=gpu)
+        if plan.api and row.status == "pass":  # torch.matmul's own CPU time per call
+            row.api_us = _cpu_us(launch, max(3, min(API_CPU_CALLS, int(200 / row.median_ms))))
     except Exception as exc:
         _error_row(row, exc)
     return row, (launch if row.status == "pass" else None)
@@ -384,6 +386,23 @@ def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, 
 
 
 API_CPU_CALLS = 50  # lab.matmul calls whose CPU time is averaged (no wait between them)
+PREPARE_CALLS = 5  # prepare() calls whose CPU time is averaged (--api's prepare_us)
+
+
+def _cpu_us(fn, calls: int = API_CPU_CALLS) -> float:
+    """CPU microseconds per call of fn: `calls` calls back to back, no wait between them (the GPU
+    queues the work), the wall time divided; the GPU is waited for before and after."""
+    import time
+
+    import torch
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    us = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    return us
 
 
 def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan) -> None:
@@ -391,9 +410,8 @@ def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan) -> 
     row's stage, backend, precision and parameters. Its C must equal the prepared launch's (the
     same kernel on the same inputs); then `api_ms` is its median GPU-visible time (L2 flushed,
     as `median_ms`) and `api_us` its CPU time per call once the signature's plan is cached
-    (lab/plan.py): API_CPU_CALLS calls back to back, divided."""
-    import time
-
+    (lab/plan.py): API_CPU_CALLS calls back to back, divided; `prepare_us` the CPU time of the
+    stage's prepare() for the same call (what every call cost before plans were cached)."""
     import torch
 
     import lab
@@ -413,12 +431,11 @@ def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan) -> 
             "lab.matmul's C differs from the prepared launch's (not timed)")
         return
     row.api_ms = bench(call, rep_ms=plan.rep_ms).median_ms
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(API_CPU_CALLS):
-        call()
-    row.api_us = (time.perf_counter() - start) / API_CPU_CALLS * 1e6
-    torch.cuda.synchronize()
+    # no more calls than fit in about 0.2 s of GPU time: the loop queues them all
+    row.api_us = _cpu_us(call, max(3, min(API_CPU_CALLS, int(200 / max(row.api_ms, 1e-3)))))
+    module = variant.stage.module(backend)
+    row.prepare_us = _cpu_us(lambda: module.prepare(a, b, c, precision=row.precision, **params),
+                             PREPARE_CALLS)
 
 
 def _apply_check(row: Row, result: chk.CheckResult) -> bool:

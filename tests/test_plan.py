@@ -307,3 +307,29 @@ def test_a_launchers_own_swap_is_replayed():
         torch.testing.assert_close(c, a @ b, rtol=2e-2, atol=2e-2)
     plan = _plan_of(a, b, None, "wgmma", precision="tf32")
     assert plan.replay is not None and plan.derived
+
+
+def test_a_plan_is_never_served_to_another_signature():
+    """Each of shape, strides, dtype, device, alignment and parameters changes the key, and a
+    call that differs in one of them is prepared (and correct), not served another's plan."""
+    _cpu()
+    a, b = _pair(16, 24, 8, seed=14)
+    base = plans.signature(a, b, None, "naive", "triton", None, {})
+    a2 = torch.empty(8, 16).t().copy_(a)  # the same values, column-major
+    b_off = torch.empty(8 * 24 + 1)[1:].view(8, 24).copy_(b)  # 4 bytes past a 16-byte boundary
+    variants = {
+        "shape": (_pair(16, 24, 9)[0], _pair(16, 24, 9)[1]),
+        "strides": (a2, b),
+        "dtype": (a.double(), b.double()),
+        "device": (a.to("meta"), b.to("meta")),
+        "alignment": (a, b_off),
+    }
+    for what, (x, y) in variants.items():
+        assert plans.signature(x, y, None, "naive", "triton", None, {}) != base, what
+    assert plans.signature(a, b, None, "naive", "triton", None, {"num_warps": 2}) != base
+    assert plans.signature(a, b, torch.empty(16, 24), "naive", "triton", None, {}) != base
+    lab.matmul(a, b, stage="naive", backend="triton")
+    for x, y in (variants["strides"], variants["alignment"]):
+        c = lab.matmul(x, y, stage="naive", backend="triton")
+        torch.testing.assert_close(c, x @ y, rtol=1e-5, atol=1e-5)
+    assert len(plans._PLANS) == 3
