@@ -64,6 +64,7 @@ class Row:
     api_us: float | None = None  # --api: CPU time per lab.matmul call, its plan cached
     # (cuBLAS rows: per torch.matmul call)
     prepare_us: float | None = None  # --api: CPU time of one prepare() call of the stage
+    api_ratio: float | None = None  # --api: api_ms / the prepared launch, timed interleaved
     registers: int | None = None
     smem_static: int | None = None
     smem_dynamic: int | None = None
@@ -339,12 +340,13 @@ _COLUMNS = {
                if r.e2e_ms and r.transfer_ms is not None else "-", "right"),
     "api ms": (lambda r: _sig(r.api_ms, 4), "right"),
     "api us": (lambda r: _num(r.api_us, ".0f"), "right"),
+    "api x": (lambda r: _num(r.api_ratio, ".3f"), "right"),
     "occ %": (lambda r: _num(None if r.occupancy is None else 100 * r.occupancy, ".0f"), "right"),
     "limited by": (lambda r: r.occupancy_limiter or "-", "left"),
     "blk/SM": (_blocks, "right"),
 }
 # Shown only when some row has a value (in the tables that offer them).
-_WHEN_FILLED = ("vs base", "% peak", "% cuB range", "MHz", "min MHz", "W", "throttle", "setup ms", "e2e ms", "xfer %", "api ms", "api us", "occ %", "limited by", "blk/SM")
+_WHEN_FILLED = ("vs base", "% peak", "% cuB range", "MHz", "min MHz", "W", "throttle", "setup ms", "e2e ms", "xfer %", "api ms", "api x", "api us", "occ %", "limited by", "blk/SM")
 # CPU mode has no times, so its narrow table has room for what NVRTC reports of the CUDA rows.
 CPU_RESOURCES = ("regs", "smem B", "spill B")
 # No vertical lines and a rule under each header (not across the gaps), so that neighbouring
@@ -384,7 +386,7 @@ def columns(rows: list[Row], mode: str, wide: bool = False, spread: bool = False
     if gpu:
         cols += ["median ms", *(["p20-p80 ms"] if wide else []), "TFLOPS", "% cuBLAS",
                  *(["% cuB range"] if wide or spread else []), "% peak", "vs base",
-                 "api ms", "api us"]
+                 "api ms", "api x", "api us"]
     cols += ["rel err", "status"]
     if wide:
         cols += ["regs", "smem B", "spill B", "threads"]

@@ -356,7 +356,7 @@ def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None, gpu=None):
             torch.matmul(a, b, out=c)
         _check_and_time(row, launch, a, b, c, ref, plan, host, gpu=gpu)
         if plan.api and row.status == "pass":  # torch.matmul's own CPU time per call
-            row.api_us = _cpu_us(launch, max(3, min(API_CPU_CALLS, int(200 / row.median_ms))))
+            row.api_us = _cpu_us(launch, max(10, min(API_CPU_CALLS, int(200 / row.median_ms))))
     except Exception as exc:
         _error_row(row, exc)
     return row, (launch if row.status == "pass" else None)
@@ -382,7 +382,7 @@ def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, 
                                                         row.smem_dynamic or 0)
     _check_and_time(row, launch, a, b, c, ref, plan, host, cublas, gpu)
     if plan.api and row.status == "pass":
-        _time_api(row, variant, backend, a, b, c, plan)
+        _time_api(row, variant, backend, a, b, c, plan, launch)
 
 
 API_CPU_CALLS = 50  # lab.matmul calls whose CPU time is averaged (no wait between them)
@@ -396,6 +396,7 @@ def _cpu_us(fn, calls: int = API_CPU_CALLS) -> float:
 
     import torch
 
+    fn()  # one call not counted: the first after a pause pays for what the others share
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
@@ -405,17 +406,19 @@ def _cpu_us(fn, calls: int = API_CPU_CALLS) -> float:
     return us
 
 
-def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan) -> None:
+def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan, launch) -> None:
     """--api: the row's computation as a user calls it, lab.matmul(a, b, out=c, ...) with the
     row's stage, backend, precision and parameters. Its C must equal the prepared launch's (the
     same kernel on the same inputs); then `api_ms` is its median GPU-visible time (L2 flushed,
-    as `median_ms`) and `api_us` its CPU time per call once the signature's plan is cached
+    as `median_ms`), timed interleaved with the prepared launch so that `api_ratio` (api_ms over
+    the launch's median in the same interleaving) is free of clock drift between the two, and
+    `api_us` its CPU time per call once the signature's plan is cached
     (lab/plan.py): API_CPU_CALLS calls back to back, divided; `prepare_us` the CPU time of the
     stage's prepare() for the same call (what every call cost before plans were cached)."""
     import torch
 
     import lab
-    from lab.timing import bench
+    from lab.timing import bench_adjacent
 
     params = variant.params_for(backend)
     want = c.clone()
@@ -430,9 +433,10 @@ def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan) -> 
         row.detail = (row.detail + "; " if row.detail else "") + (
             "lab.matmul's C differs from the prepared launch's (not timed)")
         return
-    row.api_ms = bench(call, rep_ms=plan.rep_ms).median_ms
-    # no more calls than fit in about 0.2 s of GPU time: the loop queues them all
-    row.api_us = _cpu_us(call, max(3, min(API_CPU_CALLS, int(200 / max(row.api_ms, 1e-3)))))
+    api, prepared = bench_adjacent(call, launch, rep_ms=plan.rep_ms)
+    row.api_ms, row.api_ratio = api.median_ms, api.median_ms / prepared.median_ms
+    # no more calls than fit in about 0.2 s of GPU time (the loop queues them all), at least 10
+    row.api_us = _cpu_us(call, max(10, min(API_CPU_CALLS, int(200 / max(row.api_ms, 1e-3)))))
     module = variant.stage.module(backend)
     row.prepare_us = _cpu_us(lambda: module.prepare(a, b, c, precision=row.precision, **params),
                              PREPARE_CALLS)

@@ -11,7 +11,7 @@ It runs, and prints before it does, exactly
 (further arguments go to lab.compare), then reads CSV back and prints per row: the prepared
 launch's median ms (`median_ms`), the same computation as `lab.matmul(a, b, out=c, ...)` (`api_ms`,
 its plan cached: lab/plan.py), torch.matmul at the same precision timed beside it (`cublas_ms`),
-the ratio api_ms / median_ms, and CPU microseconds per call of lab.matmul (`api_us`), of the
+the lab.matmul call over the launch timed interleaved with it (`api_ratio`), and CPU microseconds per call of lab.matmul (`api_us`), of the
 stage's prepare() (`prepare_us`, what each call cost before plans were cached) and of torch.matmul
 (the cuBLAS row's `api_us`). docs/COLUMNS.md defines each column. Needs an NVIDIA GPU.
 """
@@ -56,7 +56,7 @@ def table(df) -> list[str]:
         if r.stage == "cublas" or r.status != "pass":
             continue
         api, med = col(r, "api_ms"), r.median_ms
-        ratio = api / med if api == api and api and med else None
+        ratio = col(r, "api_ratio")  # both timed interleaved (docs/COLUMNS.md)
         lines.append(
             f"{r.stage:16} {r.backend:7} {r.precision:6} {f'{r.M}x{r.N}x{r.K}':16} "
             f"{_f(med, '.4g'):>11} {_f(api, '.4g'):>10} {_f(r.cublas_ms, '.4g'):>9} "
