@@ -120,11 +120,13 @@ matmul_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
     // 13.0, sm_90; tc and tr above share tid / BN and tid % BN with them), so it stays as measured.
     const int a_r = TRANS_A ? tid / (A_RUN * BK) * A_RUN + tid % A_RUN : tid / BK,
               a_c = TRANS_A ? tid / A_RUN % BK : tid % BK;
-    const float* a_ptr = TRANS_A ? A + a_c * lda + (A_CLAMP ? min(m0 + a_r, M - 1) : m0 + a_r)
-                                 : A + (m0 + a_r) * lda + a_c;
+    const float* a_ptr =
+        TRANS_A ? A + (offset_t)a_c * lda + (A_CLAMP ? min(m0 + a_r, M - 1) : m0 + a_r)
+                : A + (offset_t)(m0 + a_r) * lda + a_c;
     const int b_r = TRANS_B ? tid % BK : tid / BN, b_c = TRANS_B ? tid / BK : tid % BN;
-    const float* b_ptr = TRANS_B ? B + (B_CLAMP ? min(n0 + b_c, N - 1) : n0 + b_c) * ldb + b_r
-                                 : B + b_r * ldb + n0 + b_c;
+    const float* b_ptr =
+        TRANS_B ? B + (offset_t)(B_CLAMP ? min(n0 + b_c, N - 1) : n0 + b_c) * ldb + b_r
+                : B + (offset_t)b_r * ldb + n0 + b_c;
     // No separate unguarded path for interior blocks here (blocktile_2d has one): with one A and
     // one B element per thread per k-step the two bounds tests are a few predicated instructions,
     // and the two-path version needs 63 registers instead of 32, which halves the blocks per SM.
@@ -161,7 +163,7 @@ matmul_blocktile_1d(const float* __restrict__ A, const float* __restrict__ B,
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
             const int row = m0 + tr * TM + i;
-            if (row < M) C[row * ldc + col] = acc[i];
+            if (row < M) C[(offset_t)row * ldc + col] = acc[i];
         }
     }
 }

@@ -39,12 +39,13 @@ def validate(BM: int = 64, BN: int = 64, BK: int = 8, TM: int = 8, **_) -> None:
 
 
 def build(BM: int = 64, BN: int = 64, BK: int = 8, TM: int = 8, group: int = 16,
-          fast_math: bool = False, unroll: bool = True, layout: str = "nn", **_):
+          fast_math: bool = False, unroll: bool = True, layout: str = "nn",
+          offsets64: bool = False, **_):
     validate(BM=BM, BN=BN, BK=BK, TM=TM)
     defines = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "GROUP": group}
     return spill_free_build("blocktile_1d.cu", "matmul_blocktile_1d", defines,
                             first_min_blocks(threads(BM, BN, TM)), fast_math=fast_math,
-                            unroll=unroll, layout=layout)
+                            unroll=unroll, layout=layout, offsets64=offsets64)
 
 
 def geometry(M: int, N: int, K: int, BM: int = 64, BN: int = 64, TM: int = 8, **_):
@@ -57,4 +58,5 @@ OFFER = cuda_offer("blocktile_1d", ("matmul_blocktile_1d",), build, geometry, va
 @entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)
+    return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
+                          geometry(p.M, p.N, p.K, **params), p)

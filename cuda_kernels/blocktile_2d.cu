@@ -96,8 +96,10 @@ matmul_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
     // of a transposed A, 32 rows of one k, are 2-way bank conflicts, like those of the nn loader.)
     const int a_r = WalkA::row(tid), a_c = WalkA::col(tid);
     const int b_r = WalkB::row(tid), b_c = WalkB::col(tid);
-    const float* a_ptr = TRANS_A ? A + a_c * lda + m0 + a_r : A + (m0 + a_r) * lda + a_c;
-    const float* b_ptr = TRANS_B ? B + (n0 + b_c) * ldb + b_r : B + b_r * ldb + n0 + b_c;
+    const float* a_ptr = TRANS_A ? A + (offset_t)a_c * lda + m0 + a_r
+                                 : A + (offset_t)(m0 + a_r) * lda + a_c;
+    const float* b_ptr = TRANS_B ? B + (offset_t)(n0 + b_c) * ldb + b_r
+                                 : B + (offset_t)b_r * ldb + n0 + b_c;
     // Blocks that lie entirely inside C take the unguarded load path on every full k-step: one
     // uniform branch per k-step instead of a bounds test per load.
     const bool inside = m0 + BM <= M && n0 + BN <= N;
@@ -147,7 +149,7 @@ matmul_blocktile_2d(const float* __restrict__ A, const float* __restrict__ B,
     for (int i = 0; i < TM; ++i) {
         const int row = m0 + (i / 4) * 4 * TROWS + 4 * tr + i % 4;
         if (row >= M) continue;
-        float* c_row = C + row * ldc;
+        float* c_row = C + (offset_t)row * ldc;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
             const int col = n0 + (j / 4) * 4 * TCOLS + 4 * tc + j % 4;

@@ -56,12 +56,13 @@ def validate(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8
 
 
 def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8, group: int = 16,
-          fast_math: bool = False, unroll: bool = True, layout: str = "nn", **_):
+          fast_math: bool = False, unroll: bool = True, layout: str = "nn",
+          offsets64: bool = False, **_):
     validate(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
     return spill_free_build("blocktile_2d.cu", "matmul_blocktile_2d",
                             {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN, "GROUP": group},
                             first_blocks(BM, BN, TM, TN), fast_math=fast_math, unroll=unroll,
-                            layout=layout)
+                            layout=layout, offsets64=offsets64)
 
 
 def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, TM: int = 8, TN: int = 8, **_):
@@ -74,4 +75,5 @@ OFFER = cuda_offer("blocktile_2d", ("matmul_blocktile_2d",), build, geometry, va
 @entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)
+    return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
+                          geometry(p.M, p.N, p.K, **params), p)

@@ -48,5 +48,5 @@ matmul_coalesced(const float* __restrict__ A, const float* __restrict__ B, float
     for (int k = 0; k < K; ++k) {
         acc += A[A_OFF(row, k)] * B[B_OFF(k, col)];
     }
-    C[row * ldc + col] = acc;
+    C[(offset_t)row * ldc + col] = acc;
 }

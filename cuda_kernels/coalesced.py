@@ -9,10 +9,10 @@ from lab.operands import entry
 
 
 def build(rows: int = 32, group: int = 16, kunroll: int = 16, fast_math: bool = False,
-          unroll: bool = True, layout: str = "nn", **_):
+          unroll: bool = True, layout: str = "nn", offsets64: bool = False, **_):
     return compile_kernel("coalesced.cu", "matmul_coalesced",
                           {"ROWS": rows, "GROUP": group, "KUNROLL": kunroll},
-                          fast_math=fast_math, unroll=unroll, layout=layout)
+                          fast_math=fast_math, unroll=unroll, layout=layout, offsets64=offsets64)
 
 
 def geometry(M: int, N: int, K: int, rows: int = 32, **_):
@@ -25,4 +25,5 @@ OFFER = cuda_offer("coalesced", ("matmul_coalesced",), build, geometry)
 @entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)
+    return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
+                          geometry(p.M, p.N, p.K, **params), p)

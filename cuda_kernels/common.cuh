@@ -8,10 +8,30 @@
 // The layouts are compile-time defines, so the nn kernel is the kernel it always was and each
 // layout is its own cached build; the leading dimensions are run-time arguments (views with a
 // row stride larger than their width need no copy). The shared operand check (lab/operands.py)
-// turns a column-major C into the transposed problem (C^T = B^T A^T) and refuses operands whose
-// furthest element, plus a 256-row/column margin, is 2^31 elements or more from their first, so
-// 32-bit index arithmetic is safe here (and cheaper than 64-bit: one IMAD instead of two).
+// turns a column-major C into the transposed problem (C^T = B^T A^T).
+//
+// Offsets: every element offset in global memory (a row times a leading dimension, a tile's
+// base, a pointer's step along k) has the type offset_t, a 32-bit int unless the build defines
+// OFFSET64=1, which makes it 64-bit. The launchers build with OFFSET64=1 only for a problem
+// whose Problem.offsets64 is set (lab/operands.py): an operand whose furthest element, plus a
+// 256-row and -column margin (what an edge tile may address past it), is 2^31 elements or more
+// from its first, such as the A of a 2048 x 1 x 1048576 matrix-vector product or the C of a
+// 47000 x 47000 product. Every other problem runs the 32-bit build: there offset_t is int, each
+// (offset_t)x below is a cast of an int to int, and the SASS is the one measured in results/,
+// instruction for instruction (tests/test_offsets64.py checks the counts). The 64-bit build
+// costs a 64-bit multiply-add (IMAD.WIDE) and a register pair per address and pointer step
+// (docs/LAYOUTS.md, "Operands past 2^31 elements"). Sizes and leading dimensions stay 32-bit
+// ints in both builds: lab/operands.py refuses a size above 2^31 - 257 or a stride of 2^31.
 #pragma once
+
+#ifndef OFFSET64
+#define OFFSET64 0
+#endif
+#if OFFSET64
+typedef long long offset_t;
+#else
+typedef int offset_t;
+#endif
 
 #ifndef TRANS_A
 #define TRANS_A 0
@@ -20,8 +40,8 @@
 #define TRANS_B 0
 #endif
 // Offsets of element (i, k) of A and (k, j) of B in their layouts.
-#define A_OFF(i, k) (TRANS_A ? (k) * lda + (i) : (i) * lda + (k))
-#define B_OFF(k, j) (TRANS_B ? (j) * ldb + (k) : (k) * ldb + (j))
+#define A_OFF(i, k) (TRANS_A ? (offset_t)(k) * lda + (i) : (offset_t)(i) * lda + (k))
+#define B_OFF(k, j) (TRANS_B ? (offset_t)(j) * ldb + (k) : (offset_t)(k) * ldb + (j))
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -86,9 +106,13 @@ __device__ __forceinline__ void zero_acc(float (&acc)[Rows][Cols]) {
 // A (columns, lda apart) or Bk floats along a row-major A's row; likewise for B (rows of a
 // row-major B, Bk * ldb). Every register-tiling stage's loader advances by these.
 template <int Bk>
-__device__ __forceinline__ int a_step(int lda) { return TRANS_A ? Bk * lda : Bk; }
+__device__ __forceinline__ offset_t a_step(int lda) {
+    return TRANS_A ? (offset_t)Bk * lda : Bk;
+}
 template <int Bk>
-__device__ __forceinline__ int b_step(int ldb) { return TRANS_B ? Bk : Bk * ldb; }
+__device__ __forceinline__ offset_t b_step(int ldb) {
+    return TRANS_B ? Bk : (offset_t)Bk * ldb;
+}
 
 // ------------------------------------------------------------------------------ scalar tile loads
 // The loaders of blocktile_1d and blocktile_2d: per k-step each thread copies a few single floats
@@ -122,7 +146,8 @@ __device__ __forceinline__ void load_scalars(Dst& t, const float* ptr, int ld, i
     for (int p = 0; p < Loads; ++p) {
         const int dr = Walk::row(p * Threads), dc = Walk::col(p * Threads);
         const bool ok = (!TestR || r0 + r + dr < rlim) && (!TestC || c0 + c + dc < clim);
-        t[r + dr][c + dc] = ok ? ptr[Trans ? dc * ld + dr : dr * ld + dc] : 0.0f;
+        t[r + dr][c + dc] = ok ? ptr[Trans ? (offset_t)dc * ld + dr : (offset_t)dr * ld + dc]
+                              : 0.0f;
     }
 }
 
@@ -228,7 +253,7 @@ __device__ __forceinline__ void load_chunks(const float* __restrict__ ptr, int l
         const int dl = WALK::line(p * NT), dp = WALK::pos(p * NT);
         const int l = line0 + dl, e = pos0 + dp;
         const int valid = chunk_valid<FULL>(x0 + l, xlim, y0 + e, ylim);
-        put(l, e, dl, dp, load4<WIDE>(ptr + dl * ld + dp, valid));
+        put(l, e, dl, dp, load4<WIDE>(ptr + (offset_t)dl * ld + dp, valid));
     }
 }
 
@@ -354,10 +379,10 @@ __device__ __forceinline__ const float* a_chunk0(const float* A, int lda, int m0
                                                  int& m, int& k) {
 #if TRANS_A
     m = Walk::pos(tid), k = Walk::line(tid);
-    return A + (k0 + k) * lda + m0 + m;
+    return A + (offset_t)(k0 + k) * lda + m0 + m;
 #else
     m = Walk::line(tid), k = Walk::pos(tid);
-    return A + (m0 + m) * lda + k0 + k;
+    return A + (offset_t)(m0 + m) * lda + k0 + k;
 #endif
 }
 template <class Walk>
@@ -365,10 +390,10 @@ __device__ __forceinline__ const float* b_chunk0(const float* B, int ldb, int k0
                                                  int& k, int& n) {
 #if TRANS_B
     n = Walk::line(tid), k = Walk::pos(tid);
-    return B + (n0 + n) * ldb + k0 + k;
+    return B + (offset_t)(n0 + n) * ldb + k0 + k;
 #else
     n = Walk::pos(tid), k = Walk::line(tid);
-    return B + (k0 + k) * ldb + n0 + n;
+    return B + (offset_t)(k0 + k) * ldb + n0 + n;
 #endif
 }
 
@@ -469,7 +494,7 @@ __device__ __forceinline__ void store_tile4(float* __restrict__ C, int ldc, int 
     for (int i = 0; i < Tm; ++i) {
         const int row = m0 + (i / 4) * 4 * Trows + 4 * tr + i % 4;
         if (row >= M) continue;
-        float* c_row = C + row * ldc;
+        float* c_row = C + (offset_t)row * ldc;
 #pragma unroll
         for (int g = 0; g < Tn / 4; ++g) {
             const int col = n0 + g * 4 * Tcols + 4 * tc;

@@ -155,7 +155,7 @@ struct TileCopy {
         c4 = 4 * ((tid / IL) % CW);
         soff = SCATTER ? c4 * LD + line : line * LD + c4;
         base = operand;
-        g = origin + line * ld + c4;
+        g = origin + (offset_t)line * ld + c4;
     }
 
     // Floats of chunk p inside the operand: 4 (FULL), else 0..4 (x: the line's coordinate, its
@@ -174,7 +174,7 @@ struct TileCopy {
 #pragma unroll
         for (int p = 0; p < CHUNKS; ++p) {
             const int dl = IL * ((p * S) / CW), dc = 4 * ((p * S) % CW);
-            r[p] = load4<VEC>(g + dl * ld + dc, valid<FULL>(p, x0, xlim, y0, ylim));
+            r[p] = load4<VEC>(g + (offset_t)dl * ld + dc, valid<FULL>(p, x0, xlim, y0, ylim));
         }
     }
 
@@ -203,7 +203,7 @@ struct TileCopy {
         for (int p = 0; p < CHUNKS; ++p) {
             const int dl = IL * ((p * S) / CW), dc = 4 * ((p * S) % CW);
             float* d = tile + soff + dl * LD + dc;
-            const float* s = g + dl * ld + dc;
+            const float* s = g + (offset_t)dl * ld + dc;
             const int v = valid<FULL>(p, x0, xlim, y0, ylim);
             if (VEC) {
                 if (FULL) cp_async16(d, s);
@@ -215,7 +215,7 @@ struct TileCopy {
         }
     }
 
-    __device__ __forceinline__ void advance(int step) { g += step; }
+    __device__ __forceinline__ void advance(offset_t step) { g += step; }
 };
 
 // ------------------------------------------------------------------------------ fragments
@@ -301,8 +301,8 @@ matmul_double_buffered(const float* __restrict__ A, const float* __restrict__ B,
     const bool inside = m0 + BM <= M && n0 + BN <= N;
     const int tiles = CEIL_DIV(K, BK);
 
-    CopyA copy_a(A, TRANS_A ? A + m0 : A + m0 * lda, lda, tid);
-    CopyB copy_b(B, TRANS_B ? B + n0 * ldb : B + n0, ldb, tid);
+    CopyA copy_a(A, TRANS_A ? A + m0 : A + (offset_t)m0 * lda, lda, tid);
+    CopyB copy_b(B, TRANS_B ? B + (offset_t)n0 * ldb : B + n0, ldb, tid);
     FragA frag_a(wm0, lr);
     FragB frag_b(wn0, lc);
 
@@ -405,7 +405,7 @@ matmul_double_buffered(const float* __restrict__ A, const float* __restrict__ B,
     for (int i = 0; i < TM; ++i) {
         const int row = m0 + wm0 + FragA::pos(lr, i);
         if (row >= M) continue;
-        float* c_row = C + row * ldc;
+        float* c_row = C + (offset_t)row * ldc;
         if (!B_KIN) {
 #pragma unroll
             for (int g = 0; g < TN / 4; ++g) {

@@ -156,14 +156,15 @@ def first_blocks(BM=128, BN=128, BK=16, WM=64, WN=64, TM=8, TN=16, pipeline="reg
 
 def build(BM=128, BN=128, BK=16, WM=64, WN=64, TM=8, TN=16, pipeline="regs", stages=2,
           group=16, fast_math=False, unroll=True, vec_a=True, vec_b=True, vec_c=True,
-          layout="nn", **_):
+          layout="nn", offsets64=False, **_):
     validate(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, TM=TM, TN=TN, pipeline=pipeline, stages=stages)
     defines = {"BM": BM, "BN": BN, "BK": BK, "WM": WM, "WN": WN, "TM": TM, "TN": TN,
                "PIPELINE": PIPELINES[pipeline], "STAGES": stages, "GROUP": group,
                "VEC_A": bool(vec_a), "VEC_B": bool(vec_b), "VEC_C": bool(vec_c)}
     first = first_blocks(BM, BN, BK, WM, WN, TM, TN, pipeline, stages)
     return spill_free_build("double_buffered.cu", "matmul_double_buffered", defines, first,
-                            fast_math=fast_math, unroll=unroll, layout=layout)
+                            fast_math=fast_math, unroll=unroll, layout=layout,
+                            offsets64=offsets64)
 
 
 def geometry(M: int, N: int, K: int, BM=128, BN=128, BK=16, WM=64, WN=64, pipeline="regs",
@@ -180,5 +181,6 @@ OFFER = cuda_offer("double_buffered", ("matmul_double_buffered",), build, geomet
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
     params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c", "layout")}
-    return stage_launcher(build(**params, **vector_flags(p), layout=p.layout),
+    return stage_launcher(build(**params, **vector_flags(p), layout=p.layout,
+                                offsets64=p.offsets64),
                           geometry(p.M, p.N, p.K, **params, layout=p.layout), p)

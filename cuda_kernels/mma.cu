@@ -226,7 +226,7 @@ struct Loader {
     __device__ __forceinline__ Loader(const elem_t* operand, const elem_t* origin, int ld,
                                       int tid)
         : base(operand), line(tid / CPL), c0(tid % CPL) {
-        g = origin + line * ld + c0 * CE;
+        g = origin + (offset_t)line * ld + c0 * CE;
     }
 
     // Copy chunk p of the tile whose (line 0, element 0) is at x0 (line coordinate, limit xlim)
@@ -251,7 +251,7 @@ struct Loader {
 #pragma unroll
             for (int p = 0; p < CHUNKS; ++p) {
                 cp_async16(d + p * STEP * LEN, s);
-                s += STEP * ld;
+                s += (offset_t)STEP * ld;
 #ifdef __CUDA_ARCH__
                 asm volatile("" : "+l"(s));
 #endif
@@ -271,7 +271,7 @@ struct Loader {
         const int dl = (p * THREADS) / CPL, dc = (p * THREADS) % CPL;
         const int l = line + dl, c = c0 + dc;
         elem_t* d = tile + TILE::chunk(l, c) * CE;
-        const elem_t* s = g + dl * ld + dc * CE;
+        const elem_t* s = g + (offset_t)dl * ld + dc * CE;
         // elements of this chunk inside the operand (0..CE)
         const int v = FULL ? CE : (x0 + l < xlim ? min(CE, max(0, ylim - (y0 + c * CE))) : 0);
         if (ALIGN == 16) {
@@ -290,7 +290,7 @@ struct Loader {
         }
     }
 
-    __device__ __forceinline__ void advance(int step) { g += step; }
+    __device__ __forceinline__ void advance(offset_t step) { g += step; }
 };
 
 // A: row-major lines are rows (BM lines of BK); column-major lines are columns (BK of BM).
@@ -851,8 +851,8 @@ matmul_mma(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* _
     const bool inside = m0 + BM <= M && n0 + BN <= N;
     const int tiles = CEIL_DIV(K, BK);
 
-    LoadA load_a(A, A_KMAJOR ? A + m0 * lda : A + m0, lda, tid);
-    LoadB load_b(B, B_KMAJOR ? B + n0 * ldb : B + n0, ldb, tid);
+    LoadA load_a(A, A_KMAJOR ? A + (offset_t)m0 * lda : A + m0, lda, tid);
+    LoadB load_b(B, B_KMAJOR ? B + (offset_t)n0 * ldb : B + n0, ldb, tid);
 
     float acc[MI][NJ][4];
 #pragma unroll
@@ -942,7 +942,7 @@ matmul_mma(const elem_t* __restrict__ A, const elem_t* __restrict__ B, elem_t* _
         for (int h = 0; h < 2; ++h) {
             const int row = m0 + wm + (TileA::RUNS ? 2 * MI * g + 2 * i + h : 16 * i + g + 8 * h);
             if (row >= M) continue;
-            elem_t* c_row = C + row * ldc;
+            elem_t* c_row = C + (offset_t)row * ldc;
             if (TileB::RUNS) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e)

@@ -342,10 +342,12 @@ def defines(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, group=8,
 
 
 def build(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, group=8,
-          precision=DEFAULT_PRECISION, align_a=16, align_b=16, vec_c=True, layout="nn", **_):
+          precision=DEFAULT_PRECISION, align_a=16, align_b=16, vec_c=True, layout="nn",
+          offsets64=False, **_):
+    """offsets64: the 64-bit build (common.cuh's OFFSET64) for a Problem.offsets64 problem."""
     d = defines(BM, BN, BK, WM, WN, STAGES, frags, group, precision, align_a, align_b, vec_c)
     first = _first_blocks(config(precision, BM, BN, BK, WM, WN, STAGES, frags), precision)
-    return spill_free_build("mma.cu", "matmul_mma", d, first, layout=layout)
+    return spill_free_build("mma.cu", "matmul_mma", d, first, layout=layout, offsets64=offsets64)
 
 
 def geometry(M: int, N: int, K: int, BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0,
@@ -407,7 +409,7 @@ def prepare(p, **params):
     precision = p.precision
     cfg = launch_config(p.M, p.N, precision, sm_count(p.c.tensor.device), **params)
     launch = stage_launcher(build(**cfg, **variant_flags(p), precision=precision,
-                                  layout=p.layout),
+                                  layout=p.layout, offsets64=p.offsets64),
                             geometry(p.M, p.N, p.K, **cfg, precision=precision), p)
     launch.resources = {**(launch.resources or {}), "params": config_text(cfg)}
     launch.extra["config"] = cfg

@@ -12,6 +12,8 @@
 // Layouts (common.cuh): A(i, k) and B(k, j) are read through A_OFF / B_OFF, so a transposed A
 //   (TRANS_A) turns this kernel's uncoalesced A reads into coalesced ones (consecutive rows are
 //   adjacent in a column-major A): the layout axis changes which mapping is the slow one.
+// Offsets (common.cuh): A_OFF, B_OFF and the store's row * ldc are offset_t, 64-bit only in the
+//   OFFSET64 build the launcher picks for operands past 2^31 elements.
 #include "common.cuh"
 
 #ifndef BLOCK
@@ -30,5 +32,5 @@ matmul_naive(const float* __restrict__ A, const float* __restrict__ B, float* __
     for (int k = 0; k < K; ++k) {
         acc += A[A_OFF(row, k)] * B[B_OFF(k, col)];
     }
-    C[row * ldc + col] = acc;
+    C[(offset_t)row * ldc + col] = acc;
 }

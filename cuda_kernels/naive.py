@@ -11,9 +11,11 @@ SOURCE, KERNEL = "naive.cu", "matmul_naive"
 BLOCK = 32
 
 
-def build(fast_math: bool = False, unroll: bool = True, layout: str = "nn", **_):
+def build(fast_math: bool = False, unroll: bool = True, layout: str = "nn",
+          offsets64: bool = False, **_):
+    """offsets64: the 64-bit build (common.cuh's OFFSET64) for a Problem.offsets64 problem."""
     return compile_kernel(SOURCE, KERNEL, {"BLOCK": BLOCK}, fast_math=fast_math, unroll=unroll,
-                          layout=layout)
+                          layout=layout, offsets64=offsets64)
 
 
 def geometry(M: int, N: int, K: int, **_):
@@ -26,4 +28,5 @@ OFFER = cuda_offer("naive", ("matmul_naive",), build, geometry)
 @entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K), p)
+    return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
+                          geometry(p.M, p.N, p.K), p)

@@ -10,12 +10,15 @@
 // of C (a float4 of every slab: SPLITK independent LDG.E.128 in flight per thread), RTHREADS
 // threads per block, a 1-D grid of ceil(M * ceil(N/4) / RTHREADS) blocks. Memory-bound: it reads
 // SPLITK*M*N floats (mostly from L2: the main kernel has just written them) and writes M*N.
-// VEC_C = 0: C's rows are not 16-byte aligned, so C is written one float at a time.
+// VEC_C = 0 (common.cuh's switch, 1 by default): C's rows are not 16-byte aligned, so C is
+// written one float at a time.
+// Offsets (common.cuh's offset_t): the element index e, the row i and i * ldc are 64-bit in the
+// OFFSET64 build (a C of more than 2^31 elements: M * ceil(N/4) chunks may pass 2^31 too); the
+// workspace is addressed in size_t in both builds.
+#include "common.cuh"
+
 #ifndef SPLITK
 #define SPLITK 2
-#endif
-#ifndef VEC_C
-#define VEC_C 1
 #endif
 #ifndef RTHREADS
 #define RTHREADS 256
@@ -24,10 +27,10 @@
 extern "C" __global__ void __launch_bounds__(RTHREADS)
 splitk_reduce(const float* __restrict__ W, float* __restrict__ C, int M, int N, int ldw, int ldc) {
     const int chunks = (N + 3) / 4;  // float4 chunks per row
-    const int e = blockIdx.x * RTHREADS + threadIdx.x;
-    if (e >= M * chunks) return;
-    const int i = e / chunks;
-    const int j = 4 * (e - i * chunks);
+    const offset_t e = (offset_t)blockIdx.x * RTHREADS + (offset_t)threadIdx.x;
+    if (e >= (offset_t)M * chunks) return;
+    const offset_t i = e / chunks;
+    const int j = 4 * (int)(e - i * chunks);
     const size_t slab = (size_t)M * ldw;
     const float* w = W + (size_t)i * ldw + j;
     float4 v[SPLITK];

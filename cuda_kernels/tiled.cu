@@ -98,5 +98,5 @@ matmul_tiled(const float* __restrict__ A, const float* __restrict__ B, float* __
         }
         __syncthreads();  // nobody may overwrite the tiles while a neighbour still reads them
     }
-    if (row < M && col < N) C[row * ldc + col] = acc;
+    if (row < M && col < N) C[(offset_t)row * ldc + col] = acc;
 }

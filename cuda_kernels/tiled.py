@@ -10,11 +10,11 @@ from lab.operands import entry
 
 
 def build(tile: int = 32, ktile: int = 2, group: int = 16, fast_math: bool = False,
-          unroll: bool = True, layout: str = "nn", **_):
+          unroll: bool = True, layout: str = "nn", offsets64: bool = False, **_):
     """ktile is the K depth of a stage in units of TILE (1: square tiles)."""
     return compile_kernel("tiled.cu", "matmul_tiled",
                           {"TILE": tile, "KTILE": tile * ktile, "GROUP": group},
-                          fast_math=fast_math, unroll=unroll, layout=layout)
+                          fast_math=fast_math, unroll=unroll, layout=layout, offsets64=offsets64)
 
 
 def geometry(M: int, N: int, K: int, tile: int = 32, **_):
@@ -27,4 +27,5 @@ OFFER = cuda_offer("tiled", ("matmul_tiled",), build, geometry)
 @entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)
+    return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
+                          geometry(p.M, p.N, p.K, **params), p)

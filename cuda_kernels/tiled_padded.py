@@ -30,11 +30,11 @@ from lab.operands import Padded, entry
 
 
 def build(tile: int = 32, ktile: int = 2, group: int = 16, fast_math: bool = False,
-          unroll: bool = True, layout: str = "nn", **_):
+          unroll: bool = True, layout: str = "nn", offsets64: bool = False, **_):
     """ktile is the K depth of a stage in units of TILE (1: square tiles), as in tiled."""
     return compile_kernel("tiled_padded.cu", "matmul_tiled_padded",
                           {"TILE": tile, "KTILE": tile * ktile, "GROUP": group},
-                          fast_math=fast_math, unroll=unroll, layout=layout)
+                          fast_math=fast_math, unroll=unroll, layout=layout, offsets64=offsets64)
 
 
 def geometry(M: int, N: int, K: int, tile: int = 32, **_):
@@ -51,7 +51,8 @@ def prepare(p, tile: int = 32, ktile: int = 2, **params):
     padded problem."""
     padded = Padded(p, tile, tile * ktile)
     q = padded.problem
-    bld = build(tile=tile, ktile=ktile, **params, layout=q.layout)
+    # q: the padded problem, marked for 64-bit offsets if the padded operands need them
+    bld = build(tile=tile, ktile=ktile, **params, layout=q.layout, offsets64=q.offsets64)
     grid, block, smem = geometry(q.M, q.N, q.K, tile=tile)
     kernel = launcher(bld, grid, block, matmul_args(q), smem)
     return padded.with_crop(kernel.step, resources=resources(bld, grid, block, smem), build=bld,

@@ -116,5 +116,5 @@ matmul_tiled_rect(const float* __restrict__ A, const float* __restrict__ B, floa
         }
         __syncthreads();
     }
-    if (row < M && col < N) C[row * ldc + col] = acc;
+    if (row < M && col < N) C[(offset_t)row * ldc + col] = acc;
 }

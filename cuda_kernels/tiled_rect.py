@@ -37,11 +37,11 @@ def validate(rows: int = 8, cols: int = 32, **_) -> None:
 
 
 def build(rows: int = 8, cols: int = 32, group: int = 16, fast_math: bool = False,
-          unroll: bool = True, layout: str = "nn", **_):
+          unroll: bool = True, layout: str = "nn", offsets64: bool = False, **_):
     validate(rows, cols)
     return compile_kernel("tiled_rect.cu", "matmul_tiled_rect",
                           {"TILE_ROWS": rows, "TILE_COLS": cols, "GROUP": group},
-                          fast_math=fast_math, unroll=unroll, layout=layout)
+                          fast_math=fast_math, unroll=unroll, layout=layout, offsets64=offsets64)
 
 
 def geometry(M: int, N: int, K: int, rows: int = 8, cols: int = 32, **_):
@@ -55,4 +55,5 @@ OFFER = cuda_offer("tiled_rect", ("matmul_tiled_rect",), build, geometry, valida
 @entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    return stage_launcher(build(**params, layout=p.layout), geometry(p.M, p.N, p.K, **params), p)
+    return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
+                          geometry(p.M, p.N, p.K, **params), p)

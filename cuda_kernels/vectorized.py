@@ -39,13 +39,13 @@ def validate(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8
 
 def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8, group: int = 16,
           fast_math: bool = False, unroll: bool = True, vec_a: bool = True, vec_b: bool = True,
-          vec_c: bool = True, layout: str = "nn", **_):
+          vec_c: bool = True, layout: str = "nn", offsets64: bool = False, **_):
     validate(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
     defines = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN, "GROUP": group,
                "VEC_A": bool(vec_a), "VEC_B": bool(vec_b), "VEC_C": bool(vec_c)}
     return spill_free_build("vectorized.cu", "matmul_vectorized", defines,
                             blocktile_2d.first_blocks(BM, BN, TM, TN), fast_math=fast_math,
-                            unroll=unroll, layout=layout)
+                            unroll=unroll, layout=layout, offsets64=offsets64)
 
 
 def vector_flags(p) -> dict[str, bool]:
@@ -65,5 +65,6 @@ OFFER = cuda_offer("vectorized", ("matmul_vectorized",), build, geometry, valida
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
     params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c")}
-    return stage_launcher(build(**params, **vector_flags(p), layout=p.layout),
+    return stage_launcher(build(**params, **vector_flags(p), layout=p.layout,
+                                offsets64=p.offsets64),
                           geometry(p.M, p.N, p.K, **params), p)

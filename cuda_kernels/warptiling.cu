@@ -198,7 +198,7 @@ matmul_warptiling(const float* __restrict__ A, const float* __restrict__ B, floa
     for (int i = 0; i < WMITER * TM; ++i) {
         const int row = m0 + wr * WM + (i / TM) * WSUBM + ((i % TM) / 4) * 4 * TR + 4 * tr + i % 4;
         if (row >= M) continue;
-        float* c_row = C + row * ldc;
+        float* c_row = C + (offset_t)row * ldc;
 #pragma unroll
         for (int f = 0; f < BF; ++f) {
             const int col =

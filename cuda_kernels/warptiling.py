@@ -132,7 +132,8 @@ def spill_free(defines: dict, first: int, **switches):
 def build(BM: int = 128, BN: int = 128, BK: int = 16, WM: int = 64, WN: int = 64,
           WNITER: int = 4, TM: int = 8, TN: int = 4, frags: int = 2, group: int = 16,
           splitk: int = 1, fast_math: bool = False, unroll: bool = True, vec_a: bool = True,
-          vec_b: bool = True, vec_c: bool = True, layout: str = "nn", **_):
+          vec_b: bool = True, vec_c: bool = True, layout: str = "nn", offsets64: bool = False,
+          **_):
     """The main kernel (NVRTC, no GPU needed). splitk > 1 compiles the split-K variant, whose
     partial tiles go to the workspace (always float4: VEC_OUT in the .cu); splitk = 0 (automatic)
     has no shape here to be resolved against and builds the unsplit kernel (resolve() first)."""
@@ -141,13 +142,14 @@ def build(BM: int = 128, BN: int = 128, BK: int = 16, WM: int = 64, WN: int = 64
     defines = {**tile, "FRAG_BUFFERS": frags, "GROUP": group, "SPLITK": max(splitk, 1),
                "VEC_A": bool(vec_a), "VEC_B": bool(vec_b), "VEC_C": bool(vec_c)}
     return spill_free(defines, first_blocks(**tile, frags=frags), fast_math=fast_math,
-                      unroll=unroll, layout=layout)
+                      unroll=unroll, layout=layout, offsets64=offsets64)
 
 
-def build_reduce(splitk: int = 2, vec_c: bool = True, **_):
+def build_reduce(splitk: int = 2, vec_c: bool = True, offsets64: bool = False, **_):
     """The split-K reduction kernel (splitk_reduce.cu) for `splitk` slabs."""
     return compile_kernel("splitk_reduce.cu", "splitk_reduce",
-                          {"SPLITK": splitk, "VEC_C": bool(vec_c), "RTHREADS": REDUCE_THREADS})
+                          {"SPLITK": splitk, "VEC_C": bool(vec_c), "RTHREADS": REDUCE_THREADS},
+                          offsets64=offsets64)
 
 
 def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, WM: int = 64, WN: int = 64,
@@ -228,7 +230,7 @@ def prepare(p, splitk: int = AUTO, **params):
     params = {k: v for k, v in config.items() if k != "splitk"}  # the tile splitk=0 chose
     splitk = config["splitk"]
     flags = vector_flags(p)
-    main = build(**params, splitk=splitk, **flags, layout=p.layout)
+    main = build(**params, splitk=splitk, **flags, layout=p.layout, offsets64=p.offsets64)
     grid, block, smem = geometry(p.M, p.N, p.K, **params, splitk=splitk)
     if splitk == 1:
         out = stage_launcher(main, (grid, block, smem), p)
@@ -243,7 +245,7 @@ def prepare(p, splitk: int = AUTO, **params):
     i32 = np.int32
     partials = launcher(main, grid, block, (p.a.tensor, p.b.tensor, work, i32(p.M), i32(p.N),
                                             i32(p.K), i32(p.a.ld), i32(p.b.ld), i32(ldw)))
-    red = build_reduce(splitk, flags["vec_c"])
+    red = build_reduce(splitk, flags["vec_c"], offsets64=p.offsets64)
     rgrid, rblock, _ = reduce_geometry(p.M, p.N)
     reduce = launcher(red, rgrid, rblock, (work, p.c.tensor, i32(p.M), i32(p.N), i32(ldw),
                                            i32(p.c.ld)))

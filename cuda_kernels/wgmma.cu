@@ -21,6 +21,9 @@
 // inside the timed call first. It copies an operand whose lines do not start on 16-byte
 // boundaries the same way, since every copy below is a 16-byte cp.async.)
 // D's element (i, j) is stored at C[i * csm + j * csn], which covers both C and C^T.
+// Offsets: 64-bit in every build (the copiers' long long source offsets, csm and csn 64-bit
+// arguments), so an operand past 2^31 elements needs no other build here; the other stages
+// build with common.cuh's OFFSET64 for those (wgmma.py passes no such define).
 // A' may lie either way (A_KMAJOR = 1: A'(m, k) = Ap[m * lda + k]; 0: Ap[k * lda + m]): it goes
 // through registers, loaded with ldmatrix (16-bit elements, and K-major TF32) or 64-bit LDS.
 //

@@ -241,7 +241,9 @@ def build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "nn",
           config: dict | None = None):
     """The kernel for `precision`, compiled for sm_90a by NVRTC (no GPU needed): the precision's
     WGMMA row, or `config` (the build defines WGS, BN, STAGES, COPY_AT, LOAD_FIRST, SUM_TILES).
-    The defines are passed in the order the mma stage's wgmma kernel passed them."""
+    The defines are passed in the order the mma stage's wgmma kernel passed them. One build for
+    every size: wgmma.cu's offsets are 64-bit in every build, so a Problem.offsets64 problem (an
+    operand past 2^31 elements) needs no OFFSET64 build here (tests/test_offsets64.py)."""
     d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group,
          **(config or WGMMA[precision])}
     return compile_kernel(SOURCE, KERNEL, d, layout=layout, arch=ARCH)

@@ -5,8 +5,9 @@ tensors. Before a launcher's own code runs, `entry()` (the decorator on every `p
 
 1. **Check** (`check_operands`): torch tensors, 2-D, inner dimensions equal, C of shape M x N,
    dtypes the stage supports, one device for all three (a CUDA GPU for CUDA stages), an output
-   whose elements do not overlap each other (no broadcast `expand()`ed C) nor an input, and an
-   index range the kernels' 32-bit arithmetic can address. Every refusal is one LabError sentence.
+   whose elements do not overlap each other (no broadcast `expand()`ed C) nor an input, and sizes
+   and strides that fit the 32-bit integers the kernels take them as. Every refusal is one
+   LabError sentence.
 2. **Empty problems**: M = 0 or N = 0 launches nothing; K = 0 writes zeros (as `torch.matmul`).
 3. **Describe** each operand once (`Operand`): rows, columns, the two strides, whether it is
    row-major (unit column stride: BLAS `n`) or column-major (unit row stride: BLAS `t`, a
@@ -18,10 +19,23 @@ tensors. Before a launcher's own code runs, `entry()` (the decorator on every `p
    `prepare()`, outside the timed call, and the time goes into `setup_ms`; a C with no unit stride
    is computed into a contiguous buffer and copied back inside the timed call.
 
-Index range. The kernels compute offsets in 32-bit ints (one IMAD per address instead of two).
-Edge blocks form addresses up to a tile (at most 256 rows or columns) beyond an operand, so an
-operand is accepted when its furthest element, grown by INDEX_MARGIN rows and columns, lies below
-2^31 elements from its first (`max_square_side()` gives the largest square: 46,084 x 46,084).
+Index range. The kernels compute element offsets (a row times a leading dimension, a tile's
+base) in 32-bit ints: a 32-bit multiply-add and one register per offset, where a 64-bit offset
+takes a wide multiply-add with its carry and a register pair.
+Edge blocks form addresses up to a tile (at most 256 rows or columns) beyond an operand, so 32-bit
+offsets are safe while every operand's furthest element, grown by INDEX_MARGIN rows and columns,
+lies below 2^31 elements from its first (`max_square_side()`: up to 46,213 x 46,213). A problem
+with an operand beyond that (the A of a 2048 x 1 x 1048576 matrix-vector product, a C of 47000 x
+47000) is marked `Problem.offsets64`, and every launcher builds its kernels with 64-bit offsets for
+it: the CUDA stages with OFFSET64=1 (cuda_kernels/common.cuh: offset_t), the Triton twins with
+the constexpr OFFSET64 (triton_kernels/_common.py: wide_strides). The flag is derived from the
+operands' shapes and strides alone, so lab.matmul's plan cache (whose signature holds them) keeps
+one build per signature. Every other problem runs the 32-bit build, instruction for instruction
+the kernel measured in results/. What stays refused: sizes and strides the kernels cannot take as
+32-bit integers (a size above SIZE_LIMIT, a stride of 2^31 or more); operands that exist already
+fit in GPU memory, and every stage's grid holds them (lab/toolchain's launchers refuse a grid
+beyond CUDA's limits in one sentence). docs/LAYOUTS.md, "Operands past 2^31 elements", gives the
+64-bit build's cost.
 """
 
 from __future__ import annotations
@@ -36,8 +50,11 @@ from typing import Callable
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
 
-INDEX_LIMIT = 2**31 - 1  # 32-bit signed offsets
+INDEX_LIMIT = 2**31 - 1  # the largest 32-bit signed int: offsets of the 32-bit build, strides
 INDEX_MARGIN = 256  # rows/columns past the edge an edge tile may form an address for
+# the largest M, N or K: a tile's index past the edge (below the size plus INDEX_MARGIN) must stay
+# a 32-bit int, in both builds (sizes are 32-bit kernel arguments)
+SIZE_LIMIT = INDEX_LIMIT - INDEX_MARGIN
 # precision -> torch dtype name of A, B and C (C is written in the operands' dtype, as
 # torch.matmul does; the accumulation is fp32 in every precision)
 DTYPE_NAMES = {"fp32": "float32", "tf32": "float32", "3xtf32": "float32", "bf16": "bfloat16",
@@ -88,21 +105,22 @@ def span(rows: int, cols: int, s0: int, s1: int) -> int:
 
 
 def fits_32bit(rows: int, cols: int, s0: int, s1: int) -> bool:
+    """Whether a rows x cols operand with strides (s0, s1) runs with 32-bit offsets."""
     return span(rows, cols, s0, s1) <= INDEX_LIMIT
 
 
+def needs_offsets64(*operands) -> bool:
+    """Whether any of these Operands spans more than 32-bit offsets reach (margin included)."""
+    return any(not fits_32bit(op.rows, op.cols, op.s0, op.s1) for op in operands)
+
+
 def max_square_side() -> int:
-    """The largest n such that a contiguous n x n operand fits the kernels' 32-bit offsets."""
+    """The largest n such that a contiguous n x n operand runs with 32-bit offsets (46,213; one
+    more and the problem gets the 64-bit build)."""
     n = int(math.isqrt(INDEX_LIMIT))
     while not fits_32bit(n, n, n, 1):
         n -= 1
     return n
-
-
-def shape_fits(M: int, N: int, K: int) -> bool:
-    """Whether contiguous A (MxK), B (KxN), C (MxN) and their transposes fit 32-bit offsets."""
-    return all(fits_32bit(r, c, c, 1) and fits_32bit(r, c, 1, r)
-               for r, c in ((M, K), (K, N), (M, N)))
 
 
 @dataclass(frozen=True)
@@ -186,6 +204,16 @@ class Problem:
     precision: str = "fp32"  # fp32 | tf32 | 3xtf32 | bf16 | fp16 (lab/stages.py PRECISIONS)
     swapped: bool = False  # computing C^T = B^T A^T (C was column-major)
     copy_back: object = None  # (buffer, user C): the kernel writes buffer, then C <- buffer
+    # some operand spans 2^31 elements or more (margin included): build with 64-bit offsets
+    offsets64: bool = False
+
+    def __post_init__(self) -> None:
+        # Derived from the operands' shapes and strides, here, so that describe() and every
+        # Problem made from one with replace() (a padded or realigned copy of an operand, the
+        # transposed problem) are marked when their operands need it; once marked, a problem
+        # stays marked (64-bit offsets are correct for any problem, only slower).
+        if not self.offsets64 and needs_offsets64(self.a, self.b, self.c):
+            object.__setattr__(self, "offsets64", True)
 
     @property
     def layout(self) -> str:
@@ -315,15 +343,16 @@ def overlap_message(where: str, name: str) -> str:
 
 
 def check_index_range(name: str, rows: int, cols: int, s0: int, s1: int, where: str) -> None:
-    """Raise LabError unless a rows x cols operand with strides (s0, s1) fits 32-bit offsets."""
-    if not fits_32bit(rows, cols, s0, s1):
-        side = max_square_side()
+    """Raise LabError unless the kernels can take a rows x cols operand with strides (s0, s1):
+    sizes up to SIZE_LIMIT and strides below 2^31, the 32-bit integers of their arguments. (How
+    far the operand reaches does not matter: past 2^31 elements the problem gets 64-bit offsets,
+    Problem.offsets64.) A stride of a dimension of length 1 is never used, so any value passes."""
+    strides = [abs(s) for s, n in ((s0, rows), (s1, cols)) if n > 1]
+    if max(rows, cols) > SIZE_LIMIT or any(s > INDEX_LIMIT for s in strides):
         raise LabError(
-            f"{where}: {name} ({rows}x{cols}, strides {s0},{s1}) spans "
-            f"{span(rows, cols, s0, s1):,} elements, beyond the 32-bit offsets of the lab's "
-            f"kernels (at most {INDEX_LIMIT:,} including a {INDEX_MARGIN}-row and -column margin, "
-            f"that is up to {side:,} x {side:,} for a square matrix); split the product into "
-            f"smaller blocks")
+            f"{where}: {name} is {rows:,} x {cols:,} with strides {s0:,}, {s1:,}, but the lab's "
+            f"kernels take sizes up to {SIZE_LIMIT:,} and strides up to {INDEX_LIMIT:,} as 32-bit "
+            f"integers; split the product into smaller blocks")
 
 
 # ------------------------------------------------------------------------------------ fitting
@@ -367,7 +396,9 @@ def timer(cuda: bool) -> _Timer:
 
 
 def describe(a, b, c, needs: Needs = CUDA, precision: str = "fp32") -> Problem:
-    """The problem as a stage with `needs` sees it in `precision` (after check_operands passed)."""
+    """The problem as a stage with `needs` sees it in `precision` (after check_operands passed).
+    Its `offsets64` is set when an operand spans more than 32-bit offsets reach (Problem's
+    __post_init__: needs_offsets64), so the launcher builds its 64-bit kernels for it."""
     M, K = a.shape
     N = b.shape[1]
     p = Problem(M, N, K, Operand.of("A", a), Operand.of("B", b), Operand.of("C", c),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from lab.errors import LabError
-from lab.operands import max_square_side, shape_fits
+from lab.operands import SIZE_LIMIT
 
 
 class Shape(NamedTuple):
@@ -60,12 +60,11 @@ def parse_sizes(text: str) -> list[Shape]:
         if any(d < 1 for d in dims):
             raise LabError(f"size {token!r} must be positive: every dimension needs M, N, K >= 1")
         shape = Shape(*(dims * 3 if len(dims) == 1 else dims))
-        if not shape_fits(*shape):  # the kernels' 32-bit offsets (lab/operands.py)
-            raise LabError(
-                f"size {token} gives a matrix of about 2^31 elements or more, beyond the kernels' "
-                f"32-bit indexing (the largest square is {max_square_side()}); choose smaller "
-                "sizes"
-            )
+        # the kernels take sizes as 32-bit ints (lab/operands.py); a matrix past 2^31 elements
+        # runs with 64-bit offsets
+        if max(shape) > SIZE_LIMIT:
+            raise LabError(f"size {token} has a dimension above {SIZE_LIMIT:,}, beyond the 32-bit "
+                           f"sizes the kernels take; choose smaller sizes")
         if shape not in shapes:
             shapes.append(shape)
     if not shapes:

@@ -25,7 +25,7 @@ import pytest
 from helpers import ROOT
 
 KERNELS = ROOT / "cuda_kernels"
-# the kernel files built on common.cuh (splitk_reduce.cu, warptiling's second kernel, stands alone)
+# the kernel files built on common.cuh (all but wgmma.cu, which has its own wgmma_ops.cuh)
 STAGE_FILES = sorted(p for p in KERNELS.glob("*.cu") if '#include "common.cuh"' in p.read_text())
 
 

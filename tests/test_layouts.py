@@ -122,22 +122,27 @@ def test_prepare_itself_refuses_mismatched_shapes_before_anything_is_written():
     assert (c == 7.0).all()
 
 
-def test_sizes_beyond_32_bit_offsets_are_refused_naming_the_largest_square():
-    from lab.operands import check_index_range
+def test_only_sizes_and_strides_beyond_32_bit_integers_are_refused():
+    """Past 2^31 elements an operand gets 64-bit offsets (tests/test_offsets64.py); what stays
+    refused is a size or a stride the kernels cannot take as a 32-bit integer."""
+    from lab.operands import SIZE_LIMIT, check_index_range
     from lab.shapes import parse_sizes
 
-    with pytest.raises(LabError) as info:  # a 50000 x 50000 C
-        check_index_range("C", 50_000, 50_000, 50_000, 1, "stage tiled (cuda)")
-    message = str(info.value)
-    _one_sentence(message)
-    assert "32-bit" in message and f"{max_square_side():,} x {max_square_side():,}" in message
-    check_index_range("A", 1536, 1_048_575, 1_048_575, 1, "stage tiled (cuda)")  # 1.6e9: fits
+    check_index_range("C", 50_000, 50_000, 50_000, 1, "stage tiled (cuda)")  # 2.5e9: 64-bit
+    check_index_range("A", 2048, 1_048_576, 1_048_576, 1, "stage tiled (cuda)")
+    for dims in [(SIZE_LIMIT + 1, 1, 1, 1), (3, 2, 2**31, 1), (2, 3, 1, 2**31)]:
+        with pytest.raises(LabError) as info:
+            check_index_range("A", *dims, "stage tiled (cuda)")
+        message = str(info.value)
+        _one_sentence(message)
+        assert "32-bit" in message and "stage tiled (cuda): A is" in message, message
+    check_index_range("A", 1, 3, 2**40, 1, "stage tiled (cuda)")  # a 1-row stride is never used
+    assert parse_sizes("50000x50000x4") and parse_sizes("2048x1x1048576")
     with pytest.raises(LabError, match="32-bit"):
-        parse_sizes("50000x50000x4")
-    assert parse_sizes("1536x1x1048575")  # the matrix-vector shape fits
+        parse_sizes(f"{SIZE_LIMIT + 1}x1x1")
 
 
-def test_the_largest_square_fits_and_one_more_does_not():
+def test_the_largest_32_bit_square_and_one_more():
     from lab.operands import fits_32bit
 
     n = max_square_side()

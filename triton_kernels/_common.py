@@ -57,6 +57,13 @@ def problem_args(p) -> tuple:
             p.c.s0, p.c.s1)
 
 
+def offsets_meta(p) -> dict:
+    """The constexpr OFFSET64 every stage's kernel takes, for problem p: on where an operand spans
+    2^31 elements or more (lab/operands.py: Problem.offsets64), and the kernel then computes its
+    offsets in 64 bits (wide_strides below); off, the kernel is the one it was before the switch."""
+    return {"OFFSET64": bool(p.offsets64)}
+
+
 # ------------------------------------------------- the register-tiling stages' block tile
 
 SMEM_LIMIT = 227 * 1024  # an H100 block's opt-in shared memory
@@ -87,7 +94,7 @@ def block_tile_launch(launch, kernel, p, BM: int, BN: int, BK: int, num_warps: i
     is the calling stage's own `launcher` (lab.profile swaps that one for a recorder)."""
     grid = (cdiv(p.M, BM) * cdiv(p.N, BN),)
     return launch(kernel, grid, (*problem_args(p),), BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=block_k(BK),
-                  **meta, num_warps=num_warps, num_stages=num_stages)
+                  **meta, **offsets_meta(p), num_warps=num_warps, num_stages=num_stages)
 
 
 # ----------------------------------------------------- kernel pieces several stages repeat
@@ -99,6 +106,18 @@ def block_tile_launch(launch, kernel, p, BM: int, BN: int, BK: int, num_warps: i
 # The stages call them through the module (`from triton_kernels import _common as common`,
 # `common.grouped_block(...)`), never imported by name: lab.profile takes every @triton.jit
 # function a stage module holds for a kernel that ncu may meet (triton_kernel_names).
+
+
+@triton.jit
+def wide_strides(stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn):
+    """The six strides as int64. A kernel calls it first thing under its constexpr OFFSET64
+    (offsets_meta: an operand spans 2^31 elements or more), rebinding its strides, so that every
+    offset made from them (rows times a stride, a pointer's step along K) is 64-bit: Triton
+    widens an int32 tensor multiplied by an int64 scalar. (tl.cast, not .to(): a stride of 1
+    arrives as a constant.) Without OFFSET64 nothing is called and the offsets stay 32-bit."""
+    return (tl.cast(stride_am, tl.int64), tl.cast(stride_ak, tl.int64),
+            tl.cast(stride_bk, tl.int64), tl.cast(stride_bn, tl.int64),
+            tl.cast(stride_cm, tl.int64), tl.cast(stride_cn, tl.int64))
 
 
 @triton.jit

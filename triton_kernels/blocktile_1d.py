@@ -50,7 +50,11 @@ from triton_kernels._common import block_tile_launch, launcher, validate_block_t
 @triton.jit
 def matmul_blocktile_1d_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                                stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
-                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                               OFFSET64: tl.constexpr = False):
+    if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
+        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
+            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     rm, rn = common.column_blocks_fastest(tl.cdiv(N, BLOCK_N), BLOCK_M, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     # Pointers walk K like the CUDA kernel's a_ptr/b_ptr: the row/column part is computed once.

@@ -83,7 +83,7 @@ from lab.errors import LabError
 from lab.contract import Offer
 from lab.operands import entry
 from triton_kernels import _common as common
-from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
+from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, offsets_meta, problem_args
 from triton_kernels._realign import realign_flags, realign_setup, with_copies
 from triton_kernels.vectorized import vector_flags
 
@@ -94,7 +94,11 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
                                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                   GROUP_M: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
                                   VEC_C: tl.constexpr, EVEN_K: tl.constexpr,
-                                  PAD_A: tl.constexpr = False, PAD_B: tl.constexpr = False):
+                                  PAD_A: tl.constexpr = False, PAD_B: tl.constexpr = False,
+                                  OFFSET64: tl.constexpr = False):
+    if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
+        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
+            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     # Grouped program order (common.cuh's block_tile): GROUP_M block-rows walked column by column.
     rm, rn, rk = common.grouped_ranges(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     # Each operand's offsets along its two dimensions; the flags (vectorized.py's rule) promise
@@ -178,6 +182,6 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_
     grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N),)
     launch = launcher(matmul_double_buffered_kernel, grid, (*problem_args(p),), BLOCK_M=BLOCK_M,
                       BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-                      EVEN_K=p.K % BLOCK_K == 0, **flags, num_warps=num_warps,
-                      num_stages=num_stages)
+                      EVEN_K=p.K % BLOCK_K == 0, **flags, **offsets_meta(p),
+                      num_warps=num_warps, num_stages=num_stages)
     return with_copies(launch, copies, setup_ms, p)  # timed, every call: the copies, then the kernel

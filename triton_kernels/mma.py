@@ -64,7 +64,8 @@ from lab.contract import Offer
 from lab.errors import LabError
 from lab.operands import entry
 from triton_kernels import _common as common
-from triton_kernels._common import SMEM_LIMIT, cdiv, dot_meta, launcher, problem_args
+from triton_kernels._common import (SMEM_LIMIT, cdiv, dot_meta, launcher, offsets_meta,
+                                    problem_args)
 
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
@@ -114,7 +115,10 @@ def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride
                       BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, VEC: tl.constexpr,
                       VEC_A: tl.constexpr, VEC_B: tl.constexpr, VEC_C: tl.constexpr,
                       EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                      UPCAST: tl.constexpr):
+                      UPCAST: tl.constexpr, OFFSET64: tl.constexpr = False):
+    if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
+        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
+            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     # Grouped program order (common.cuh's block_tile), the tile pointers with alignment hints
     # (vectorized.py's rule with VEC elements per 16 bytes: 4 floats or 8 halves) and C's edge
     # masks: triton_kernels/_common.py grouped_tile.
@@ -222,8 +226,8 @@ def prepare(p, **params):
     grid = (cdiv(p.M, bm) * cdiv(p.N, bn),)
     launch = launcher(matmul_mma_kernel, grid, (*problem_args(p),), BLOCK_M=bm, BLOCK_N=bn,
                       BLOCK_K=bk, GROUP_M=c["GROUP_M"], EVEN_K=p.K % bk == 0, **vector_flags(p),
-                      **dot_meta(matmul_mma_kernel, p), num_warps=c["num_warps"],
-                      num_stages=c["num_stages"])
+                      **dot_meta(matmul_mma_kernel, p), **offsets_meta(p),
+                      num_warps=c["num_warps"], num_stages=c["num_stages"])
     # the row's `params` column is the configuration that ran (Row.set_resources copies it)
     launch.resources = {**(launch.resources or {}), "params": config_text(c)}
     launch.extra["config"] = c

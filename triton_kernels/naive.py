@@ -27,12 +27,17 @@ import triton.language as tl
 
 from lab.contract import Offer
 from lab.operands import entry
-from triton_kernels._common import cdiv, launcher, problem_args
+from triton_kernels import _common as common
+from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
 
 
 @triton.jit
 def matmul_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                        stride_cm, stride_cn, BLOCK: tl.constexpr):
+                        stride_cm, stride_cn, BLOCK: tl.constexpr,
+                        OFFSET64: tl.constexpr = False):
+    if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
+        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
+            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     grid_m = tl.cdiv(M, BLOCK)
     pid = tl.program_id(0)
     rows = (pid % grid_m) * BLOCK + tl.arange(0, BLOCK)  # row-blocks fastest, as blockIdx.x
@@ -54,4 +59,4 @@ def prepare(p, block: int = 32, num_warps: int = 4, **_):
     """p: the shared description of the operands (lab/operands.py)."""
     grid = (cdiv(p.M, block) * cdiv(p.N, block),)
     return launcher(matmul_naive_kernel, grid, (*problem_args(p),), BLOCK=block,
-                    num_warps=num_warps)
+                    **offsets_meta(p), num_warps=num_warps)

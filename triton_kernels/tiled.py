@@ -30,13 +30,17 @@ from lab.contract import PRECISIONS, Offer
 from lab.errors import LabError
 from lab.operands import entry
 from triton_kernels import _common as common
-from triton_kernels._common import cdiv, dot_meta, launcher, problem_args
+from triton_kernels._common import cdiv, dot_meta, launcher, offsets_meta, problem_args
 
 
 @triton.jit
 def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         stride_cm, stride_cn, TILE: tl.constexpr, USE_DOT: tl.constexpr,
-                        INPUT_PRECISION: tl.constexpr = "ieee", UPCAST: tl.constexpr = False):
+                        INPUT_PRECISION: tl.constexpr = "ieee", UPCAST: tl.constexpr = False,
+                        OFFSET64: tl.constexpr = False):
+    if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
+        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
+            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     rm, rn = common.column_blocks_fastest(tl.cdiv(N, TILE), TILE, TILE)
     rk = tl.arange(0, TILE)
     acc = tl.zeros((TILE, TILE), dtype=tl.float32)
@@ -67,5 +71,5 @@ def prepare(p, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
     """p: the shared description of the operands (lab/operands.py)."""
     grid = (cdiv(p.M, tile) * cdiv(p.N, tile),)
     return launcher(matmul_tiled_kernel, grid, (*problem_args(p),), TILE=tile,
-                    USE_DOT=tile >= 16, **dot_meta(matmul_tiled_kernel, p),
+                    USE_DOT=tile >= 16, **dot_meta(matmul_tiled_kernel, p), **offsets_meta(p),
                     num_warps=num_warps, num_stages=num_stages)

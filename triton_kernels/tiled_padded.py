@@ -34,13 +34,16 @@ import triton.language as tl
 from lab.contract import Offer
 from lab.operands import Padded, entry
 from triton_kernels import _common as common
-from triton_kernels._common import launcher, problem_args
+from triton_kernels._common import launcher, offsets_meta, problem_args
 
 
 @triton.jit
 def matmul_tiled_padded_kernel(a_ptr, b_ptr, c_ptr, Mp, Np, Kp, stride_am, stride_ak, stride_bk,
                                stride_bn, stride_cm, stride_cn, TILE: tl.constexpr,
-                               USE_DOT: tl.constexpr):
+                               USE_DOT: tl.constexpr, OFFSET64: tl.constexpr = False):
+    if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
+        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
+            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     # Mp, Np, Kp are multiples of TILE: no load or store needs a mask.
     rm, rn = common.column_blocks_fastest(Np // TILE, TILE, TILE)
     rk = tl.arange(0, TILE)
@@ -62,5 +65,6 @@ def prepare(p, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
     pad = Padded(p, tile)  # K padded to a multiple of TILE: the twin's K-step
     grid = ((pad.Mp // tile) * (pad.Np // tile),)
     kernel = launcher(matmul_tiled_padded_kernel, grid, (*problem_args(pad.problem),), TILE=tile,
-                      USE_DOT=tile >= 16, num_warps=num_warps, num_stages=num_stages)
+                      USE_DOT=tile >= 16, **offsets_meta(pad.problem), num_warps=num_warps,
+                      num_stages=num_stages)
     return pad.with_crop(kernel, resources=kernel.resources, padded_shape=(pad.Mp, pad.Np, pad.Kp))

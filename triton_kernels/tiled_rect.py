@@ -40,7 +40,7 @@ from lab.contract import Offer
 from lab.errors import LabError
 from lab.operands import entry
 from triton_kernels import _common as common
-from triton_kernels._common import cdiv, launcher, problem_args
+from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
 
 FALLBACK_MAX_ELEMENTS = 2048
 
@@ -48,7 +48,11 @@ FALLBACK_MAX_ELEMENTS = 2048
 @triton.jit
 def matmul_tiled_rect_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                              stride_bn, stride_cm, stride_cn, ROWS: tl.constexpr,
-                             COLS: tl.constexpr, KSTEP: tl.constexpr, USE_DOT: tl.constexpr):
+                             COLS: tl.constexpr, KSTEP: tl.constexpr, USE_DOT: tl.constexpr,
+                             OFFSET64: tl.constexpr = False):
+    if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
+        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
+            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     rm, rn = common.column_blocks_fastest(tl.cdiv(N, COLS), ROWS, COLS)  # a ROWS x COLS tile of C
     rk = tl.arange(0, KSTEP)
     acc = tl.zeros((ROWS, COLS), dtype=tl.float32)
@@ -85,4 +89,4 @@ def prepare(p, rows: int = 8, cols: int = 32, num_warps: int = 4, num_stages: in
     grid = (cdiv(p.M, rows) * cdiv(p.N, cols),)
     return launcher(matmul_tiled_rect_kernel, grid, (*problem_args(p),), ROWS=rows, COLS=cols,
                     KSTEP=k_step(rows, cols), USE_DOT=rows >= 16 and cols >= 16,
-                    num_warps=num_warps, num_stages=num_stages)
+                    **offsets_meta(p), num_warps=num_warps, num_stages=num_stages)

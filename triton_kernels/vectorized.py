@@ -60,7 +60,10 @@ def matmul_vectorized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, VEC_A: tl.constexpr,
                              VEC_B: tl.constexpr, VEC_C: tl.constexpr, EVEN_K: tl.constexpr,
                              INPUT_PRECISION: tl.constexpr = "ieee",
-                             UPCAST: tl.constexpr = False):
+                             UPCAST: tl.constexpr = False, OFFSET64: tl.constexpr = False):
+    if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
+        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
+            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     grid_n = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     # Offsets of this program's rows and columns: runs of BLOCK consecutive values starting at a

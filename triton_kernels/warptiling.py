@@ -73,7 +73,7 @@ from lab.operands import entry, timer
 from lab.roofline import DEFAULT_SMS, sm_count
 from lab.splitk import AUTO, auto_tile_and_split
 from triton_kernels import _common as common
-from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, problem_args
+from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, offsets_meta, problem_args
 from triton_kernels._realign import realign_flags, realign_setup, with_copies
 from triton_kernels.vectorized import vector_flags
 
@@ -87,7 +87,11 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                              SPLITK: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
                              VEC_C: tl.constexpr, EVEN_K: tl.constexpr,
-                             PAD_A: tl.constexpr = False, PAD_B: tl.constexpr = False):
+                             PAD_A: tl.constexpr = False, PAD_B: tl.constexpr = False,
+                             OFFSET64: tl.constexpr = False):
+    if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
+        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
+            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
@@ -168,6 +172,8 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
     in_m, in_n = common.edge_masks(cm, cn, M, N, VEC_C == "t", VEC_C == "n", 4)
     mask = in_m & in_n
     if SPLITK > 1:  # this split's slab of the workspace (row-major M x N, 64-bit slab offset)
+        if OFFSET64:  # a slab past 2^31 elements: 64-bit rows too
+            cm = cm.to(tl.int64)
         w_ptrs = c_ptr + split.to(tl.int64) * M * N + cm[:, None] * N + cn[None, :]
         tl.store(w_ptrs, acc, mask=mask)
     else:
@@ -279,7 +285,7 @@ def _launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, splitk
     tiles = cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N)
     meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
                 SPLITK=splitk, EVEN_K=p.K % BLOCK_K == 0, **{**vector_flags(p), **pads},
-                num_warps=num_warps, num_stages=num_stages)
+                **offsets_meta(p), num_warps=num_warps, num_stages=num_stages)
     args = problem_args(p)
     if splitk == 1:
         return launcher(matmul_warptiling_kernel, (tiles,), args, **meta)

@@ -122,7 +122,8 @@ from lab.errors import LabError
 from lab.operands import entry
 from lab.roofline import DEFAULT_SMS, sm_count
 from triton_kernels import _common as common
-from triton_kernels._common import SMEM_LIMIT, cdiv, dot_meta, launcher, problem_args
+from triton_kernels._common import (SMEM_LIMIT, cdiv, dot_meta, launcher, offsets_meta,
+                                    problem_args)
 from triton_kernels.mma import vector_flags  # the alignment hints, as stage mma's twin
 
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
@@ -159,7 +160,10 @@ def matmul_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
                         VEC: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
                         VEC_C: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                         UPCAST: tl.constexpr, REGS_A: tl.constexpr = 0,
-                        RS_WAIT: tl.constexpr = False):
+                        RS_WAIT: tl.constexpr = False, OFFSET64: tl.constexpr = False):
+    if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
+        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
+            stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     # Grouped program order (common.cuh's block_tile), the tile pointers with alignment hints
     # (vectorized.py's rule with VEC elements per 16 bytes: 4 floats or 8 halves) and C's edge
     # masks: triton_kernels/_common.py grouped_tile.
@@ -199,11 +203,16 @@ def matmul_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
 
 @triton.jit
 def transpose_kernel(src_ptr, dst_ptr, R, C, stride_sr, stride_sc, stride_dr, stride_dc,
-                     TILE: tl.constexpr):
+                     TILE: tl.constexpr, OFFSET64: tl.constexpr = False):
     """dst (C x R) = src (R x C)^T, one TILE x TILE tile per program: read along src's columns
     and written along dst's, both coalesced when those are the contiguous dimensions (the
     compiler moves the tile through shared memory to turn it; torch's copy_ of a transposed view
-    reads one element per 32-byte sector instead)."""
+    reads one element per 32-byte sector instead). OFFSET64: 64-bit offsets, for a B past 2^31
+    elements (_common.offsets_meta of the stage's problem)."""
+    if OFFSET64:
+        stride_sr, stride_sc, stride_dr, stride_dc = (
+            tl.cast(stride_sr, tl.int64), tl.cast(stride_sc, tl.int64),
+            tl.cast(stride_dr, tl.int64), tl.cast(stride_dc, tl.int64))
     pid = tl.program_id(0)
     tiles_c = tl.cdiv(C, TILE)
     r = (pid // tiles_c) * TILE + tl.arange(0, TILE)
@@ -372,7 +381,8 @@ def _kmajor(p):
     K, N = b.shape
     grid = (cdiv(K, TRANSPOSE_TILE) * cdiv(N, TRANSPOSE_TILE),)
     copy = launcher(transpose_kernel, grid, (b, bt, K, N, b.stride(0), b.stride(1), bt.stride(0),
-                                             bt.stride(1)), TILE=TRANSPOSE_TILE, num_warps=4)
+                                             bt.stride(1)), TILE=TRANSPOSE_TILE,
+                    **offsets_meta(p), num_warps=4)
     return replace(p, b=Operand.of("B", bt.t())), copy
 
 
@@ -482,7 +492,7 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0, GROUP_M: 
                       BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, EVEN_K=q.K % bk == 0,
                       **vector_flags(q), **dot_meta(matmul_wgmma_kernel, q),
                       REGS_A=_round_how(q.a.tensor.device) if regs_a else ROUND_NONE,
-                      RS_WAIT=regs_a and _rs_wait(q.a.tensor.device),
+                      RS_WAIT=regs_a and _rs_wait(q.a.tensor.device), **offsets_meta(q),
                       num_warps=num_warps, num_stages=config["num_stages"])
     # the row's `params` column is the configuration that ran (Row.set_resources copies it)
     resources = {**(launch.resources or {}), "params": config_text(config)}

@@ -183,6 +183,7 @@ def compile_kernel(
     unroll: bool = True,
     layout: str = "nn",
     arch: str | None = None,
+    offsets64: bool = False,
 ) -> Build:
     """Compile `source` (a file in cuda_kernels/) and return the Build for `kernel` (extern "C").
 
@@ -190,10 +191,15 @@ def compile_kernel(
     denormals to zero, approximate division and square root, FMA contraction); `unroll=False`
     defines UNROLL=0, which common.cuh turns into `#pragma unroll 1` on the inner loop.
     `layout` ('nn', 'nt', 'tn', 'tt') sets TRANS_A and TRANS_B (common.cuh): each operand layout
-    is its own build.
+    is its own build. `offsets64` defines OFFSET64=1: common.cuh's offset_t becomes 64-bit, for
+    a problem whose operands span 2^31 elements or more (lab/operands.py: Problem.offsets64);
+    without it no define is added, so the 32-bit build's options (and cache entry) are the ones
+    every build had before the switch existed.
     """
     arch = arch or os.environ.get("LAB_CUDA_ARCH") or device_arch() or DEFAULT_ARCH
     defines = {**(defines or {}), "UNROLL": bool(unroll), **layout_defines(layout)}
+    if offsets64:
+        defines["OFFSET64"] = True
     options = nvrtc_options(defines, arch, ("--use_fast_math",) if fast_math else ())
     return _compile(source, kernel, options, arch)
 
@@ -306,15 +312,34 @@ class KernelLaunch:
         return (self.run, self.args)
 
 
+# CUDA's grid limits: blocks along x, y and z (the same for a Triton launch's programs)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def check_grid(grid, kernel: str) -> None:
+    """Raise LabError (one sentence) for a grid beyond MAX_GRID. Every stage launches a 1-D grid
+    of tiles (warptiling's split is its y), so only a problem with more tiles than 2^31 - 1, or
+    a split above 65,535, gets here; a stage with larger tiles, or a smaller split, runs it."""
+    dims = tuple(int(g) for g in grid) + (1,) * (3 - len(tuple(grid)))
+    if any(g > limit for g, limit in zip(dims, MAX_GRID)):
+        shown = " x ".join(f"{g:,}" for g in dims)
+        raise LabError(f"{kernel} would launch a grid of {shown} blocks, more than a GPU takes "
+                       f"({MAX_GRID[0]:,} x {MAX_GRID[1]:,} x {MAX_GRID[2]:,}); a stage with "
+                       f"larger tiles, such as warptiling or mma, or a smaller splitk runs this "
+                       f"problem")
+
+
 def launcher(build: Build, grid, block, args, smem_dynamic: int = 0) -> KernelLaunch:
     """A KernelLaunch of `build` (a no-argument callable that launches on torch's current stream).
 
     `args` may hold torch CUDA tensors (passed by their data pointer) and numpy scalars (np.int32
-    for sizes). Everything is resolved here so that the call only launches.
+    for sizes). Everything is resolved here so that the call only launches. A grid beyond CUDA's
+    limits (check_grid) is refused in one sentence.
     """
     import numpy as np
     import torch
 
+    check_grid(grid, build.kernel)
     _, fn = _load(build)
     if smem_dynamic > 48 * 1024:
         from cupy_backends.cuda.api import driver

@@ -112,8 +112,12 @@ def launcher(kernel, grid: tuple, args: tuple, *, helper: bool = False, **meta) 
     that calling it only launches: through the compiled kernel's handle on a GPU (CompiledLaunch),
     through the interpreter on the CPU. Its `steps` replay it on other tensors (lab/plan.py).
 
-    helper=True: a copy around a stage's kernels (not one of them); recording() leaves it out."""
+    helper=True: a copy around a stage's kernels (not one of them); recording() leaves it out.
+    A grid beyond CUDA's limits is refused in one sentence (lab.toolchain.nvrtc.check_grid)."""
+    from lab.toolchain.nvrtc import check_grid
+
     grid = tuple(int(g) for g in grid)
+    check_grid(grid, getattr(getattr(kernel, "fn", kernel), "__name__", "the kernel"))
     calls = _RECORDER.get()
     if calls is not None:
         if not helper:
