@@ -76,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "run, copy C back) next to the kernel alone")
     p.add_argument("--api", action="store_true",
                    help="also time each stage row as a user's lab.matmul call: columns api ms "
-                        "(GPU-visible median, L2 flushed) and api us (CPU time per call with "
-                        "its plan cached); docs/COLUMNS.md")
+                        "(GPU-visible median, L2 flushed), api x (over the launch, timed "
+                        "interleaved) and api us (CPU time per call with its plan cached); "
+                        "docs/COLUMNS.md")
     p.add_argument("--list", action="store_true",
                    help="list the stages and their parameters (only those named by --stage, if "
                         "given)")

@@ -528,6 +528,22 @@ def prelude() -> str:
     return head
 
 
+def common_cuh_programs(root: Path, name: str, main: str, variants: dict) -> dict:
+    """{key: executable} for a test's own main() compiled against common.cuh (after prelude())
+    once per entry of `variants` ({key: -D defines}), in parallel on the shared pool. The caller
+    skips when compiler() is None."""
+    source = root / f"{name}.cpp"
+    source.write_text(prelude() + '#include "common.cuh"\n' + main)
+    futures = {key: compile_async(source, root / f"{name}_{i}", defines)
+               for i, (key, defines) in enumerate(variants.items())}
+    return {key: f.result() for key, f in futures.items()}
+
+
+def layout_defines(layout: str) -> dict:
+    """TRANS_A / TRANS_B of a BLAS layout name ('nn', 'nt', 'tn', 'tt') as -D values."""
+    return {"TRANS_A": int(layout[0] == "t"), "TRANS_B": int(layout[1] == "t")}
+
+
 def program(main: str, *files: str) -> str:
     """A test's own emulated program: prelude(), an `#include` of each of `files` (macro names
     such as KERNEL_FILE, set by compile_async's defines, or quoted paths), OPERANDS, then `main`,

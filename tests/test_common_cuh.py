@@ -186,14 +186,9 @@ def helper_programs(tmp_path_factory):
 
     if ce.compiler() is None:
         pytest.skip("no C++ compiler (g++ or clang++) to compile common.cuh on the CPU")
-    root = tmp_path_factory.mktemp("common_cuh")
-    main = root / "helpers.cpp"
-    main.write_text(ce.prelude() + '#include "common.cuh"\n' + MAIN)
-    futures = {layout: ce.compile_async(main, root / f"helpers_{layout}",
-                                        {"TRANS_A": int(layout[0] == "t"),
-                                         "TRANS_B": int(layout[1] == "t")})
-               for layout in ("nn", "nt", "tn", "tt")}
-    return {layout: f.result() for layout, f in futures.items()}
+    return ce.common_cuh_programs(tmp_path_factory.mktemp("common_cuh"), "helpers", MAIN,
+                                  {layout: ce.layout_defines(layout)
+                                   for layout in ("nn", "nt", "tn", "tt")})
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])

@@ -337,15 +337,10 @@ def arithmetic_programs(tmp_path_factory):
 
     if ce.compiler() is None:
         pytest.skip("no C++ compiler (g++ or clang++) to compile common.cuh on the CPU")
-    root = tmp_path_factory.mktemp("offsets64")
-    main = root / "offsets.cpp"
-    main.write_text(ce.prelude() + '#include "common.cuh"\n' + ARITHMETIC)
-    futures = {(layout, wide): ce.compile_async(main, root / f"offsets_{layout}_{int(wide)}",
-                                                {"TRANS_A": int(layout[0] == "t"),
-                                                 "TRANS_B": int(layout[1] == "t"),
-                                                 "OFFSET64": int(wide)})
-               for layout in ("nn", "tt") for wide in (False, True)}
-    return {key: f.result() for key, f in futures.items()}
+    return ce.common_cuh_programs(tmp_path_factory.mktemp("offsets64"), "offsets", ARITHMETIC,
+                                  {(layout, wide): {**ce.layout_defines(layout),
+                                                    "OFFSET64": int(wide)}
+                                   for layout in ("nn", "tt") for wide in (False, True)})
 
 
 @pytest.mark.parametrize("wide", [False, True], ids=["32-bit", "64-bit"])
