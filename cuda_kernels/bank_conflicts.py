@@ -18,7 +18,7 @@ vectorized.py's rule.
 
 from cuda_kernels import blocktile_2d, vectorized
 from cuda_kernels._build import (cdiv, cuda_offer, require_even_split, require_static_smem,
-                                 spill_free_build, stage_launcher)
+                                 spill_free_build)
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -80,7 +80,4 @@ OFFER = cuda_offer("bank_conflicts", ("matmul_bank_conflicts",), build, geometry
 @entry(OFFER)
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py)."""
-    params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c")}
-    return stage_launcher(build(**params, **vector_flags(p), layout=p.layout,
-                                offsets64=p.offsets64),
-                          geometry(p.M, p.N, p.K, **params), p)
+    return vectorized.vector_launch(build, geometry, p, params)

@@ -61,10 +61,16 @@ def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, TM: int = 8, 
 OFFER = cuda_offer("vectorized", ("matmul_vectorized",), build, geometry, validate=validate)
 
 
-@entry(OFFER)
-def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py)."""
+def vector_launch(build, geometry, p, params):
+    """prepare()'s body for a kernel with VEC_A / VEC_B / VEC_C variants (this stage and
+    bank_conflicts): the build for p's layout, alignment and offsets, launched on p."""
     params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c")}
     return stage_launcher(build(**params, **vector_flags(p), layout=p.layout,
                                 offsets64=p.offsets64),
                           geometry(p.M, p.N, p.K, **params), p)
+
+
+@entry(OFFER)
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py)."""
+    return vector_launch(build, geometry, p, params)

@@ -164,9 +164,7 @@ def matmul_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
     if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
-    # Grouped program order (common.cuh's block_tile), the tile pointers with alignment hints
-    # (vectorized.py's rule with VEC elements per 16 bytes: 4 floats or 8 halves) and C's edge
-    # masks: triton_kernels/_common.py grouped_tile.
+    # as matmul_mma_kernel's (triton_kernels/mma.py): order, hinted pointers, masks
     rk, a_ptrs, b_ptrs, c_m, c_n, in_m, in_n = common.grouped_tile(
         a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
         BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC_A, VEC_B, VEC_C, VEC)
