@@ -530,8 +530,12 @@ def prelude() -> str:
 
 def common_cuh_programs(root: Path, name: str, main: str, variants: dict) -> dict:
     """{key: executable} for a test's own main() compiled against common.cuh (after prelude())
-    once per entry of `variants` ({key: -D defines}), in parallel on the shared pool. The caller
-    skips when compiler() is None."""
+    once per entry of `variants` ({key: -D defines}), in parallel on the shared pool; the test
+    is skipped where there is no C++ compiler."""
+    if compiler() is None:
+        import pytest
+
+        pytest.skip("no C++ compiler (g++ or clang++) to compile common.cuh on the CPU")
     source = root / f"{name}.cpp"
     source.write_text(prelude() + '#include "common.cuh"\n' + main)
     futures = {key: compile_async(source, root / f"{name}_{i}", defines)
