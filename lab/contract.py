@@ -126,7 +126,10 @@ class Prepared:
         way runs at the kernel's speed when a user calls lab.matmul in a loop. None: an opaque
         call, which lab.matmul prepares again on every call.
     extra: launcher-specific facts a test or a page may read (e.g. a workspace, a resolved
-        configuration); the harness reads none of them.
+        configuration); the harness reads none of them, with one exception: `setup_reusable`
+        (True where the setup made only buffers that every call rewrites, such as a split-K
+        workspace or zeroed realign buffers), which lets lab.matmul replay a launch whose
+        setup_ms is not zero; a setup that copies operand values (zero padding) must not set it.
     """
 
     __slots__ = ("fn", "resources", "setup_ms", "build", "kernel_only", "problem", "steps",
