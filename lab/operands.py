@@ -316,6 +316,10 @@ def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None 
     # last: what is wrong with the operands themselves is worth saying first, on any device
     device = device or ("cuda" if needs.blas else "any")
     if device == "cuda" and a.device.type != "cuda":
+        if not torch.cuda.is_available() and not needs.blas:  # a Triton kernel, compiled
+            raise LabError(f"{where} runs CPU tensors only under the Triton interpreter, which is "
+                           f"off in this process; set TRITON_INTERPRET=1 before importing the lab "
+                           f"(lab.matmul switches it on by itself on a machine without a GPU)")
         if not torch.cuda.is_available():
             raise LabError(f"{where} is a CUDA kernel and needs a CUDA GPU, but this machine has "
                            f"none; backend='triton' runs the stage's Triton twin on CPU tensors "

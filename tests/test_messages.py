@@ -72,6 +72,17 @@ def test_a_cuda_stage_without_a_gpu_names_the_triton_backend(monkeypatch):
     assert "backend='triton'" in text and ".cuda()" not in text
 
 
+def test_a_triton_prepare_without_the_interpreter_says_how_to_switch_it_on(monkeypatch):
+    """A Triton stage's prepare() called directly with CPU tensors where the interpreter is off:
+    not 'a CUDA kernel', but how to switch the interpreter on."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    a, b, c = torch.randn(8, 6), torch.randn(6, 4), torch.empty(8, 4)
+    with pytest.raises(LabError) as info:
+        operands.check_operands(a, b, c, "stage tiled (triton)", operands.TRITON, "cuda")
+    text = one_sentence(info)
+    assert "TRITON_INTERPRET=1" in text and "CUDA kernel" not in text
+
+
 def test_cpu_tensors_on_a_gpu_machine_are_told_to_move(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     a, b, c = torch.randn(8, 6), torch.randn(6, 4), torch.empty(8, 4)
