@@ -28,12 +28,15 @@ Otherwise the signature is still cached, and each call prepares again (correct, 
 While a CUDA graph is being captured, lab.matmul takes the full road and caches nothing: a plan's
 reused buffers would be shared with the graph.
 
-This module sits at the bottom of the lab beside lab.operands: it imports only lab.contract.
+This module sits at the bottom of the lab beside lab.operands: it imports only lab.toolchain.nvrtc
+(the current stream).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+
+from lab.toolchain.nvrtc import current_stream_ptr
 
 MAX_PLANS = 128  # signatures kept (least recently used dropped first)
 
@@ -54,7 +57,11 @@ def signature(a, b, out, stage: str, backend: str, precision, params: dict) -> t
         return None
     if out is not None and type(out) is not torch.Tensor:
         return None
-    where = (torch.cuda.current_device(), _stream()) if a.is_cuda else None
+    if a.is_cuda:
+        device = torch.cuda.current_device()
+        where = (device, current_stream_ptr(device))
+    else:
+        where = None
     try:
         key = (stage, backend, precision, tuple(sorted(params.items())), _tensor_sig(a),
                _tensor_sig(b), None if out is None else _tensor_sig(out), where)
@@ -62,12 +69,6 @@ def signature(a, b, out, stage: str, backend: str, precision, params: dict) -> t
     except TypeError:
         return None
     return key
-
-
-def _stream() -> int:
-    from lab.toolchain.nvrtc import current_stream_ptr
-
-    return current_stream_ptr()
 
 
 def lookup(key) -> "Plan | None":

@@ -21,6 +21,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as _np  # KernelLaunch.run, on every call
+
 from lab.errors import CompileError, LabError
 from lab.toolchain import cache as _cache
 
@@ -252,15 +254,15 @@ def occupancy_blocks_per_sm(build: Build, threads: int, smem_dynamic: int = 0) -
     return driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem_dynamic)
 
 
-def current_stream_ptr() -> int:
-    """The raw handle of torch's current CUDA stream on the current device (a stream being
-    captured into a CUDA graph, too). About a microsecond; torch.cuda.current_stream() builds a
-    Python object and takes a few."""
+def current_stream_ptr(device: int | None = None) -> int:
+    """The raw handle of torch's current CUDA stream on `device` (None: the current device), a
+    stream being captured into a CUDA graph too. About a microsecond; torch.cuda.current_stream()
+    builds a Python object and takes a few."""
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if raw is not None:
-        return int(raw(torch.cuda.current_device()))
+        return int(raw(torch.cuda.current_device() if device is None else device))
     return int(torch.cuda.current_stream().cuda_stream)  # pragma: no cover - older torch
 
 
@@ -295,11 +297,9 @@ class KernelLaunch:
         self.pointers = pointers  # the positions of the tensor arguments
 
     def run(self, *args) -> None:
-        import numpy as np
-
         cargs = list(args)
         for i in self.pointers:
-            cargs[i] = np.uint64(cargs[i].data_ptr())
+            cargs[i] = _np.uint64(cargs[i].data_ptr())
         self.fn(self.grid, self.block, tuple(cargs), shared_mem=self.smem,
                 stream=_cupy_stream(current_stream_ptr()))
 

@@ -17,6 +17,7 @@ import contextlib
 import contextvars
 
 from lab.contract import Prepared
+from lab.toolchain.nvrtc import current_stream_ptr
 
 _KERNELS_INTERPRETED: list[bool] = []  # set once, when the first stage module is imported
 
@@ -85,8 +86,6 @@ class CompiledLaunch:
         self.runner = compiled[tuple(grid) + (1,) * (3 - len(grid))]
 
     def run(self, *args) -> None:
-        from lab.toolchain.nvrtc import current_stream_ptr
-
         self.runner(*args, stream=current_stream_ptr())
 
 
