@@ -94,3 +94,41 @@ def cuda_offer(stage: str, kernels, build, geometry, validate=None, **fields) ->
     if validate is not None:
         fields["validate"] = lambda params, precision: validate(**params)
     return Offer(stage, "cuda", kernels=kernels, compile=compile_for, **fields)
+
+
+# ------------------------------------------------------------------------------ Hopper stages
+LINE_ALIGN = 16  # bytes: cp.async's 16-byte chunks and TMA's address and stride rule
+
+
+def lines_aligned(op) -> bool:
+    """Every line of operand `op` starts on a 16-byte boundary (a single line: its start)."""
+    lines = op.cols if op.trans else op.rows
+    return op.aligned(LINE_ALIGN) or (lines <= 1 and op.tensor.data_ptr() % LINE_ALIGN == 0)
+
+
+def aligned_buffer(rows: int, cols: int, col_major: bool, like):
+    """An empty rows x cols matrix with `like`'s dtype and device, column-major or row-major, whose
+    lines start on 16-byte boundaries (the leading dimension rounded up to 16 bytes; the
+    allocation's base is aligned far beyond that)."""
+    import torch
+
+    line = rows if col_major else cols
+    per = LINE_ALIGN // like.element_size()
+    ld = max(1, cdiv(line, per) * per)
+    if col_major:
+        return torch.empty((cols, ld), dtype=like.dtype, device=like.device)[:, :rows].t()
+    return torch.empty((rows, ld), dtype=like.dtype, device=like.device)[:, :cols]
+
+
+def device_arch_of(p) -> str | None:
+    """sm_XY of the GPU Problem `p`'s C lies on, or None for CPU tensors (tests only: the public
+    prepare() takes CUDA tensors)."""
+    import torch
+
+    t = p.c.tensor
+    if not getattr(t, "is_cuda", False):
+        return None
+    major, minor = torch.cuda.get_device_capability(t.device)
+    return f"sm_{major}{minor}"
+
+

@@ -40,7 +40,8 @@ mma stage's wgmma kernel ran with before it became this stage. validate() refuse
 
 from __future__ import annotations
 
-from cuda_kernels._build import cdiv, compile_kernel, launcher, resources
+from cuda_kernels._build import (aligned_buffer, cdiv, compile_kernel, device_arch_of, launcher,
+                                 lines_aligned, resources)
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
 from lab.operands import Operand, entry
@@ -51,7 +52,6 @@ ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 ARCH = "sm_90a"
 SOURCE, KERNEL = "wgmma.cu", "matmul_wgmma"
 SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
-LINE_ALIGN = 16  # bytes: the kernel copies 16-byte chunks
 
 # The kernel per precision: warpgroups (BM = 64 per warpgroup), BN, ring depth, where each tile's
 # copy goes out (COPY_AT), whether A' fragments are loaded before that copy (LOAD_FIRST) and, for
@@ -169,26 +169,6 @@ def show(resolved: dict) -> str:
 # ------------------------------------------------------------------------------ the plan
 
 
-def lines_aligned(op) -> bool:
-    """Every line of operand `op` starts on a 16-byte boundary (a single line: its start)."""
-    lines = op.cols if op.trans else op.rows
-    return op.aligned(LINE_ALIGN) or (lines <= 1 and op.tensor.data_ptr() % LINE_ALIGN == 0)
-
-
-def aligned_buffer(rows: int, cols: int, col_major: bool, like):
-    """An empty rows x cols matrix with `like`'s dtype and device, column-major or row-major, whose
-    lines start on 16-byte boundaries (the leading dimension rounded up to 16 bytes; the
-    allocation's base is aligned far beyond that)."""
-    import torch
-
-    line = rows if col_major else cols
-    per = LINE_ALIGN // like.element_size()
-    ld = max(1, cdiv(line, per) * per)
-    if col_major:
-        return torch.empty((cols, ld), dtype=like.dtype, device=like.device)[:, :rows].t()
-    return torch.empty((rows, ld), dtype=like.dtype, device=like.device)[:, :cols]
-
-
 def plan(p) -> dict:
     """How the kernel computes Problem `p`: the copies to run first in every call and the
     kernel's D = A' B'. Returns dict(copies=[(name, dst, src), ...], layout (the layout the
@@ -264,18 +244,6 @@ def compile_for(params, M: int, N: int, K: int, layout: str, precision: str):
     layout, a_kmajor, swap = _layout_plan(layout, M, N)
     b = build(precision, a_kmajor, params.get("group", 8), layout, c)
     return b, geometry(N if swap else M, M if swap else N, precision, a_kmajor, c)
-
-
-def device_arch_of(p) -> str | None:
-    """sm_XY of the GPU Problem `p`'s C lies on, or None for CPU tensors (tests only: the public
-    prepare() takes CUDA tensors)."""
-    import torch
-
-    t = p.c.tensor
-    if not getattr(t, "is_cuda", False):
-        return None
-    major, minor = torch.cuda.get_device_capability(t.device)
-    return f"sm_{major}{minor}"
 
 
 def require_hopper(p) -> None:

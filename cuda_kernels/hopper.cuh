@@ -1,0 +1,111 @@
+// hopper.cuh: the Hopper (sm_90a) pieces the TMA stages share (tma_wgmma.cu and the stages built
+// on it): tensor maps and TMA loads, mbarriers, wgmma's shared-memory matrix descriptors and its
+// fence / commit / wait. Each is one PTX instruction or a loop around one; the stage files say
+// how they are put together.
+#pragma once
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the TMA stages need sm_90a (TMA, wgmma): compile with -arch=sm_90a"
+#endif
+
+// A TMA tensor map (CUtensorMap): 128 opaque bytes the host encodes with the driver's
+// cuTensorMapEncodeTiled (lab/toolchain/tma.py) and passes by value as a __grid_constant__
+// kernel parameter, so the TMA unit reads it from the kernel's parameter space.
+struct alignas(64) TensorMap {
+    u64 raw[16];
+};
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// ------------------------------------------------------------------------------ mbarriers
+// An mbarrier (a 64-bit word in shared memory) completes a phase when `count` threads have
+// arrived and every byte announced with expect_tx has landed; waiters name the phase's parity.
+__device__ __forceinline__ void mbar_init(u32 bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Make the initialised barriers visible to the async proxy (the TMA unit) before first use.
+__device__ __forceinline__ void mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+// ------------------------------------------------------------------------------ TMA
+__device__ __forceinline__ void tma_prefetch(const TensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
+}
+// One box of a 2-D tensor map into shared memory at dst; x is the coordinate along the map's
+// first (contiguous) dimension, y along the second. Out-of-range elements are filled with
+// zeros, and the box's full size counts towards the barrier's transaction bytes.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap* map, int x, int y, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(x), "r"(y), "r"(bar)
+        : "memory");
+}
+
+// ------------------------------------------------------------------------------ wgmma
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keep the compiler from moving accumulator reads/writes across a wgmma boundary.
+__device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// Shared-memory matrix descriptors of 128-byte-swizzled tiles (TMA's CU_TENSOR_MAP_SWIZZLE_128B
+// writes exactly this layout: 16-byte chunk c of 128-byte line r at chunk c ^ (r % 8), atoms of 8
+// lines = 1024 bytes, 1024-byte aligned). Fields: start address >> 4 (bits 0-13), leading byte
+// offset >> 4 (16-29), stride byte offset >> 4 (32-45), layout 1 = 128-byte swizzle (62-63).
+__device__ __forceinline__ u64 gmma_desc(u32 addr, u32 lbo, u32 sbo) {
+    return static_cast<u64>((addr & 0x3FFFF) >> 4) | (static_cast<u64>(lbo >> 4) << 16) |
+           (static_cast<u64>(sbo >> 4) << 32) | (static_cast<u64>(1) << 62);
+}
+// K-major: lines of 128 bytes of K, one per row (M or N); 8-line groups 1024 bytes apart (SBO);
+// the leading offset is unused by this layout (1 by convention). A k-step starts 32 bytes on.
+__device__ __forceinline__ u64 desc_kmajor(u32 addr) { return gmma_desc(addr, 16, 1024); }
+// M- or N-major (16-bit types only): lines of 128 bytes (64 elements) of M or N, one per k;
+// 8-k groups 1024 bytes apart (SBO), 64-element chunks of M or N `chunk` bytes apart (LBO).
+// A k-step of 16 starts 2048 bytes on.
+__device__ __forceinline__ u64 desc_mnmajor(u32 addr, u32 chunk) {
+#ifdef MN_DESC_SWAP  // probe: the two offsets the other way round
+    return gmma_desc(addr, 1024, chunk);
+#else
+    return gmma_desc(addr, chunk, 1024);
+#endif
+}
+
+// Two fp32 values to a pair of bf16 / fp16 bits (x in the low half), rounded to nearest.
+__device__ __forceinline__ u32 pack_bf16(float x, float y) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(y), "f"(x));
+    return r;
+}
+__device__ __forceinline__ u32 pack_f16(float x, float y) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(y), "f"(x));
+    return r;
+}

@@ -1,0 +1,244 @@
+// Stage: tma_wgmma. Hopper's tensor memory accelerator (TMA) loads both operand tiles into
+// 128-byte-swizzled shared memory, an mbarrier ring tracks them, and wgmma.mma_async reads both
+// operands straight from shared memory.
+//
+// What changed from stage wgmma (wgmma.cu): who moves the data, and where A lives.
+//   - Copies. wgmma.cu's 128 * WGS threads each issue 16-byte cp.async copies, computing an
+//     address and a bound per chunk, and then wait for their own groups and a __syncthreads. Here
+//     one thread issues one TMA instruction per tile (cp.async.bulk.tensor): the TMA unit walks
+//     the box in the tensor map, fills out-of-range elements with zeros (no bounds code anywhere
+//     in the kernel), writes the 128-byte swizzle itself, and signals an mbarrier with the bytes
+//     it delivered. The other threads issue no copy instruction at all.
+//   - Operand A. wgmma.cu feeds A to wgmma from registers (ldmatrix or LDS per k-step, TF32
+//     rounding in registers); here A is a shared-memory descriptor as B is, so the warps only
+//     issue wgmma and wait. For 16-bit types either operand may lie K-major or M/N-major
+//     (wgmma's transpose bits, imm-trans-a / -b): every layout runs with no copy. TF32 wgmma
+//     reads shared operands K-major only (it has no transpose bits), so the launcher copies an
+//     M-major A or N-major B K-major inside the timed call (cuda_kernels/tma_wgmma.py).
+//   - Synchronisation. No __syncthreads in the loop: a `full` mbarrier per ring slot says the
+//     TMA bytes landed (transaction count), an `empty` mbarrier per slot says every warp's wgmma
+//     that read it have finished (one arrival per warp).
+// Bottleneck it attacks: the issue slots and registers wgmma.cu spends on copies, addresses and A
+// fragments, which its warps must fit between wgmma.
+//
+// Launch geometry (cuda_kernels/tma_wgmma.py): a 1-D grid of ceil(M/BM) * ceil(N/BN) blocks in
+// grouped order (GROUP block-rows walked together, common.cuh's block_tile), BM = 64 * WGS rows,
+// 128 * WGS threads (WGS warpgroups; each computes 64 rows x BN columns, BN / 2 fp32
+// accumulators per thread), STAGES ring slots of dynamic shared memory plus 1 KiB to align the
+// ring to 1024 bytes (the swizzle's atom), one block per SM.
+//
+// Tiles (ELEM bytes per element; BK = 128 / ELEM elements of K per tile: one 128-byte line):
+//   A K-major (A row-major, layouts nn, nt): one box {BK, BM} of the map over A (dims {K, M});
+//     BM lines of 128 bytes; warpgroup w's 64 rows start at line 64 w.
+//   A M-major (A column-major, tn, tt; 16-bit only): BM / 64 boxes {64, BK} of the map over A
+//     (dims {M, K}), each BK lines of 64 elements of M; warpgroup w reads box w.
+//   B K-major (B column-major, nt, tt): one box {BK, BN} (dims {K, N}), BN lines.
+//   B N-major (B row-major, nn, tn; 16-bit only): BN / 64 boxes {64, BK} (dims {N, K}).
+//
+// The ring: STAGES slots. Before the loop thread 0 loads tiles 0 .. STAGES-2. At tile kt every
+// warpgroup waits on full[kt % STAGES], issues its wgmma (BK / KSTEP of them, one commit group),
+// and waits until at most one group is in flight (wgmma.wait_group 1): tile kt-1's wgmma are done,
+// so lane 0 of every warp arrives on empty[(kt-1) % STAGES]. Thread 0 then loads tile
+// kt + STAGES - 1 into that slot, once its empty barrier shows all warps have arrived. So
+// STAGES - 1 tiles are loading or loaded while tile kt multiplies.
+//
+// Precision: PREC_BF16, PREC_FP16 (16-bit inputs and output, fp32 accumulation), PREC_TF32 (fp32
+// inputs and output; the tensor core reads the operands as TF32, ignoring the low 13 bits of
+// each: truncation, as in wgmma.cu's B operand).
+
+#if !defined(PREC_TF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
+#define PREC_BF16 1
+#endif
+#ifndef WGS
+#define WGS 2
+#endif
+#ifndef BN
+#define BN 256
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef GROUP
+#define GROUP 8
+#endif
+
+#include "common.cuh"
+#include "hopper.cuh"
+#include "wgmma_ss_ops.cuh"
+
+#if defined(PREC_BF16) || defined(PREC_FP16)
+typedef unsigned short elem_t;  // the bits of a bfloat16 / float16
+#define ELEM 2
+#else
+typedef float elem_t;
+#define ELEM 4
+#endif
+
+#define A_KMAJOR (!TRANS_A)
+#define B_KMAJOR (TRANS_B)
+#if ELEM == 4 && !(A_KMAJOR && B_KMAJOR)
+#error "TF32 wgmma reads shared operands K-major only: build layout nt (the launcher copies the others)"
+#endif
+
+constexpr int BM = 64 * WGS;
+constexpr int THREADS = 128 * WGS;
+constexpr int BK = 128 / ELEM;            // elements of K per tile: one 128-byte line
+constexpr int KSTEP = ELEM == 4 ? 8 : 16;  // elements of K per wgmma
+constexpr int NSTEP = BK / KSTEP;          // wgmma per tile and warpgroup (4)
+constexpr int A_BYTES = BM * 128;          // BM x BK, either way round
+constexpr int B_BYTES = BN * 128;
+constexpr int SLOT = A_BYTES + B_BYTES;
+constexpr int MN_CHUNK = BK * 128;         // one 64-wide box of an M- or N-major tile
+constexpr int ACC = BN / 2;                // accumulators per thread
+static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
+static_assert(WGS == 1 || WGS == 2, "WGS must be 1 or 2");
+static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be 2..8");
+static_assert(SLOT % 1024 == 0, "ring slots must stay 1024-byte aligned");
+
+// The wgmma of one k-step: D (64 x BN) += A (64 x KSTEP) B (KSTEP x BN), both from shared memory.
+__device__ __forceinline__ void mma_step(float* d, u64 a, u64 b) {
+#if defined(PREC_TF32)
+#define WG_CALL(n) wgmma_ss_tf32_n##n(d, a, b, 1)
+#elif defined(PREC_BF16)
+#define WG_CALL(n) wgmma_ss_bf16_n##n<!A_KMAJOR, !B_KMAJOR>(d, a, b, 1)
+#else
+#define WG_CALL(n) wgmma_ss_f16_n##n<!A_KMAJOR, !B_KMAJOR>(d, a, b, 1)
+#endif
+    if constexpr (BN == 64) WG_CALL(64);
+    else if constexpr (BN == 128) WG_CALL(128);
+    else if constexpr (BN == 192) WG_CALL(192);
+    else WG_CALL(256);
+#undef WG_CALL
+}
+
+// Descriptors of warpgroup wg's A rows and of the B tile, for k-step s of the tile in `slot`.
+__device__ __forceinline__ u64 a_desc(u32 slot, int wg, int s) {
+#if A_KMAJOR
+    return desc_kmajor(slot + wg * 64 * 128 + s * KSTEP * ELEM);
+#else
+    return desc_mnmajor(slot + wg * MN_CHUNK + s * KSTEP * 128, MN_CHUNK);
+#endif
+}
+__device__ __forceinline__ u64 b_desc(u32 slot, int s) {
+#if B_KMAJOR
+    return desc_kmajor(slot + A_BYTES + s * KSTEP * ELEM);
+#else
+    return desc_mnmajor(slot + A_BYTES + s * KSTEP * 128, MN_CHUNK);
+#endif
+}
+
+// Thread 0: tile kt of A and B into `slot`, announced on `bar` (the whole boxes' bytes: TMA counts
+// zero-filled elements too).
+__device__ __forceinline__ void load_tile(const TensorMap* ta, const TensorMap* tb, u32 slot,
+                                          u32 bar, int kt, int m0, int n0) {
+    mbar_expect_tx(bar, SLOT);
+    const int k0 = kt * BK;
+#if A_KMAJOR
+    tma_load_2d(slot, ta, k0, m0, bar);
+#else
+#pragma unroll
+    for (int c = 0; c < BM / 64; ++c) tma_load_2d(slot + c * MN_CHUNK, ta, m0 + 64 * c, k0, bar);
+#endif
+#if B_KMAJOR
+    tma_load_2d(slot + A_BYTES, tb, k0, n0, bar);
+#else
+#pragma unroll
+    for (int c = 0; c < BN / 64; ++c)
+        tma_load_2d(slot + A_BYTES + c * MN_CHUNK, tb, n0 + 64 * c, k0, bar);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    matmul_tma_wgmma(const __grid_constant__ TensorMap tma_a, const __grid_constant__ TensorMap tma_b,
+                     elem_t* __restrict__ C, int M, int N, int K, long long ldc) {
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ alignas(8) u64 bars[2 * STAGES];  // full[0..STAGES), empty[STAGES..2 STAGES)
+    const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const u32 full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+
+    int bm, bn;
+    block_tile(CEIL_DIV(M, BM), CEIL_DIV(N, BN), bm, bn);
+    const int m0 = bm * BM, n0 = bn * BN;
+    const int KT = CEIL_DIV(K, BK);
+    const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        tma_prefetch(&tma_a);
+        tma_prefetch(&tma_b);
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full0 + 8 * s, 1);
+            mbar_init(empty0 + 8 * s, THREADS / 32);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES - 1 && s < KT; ++s)
+            load_tile(&tma_a, &tma_b, ring + s * SLOT, full0 + 8 * s, s, m0, n0);
+    }
+
+    float acc[ACC];
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
+
+    for (int kt = 0; kt < KT; ++kt) {
+        const int slot_i = kt % STAGES;
+        const u32 slot = ring + slot_i * SLOT;
+        mbar_wait(full0 + 8 * slot_i, (kt / STAGES) & 1);
+        wg_fence();
+#pragma unroll
+        for (int s = 0; s < NSTEP; ++s) mma_step(acc, a_desc(slot, wg, s), b_desc(slot, s));
+        wg_commit();
+        wg_wait<1>();  // tile kt-1's wgmma are done: its slot may be refilled
+        if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((kt - 1) % STAGES));
+        const int next = kt + STAGES - 1;
+        if (threadIdx.x == 0 && next < KT) {
+            const int ns = next % STAGES;
+            if (next >= STAGES) mbar_wait(empty0 + 8 * ns, ((next / STAGES) - 1) & 1);
+            load_tile(&tma_a, &tma_b, ring + ns * SLOT, full0 + 8 * ns, next, m0, n0);
+        }
+        __syncwarp();
+    }
+    wg_wait<0>();
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
+
+    // Accumulator 4 j + {0, 1, 2, 3} of a thread: D(r, c), D(r, c+1), D(r+8, c), D(r+8, c+1) with
+    // r = 16 (warp % 4) + lane / 4 in its warpgroup's 64 rows and c = 8 j + 2 (lane % 4).
+    const int r = m0 + 64 * wg + 16 * (warp & 3) + (lane >> 2);
+    const int cbase = n0 + 2 * (lane & 3);
+    // a pair of adjacent elements is one aligned 2 x ELEM-byte store where C's base and ldc allow
+    const bool pairs = (reinterpret_cast<u64>(C) % (2 * ELEM)) == 0 && ldc % 2 == 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = r + 8 * h;
+        if (row >= M) continue;
+        elem_t* line = C + row * ldc;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int c = cbase + 8 * j;
+            const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
+#if ELEM == 4
+            if (pairs && c + 1 < N) {
+                *reinterpret_cast<float2*>(line + c) = make_float2(x, y);
+            } else {
+                if (c < N) line[c] = x;
+                if (c + 1 < N) line[c + 1] = y;
+            }
+#else
+#if defined(PREC_BF16)
+            const u32 v = pack_bf16(x, y);
+#else
+            const u32 v = pack_f16(x, y);
+#endif
+            if (pairs && c + 1 < N) {
+                *reinterpret_cast<u32*>(line + c) = v;
+            } else {
+                if (c < N) line[c] = static_cast<unsigned short>(v & 0xffffu);
+                if (c + 1 < N) line[c + 1] = static_cast<unsigned short>(v >> 16);
+            }
+#endif
+        }
+    }
+}

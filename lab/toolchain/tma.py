@@ -1,0 +1,164 @@
+"""TMA tensor maps and the launch of a kernel that takes them (Hopper, sm_90a).
+
+A TMA load (cp.async.bulk.tensor) reads a box of a global tensor described by a tensor map: 128
+opaque bytes that the host encodes with the driver's cuTensorMapEncodeTiled (here through
+cuda-bindings, `cuda.bindings.driver`) and passes to the kernel by value, as a
+`const __grid_constant__` parameter (cuda_kernels/hopper.cuh: TensorMap). CuPy's kernel call
+passes arrays and scalars, not a 128-byte struct, so `TmaLaunch` builds the kernel's parameter
+buffer itself and launches through the driver (cuLaunchKernel, through CuPy's binding of it, on
+torch's current stream, as lab/toolchain/nvrtc.py's KernelLaunch does).
+
+A map holds the tensor's address, so a launch replayed on other tensors (lab.matmul's plans,
+lab/plan.py) encodes its maps again for the new addresses; a map is kept per address, so replays
+on the same tensors (the timing loop, a CUDA graph's capture) encode nothing.
+
+What a map needs (cuTensorMapEncodeTiled's rules, checked by the launchers before they get here,
+docs/stages/tma_wgmma.md): a global address and every stride but the first (which is 1 element)
+on 16-byte boundaries; for the 128-byte swizzle a box whose first dimension is at most 128 bytes;
+every box dimension at most 256 elements.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from lab.errors import LabError
+
+SWIZZLE_BYTES = 128  # the swizzle every map here uses (CU_TENSOR_MAP_SWIZZLE_128B)
+ALIGN = 16  # bytes: the global address and strides of a map
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    """A 2-D tensor map over kernel argument `arg` (a torch tensor): dims (inner, outer) in
+    elements, the outer dimension's stride in elements, the box (inner, outer) in elements."""
+
+    arg: int
+    dims: tuple[int, int]
+    stride: int
+    box: tuple[int, int]
+
+
+def _driver():
+    from cuda.bindings import driver
+
+    (err,) = driver.cuInit(0)
+    if err != driver.CUresult.CUDA_SUCCESS:  # pragma: no cover - no driver means no GPU
+        raise LabError(f"the CUDA driver did not start ({err.name}); TMA stages need an sm_90 GPU")
+    return driver
+
+
+
+def encode(tensor, spec: MapSpec):
+    """The CUtensorMap of `spec` over `tensor`'s memory (its data pointer is element (0, 0))."""
+    driver = _driver()
+    import torch
+
+    names = {torch.bfloat16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+             torch.float16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+             torch.float32: "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
+    es = tensor.element_size()
+    dtype = getattr(driver.CUtensorMapDataType, names[tensor.dtype])
+    ptr = tensor.data_ptr()
+    if ptr % ALIGN or (spec.stride * es) % ALIGN or spec.box[0] * es > SWIZZLE_BYTES:
+        raise LabError(f"a TMA tensor map needs 16-byte aligned lines and a box of at most "
+                       f"{SWIZZLE_BYTES} bytes per line; got address {ptr:#x}, a stride of "
+                       f"{spec.stride * es} bytes and a box of {spec.box[0] * es} bytes")
+    err, tmap = driver.cuTensorMapEncodeTiled(
+        dtype, 2, ptr,
+        [driver.cuuint64_t(d) for d in spec.dims],
+        [driver.cuuint64_t(spec.stride * es)],
+        [driver.cuuint32_t(b) for b in spec.box],
+        [driver.cuuint32_t(1), driver.cuuint32_t(1)],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise LabError(f"the driver refused a TMA tensor map ({err.name}) for dims {spec.dims}, "
+                       f"stride {spec.stride}, box {spec.box} of {tensor.dtype}")
+    return tmap
+
+
+class TmaLaunch:
+    """One launch of an NVRTC build whose parameters include TMA tensor maps: `launch()` runs it
+    with the arguments it was made with, `launch.run(*args)` with others of the same kinds (the
+    plan cache's replay). Argument i that a MapSpec names is passed as that map; other tensors by
+    their data pointer; numpy scalars by value (np.int32, np.int64)."""
+
+    __slots__ = ("fn", "grid", "block", "smem", "args", "specs", "_maps", "_kinds")
+
+    def __init__(self, fn, grid, block, smem: int, args: tuple, specs: tuple[MapSpec, ...]):
+        import numpy as np
+        import torch
+
+        self.fn, self.grid, self.block, self.smem, self.args = fn, grid, block, smem, args
+        self.specs = {s.arg: s for s in specs}
+        self._maps: dict[tuple[int, int], object] = {}  # (arg, address) -> CUtensorMap
+        kinds = []
+        for i, x in enumerate(args):
+            if i in self.specs:
+                kinds.append("map")
+            elif isinstance(x, torch.Tensor):
+                kinds.append("ptr")
+            elif isinstance(x, np.generic):
+                kinds.append({4: ctypes.c_int32, 8: ctypes.c_int64}[x.itemsize])
+            else:
+                raise TypeError(f"kernel argument {x!r} must be a tensor or a numpy scalar")
+        self._kinds = tuple(kinds)
+
+    def _map(self, i: int, tensor):
+        key = (i, tensor.data_ptr())
+        tmap = self._maps.get(key)
+        if tmap is None:
+            if len(self._maps) > 64:  # a long-lived plan replayed on many tensors
+                self._maps.clear()
+            tmap = self._maps[key] = encode(tensor, self.specs[i])
+        return tmap
+
+    def run(self, *args) -> None:
+        from cupy_backends.cuda.api import driver
+
+        from lab.toolchain.nvrtc import current_stream_ptr
+
+        keep, addrs = [], []
+        for i, (kind, x) in enumerate(zip(self._kinds, args)):
+            if kind == "map":
+                tmap = self._map(i, x)
+                keep.append(tmap)
+                addrs.append(int(tmap.getPtr()))
+                continue
+            v = ctypes.c_uint64(x.data_ptr()) if kind == "ptr" else kind(int(x))
+            keep.append(v)
+            addrs.append(ctypes.addressof(v))
+        params = (ctypes.c_void_p * len(addrs))(*addrs)
+        driver.launchKernel(self.fn.ptr, *self.grid, *self.block, self.smem, current_stream_ptr(),
+                            ctypes.addressof(params), 0)
+
+    def __call__(self) -> None:
+        self.run(*self.args)
+
+    @property
+    def step(self) -> tuple:
+        """(run, args): what lab.contract.Prepared.steps holds for this launch."""
+        return (self.run, self.args)
+
+
+def tma_launcher(build, grid, block, args, smem_dynamic: int, specs) -> TmaLaunch:
+    """A TmaLaunch of `build` (lab/toolchain/nvrtc.py's Build): the module loaded, the dynamic
+    shared memory allowed, the grid checked against CUDA's limits (one sentence)."""
+    from lab.toolchain.nvrtc import _load, check_grid
+
+    check_grid(grid, build.kernel)
+    _, fn = _load(build)
+    if smem_dynamic > 48 * 1024:
+        from cupy_backends.cuda.api import driver
+
+        driver.funcSetAttribute(
+            fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_dynamic
+        )
+    grid = tuple(int(g) for g in grid) + (1,) * (3 - len(tuple(grid)))
+    block = tuple(int(b) for b in block) + (1,) * (3 - len(tuple(block)))
+    return TmaLaunch(fn, grid, block, int(smem_dynamic), tuple(args), tuple(specs))
