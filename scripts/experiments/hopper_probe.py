@@ -89,9 +89,9 @@ def main(argv=None) -> int:
                         traceback.print_exc()
                         continue
                     row = dict(stage=args.stage, prec=prec, cfg=label, M=M, N=N, K=K,
-                               layout=layout, status="pass" if res.ok else "FAIL",
-                               rel_err=f"{res.rel_err:.3e}", detail=res.detail or "")
-                    if timed and res.ok:
+                               layout=layout, status="pass" if res.passed else "FAIL",
+                               rel_err=f"{res.rel_err:.3e}", detail=res.reason)
+                    if timed and res.passed:
                         torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
                         cb = torch.empty_like(c)
                         t, base = bench_adjacent(launch, lambda: torch.matmul(a, b, out=cb))
