@@ -73,6 +73,16 @@ template <int N>
 __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// Warp specialization's register split: every thread of the warpgroup runs it; .dec gives
+// registers back to the SM's pool, .inc takes them (waiting until the pool has them).
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
 // Keep the compiler from moving accumulator reads/writes across a wgmma boundary.
 __device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 

@@ -1,0 +1,234 @@
+"""What the CUDA launchers of the TMA stages share (tma_wgmma, warp_specialized, persistent): the
+operand plan, the tensor maps, the build and the launch. Each stage module declares a
+`HopperStage` (its source, kernel, knobs and grid) and takes its OFFER and prepare() from it.
+
+Operands (every kernel reads A and B through TMA tensor maps, lab/toolchain/tma.py, with the
+boxes of cuda_kernels/tma_tiles.cuh):
+    bf16, fp16: any layout as it is. A row-major is K-major, A column-major M-major, B column-major
+        K-major, B row-major N-major; wgmma's transpose bits read each (TRANS_A / TRANS_B build
+        defines, common.cuh's layouts).
+    tf32: wgmma reads 32-bit shared operands K-major only, so an A that is column-major or a B
+        that is row-major (layouts nn, tn, tt) is copied K-major first, in every call, inside the
+        timed call (a row-major A buffer, a column-major B buffer): the row's time is the copy
+        plus the kernel, as a caller who holds the operand that way pays.
+    Any precision: a map needs the operand's base address and leading dimension on 16-byte
+        boundaries; an operand whose lines are not (a bf16 matrix of 3001 columns) is copied into
+        a buffer whose lines are, in the same orientation, in every call, timed likewise.
+C is row-major (lab/operands.py turns a column-major C into C^T = B^T A^T) with any ldc; the
+kernels' stores use 64-bit offsets and TMA's coordinates are per dimension, so an operand past
+2^31 elements needs no other build.
+
+Every kernel is built for sm_90a; prepare() refuses any other GPU in one sentence, and without a
+GPU the build still compiles (CPU mode's resource report, the tests' SASS checks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cuda_kernels._build import (LINE_ALIGN, aligned_buffer, cdiv, compile_kernel, device_arch_of,
+                                 lines_aligned, resources)
+from lab.contract import Offer, Prepared
+from lab.errors import LabError
+from lab.operands import Operand, entry
+from lab.roofline import DEFAULT_SMS, sm_count
+from lab.toolchain.tma import MapSpec, tma_launcher
+
+PRECISIONS = ("bf16", "fp16", "tf32")
+DEFINES = {"tf32": "PREC_TF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16"}
+ELEM_BYTES = {"tf32": 4, "bf16": 2, "fp16": 2}
+ARCH = "sm_90a"
+SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True)
+class HopperStage:
+    """One TMA stage's launcher: `warpgroups` is the knob that counts the warpgroups computing C
+    (64 rows each: BM = 64 * warpgroups), `producer` adds a loading warpgroup, `persistent`
+    launches min(tiles, SMs) blocks instead of one per tile. `defaults` is the automatic row
+    (every knob's 0), `choices` each knob's values (0 first)."""
+
+    stage: str
+    source: str
+    kernel: str
+    warpgroups: str
+    defaults: dict
+    choices: dict
+    producer: bool = False
+    persistent: bool = False
+    knobs: tuple = field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "knobs", tuple(self.choices))
+
+    # ---------------------------------------------------------------- parameters
+    @property
+    def param_order(self) -> tuple:
+        return self.knobs + ("group",)
+
+    def config(self, **params) -> dict:
+        """The build defines: the defaults with the explicit (non-zero) values over them."""
+        return {k: params.get(k) or self.defaults[k] for k in self.knobs}
+
+    def smem_bytes(self, c: dict) -> int:
+        """STAGES slots of a BM x 128-byte A tile and a BN x 128-byte B tile, plus 1 KiB to align
+        the ring to the swizzle's 1024-byte atom."""
+        return c["STAGES"] * (64 * c[self.warpgroups] + c["BN"]) * 128 + 1024
+
+    def validate(self, params, precision: str | None = None) -> None:
+        """LabError (one sentence) for an unknown parameter, a value outside `choices`, or a ring
+        over the 227 KiB an H100 block can have."""
+        unknown = sorted(set(params) - set(self.param_order))
+        if unknown:
+            raise LabError(f"stage {self.stage} (cuda) has no parameter {', '.join(unknown)} (it "
+                           f"takes {', '.join(self.param_order)})")
+        shown = ", ".join(f"{k}={params[k]}" for k in self.param_order if k in params)
+        where = f"{self.stage} with {shown or 'defaults'}"
+        for k, allowed in self.choices.items():
+            v = params.get(k, 0)
+            if not (_int(v) and v in allowed):
+                raise LabError(f"{where}: {k} must be one of {', '.join(map(str, allowed))} (0: "
+                               f"automatic, {self.defaults[k]})")
+        group = params.get("group", 8)
+        if not _int(group) or group < 1:
+            raise LabError(f"{where}: group must be a positive integer")
+        c = self.config(**params)
+        if self.smem_bytes(c) > SMEM_PER_BLOCK:
+            raise LabError(f"{where}: the ring needs {self.smem_bytes(c)} bytes of shared memory "
+                           f"per block ({c['STAGES']} slots of {64 * c[self.warpgroups]} + "
+                           f"{c['BN']} lines of 128 bytes), more than the 227 KiB an H100 block "
+                           f"can have; lower STAGES, BN or {self.warpgroups}")
+
+    def resolve(self, params, M: int, N: int, K: int, precision: str, sms: int) -> dict:
+        return {**params, **self.config(**params), "group": params.get("group", 8)}
+
+    def show(self, resolved: dict) -> str:
+        return ",".join(f"{k}={resolved[k]}" for k in self.param_order
+                        if resolved.get(k) is not None)
+
+    # ---------------------------------------------------------------- build, geometry
+    def build(self, precision: str, layout: str = "nn", group: int = 8, c: dict | None = None):
+        """The kernel for `precision` and the layout it reads, compiled for sm_90a (no GPU
+        needed). `c` may carry extra build defines (scripts/experiments/hopper_probe.py)."""
+        d = {DEFINES[precision]: 1, "GROUP": group, **(c or self.defaults)}
+        return compile_kernel(self.source, self.kernel, d, layout=kernel_layout(layout, precision),
+                              arch=ARCH)
+
+    def geometry(self, M: int, N: int, c: dict | None = None, sms: int = DEFAULT_SMS):
+        """(grid, block, dynamic shared bytes)."""
+        c = c or self.defaults
+        wgs = c[self.warpgroups]
+        tiles = cdiv(M, 64 * wgs) * cdiv(N, c["BN"])
+        blocks = min(tiles, sms) if self.persistent else tiles
+        return (blocks, 1, 1), (128 * (wgs + self.producer), 1, 1), self.smem_bytes(c)
+
+    def compile_for(self, params, M: int, N: int, K: int, layout: str, precision: str):
+        """The build and geometry prepare() uses (the contract's `compile`), without a GPU."""
+        c = self.config(**params)
+        return self.build(precision, layout, params.get("group", 8), c), self.geometry(M, N, c)
+
+    # ---------------------------------------------------------------- launch
+    def require_hopper(self, p) -> None:
+        """LabError (one sentence) unless Problem `p` lies on an sm_90 GPU (or on the CPU)."""
+        arch = device_arch_of(p)
+        if arch is not None and arch != "sm_90":
+            raise LabError(f"stage {self.stage} runs Hopper's TMA and wgmma instructions, which "
+                           f"only sm_90 GPUs (H100, H200) have, and this GPU is {arch}; use stage "
+                           f"mma (mma.sync) here")
+
+    def launch(self, p, precision: str, group: int = 8, c: dict | None = None) -> Prepared:
+        """The copies plan() asks for, then the kernel."""
+        import numpy as np
+        import torch
+
+        self.require_hopper(p)
+        c = c or self.defaults
+        w = plan(p)
+        b = self.build(precision, w["layout"], group, c)
+        grid, block, smem = self.geometry(p.M, p.N, c, sm_count(p.c.tensor.device))
+        specs = map_specs(w["a"], w["b"], p.M, p.N, p.K, 64 * c[self.warpgroups], c["BN"],
+                          ELEM_BYTES[precision])
+        args = (w["a"].tensor, w["b"].tensor, p.c.tensor, np.int32(p.M), np.int32(p.N),
+                np.int32(p.K), np.int64(p.c.ld))
+        kernel = tma_launcher(b, grid, block, args, smem, specs)
+        res = resources(b, grid, block, smem)
+        names = tuple(name for name, _, _ in w["copies"])
+        if not w["copies"]:
+            return Prepared.of_steps([kernel.step], resources=res, build=b, copies=names)
+        # the copies are part of the computation, so of the timed call
+        steps = [(torch.Tensor.copy_, (dst, src)) for _, dst, src in w["copies"]] + [kernel.step]
+        return Prepared.of_steps(steps, resources=res, build=b, kernel_only=kernel, copies=names)
+
+    def offer(self) -> Offer:
+        return Offer(self.stage, "cuda", precisions=PRECISIONS, kernels=(self.kernel,),
+                     validate=self.validate, resolve=self.resolve, show=self.show,
+                     compile=self.compile_for)
+
+    def prepare_for(self, offer: Offer):
+        """The stage's public prepare(a, b, c, precision=None, **params) (lab/operands.py's
+        entry around the launch)."""
+        @entry(offer)
+        def prepare(p, **params):
+            self.require_hopper(p)
+            resolved = self.resolve(params, p.M, p.N, p.K, p.precision, 0)
+            out = self.launch(p, p.precision, resolved["group"], self.config(**params))
+            out.resources = {**out.resources, "params": self.show(resolved)}
+            out.extra["config"] = resolved
+            return out
+
+        return prepare
+
+
+# ------------------------------------------------------------------------------ the plan
+
+
+def kernel_layout(layout: str, precision: str) -> str:
+    """The layout the kernel reads for operands in `layout`: the same for 16-bit types, nt (A
+    row-major, B column-major: both K-major) for tf32, which copies the others."""
+    return "nt" if ELEM_BYTES[precision] == 4 else layout
+
+
+def plan(p) -> dict:
+    """The copies to run first in every call, (name, dst, src), and the operands the kernel
+    reads: a tf32 operand that is not K-major goes into a K-major buffer, any operand whose lines
+    are not 16-byte aligned into an aligned buffer of the same orientation."""
+    want = kernel_layout(p.layout, p.precision)
+    copies, ops = [], {}
+    for name, op, col in (("A", p.a, want[0] == "t"), ("B", p.b, want[1] == "t")):
+        if col == op.trans and lines_aligned(op):
+            ops[name] = op
+            continue
+        dst = aligned_buffer(op.rows, op.cols, col, op.tensor)
+        copies.append((name, dst, op.tensor))
+        ops[name] = Operand.of(name, dst)
+    return {"copies": copies, "layout": ops["A"].letter + ops["B"].letter, "a": ops["A"],
+            "b": ops["B"]}
+
+
+def _ld_for_map(op) -> int:
+    """The leading dimension to encode: the operand's, except that a single line may have any
+    (TMA wants a 16-byte multiple even where it never steps over it)."""
+    lines = op.cols if op.trans else op.rows
+    if lines > 1:
+        return op.ld
+    per = LINE_ALIGN // op.tensor.element_size()
+    return max(per, cdiv(op.ld, per) * per)
+
+
+def map_specs(a, b, M: int, N: int, K: int, bm: int, bn: int, es: int) -> tuple:
+    """The tensor maps of A (kernel argument 0) and B (argument 1): K-major operands as one
+    {BK, rows} box, M- or N-major ones as {64, BK} boxes (tma_tiles.cuh)."""
+    bk = 128 // es
+    if a.trans:  # M-major
+        sa = MapSpec(0, (M, K), _ld_for_map(a), (64, bk))
+    else:
+        sa = MapSpec(0, (K, M), _ld_for_map(a), (bk, bm))
+    if b.trans:  # K-major
+        sb = MapSpec(1, (K, N), _ld_for_map(b), (bk, bn))
+    else:
+        sb = MapSpec(1, (N, K), _ld_for_map(b), (64, bk))
+    return sa, sb

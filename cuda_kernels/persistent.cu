@@ -1,0 +1,128 @@
+// Stage: persistent. warp_specialized's producer and consumers in a block that stays resident:
+// one block per SM walks output tiles (tile = blockIdx.x, blockIdx.x + gridDim.x, ...) in
+// grouped order, and its ring runs on across tile boundaries.
+//
+// What changed from stage warp_specialized (warp_specialized.cu): the grid.
+//   - warp_specialized launches one block per output tile. At 4096^3 in 128 x 256 tiles that is
+//     512 blocks on an H100's 132 SMs: 3.88 waves, so the last wave leaves 16 SMs idle, and every
+//     block pays its prologue (barrier setup, tensor-map prefetch, the ring's first loads with
+//     nothing to multiply) and its epilogue (C's stores with the tensor cores idle).
+//   - Here the grid is min(tiles, SMs) blocks. The producer's ring counter `it` keeps counting
+//     over tiles, so while the consumers store tile t's C the producer is already loading tile
+//     t + gridDim.x's first k-tiles into the slots they released: the epilogue overlaps the next
+//     tile's loads, and no block starts cold after the first.
+// Bottleneck it attacks: the tail of the last wave, and the per-tile prologue and epilogue.
+// What it does not do yet: clusters with TMA multicast (two blocks of a cluster sharing one load
+// of a B tile), a TMA store of C, or a second accumulator set so that one tile's epilogue overlaps
+// the next tile's wgmma as well as its loads.
+//
+// Launch geometry (cuda_kernels/persistent.py): a 1-D grid of min(ceil(M/BM) * ceil(N/BN), SMs)
+// blocks, BM = 64 * CONSUMERS, 128 * (CONSUMERS + 1) threads, STAGES ring slots of dynamic shared
+// memory plus 1 KiB, one block per SM.
+//
+// The ring: iteration `it` (counted over all of the block's tiles and their k-tiles) uses slot
+// it % STAGES; the producer waits for that slot's empty barrier to complete phase
+// it / STAGES - 1, the consumers for its full barrier's phase it / STAGES. A consumer releases the
+// slot of iteration it-1 once wgmma.wait_group 1 says its wgmma finished, and the last slot of a
+// tile after wgmma.wait_group 0, before the tile's stores.
+//
+// Precision: as tma_wgmma.cu (bf16, fp16: any layout; tf32: both operands K-major).
+
+#if !defined(PREC_TF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
+#define PREC_BF16 1
+#endif
+#ifndef CONSUMERS
+#define CONSUMERS 2
+#endif
+#define WGS CONSUMERS
+#ifndef BN
+#define BN 256
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef GROUP
+#define GROUP 8
+#endif
+#ifndef PRODUCER_REGS
+#define PRODUCER_REGS 40
+#endif
+#ifndef CONSUMER_REGS
+#define CONSUMER_REGS 232
+#endif
+
+#include "tma_tiles.cuh"
+
+constexpr int THREADS = 128 * (CONSUMERS + 1);
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
+              "the warpgroups' registers must fit an SM's 65,536");
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    matmul_persistent(const __grid_constant__ TensorMap tma_a, const __grid_constant__ TensorMap tma_b,
+                      elem_t* __restrict__ C, int M, int N, int K, long long ldc) {
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ alignas(8) u64 bars[2 * STAGES];  // full[0..STAGES), empty[STAGES..2 STAGES)
+    const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const u32 full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+
+    const int grid_m = CEIL_DIV(M, BM), grid_n = CEIL_DIV(N, BN);
+    const int tiles = grid_m * grid_n;
+    const int KT = CEIL_DIV(K, BK);
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        tma_prefetch(&tma_a);
+        tma_prefetch(&tma_b);
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full0 + 8 * s, 1);
+            mbar_init(empty0 + 8 * s, 4 * CONSUMERS);  // one arrival per consumer warp
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // the producer
+        setmaxnreg_dec<PRODUCER_REGS>();
+        if (threadIdx.x == 0) {
+            int it = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+                int bm, bn;
+                tile_of(t, grid_m, grid_n, bm, bn);
+                for (int kt = 0; kt < KT; ++kt, ++it) {
+                    const int s = it % STAGES;
+                    if (it >= STAGES) mbar_wait(empty0 + 8 * s, ((it / STAGES) - 1) & 1);
+                    load_tile(&tma_a, &tma_b, ring + s * SLOT, full0 + 8 * s, kt, bm * BM, bn * BN);
+                }
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<CONSUMER_REGS>();
+    const int cw = wg - 1;  // this consumer's warpgroup: rows 64 cw .. of each tile
+    float acc[ACC];
+    int it = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int bm, bn;
+        tile_of(t, grid_m, grid_n, bm, bn);
+#pragma unroll
+        for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
+        for (int kt = 0; kt < KT; ++kt, ++it) {
+            const int s = it % STAGES;
+            const u32 slot = ring + s * SLOT;
+            mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < NSTEP; ++j) mma_step(acc, a_desc(slot, cw, j), b_desc(slot, j));
+            wg_commit();
+            wg_wait<1>();  // iteration it-1's wgmma are done: release its slot
+            if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+        }
+        wg_wait<0>();
+        if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
+#pragma unroll
+        for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
+        store_acc(acc, C, M, N, ldc, bm * BM + 64 * cw, bn * BN, warp, lane);
+    }
+}

@@ -1,0 +1,146 @@
+// tma_tiles.cuh: the tiles of the TMA stages (tma_wgmma.cu, warp_specialized.cu,
+// persistent.cu): element type, tile sizes, the shared-memory layout of a ring slot, the TMA
+// loads of one k-tile, the wgmma of one k-step with both operands' descriptors, and the
+// epilogue's stores. Include it after the stage's defaults (PREC_*, WGS, BN, STAGES, GROUP) and
+// before the kernel; tma_wgmma.cu's header describes the tiles and boxes.
+#pragma once
+
+#include "common.cuh"
+#include "hopper.cuh"
+#include "wgmma_ss_ops.cuh"
+
+#if defined(PREC_BF16) || defined(PREC_FP16)
+typedef unsigned short elem_t;  // the bits of a bfloat16 / float16
+#define ELEM 2
+#else
+typedef float elem_t;
+#define ELEM 4
+#endif
+
+#define A_KMAJOR (!TRANS_A)
+#define B_KMAJOR (TRANS_B)
+#if ELEM == 4 && !(A_KMAJOR && B_KMAJOR)
+#error "TF32 wgmma reads shared operands K-major only: build layout nt (the launcher copies the others)"
+#endif
+
+constexpr int BM = 64 * WGS;
+constexpr int BK = 128 / ELEM;            // elements of K per tile: one 128-byte line
+constexpr int KSTEP = ELEM == 4 ? 8 : 16;  // elements of K per wgmma
+constexpr int NSTEP = BK / KSTEP;          // wgmma per tile and warpgroup (4)
+constexpr int A_BYTES = BM * 128;          // BM x BK, either way round
+constexpr int B_BYTES = BN * 128;
+constexpr int SLOT = A_BYTES + B_BYTES;
+constexpr int MN_CHUNK = BK * 128;         // one 64-wide box of an M- or N-major tile
+constexpr int ACC = BN / 2;                // accumulators per thread
+static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
+static_assert(WGS == 1 || WGS == 2, "WGS must be 1 or 2");
+static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be 2..8");
+static_assert(SLOT % 1024 == 0, "ring slots must stay 1024-byte aligned");
+
+// The wgmma of one k-step: D (64 x BN) += A (64 x KSTEP) B (KSTEP x BN), both from shared memory.
+__device__ __forceinline__ void mma_step(float* d, u64 a, u64 b) {
+#if defined(PREC_TF32)
+#define WG_CALL(n) wgmma_ss_tf32_n##n(d, a, b, 1)
+#elif defined(PREC_BF16)
+#define WG_CALL(n) wgmma_ss_bf16_n##n<!A_KMAJOR, !B_KMAJOR>(d, a, b, 1)
+#else
+#define WG_CALL(n) wgmma_ss_f16_n##n<!A_KMAJOR, !B_KMAJOR>(d, a, b, 1)
+#endif
+    if constexpr (BN == 64) WG_CALL(64);
+    else if constexpr (BN == 128) WG_CALL(128);
+    else if constexpr (BN == 192) WG_CALL(192);
+    else WG_CALL(256);
+#undef WG_CALL
+}
+
+// Descriptors of warpgroup wg's A rows and of the B tile, for k-step s of the tile in `slot`.
+__device__ __forceinline__ u64 a_desc(u32 slot, int wg, int s) {
+#if A_KMAJOR
+    return desc_kmajor(slot + wg * 64 * 128 + s * KSTEP * ELEM);
+#else
+    return desc_mnmajor(slot + wg * MN_CHUNK + s * KSTEP * 128, MN_CHUNK);
+#endif
+}
+__device__ __forceinline__ u64 b_desc(u32 slot, int s) {
+#if B_KMAJOR
+    return desc_kmajor(slot + A_BYTES + s * KSTEP * ELEM);
+#else
+    return desc_mnmajor(slot + A_BYTES + s * KSTEP * 128, MN_CHUNK);
+#endif
+}
+
+// Thread 0: tile kt of A and B into `slot`, announced on `bar` (the whole boxes' bytes: TMA counts
+// zero-filled elements too).
+__device__ __forceinline__ void load_tile(const TensorMap* ta, const TensorMap* tb, u32 slot,
+                                          u32 bar, int kt, int m0, int n0) {
+    mbar_expect_tx(bar, SLOT);
+    const int k0 = kt * BK;
+#if A_KMAJOR
+    tma_load_2d(slot, ta, k0, m0, bar);
+#else
+#pragma unroll
+    for (int c = 0; c < BM / 64; ++c) tma_load_2d(slot + c * MN_CHUNK, ta, m0 + 64 * c, k0, bar);
+#endif
+#if B_KMAJOR
+    tma_load_2d(slot + A_BYTES, tb, k0, n0, bar);
+#else
+#pragma unroll
+    for (int c = 0; c < BN / 64; ++c)
+        tma_load_2d(slot + A_BYTES + c * MN_CHUNK, tb, n0 + 64 * c, k0, bar);
+#endif
+}
+
+// Output tile t of a grid_m x grid_n grid of tiles, in grouped order: GROUP tile-rows walked
+// column by column, so the tiles in flight at one time share GROUP block-rows of A and a few
+// block-columns of B in L2 (common.cuh's block_tile, for a tile index that is not blockIdx.x).
+__device__ __forceinline__ void tile_of(int t, int grid_m, int grid_n, int& bm, int& bn) {
+    const int width = GROUP * grid_n;
+    const int first_m = (t / width) * GROUP;
+    const int rows = min(grid_m - first_m, GROUP);
+    const int in_group = t - (t / width) * width;
+    bm = first_m + in_group % rows;
+    bn = in_group / rows;
+}
+
+// A warpgroup's 64 x BN accumulators into C (row-major, ldc), rows from m0 (its first row) and
+// columns from n0, where they fall inside M x N. `warp` is the warp's index in its warpgroup.
+__device__ __forceinline__ void store_acc(const float* acc, elem_t* __restrict__ C, int M, int N,
+                                          long long ldc, int m0, int n0, int warp, int lane) {
+    // Accumulator 4 j + {0, 1, 2, 3} of a thread: D(r, c), D(r, c+1), D(r+8, c), D(r+8, c+1) with
+    // r = 16 (warp % 4) + lane / 4 in its warpgroup's 64 rows and c = 8 j + 2 (lane % 4).
+    const int r = m0 + 16 * warp + (lane >> 2);
+    const int cbase = n0 + 2 * (lane & 3);
+    // a pair of adjacent elements is one aligned 2 x ELEM-byte store where C's base and ldc allow
+    const bool pairs = (reinterpret_cast<u64>(C) % (2 * ELEM)) == 0 && ldc % 2 == 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = r + 8 * h;
+        if (row >= M) continue;
+        elem_t* line = C + row * ldc;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int c = cbase + 8 * j;
+            const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
+#if ELEM == 4
+            if (pairs && c + 1 < N) {
+                *reinterpret_cast<float2*>(line + c) = make_float2(x, y);
+            } else {
+                if (c < N) line[c] = x;
+                if (c + 1 < N) line[c + 1] = y;
+            }
+#else
+#if defined(PREC_BF16)
+            const u32 v = pack_bf16(x, y);
+#else
+            const u32 v = pack_f16(x, y);
+#endif
+            if (pairs && c + 1 < N) {
+                *reinterpret_cast<u32*>(line + c) = v;
+            } else {
+                if (c < N) line[c] = static_cast<unsigned short>(v & 0xffffu);
+                if (c + 1 < N) line[c + 1] = static_cast<unsigned short>(v >> 16);
+            }
+#endif
+        }
+    }
+}

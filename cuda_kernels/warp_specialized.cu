@@ -1,0 +1,119 @@
+// Stage: warp_specialized. tma_wgmma's tiles and ring, with the work split by role: one producer
+// warpgroup only issues TMA loads, CONSUMERS warpgroups only issue wgmma and store C.
+//
+// What changed from stage tma_wgmma (tma_wgmma.cu): who waits for what.
+//   - In tma_wgmma.cu thread 0 is both a consumer and the loader: after its own wgmma it waits
+//     on the empty barrier of tile kt-1's slot, for every warp of the block, before it can issue
+//     the next load; warp 0 stalls there, and so does the whole warpgroup 0 at its next
+//     .sync.aligned wgmma. Here the producer warpgroup (warpgroup 0; one thread of it issues)
+//     runs ahead on its own: it waits on `empty` slots and fills them, the consumers wait only on
+//     `full` slots. Neither role's waits sit in the other's instruction stream.
+//   - Registers (setmaxnreg): the producer needs a handful, the consumers hold BN / 2 fp32
+//     accumulators each. The block starts with the same cap for every thread (65536 / THREADS,
+//     168 at 384 threads); the producer gives registers back (setmaxnreg.dec to PRODUCER_REGS)
+//     and the consumers take them (setmaxnreg.inc to CONSUMER_REGS), so a consumer could hold up
+//     to 232 registers: 128 x 40 + 256 x 232 = 64,512 of an SM's 65,536.
+// Bottleneck it attacks: the loads' issue and their waits inside the consumers' critical path.
+//
+// Launch geometry (cuda_kernels/warp_specialized.py): a 1-D grid of ceil(M/BM) * ceil(N/BN)
+// blocks in grouped order, BM = 64 * CONSUMERS (the consumers are tma_tiles.cuh's WGS
+// warpgroups), 128 * (CONSUMERS + 1) threads, STAGES ring slots of dynamic shared memory plus
+// 1 KiB, one block per SM.
+//
+// The ring: the producer loads tile kt into slot kt % STAGES as soon as that slot's empty
+// barrier has completed phase kt / STAGES - 1 (every consumer warp arrived after its wgmma of
+// tile kt - STAGES finished), so up to STAGES tiles are loaded ahead. A consumer waits on
+// full[kt % STAGES], issues its wgmma, lets one group stay in flight (wgmma.wait_group 1) and
+// releases tile kt-1's slot; after the loop it releases the last one.
+//
+// Precision: as tma_wgmma.cu (bf16, fp16: any layout; tf32: both operands K-major).
+
+#if !defined(PREC_TF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
+#define PREC_BF16 1
+#endif
+#ifndef CONSUMERS
+#define CONSUMERS 2
+#endif
+#define WGS CONSUMERS
+#ifndef BN
+#define BN 256
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef GROUP
+#define GROUP 8
+#endif
+#ifndef PRODUCER_REGS
+#define PRODUCER_REGS 40
+#endif
+#ifndef CONSUMER_REGS
+#define CONSUMER_REGS 232
+#endif
+
+#include "tma_tiles.cuh"
+
+constexpr int THREADS = 128 * (CONSUMERS + 1);
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
+              "the warpgroups' registers must fit an SM's 65,536");
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    matmul_warp_specialized(const __grid_constant__ TensorMap tma_a,
+                            const __grid_constant__ TensorMap tma_b, elem_t* __restrict__ C, int M,
+                            int N, int K, long long ldc) {
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ alignas(8) u64 bars[2 * STAGES];  // full[0..STAGES), empty[STAGES..2 STAGES)
+    const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const u32 full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+
+    int bm, bn;
+    block_tile(CEIL_DIV(M, BM), CEIL_DIV(N, BN), bm, bn);
+    const int m0 = bm * BM, n0 = bn * BN;
+    const int KT = CEIL_DIV(K, BK);
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        tma_prefetch(&tma_a);
+        tma_prefetch(&tma_b);
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full0 + 8 * s, 1);
+            mbar_init(empty0 + 8 * s, 4 * CONSUMERS);  // one arrival per consumer warp
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // the producer
+        setmaxnreg_dec<PRODUCER_REGS>();
+        if (threadIdx.x == 0) {
+            for (int kt = 0; kt < KT; ++kt) {
+                const int s = kt % STAGES;
+                if (kt >= STAGES) mbar_wait(empty0 + 8 * s, ((kt / STAGES) - 1) & 1);
+                load_tile(&tma_a, &tma_b, ring + s * SLOT, full0 + 8 * s, kt, m0, n0);
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<CONSUMER_REGS>();
+    const int cw = wg - 1;  // this consumer's warpgroup: rows m0 + 64 cw ..
+    float acc[ACC];
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
+    for (int kt = 0; kt < KT; ++kt) {
+        const int s = kt % STAGES;
+        const u32 slot = ring + s * SLOT;
+        mbar_wait(full0 + 8 * s, (kt / STAGES) & 1);
+        wg_fence();
+#pragma unroll
+        for (int j = 0; j < NSTEP; ++j) mma_step(acc, a_desc(slot, cw, j), b_desc(slot, j));
+        wg_commit();
+        wg_wait<1>();  // tile kt-1's wgmma are done: release its slot
+        if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((kt - 1) % STAGES));
+    }
+    wg_wait<0>();
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
+    store_acc(acc, C, M, N, ldc, m0 + 64 * cw, n0, warp, lane);
+}
