@@ -33,7 +33,7 @@ constexpr int SLOT = A_BYTES + B_BYTES;
 constexpr int MN_CHUNK = BK * 128;         // one 64-wide box of an M- or N-major tile
 constexpr int ACC = BN / 2;                // accumulators per thread
 static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
-static_assert(WGS == 1 || WGS == 2, "WGS must be 1 or 2");
+static_assert(WGS >= 1 && WGS <= 3, "WGS must be 1, 2 or 3");
 static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be 2..8");
 static_assert(SLOT % 1024 == 0, "ring slots must stay 1024-byte aligned");
 

@@ -21,7 +21,7 @@ from cuda_kernels._tma import HopperStage
 STAGE = HopperStage(
     "tma_wgmma", "tma_wgmma.cu", "matmul_tma_wgmma", warpgroups="WGS",
     defaults={"WGS": 2, "BN": 256, "STAGES": 4},
-    choices={"WGS": (0, 1, 2), "BN": (0, 64, 128, 192, 256), "STAGES": (0, 2, 3, 4, 5, 6, 7, 8)},
+    choices={"WGS": (0, 1, 2, 3), "BN": (0, 64, 128, 192, 256), "STAGES": (0, 2, 3, 4, 5, 6, 7, 8)},
 )
 OFFER = STAGE.offer()
 prepare = STAGE.prepare_for(OFFER)

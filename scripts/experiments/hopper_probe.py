@@ -69,9 +69,10 @@ def main(argv=None) -> int:
         for cfg in configs:
             full = {**mod.DEFAULTS, **cfg}
             label = ",".join(f"{k}={v}" for k, v in full.items())
-            for size_text in args.check_sizes.split(",") + args.sizes.split(","):
+            sizes = [x for x in args.sizes.split(",") if x]
+            for size_text in [x for x in args.check_sizes.split(",") if x] + sizes:
                 M, N, K = parse_size(size_text)
-                timed = size_text in args.sizes.split(",")
+                timed = size_text in sizes
                 for layout in args.layouts.split(","):
                     if timed and layout not in args.timed_layouts.split(","):
                         continue
