@@ -62,6 +62,11 @@ class HopperStage:
     persistent: bool = False
     knobs: tuple = field(init=False)
 
+    @staticmethod
+    def cluster_of(c: dict) -> int:
+        """Blocks per cluster (the CLUSTER knob where a stage has one)."""
+        return c.get("CLUSTER", 1)
+
     def __post_init__(self):
         object.__setattr__(self, "knobs", tuple(self.choices))
 
@@ -97,6 +102,11 @@ class HopperStage:
         if not _int(group) or group < 1:
             raise LabError(f"{where}: group must be a positive integer")
         c = self.config(**params)
+        cl = self.cluster_of(c)
+        if cl > 1 and c["BN"] < 64 * cl:
+            raise LabError(f"{where}: a cluster of {cl} blocks splits each B tile into {cl} "
+                           f"multicast loads of at least 64 columns, so BN must be at least "
+                           f"{64 * cl}")
         if self.smem_bytes(c) > SMEM_PER_BLOCK:
             raise LabError(f"{where}: the ring needs {self.smem_bytes(c)} bytes of shared memory "
                            f"per block ({c['STAGES']} slots of {64 * c[self.warpgroups]} + "
@@ -121,9 +131,10 @@ class HopperStage:
     def geometry(self, M: int, N: int, c: dict | None = None, sms: int = DEFAULT_SMS):
         """(grid, block, dynamic shared bytes)."""
         c = c or self.defaults
-        wgs = c[self.warpgroups]
-        tiles = cdiv(M, 64 * wgs) * cdiv(N, c["BN"])
-        blocks = min(tiles, sms) if self.persistent else tiles
+        wgs, cl = c[self.warpgroups], self.cluster_of(c)
+        # a cluster takes `cl` tiles down M with the same columns
+        tiles = cdiv(M, 64 * wgs * cl) * cdiv(N, c["BN"])
+        blocks = cl * (min(tiles, sms // cl) if self.persistent else tiles)
         return (blocks, 1, 1), (128 * (wgs + self.producer), 1, 1), self.smem_bytes(c)
 
     def compile_for(self, params, M: int, N: int, K: int, layout: str, precision: str):
@@ -150,11 +161,12 @@ class HopperStage:
         w = plan(p)
         b = self.build(precision, w["layout"], group, c)
         grid, block, smem = self.geometry(p.M, p.N, c, sm_count(p.c.tensor.device))
-        specs = map_specs(w["a"], w["b"], p.M, p.N, p.K, 64 * c[self.warpgroups], c["BN"],
+        cl = self.cluster_of(c)
+        specs = map_specs(w["a"], w["b"], p.M, p.N, p.K, 64 * c[self.warpgroups], c["BN"] // cl,
                           ELEM_BYTES[precision])
         args = (w["a"].tensor, w["b"].tensor, p.c.tensor, np.int32(p.M), np.int32(p.N),
                 np.int32(p.K), np.int64(p.c.ld))
-        kernel = tma_launcher(b, grid, block, args, smem, specs)
+        kernel = tma_launcher(b, grid, block, args, smem, specs, cl)
         res = resources(b, grid, block, smem)
         names = tuple(name for name, _, _ in w["copies"])
         if not w["copies"]:
@@ -221,7 +233,8 @@ def _ld_for_map(op) -> int:
 
 def map_specs(a, b, M: int, N: int, K: int, bm: int, bn: int, es: int) -> tuple:
     """The tensor maps of A (kernel argument 0) and B (argument 1): K-major operands as one
-    {BK, rows} box, M- or N-major ones as {64, BK} boxes (tma_tiles.cuh)."""
+    {BK, rows} box, M- or N-major ones as {64, BK} boxes (tma_tiles.cuh). `bn` is the lines of B
+    one block loads: BN, or BN / CLUSTER where a cluster's blocks share the tile."""
     bk = 128 // es
     if a.trans:  # M-major
         sa = MapSpec(0, (M, K), _ld_for_map(a), (64, bk))

@@ -64,6 +64,41 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap* map, int x
         : "memory");
 }
 
+// ------------------------------------------------------------------------------ clusters
+// A cluster's blocks run at once on neighbouring SMs and can reach each other's shared memory:
+// a TMA load can be multicast into every block of the cluster (one L2 read, CTA mask bits), and a
+// thread can arrive on an mbarrier of another block (its address mapped with mapa).
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+// Every thread of every block of the cluster: the barriers' initialisation is seen cluster-wide
+// before any block multicasts into another or arrives on its barriers, and no block exits while
+// another may still do so.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// Arrive on the mbarrier at shared address `bar` of block `cta` of this cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 cta) {
+    asm volatile(
+        "{\n.reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
+}
+// tma_load_2d into the same shared address of every block in `mask`, each block's mbarrier at
+// `bar` receiving the bytes that land there.
+__device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TensorMap* map, int x, int y,
+                                                      u32 bar, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(x), "r"(y), "r"(bar), "h"(mask)
+        : "memory");
+}
+
 // ------------------------------------------------------------------------------ wgmma
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() {

@@ -44,6 +44,12 @@
 #ifndef GROUP
 #define GROUP 8
 #endif
+#ifndef CLUSTER
+#define CLUSTER 2
+#endif
+#if CLUSTER != 1 && CLUSTER != 2
+#error "CLUSTER must be 1 or 2"
+#endif
 #ifndef PRODUCER_REGS
 #define PRODUCER_REGS 40
 #endif
@@ -65,10 +71,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const u32 full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
 
-    const int grid_m = CEIL_DIV(M, BM), grid_n = CEIL_DIV(N, BN);
+    // CLUSTER blocks take CLUSTER neighbouring tiles down M with the same columns: a cluster
+    // tile is (BM * CLUSTER) x BN, and the clusters walk those in grouped order.
+    const int grid_m = CEIL_DIV(M, BM * CLUSTER), grid_n = CEIL_DIV(N, BN);
     const int tiles = grid_m * grid_n;
     const int KT = CEIL_DIV(K, BK);
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
+    const int rank = CLUSTER > 1 ? static_cast<int>(cluster_rank()) : 0;
+    const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;
 
     if (threadIdx.x == 0) {
         tma_prefetch(&tma_a);
@@ -76,53 +86,74 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
-            mbar_init(empty0 + 8 * s, 4 * CONSUMERS);  // one arrival per consumer warp
+            // one arrival per consumer warp of every block whose loads land here
+            mbar_init(empty0 + 8 * s, 4 * CONSUMERS * CLUSTER);
         }
         mbar_fence_init();
     }
-    __syncthreads();
+    if (CLUSTER > 1)
+        cluster_sync();
+    else
+        __syncthreads();
 
     if (wg == 0) {  // the producer
         setmaxnreg_dec<PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             int it = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            for (int t = first; t < tiles; t += stride) {
                 int bm, bn;
                 tile_of(t, grid_m, grid_n, bm, bn);
+                const int m0 = (bm * CLUSTER + rank) * BM, n0 = bn * BN;
                 for (int kt = 0; kt < KT; ++kt, ++it) {
                     const int s = it % STAGES;
                     if (it >= STAGES) mbar_wait(empty0 + 8 * s, ((it / STAGES) - 1) & 1);
-                    load_tile(&tma_a, &tma_b, ring + s * SLOT, full0 + 8 * s, kt, bm * BM, bn * BN);
+                    if (CLUSTER > 1)
+                        load_tile_multicast<CLUSTER>(&tma_a, &tma_b, ring + s * SLOT, full0 + 8 * s,
+                                                     kt, m0, n0, rank);
+                    else
+                        load_tile(&tma_a, &tma_b, ring + s * SLOT, full0 + 8 * s, kt, m0, n0);
                 }
             }
         }
-        return;
-    }
-
-    setmaxnreg_inc<CONSUMER_REGS>();
-    const int cw = wg - 1;  // this consumer's warpgroup: rows 64 cw .. of each tile
-    float acc[ACC];
-    int it = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        int bm, bn;
-        tile_of(t, grid_m, grid_n, bm, bn);
+    } else {
+        setmaxnreg_inc<CONSUMER_REGS>();
+        const int cw = wg - 1;  // this consumer's warpgroup: rows 64 cw .. of each tile
+        // a slot is free once the consumers of every block its loads land in have released it
+        auto release = [&](int s) {
+            if (lane != 0) return;
+            if (CLUSTER > 1) {
 #pragma unroll
-        for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
-        for (int kt = 0; kt < KT; ++kt, ++it) {
-            const int s = it % STAGES;
-            const u32 slot = ring + s * SLOT;
-            mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-            wg_fence();
+                for (int c = 0; c < CLUSTER; ++c) mbar_arrive_cluster(empty0 + 8 * s, c);
+            } else {
+                mbar_arrive(empty0 + 8 * s);
+            }
+        };
+        float acc[ACC];
+        int it = 0;
+        for (int t = first; t < tiles; t += stride) {
+            int bm, bn;
+            tile_of(t, grid_m, grid_n, bm, bn);
 #pragma unroll
-            for (int j = 0; j < NSTEP; ++j) mma_step(acc, a_desc(slot, cw, j), b_desc(slot, j));
-            wg_commit();
-            wg_wait<1>();  // iteration it-1's wgmma are done: release its slot
-            if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+            for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
+            for (int kt = 0; kt < KT; ++kt, ++it) {
+                const int s = it % STAGES;
+                const u32 slot = ring + s * SLOT;
+                mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+                wg_fence();
+#pragma unroll
+                for (int j = 0; j < NSTEP; ++j) mma_step(acc, a_desc(slot, cw, j), b_desc(slot, j));
+                wg_commit();
+                wg_wait<1>();  // iteration it-1's wgmma are done: release its slot
+                if (kt > 0) release((it - 1) % STAGES);
+            }
+            wg_wait<0>();
+            release((it - 1) % STAGES);  // the tile's last slot
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
+            store_acc(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
         }
-        wg_wait<0>();
-        if (lane == 0) mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));  // the tile's last slot
-#pragma unroll
-        for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
-        store_acc(acc, C, M, N, ldc, bm * BM + 64 * cw, bn * BN, warp, lane);
     }
+    // no block may exit while a block of its cluster can still multicast into it or arrive on
+    // its barriers
+    if (CLUSTER > 1) cluster_sync();
 }

@@ -3,12 +3,14 @@ resident block per SM that walks the output tiles (sm_90a), in bf16, fp16 and tf
 
 The operand plan, the tensor maps and the launch are cuda_kernels/_tma.py's.
 
-Geometry: a 1-D grid of min(ceil(M/BM) * ceil(N/BN), SMs) blocks (BM = 64 * CONSUMERS; the SMs
-of the GPU the operands are on, 132 without one), 128 * (CONSUMERS + 1) threads,
+Geometry: a 1-D grid of CLUSTER * min(ceil(M/(BM * CLUSTER)) * ceil(N/BN), SMs / CLUSTER)
+blocks in clusters of CLUSTER (BM = 64 * CONSUMERS; the SMs of the GPU the operands are on, 132
+without one), 128 * (CONSUMERS + 1) threads,
 STAGES * (BM + BN) * 128 + 1024 bytes of dynamic shared memory, one block per SM.
 
 Parameters (lab/stages.py, stage persistent), each 0 meaning the automatic row: CONSUMERS (1-2:
-2), BN (64-256: 256), STAGES (ring slots, 2-8: 4), and group (tile-rows walked together).
+2), BN (64-256: 256), STAGES (ring slots, 2-8: 4), CLUSTER (blocks per cluster sharing one
+multicast load of each B tile, 1-2: 2), and group (tile-rows walked together).
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from cuda_kernels._tma import HopperStage
 
 STAGE = HopperStage(
     "persistent", "persistent.cu", "matmul_persistent", warpgroups="CONSUMERS",
-    defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4},
+    defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 2},
     choices={"CONSUMERS": (0, 1, 2), "BN": (0, 64, 128, 192, 256),
-             "STAGES": (0, 2, 3, 4, 5, 6, 7, 8)},
+             "STAGES": (0, 2, 3, 4, 5, 6, 7, 8), "CLUSTER": (0, 1, 2)},
     producer=True, persistent=True,
 )
 OFFER = STAGE.offer()

@@ -90,6 +90,35 @@ __device__ __forceinline__ void load_tile(const TensorMap* ta, const TensorMap* 
 #endif
 }
 
+// load_tile for a block of a cluster of CLUSTER blocks that take CLUSTER neighbouring tiles down
+// M with the same columns: A as before, and 1 / CLUSTER of the shared B tile, multicast into
+// every block (K-major B: a box of BN / CLUSTER lines; N-major: BN / 64 / CLUSTER of its boxes).
+// Each block's barrier still expects the whole slot: its own A and every block's part of B.
+template <int CL>
+__device__ __forceinline__ void load_tile_multicast(const TensorMap* ta, const TensorMap* tb,
+                                                    u32 slot, u32 bar, int kt, int m0, int n0,
+                                                    int rank) {
+    static_assert(B_KMAJOR || (BN / 64) % CL == 0, "N-major B: BN / 64 boxes per block must split");
+    mbar_expect_tx(bar, SLOT);
+    const int k0 = kt * BK;
+    const unsigned short mask = (1u << CL) - 1;
+#if A_KMAJOR
+    tma_load_2d(slot, ta, k0, m0, bar);
+#else
+#pragma unroll
+    for (int c = 0; c < BM / 64; ++c) tma_load_2d(slot + c * MN_CHUNK, ta, m0 + 64 * c, k0, bar);
+#endif
+#if B_KMAJOR
+    constexpr int PART = BN / CL;
+    tma_load_2d_multicast(slot + A_BYTES + rank * PART * 128, tb, k0, n0 + rank * PART, bar, mask);
+#else
+    constexpr int PART = BN / 64 / CL;
+#pragma unroll
+    for (int c = rank * PART; c < (rank + 1) * PART; ++c)
+        tma_load_2d_multicast(slot + A_BYTES + c * MN_CHUNK, tb, n0 + 64 * c, k0, bar, mask);
+#endif
+}
+
 // Output tile t of a grid_m x grid_n grid of tiles, in grouped order: GROUP tile-rows walked
 // column by column, so the tiles in flight at one time share GROUP block-rows of A and a few
 // block-columns of B in L2 (common.cuh's block_tile, for a tile index that is not blockIdx.x).

@@ -88,13 +88,16 @@ class TmaLaunch:
     plan cache's replay). Argument i that a MapSpec names is passed as that map; other tensors by
     their data pointer; numpy scalars by value (np.int32, np.int64)."""
 
-    __slots__ = ("fn", "grid", "block", "smem", "args", "specs", "_maps", "_kinds")
+    __slots__ = ("fn", "grid", "block", "smem", "args", "specs", "cluster", "_maps", "_kinds",
+                 "_config")
 
-    def __init__(self, fn, grid, block, smem: int, args: tuple, specs: tuple[MapSpec, ...]):
+    def __init__(self, fn, grid, block, smem: int, args: tuple, specs: tuple[MapSpec, ...],
+                 cluster: int = 1):
         import numpy as np
         import torch
 
         self.fn, self.grid, self.block, self.smem, self.args = fn, grid, block, smem, args
+        self.cluster, self._config = cluster, None
         self.specs = {s.arg: s for s in specs}
         self._maps: dict[tuple[int, int], object] = {}  # (arg, address) -> CUtensorMap
         kinds = []
@@ -134,8 +137,34 @@ class TmaLaunch:
             keep.append(v)
             addrs.append(ctypes.addressof(v))
         params = (ctypes.c_void_p * len(addrs))(*addrs)
+        if self.cluster > 1:
+            self._launch_cluster(ctypes.addressof(params), current_stream_ptr())
+            return
         driver.launchKernel(self.fn.ptr, *self.grid, *self.block, self.smem, current_stream_ptr(),
                             ctypes.addressof(params), 0)
+
+    def _launch_cluster(self, params: int, stream: int) -> None:
+        """cuLaunchKernelEx with a cluster of `cluster` blocks along x (CuPy's launch cannot set
+        one)."""
+        cd = _driver()
+        if self._config is None:
+            cfg = cd.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block
+            cfg.sharedMemBytes = self.smem
+            attr = cd.CUlaunchAttribute()
+            attr.id = cd.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = \
+                self.cluster, 1, 1
+            cfg.attrs = [attr]
+            cfg.numAttrs = 1
+            self._config = (cfg, cd.CUfunction(self.fn.ptr))
+        cfg, fn = self._config
+        cfg.hStream = cd.CUstream(stream)
+        (err,) = cd.cuLaunchKernelEx(cfg, fn, params, 0)
+        if err != cd.CUresult.CUDA_SUCCESS:
+            raise LabError(f"the driver refused a launch of {self.grid[0]} blocks in clusters of "
+                           f"{self.cluster} ({err.name})")
 
     def __call__(self) -> None:
         self.run(*self.args)
@@ -146,9 +175,10 @@ class TmaLaunch:
         return (self.run, self.args)
 
 
-def tma_launcher(build, grid, block, args, smem_dynamic: int, specs) -> TmaLaunch:
+def tma_launcher(build, grid, block, args, smem_dynamic: int, specs, cluster: int = 1) -> TmaLaunch:
     """A TmaLaunch of `build` (lab/toolchain/nvrtc.py's Build): the module loaded, the dynamic
-    shared memory allowed, the grid checked against CUDA's limits (one sentence)."""
+    shared memory allowed, the grid checked against CUDA's limits (one sentence); `cluster` > 1
+    launches clusters of that many blocks along x."""
     from lab.toolchain.nvrtc import _load, check_grid
 
     check_grid(grid, build.kernel)
@@ -161,4 +191,4 @@ def tma_launcher(build, grid, block, args, smem_dynamic: int, specs) -> TmaLaunc
         )
     grid = tuple(int(g) for g in grid) + (1,) * (3 - len(tuple(grid)))
     block = tuple(int(b) for b in block) + (1,) * (3 - len(tuple(block)))
-    return TmaLaunch(fn, grid, block, int(smem_dynamic), tuple(args), tuple(specs))
+    return TmaLaunch(fn, grid, block, int(smem_dynamic), tuple(args), tuple(specs), cluster)
