@@ -1,6 +1,7 @@
 """What the Triton launchers share: tl.dot's precision arguments, the argument list, the
-register-tiling stages' block tile, and the pieces of kernel code several stages repeat (the
-@triton.jit helpers below).
+register-tiling stages' block tile, the pieces of kernel code several stages repeat (the
+@triton.jit helpers below), and the TMA twins' (tma_wgmma, persistent) descriptors, scratch
+allocator and tile rules (the last two sections).
 
 Launching a @triton.jit kernel as a Prepared (compiled once up front, so that the timed call only
 launches) is the toolchain's: lab/toolchain/triton.py, re-exported here for the stages.
@@ -12,6 +13,8 @@ import os
 
 import triton
 import triton.language as tl
+# where triton.set_allocator keeps its function (read by _ensure_tma_scratch only)
+from triton.runtime import _allocation as _triton_allocation
 
 from lab.errors import LabError
 from lab.toolchain import triton as toolchain
@@ -273,3 +276,253 @@ def tile_product(a, b, acc, USE_DOT: tl.constexpr, INPUT_PRECISION: tl.constexpr
     else:
         acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
     return acc
+
+
+# -------------------------------------- TMA tensor descriptors (the tma_wgmma and persistent twins)
+#
+# A descriptor is built on the device (tl.make_tensor_descriptor), from the kernel's plain
+# arguments (a pointer, sizes, a leading dimension), so that a launch stays a list of tensors and
+# integers that lab.matmul's plans replay (lab/plan.py: a descriptor built on the host holds its
+# tensor inside an object the plan cannot see). Which operand is read how, and which is copied
+# first, is decided on the host: triton_kernels/_realign.py tma_lines / tma_operands / tma_layout.
+
+
+@triton.jit
+def tma_descriptor(ptr, rows, cols, ld, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+                   TRANSPOSED: tl.constexpr):
+    """A TMA descriptor of the rows x cols matrix at ptr, read in BLOCK_R x BLOCK_C tiles: its lines
+    are rows ld elements apart, or, TRANSPOSED (a column-major matrix), columns ld elements apart,
+    described as the transpose (cols x rows, BLOCK_C x BLOCK_R tiles). The last stride is the
+    literal 1 a descriptor requires; elements past the edges read as zero and are never written."""
+    if TRANSPOSED:
+        desc = tl.make_tensor_descriptor(ptr, shape=[cols, rows], strides=[ld, 1],
+                                         block_shape=[BLOCK_C, BLOCK_R])
+    else:
+        desc = tl.make_tensor_descriptor(ptr, shape=[rows, cols], strides=[ld, 1],
+                                         block_shape=[BLOCK_R, BLOCK_C])
+    return desc
+
+
+@triton.jit
+def tma_load(desc, row0, col0, TRANSPOSED: tl.constexpr):
+    """The tile whose first element is (row0, col0) of the matrix `desc` describes (tma_descriptor
+    with the same TRANSPOSED): one TMA load, transposed back (.T: a view of the shared-memory tile,
+    which wgmma reads with its transpose bit in 16-bit types)."""
+    if TRANSPOSED:
+        tile = desc.load([col0, row0]).T
+    else:
+        tile = desc.load([row0, col0])
+    return tile
+
+
+@triton.jit
+def tma_store(desc, row0, col0, tile, TRANSPOSED: tl.constexpr):
+    """tile written at (row0, col0) of the matrix `desc` describes (one TMA store; the parts past
+    the matrix's edges are dropped by the hardware)."""
+    if TRANSPOSED:
+        desc.store([col0, row0], tile.T)
+    else:
+        desc.store([row0, col0], tile)
+
+
+@triton.jit
+def c_descriptor(c_ptr, M, N, ldc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 C_T: tl.constexpr, SUBTILE: tl.constexpr):
+    """The descriptor C's tiles are stored through (tma_store_c): BLOCK_M x BLOCK_N boxes, or
+    SUBTILE BLOCK_M x BLOCK_N/2 ones."""
+    if SUBTILE:
+        desc = tma_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N // 2, C_T)
+    else:
+        desc = tma_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, C_T)
+    return desc
+
+
+@triton.jit
+def tma_store_c(desc, c, m0, n0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, C_T: tl.constexpr,
+                SUBTILE: tl.constexpr):
+    """C's BLOCK_M x BLOCK_N tile c written at (m0, n0) through desc (c_descriptor with the same
+    SUBTILE): one TMA store, or SUBTILE two, of its left and right halves (the split is a
+    renaming of the accumulator's registers). A half needs half the shared-memory staging tile,
+    which is what lets an fp32 C fit beside the ring (the twins' smem_bytes)."""
+    if SUBTILE:
+        c0, c1 = tl.split(tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+        tma_store(desc, m0, n0, c0, C_T)
+        tma_store(desc, m0, n0 + BLOCK_N // 2, c1, C_T)
+    else:
+        tma_store(desc, m0, n0, c, C_T)
+
+
+@triton.jit
+def masked_store(c_ptr, tile, row0, col0, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, OFFSET64: tl.constexpr):
+    """tile written at (row0, col0) of the M x N matrix C at c_ptr with strides (stride_cm,
+    stride_cn), masked at C's edges: the store of a C no descriptor can describe. OFFSET64: C spans
+    2^31 elements or more, so the offsets are 64-bit (descriptors need no such switch: TMA's
+    addresses are 64-bit and its coordinates per dimension)."""
+    if OFFSET64:
+        stride_cm, stride_cn = tl.cast(stride_cm, tl.int64), tl.cast(stride_cn, tl.int64)
+    rm = row0 + tl.arange(0, BLOCK_M)
+    rn = col0 + tl.arange(0, BLOCK_N)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, tile,
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def sm_arch(device) -> str | None:
+    """sm_XY of the CUDA device `device`, or None for CPU tensors (the interpreter) and meta
+    tensors (lab.profile's recording)."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def _tma_scratch(size: int, alignment: int, stream):
+    """Triton's allocator call: `size` bytes of global memory for one launch (torch's caching
+    allocator, current device, current stream; its blocks are 512-byte aligned)."""
+    import torch
+
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_tma_scratch() -> None:
+    """Give Triton an allocator (_tma_scratch) where none is set in this thread's context, and
+    leave one the caller set alone."""
+    if isinstance(_triton_allocation._allocator.get(), _triton_allocation.NullAllocator):
+        triton.set_allocator(_tma_scratch)
+
+
+def _run_with_scratch(run, *args) -> None:
+    _ensure_tma_scratch()
+    run(*args)
+
+
+def with_tma_scratch(launch):
+    """`launch` (launcher()'s Prepared of a kernel that builds tensor descriptors on the device),
+    each of its steps made to first set Triton's global-scratch allocator if this thread has
+    none.
+
+    What the allocator is for: a descriptor built in a kernel is a 128-byte tensormap that each
+    program writes to global memory (TMA reads a descriptor from memory: a kernel parameter, or
+    global memory for one made on the device), in a scratch buffer that Triton's launcher asks
+    triton.set_allocator's function for at every launch (programs x descriptors x 128 bytes, e.g.
+    512 programs x 3 x 128 = 192 KiB at 4096^3). Triton
+    keeps the allocator in a context variable, empty in a new thread, so the check (a few hundred
+    nanoseconds of host time) is in the call, not only in prepare(): a plan replayed by another
+    thread still finds one. Under the interpreter nothing is allocated and `launch` is returned as
+    it is."""
+    from lab.contract import Prepared
+
+    if not launch.steps or not any(getattr(t, "is_cuda", False)
+                                   for _, args in launch.steps for t in args):
+        return launch
+    _ensure_tma_scratch()
+    steps = [(_run_with_scratch, (run, *args)) for run, args in launch.steps]
+    return Prepared.of_steps(steps, resources=launch.resources, **launch.extra)
+
+
+# ------------------------------------------------ the TMA twins' tile (tma_wgmma, persistent)
+
+TMA_ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}  # operand (and C) bytes
+AUTO_SWITCH = -1  # a -1/0/1 parameter's automatic value (kmajor, subtile)
+ZERO_AUTOMATIC = ("BLOCK_N", "BLOCK_K", "num_stages")  # 0 is their automatic value
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _pow2(x) -> bool:
+    return _is_int(x) and x > 0 and x & (x - 1) == 0
+
+
+def tma_param_refusal(c: dict, switches: tuple[str, ...]) -> str | None:
+    """Why the TMA twins cannot take the parameters `c` (automatic values, 0 and -1, allowed), in
+    words that follow "<stage> (Triton) with ...: ", or None. `switches`: the -1/0/1 parameters."""
+    for name in switches:
+        if not _is_int(c[name]) or c[name] not in (AUTO_SWITCH, 0, 1):
+            return f"{name} must be -1 (automatic), 0 or 1"
+    tiles = (c["BLOCK_M"], c["BLOCK_N"] or 64, c["BLOCK_K"] or 16)
+    if not all(_pow2(t) and 16 <= t <= 256 for t in tiles) or c["BLOCK_M"] < 64:
+        return ("BLOCK_M must be 64, 128 or 256 (a warpgroup's wgmma covers 64 rows) and BLOCK_N "
+                "and BLOCK_K powers of two from 16 to 256 (a TMA box's largest side; BLOCK_N and "
+                "BLOCK_K may be 0: automatic)")
+    if c["num_warps"] not in (4, 8, 16) or not _is_int(c["num_warps"]):
+        return "num_warps must be 4, 8 or 16 (wgmma is issued by warpgroups of 4 warps)"
+    if not _is_int(c["GROUP_M"]) or c["GROUP_M"] < 1:
+        return "GROUP_M must be 1 or more"
+    if not _is_int(c["num_stages"]) or c["num_stages"] < 0:
+        return "num_stages must be 0 (automatic) or a pipeline depth of 1 or more"
+    return None
+
+
+def tma_fit_refusal(precision: str, c: dict, smem: int) -> str | None:
+    """Why a concrete tile `c` (no automatic values left) needing `smem` bytes of shared memory
+    cannot compile in `precision`, in words that follow the configuration, or None."""
+    per_thread = c["BLOCK_M"] * c["BLOCK_N"] // (32 * c["num_warps"])
+    if per_thread > 128:
+        return (f"gives each thread {per_thread} fp32 accumulators, more than the 128 that fit in "
+                f"its registers; raise num_warps or lower BLOCK_M/BLOCK_N")
+    if smem > SMEM_LIMIT:
+        halves = ", or store C in halves (subtile=1)" if c.get("subtile") == 0 else ""
+        return (f"needs about {smem // 1024} KiB of shared memory in {precision}, more than an "
+                f"H100's 227 KiB; lower num_stages, BLOCK_K or BLOCK_N{halves}")
+    return None
+
+
+def tma_resolve(given: dict, auto: dict, fallbacks: tuple[dict, ...], fits, M: int | None = None,
+                N: int | None = None, sms: int = 132, small_grid_block_n: int = 128) -> dict:
+    """`given` with its automatic values made concrete: each 0 among BLOCK_N, BLOCK_K, num_stages
+    and each -1 among the switches takes `auto`'s value (the precision's row), with two rules:
+    - shape: given M and N, an automatic BLOCK_N is `small_grid_block_n` where `auto`'s would give
+      fewer tiles than the GPU has SMs (a 1025^3 product: 9 x 5 = 45 tiles of 128 x 256 for 132
+      SMs, 81 of 128 x 128);
+    - fit: where fits(resolved) is False, the automatic values take the first of `fallbacks`
+      (each a dict of values over `auto`'s: a smaller tile, a shallower ring) that fits, so that
+      an explicit value given beside them (num_warps=4, num_stages=5) still runs with the rest
+      chosen for it.
+    Explicit values always stay as given; validate() refuses what still does not fit."""
+    automatic = [k for k, v in given.items()
+                 if k in auto and v == (0 if k in ZERO_AUTOMATIC else AUTO_SWITCH)]
+    r = dict(given)
+    for row in (auto, *({**auto, **f} for f in fallbacks)):
+        r = {**given, **{k: row[k] for k in automatic}}
+        if ("BLOCK_N" in automatic and M is not None and N is not None
+                and r["BLOCK_N"] > small_grid_block_n
+                and cdiv(M, r["BLOCK_M"]) * cdiv(N, r["BLOCK_N"]) < sms):
+            r["BLOCK_N"] = small_grid_block_n
+        if fits(r):
+            break
+    return r
+
+
+def refuse_other_gpus(stage: str, device) -> None:
+    """The TMA twins run on sm_90 only: one sentence for tensors on another GPU."""
+    arch = sm_arch(device)
+    if arch is not None and arch != "sm_90":
+        raise LabError(f"stage {stage} (triton) needs an sm_90 GPU (H100, H200), where Triton "
+                       f"lowers tensor descriptors to TMA and tl.dot to wgmma, and this GPU is "
+                       f"{arch}; use stage mma here")
+
+
+def tma_launch(stage: str, kernel, grid: tuple, args: tuple, **meta):
+    """launcher(kernel, grid, args, **meta) for a TMA twin, with the global-scratch allocator its
+    device-side descriptors need (with_tma_scratch); a tile Triton cannot fit in the GPU's
+    shared memory is refused in one sentence (the estimate validate() makes is a bound, the
+    compiled kernel's figure is the fact)."""
+    from triton.runtime.errors import OutOfResources
+
+    try:
+        launch = launcher(kernel, grid, args, **meta)
+    except OutOfResources as exc:
+        raise LabError(f"{stage} (Triton) with {config_words(meta)} does not fit this GPU "
+                       f"({str(exc).strip().rstrip('.')}); lower num_stages, BLOCK_K or "
+                       f"BLOCK_N") from None
+    return with_tma_scratch(launch)
+
+
+def config_words(meta: dict) -> str:
+    """The tile and depth of a launch's meta-parameters, as a refusal names them."""
+    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+    return ", ".join(f"{k}={meta[k]}" for k in keys if k in meta)

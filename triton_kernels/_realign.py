@@ -1,4 +1,5 @@
-"""realign, shared by the Triton twins that offer it (double_buffered, warptiling).
+"""realign, shared by the Triton twins that offer it (double_buffered, warptiling), and the copies
+of the TMA twins (tma_wgmma, persistent: the last section, tma_operands).
 
 A 16-byte load or cp.async needs 4 floats that are contiguous, start on a 16-byte boundary and lie
 under one mask value. realign=True copies each A or B that cannot give that (needs_realign: no
@@ -96,24 +97,26 @@ def needs_realign(op) -> bool:
     return not op.blas or op.ld % REALIGN_LD != 0 or op.tensor.data_ptr() % 16 != 0
 
 
-def realign_buffer(op):
+def realign_buffer(op, col_major: bool | None = None):
     """Setup, once in prepare() (untimed): a zeroed buffer for operand `op` in its own layout (a
-    column-major operand stays column-major; one with no unit stride becomes row-major), its
-    leading dimension rounded up to a multiple of REALIGN_LD elements, its storage 16-byte
-    aligned. Returns the Operand the kernel reads (the buffer's view, with its real strides). The
-    timed call fills the view; the padding is never written again, so it stays zero."""
+    column-major operand stays column-major; one with no unit stride becomes row-major), or in
+    the layout `col_major` names (the TMA twins' K-major copies), its leading dimension rounded up
+    to a multiple of REALIGN_LD elements, its storage 16-byte aligned. Returns the Operand the
+    kernel reads (the buffer's view, with its real strides). The timed call fills the view; the
+    padding is never written again, so it stays zero."""
     import torch
 
     from lab.operands import Operand
 
     t = op.tensor
-    lines, width = (op.cols, op.rows) if op.col_major else (op.rows, op.cols)
+    col_major = op.col_major if col_major is None else col_major
+    lines, width = (op.cols, op.rows) if col_major else (op.rows, op.cols)
     ld = cdiv(width, REALIGN_LD) * REALIGN_LD
     per16 = max(1, 16 // t.element_size())  # elements per 16 bytes
     store = torch.zeros(lines * ld + per16, dtype=t.dtype, device=t.device)
     skip = (-store.data_ptr() % 16) // t.element_size()  # to the first 16-byte boundary (0 here)
     view = store[skip:skip + lines * ld].view(lines, ld)[:, :width]
-    if op.col_major:
+    if col_major:
         view = view.t()
     return Operand(op.name, view, op.rows, op.cols, *view.stride())
 
@@ -186,3 +189,72 @@ def with_copies(launch, copies: dict, setup_ms: float | None, problem=None):
     # timed, every call: the copies (one kernel), then the kernel(s); the setup made zeroed
     # buffers that every call refills, so a replay may reuse them
     return Prepared.of_steps([copy, launch], **{**fields, "setup_reusable": True})
+
+
+# ------------------------------------------------ TMA descriptors: what one reads, what is copied
+#
+# The TMA twins (tma_wgmma, persistent) read A and B through tensor descriptors
+# (tl.make_tensor_descriptor, triton_kernels/_common.py tma_descriptor). A descriptor describes a
+# matrix whose last dimension has unit stride and whose base address and line stride are
+# multiples of 16 bytes: a row-major operand is read as it is, a column-major one through a
+# descriptor of its transpose. Any other A or B (a leading dimension that is not a multiple of 16
+# bytes, such as a bf16 matrix of 3001 columns; an unaligned base; no unit stride) is copied in
+# every call, timed, into a buffer of realign_buffer's form (tma_operands, then with_copies): the
+# copy is what a caller holding such an operand pays, as cuBLAS's slower kernels are what it pays
+# there.
+
+TMA_ALIGN = 16  # bytes: a descriptor's base address and line stride are multiples of this
+
+
+def tma_lines(op, transposed_first: bool = False) -> tuple[bool, int] | None:
+    """How a TMA descriptor reads operand `op` where it lies: (transposed, ld) -- the rows of a
+    row-major operand (False, its row stride) or of a column-major operand's transpose (True, its
+    column stride) -- or None where no descriptor can: no unit stride, a base off a 16-byte
+    boundary, lines not a multiple of 16 bytes apart, or lines that overlap. A single line has no
+    stride to check: ld is then its length rounded up to 16 bytes (the descriptor never steps
+    it). Where both orientations serve (a vector), `transposed_first` says which to take."""
+    t = op.tensor
+    if t.data_ptr() % TMA_ALIGN:
+        return None
+    per = max(1, TMA_ALIGN // t.element_size())  # elements per 16 bytes
+    ways = ((False, op.s1, op.s0, op.rows, op.cols), (True, op.s0, op.s1, op.cols, op.rows))
+    for transposed, unit, ld, lines, width in (ways[::-1] if transposed_first else ways):
+        if unit != 1:
+            continue
+        if lines <= 1:
+            return transposed, cdiv(width, per) * per
+        if ld >= width and ld % per == 0:
+            return transposed, ld
+    return None
+
+
+def tma_operands(p, kmajor: bool):
+    """prepare()'s setup for the TMA twins: (problem, copies, setup_ms). Each A or B that no
+    descriptor reads where it lies (tma_lines) -- or, with `kmajor`, that is not K-major (A
+    column-major, B row-major: TF32 wgmma reads its shared operands K-major only) -- gets a zeroed
+    buffer (realign_buffer: K-major with kmajor, else in the operand's own layout), allocated here,
+    outside the timing (setup_ms; None when nothing is copied). The problem points at the buffers;
+    copies, {name: (buffer view, user tensor)}, are what with_copies runs in every call."""
+    buffers, copies, clock = {}, {}, None
+    for attr, k_major_transposed in (("a", False), ("b", True)):
+        op = getattr(p, attr)
+        lines = tma_lines(op, transposed_first=k_major_transposed)
+        if lines is not None and not (kmajor and lines[0] != k_major_transposed):
+            continue
+        clock = clock or timer(p.a.tensor.is_cuda)
+        buf = realign_buffer(op, col_major=k_major_transposed if kmajor else None)
+        copies[op.name] = (buf.tensor, op.tensor)
+        buffers[attr] = buf
+    return replace(p, **buffers), copies, (clock.stop() if copies else None)
+
+
+def tma_layout(p) -> tuple[tuple[int, int, int], dict]:
+    """((lda, ldb, ldc), {A_T, B_T, C_DESC, C_T}) for a TMA twin's kernel on problem p (its A and B
+    readable by descriptors: after tma_operands). A_T / B_T: the operand is read through a
+    descriptor of its transpose (it is column-major). C is written through a descriptor where one
+    can describe it (C_DESC, C_T as for A and B), else by a masked store through its two strides
+    (any C: lab.operands leaves a Triton stage's C as the caller gave it), and ldc is then 0."""
+    (a_t, lda), (b_t, ldb) = tma_lines(p.a), tma_lines(p.b, transposed_first=True)
+    c = tma_lines(p.c)
+    c_t, ldc = c if c is not None else (False, 0)
+    return (lda, ldb, ldc), {"A_T": a_t, "B_T": b_t, "C_DESC": c is not None, "C_T": c_t}

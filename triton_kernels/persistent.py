@@ -1,0 +1,246 @@
+"""Stage persistent, Triton twin: one program per SM walks the output tiles, loading through TMA
+descriptors, with one tile's C store overlapped with the next tile's loads, in tf32, 3xtf32, bf16
+and fp16.
+
+The tile's work is stage tma_wgmma's (triton_kernels/tma_wgmma.py: descriptor loads into a
+swizzled shared-memory ring, tl.dot on two shared-memory tiles as wgmma, C through a TMA store, or
+a masked store where no descriptor can describe C). What changes is who does which tile: instead
+of a program per tile, min(SMs, tiles) programs are launched and program p computes tiles p,
+p + NUM_SMS, p + 2 NUM_SMS, ... (tl.range over tile ids with stride NUM_SMS, the SM count of the
+GPU; in grouped order, GROUP_M block-rows walked together, _common.grouped_block, so that the
+programs working at one time share rows of A and columns of B in L2). The descriptors are built
+once per program, not once per tile, and with flatten=True Triton fuses the tile loop and the
+k-loop into one software-pipelined loop: the TMA loads of the next tile's first k-steps are issued
+before this tile's epilogue (acc to shared memory, TMA store), so that when the warps come back
+from the store the next tile's data is already arriving, where a program per tile starts its
+loads cold. (Triton 3.6's TTGIR for sm_90 shows it: one loop over every k-step of every tile,
+the next tile's coordinates and loads computed ahead, and the epilogue under a condition at each
+tile's last k-step.)
+Reference design: Triton's tutorial 09-persistent-matmul (matmul_kernel_descriptor_persistent).
+CUDA stage: cuda_kernels/persistent.cu, which follows stage warp_specialized there (a producer
+warpgroup issuing TMA, consumer warpgroups issuing wgmma, blocks that stay resident, a ring
+running across tiles). This twin follows tma_wgmma's twin instead: Triton 3.6 cannot split the
+warps on sm_90 (below), so the same warps issue the loads, the wgmma and the stores, and what
+it changes from tma_wgmma's twin is the grid and the loop; unlike the CUDA stage it writes C with
+a TMA store.
+
+Bottleneck it attacks: the per-tile prologue and epilogue. A program per tile builds its
+descriptors, fills its ring (num_stages - 1 k-steps of loads before its first wgmma), drains it
+and writes C, and only then does the SM start the next program, whose loads begin cold; at
+4096^3 with 128 x 256 tiles that is 512 such starts on 132 SMs. What it does not change: the
+tiles still divide unevenly among the SMs (512 tiles over 132 programs: 116 compute 4 tiles and
+16 compute 3, as the last of 3.9 waves is 88% full).
+
+Launch: a 1-D grid of min(NUM_SMS, ceil(M/BLOCK_M) * ceil(N/BLOCK_N)) programs, num_warps warps,
+one program per SM: shared memory holds the ring (num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K *
+element bytes) and, beside it, C's staging tile for the TMA store (BLOCK_M * BLOCK_N * bytes, half
+with subtile), which the next tile's loads overlap instead of reusing the ring (212,992 bytes at
+the bf16 defaults). Each launch takes 128 bytes of global scratch per descriptor per program
+(_common.with_tma_scratch).
+
+What Triton does for you that the CUDA stage does by hand:
+- the tile scheduler: tl.range(start, tiles, NUM_SMS) is the loop, the grouped order a few
+  integer operations per tile (_common.grouped_block); the CUDA stage writes the same loop over
+  blockIdx.x, blockIdx.x + gridDim.x, ...
+- the cross-tile pipeline (flatten=True): one ring and one set of mbarrier phases across all of a
+  program's k-steps, whatever tile they belong to, with the epilogue of tile i placed inside the
+  fused loop so that the loads of tile i+1 are already in flight; the CUDA stage gets this by
+  counting its ring's iterations over all of a block's tiles (its producer's `it`) and releasing
+  a tile's last slot before its stores.
+- TMA descriptors, mbarriers, the swizzle, wgmma and the TMA store as in stage tma_wgmma's twin
+  (its header), the descriptors here built once per program.
+What it cannot express on the H100 with Triton 3.6: warp specialization. tl.range(...,
+warp_specialize=True) is accepted on sm_90 and compiles to exactly the PTX it compiles to without
+(a kernel of the tutorial's form, BLOCK 128 x 256 x 64, 3 stages, bf16, compiled for sm_90 without
+a GPU; Triton 3.6's tl.range documents the option for Blackwell), so the producer/consumer split
+with setmaxnreg that a CUDA persistent kernel uses (the public fast.cu series) is out of reach,
+and this stage does not offer it. tl.range(..., disallow_acc_multi_buffer=True) likewise compiles
+to the same PTX on sm_90 (it concerns a multi-buffered accumulator in Blackwell's tensor memory;
+on sm_90 the accumulator is in registers), so it is not a knob either. Nor can the twin let the
+next tile's wgmma run during this tile's store: the same warps do both, and each TMA store is
+waited for (until its shared-memory tile has been read) before the loop goes on.
+
+TF32, operand layouts and operands a descriptor cannot read (kmajor; the copies in every call,
+timed): exactly as stage tma_wgmma's twin (its header; triton_kernels/_realign.py tma_operands).
+64-bit offsets: descriptors need none; the masked store of a C no descriptor describes takes
+OFFSET64. GPUs: sm_90 only (H100, H200); prepare() refuses another GPU in one sentence. Under the
+Triton interpreter (CPU tensors) the loop runs as written, to check the numbers.
+
+Knobs: BLOCK_M (128), BLOCK_N (0), BLOCK_K (0), GROUP_M (8), num_warps (8), num_stages (0), kmajor
+(-1), subtile (-1), flatten (True). The automatic values (AUTO, per precision; resolve()), chosen
+so that the ring and C's staging tile fit in 227 KiB together:
+    precision   BLOCK_N   BLOCK_K            num_stages   kmajor   subtile   shared memory
+    bf16, fp16  256       64 (128 bytes)     3            0        0         212,992 bytes
+    tf32        256       32 (128 bytes)     3            1        1         212,992 bytes
+    3xtf32      128       32 (128 bytes)     4            1        0         196,608 bytes
+(the tutorial's tile and depth for 16-bit types; a fourth stage fits only with subtile, 229,376
+bytes). An automatic BLOCK_N is 128 where 256 would give fewer tiles than the GPU has SMs, and
+where the automatic values do not fit beside explicit ones (num_stages=4 in bf16) they take the
+first of FALLBACKS that does (subtile on; then BLOCK_N 128; then 3 stages).
+"""
+
+import triton
+import triton.language as tl
+
+from lab.contract import Offer
+from lab.errors import LabError
+from lab.operands import entry
+from lab.roofline import DEFAULT_SMS, sm_count
+from triton_kernels import _common as common
+from triton_kernels._common import (TMA_ELEM_BYTES, cdiv, dot_meta, offsets_meta, tma_fit_refusal,
+                                    tma_param_refusal, tma_resolve)
+from triton_kernels._realign import tma_layout, tma_operands, with_copies
+
+STAGE = "persistent"
+PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor",
+               "subtile", "flatten")
+SWITCHES = ("kmajor", "subtile")
+DEFAULTS = {"BLOCK_M": 128, "BLOCK_N": 0, "BLOCK_K": 0, "GROUP_M": 8, "num_warps": 8,
+            "num_stages": 0, "kmajor": -1, "subtile": -1, "flatten": True}
+AUTO = {
+    "bf16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 3, "kmajor": 0, "subtile": 0},
+    "fp16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 3, "kmajor": 0, "subtile": 0},
+    "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 3, "kmajor": 1, "subtile": 1},
+    "3xtf32": {"BLOCK_N": 128, "BLOCK_K": 32, "num_stages": 4, "kmajor": 1, "subtile": 0},
+}
+FALLBACKS = ({"subtile": 1}, {"subtile": 1, "BLOCK_N": 128},
+             {"subtile": 1, "BLOCK_N": 128, "num_stages": 3})
+
+
+@triton.jit
+def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_cm, stride_cn,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                             GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_T: tl.constexpr,
+                             B_T: tl.constexpr, C_DESC: tl.constexpr, C_T: tl.constexpr,
+                             SUBTILE: tl.constexpr, FLATTEN: tl.constexpr,
+                             INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                             OFFSET64: tl.constexpr = False):
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    tiles = grid_m * grid_n
+    k_steps = tl.cdiv(K, BLOCK_K)
+    # the descriptors, once per program (a column-major operand: its transpose, A_T / B_T / C_T)
+    a_desc = common.tma_descriptor(a_ptr, M, K, lda, BLOCK_M, BLOCK_K, A_T)
+    b_desc = common.tma_descriptor(b_ptr, K, N, ldb, BLOCK_K, BLOCK_N, B_T)
+    if C_DESC:
+        c_desc = common.c_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, C_T, SUBTILE)
+    # The epilogue counts its tiles on a counter of its own, as Triton's tutorial 09 does, so
+    # that the flattened loop's pipeline never needs one value both in the loads it issues
+    # ahead (the next tile's) and in the store it finishes (this tile's).
+    tile_c = tl.program_id(0) - NUM_SMS
+    for tile in tl.range(tl.program_id(0), tiles, NUM_SMS, flatten=FLATTEN):
+        pid_m, pid_n = common.grouped_block(tile, grid_m, grid_n, GROUP_M)
+        m0 = pid_m * BLOCK_M
+        n0 = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ks in range(k_steps):
+            k0 = ks * BLOCK_K
+            a = common.tma_load(a_desc, m0, k0, A_T)
+            b = common.tma_load(b_desc, k0, n0, B_T)
+            acc = common.tile_product(a, b, acc, True, INPUT_PRECISION, UPCAST)
+        tile_c += NUM_SMS
+        pid_m, pid_n = common.grouped_block(tile_c, grid_m, grid_n, GROUP_M)
+        c = acc.to(c_ptr.dtype.element_ty)  # C in its own dtype: the fp32 accumulator rounded
+        if C_DESC:
+            common.tma_store_c(c_desc, c, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N, C_T,
+                               SUBTILE)
+        else:
+            common.masked_store(c_ptr, c, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm,
+                                stride_cn, BLOCK_M, BLOCK_N, OFFSET64)
+
+
+def _given(params: dict) -> dict:
+    return {**DEFAULTS, **params}
+
+
+def smem_bytes(c: dict, precision: str) -> int:
+    """Shared memory of a concrete configuration: the ring (num_stages tiles of A and B) plus
+    C's staging tile (half of it with subtile), live together because the next tile's loads
+    overlap this tile's store (compiled for sm_90 with Triton 3.6, bf16 128 x 256 x 64: 3 stages
+    213,016 bytes; 4 stages with subtile 229,408)."""
+    es = TMA_ELEM_BYTES[precision]
+    ring = c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * es
+    return ring + c["BLOCK_M"] * c["BLOCK_N"] * es // (2 if c["subtile"] else 1)
+
+
+def _refusal(c: dict, precision: str) -> str | None:
+    return tma_fit_refusal(precision, c, smem_bytes(c, precision))
+
+
+def resolve_config(precision: str, params: dict, M: int | None = None, N: int | None = None,
+                   sms: int = DEFAULT_SMS) -> dict:
+    """The configuration that runs: the registry's order, automatic values made concrete for
+    `precision` (and, given M and N, the shape: common.tma_resolve)."""
+    r = tma_resolve(_given(params), AUTO[precision], FALLBACKS,
+                    lambda c: _refusal(c, precision) is None, M=M, N=N, sms=sms)
+    return {k: r[k] for k in PARAM_ORDER}
+
+
+def _validate(params, precision: str | None = None) -> None:
+    """The contract's validate: one sentence for an unknown parameter, a value the kernel cannot
+    take, or a tile that would not fit, in `precision` (every precision when None); automatic
+    values are checked as the values they stand for."""
+    unknown = sorted(set(params) - set(PARAM_ORDER))
+    if unknown:
+        raise LabError(f"stage {STAGE} (triton) has no parameter {', '.join(unknown)} (it takes "
+                       f"{', '.join(PARAM_ORDER)})")
+    given = _given(params)
+    where = f"{STAGE} (Triton) with " + ", ".join(f"{k}={given[k]}" for k in PARAM_ORDER)
+    if precision is not None and precision not in AUTO:
+        raise LabError(f"{where}: the precision must be one of {', '.join(AUTO)}, not {precision}")
+    why = tma_param_refusal(given, SWITCHES)
+    if not why and not isinstance(given["flatten"], bool) and given["flatten"] not in (0, 1):
+        why = "flatten must be True or False"
+    if why:
+        raise LabError(f"{where}: {why}")
+    for prec in (precision,) if precision else tuple(AUTO):
+        c = resolve_config(prec, params)
+        why = _refusal(c, prec)
+        if why:
+            shown = ", ".join(f"{k}={c[k]}" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K",
+                                                        "num_warps", "num_stages", "subtile"))
+            raise LabError(f"{STAGE} (Triton) in {prec} with {shown} {why}")
+
+
+def resolve(params, M: int, N: int, K: int, precision: str, sms: int) -> dict:
+    """The contract's resolve: the parameters as prepare() compiles them for an M x N x K
+    problem on `sms` SMs."""
+    return resolve_config(precision, params, M=M, N=N, sms=sms)
+
+
+def config_text(config: dict) -> str:
+    """The configuration as the `params` column writes it: name=value,... in registry order."""
+    return ",".join(f"{k}={config[k]}" for k in PARAM_ORDER if k in config)
+
+
+OFFER = Offer(STAGE, "triton", precisions=tuple(AUTO),
+              kernels=("matmul_persistent_kernel", "realign_copy_kernel"),
+              validate=_validate, resolve=resolve, show=config_text)
+
+
+@entry(OFFER)
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py), with p.precision. The
+    launch's `config` is the configuration that runs, `programs` the grid's size; `realigned`
+    names the operands copied in each call (unaligned, or not K-major under kmajor)."""
+    device = p.c.tensor.device
+    common.refuse_other_gpus(STAGE, device)
+    sms = sm_count(device)
+    config = resolve_config(p.precision, params, M=p.M, N=p.N, sms=sms)
+    # setup: a buffer for each operand a descriptor cannot read, or (kmajor) not K-major
+    q, copies, setup_ms = tma_operands(p, bool(config["kmajor"]))
+    (lda, ldb, ldc), layout = tma_layout(q)
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    programs = min(sms, cdiv(q.M, bm) * cdiv(q.N, bn))
+    args = (q.a.tensor, q.b.tensor, q.c.tensor, q.M, q.N, q.K, lda, ldb, ldc, q.c.s0, q.c.s1)
+    launch = common.tma_launch(STAGE, matmul_persistent_kernel, (programs,), args, BLOCK_M=bm,
+                               BLOCK_N=bn, BLOCK_K=config["BLOCK_K"], GROUP_M=config["GROUP_M"],
+                               NUM_SMS=sms, **layout, SUBTILE=bool(config["subtile"]),
+                               FLATTEN=bool(config["flatten"]),
+                               **dot_meta(matmul_persistent_kernel, q), **offsets_meta(q),
+                               num_warps=config["num_warps"], num_stages=config["num_stages"])
+    # the row's `params` column is the configuration that ran (Row.set_resources copies it)
+    launch.resources = {**(launch.resources or {}), "params": config_text(config)}
+    launch.extra.update(config=config, layout=layout, programs=programs)
+    # timed, every call: the copies (one kernel) and then the GEMM
+    return with_copies(launch, copies, setup_ms, q)

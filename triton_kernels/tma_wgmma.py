@@ -1,0 +1,265 @@
+"""Stage tma_wgmma, Triton twin: TMA loads into swizzled shared memory, an mbarrier pipeline, and
+wgmma with both operands in shared memory, in tf32, 3xtf32, bf16 and fp16.
+
+CUDA stage: cuda_kernels/tma_wgmma.cu (tensor maps encoded on the host, one thread issuing every
+TMA copy, a full/empty mbarrier pair per ring slot, wgmma reading A and B from shared memory).
+Each program computes a BLOCK_M x BLOCK_N tile of C (128 x 256 by default in bf16/fp16, 8 warps:
+two warpgroups of 64 rows): it builds a TMA descriptor for A and for B on the device
+(tl.make_tensor_descriptor), loads each k-step's tiles with one descriptor load each (no pointer
+arithmetic, no masks: the TMA unit fills what lies past an edge with zeros, K's tail included),
+multiplies with tl.dot into an fp32 accumulator (input_precision as
+triton_kernels/_common.py DOT_PRECISION), and writes C in its own dtype through a third
+descriptor (a TMA store), or with a masked store where no descriptor can describe C.
+
+Changed from stage wgmma's twin (triton_kernels/wgmma.py, pointer loads that Triton turns into
+cp.async with masks): the loads are TMA descriptor loads, so the tiles arrive swizzled by the
+copy engine and both operands stay in shared memory for wgmma (no A from registers, no regs_mn).
+Bottleneck it attacks, as the CUDA stage: the issue slots and registers that address arithmetic,
+bounds and cp.async cost the warps that should be issuing wgmma.
+
+Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs in grouped order (GROUP_M
+block-rows walked together, _common.grouped_block), num_warps warps, and about num_stages *
+(BLOCK_M + BLOCK_N) * BLOCK_K * (element bytes) of shared memory for the ring (196,608 bytes at
+the bf16 defaults: one program per SM); C's staging tile for the TMA store reuses the ring once
+the loop is done, except a whole tf32 tile, which Triton 3.6 allocates before the ring is freed
+(subtile, below; smem_bytes). Each launch also takes 128 bytes of global scratch per descriptor
+per program for the device-side descriptors (_common.with_tma_scratch: the allocator set for
+it).
+
+What Triton does for you that the CUDA stage does by hand:
+- TMA descriptors. tl.make_tensor_descriptor fills a 128-byte tensormap in every program
+  (tensormap.replace on a shared-memory template: address, sizes, strides, box, swizzle), copies
+  it to the global scratch (tensormap.cp_fenceproxy) and fences it for the TMA unit
+  (fence.proxy.tensormap::generic.acquire). The CUDA stage encodes its maps once on the host
+  (cuTensorMapEncodeTiled) and passes them as kernel parameters; it also prefetches them
+  (prefetch.tensormap), which Triton 3.6 does not emit.
+- mbarriers and the pipeline. num_stages makes Triton allocate a ring of num_stages tiles of A
+  and B and one mbarrier per slot, issue the first num_stages - 1 k-steps' loads before the loop
+  (mbarrier.arrive.expect_tx with the tiles' bytes, cp.async.bulk.tensor), and in the loop wait on
+  the slot's phase (mbarrier.try_wait.parity) before its wgmma and reload the slot whose wgmma
+  have retired. The CUDA stage writes both barriers of each slot, the phase bits and the
+  producer thread's loop by hand.
+- the swizzle. Triton picks each tile's shared layout (an NVMMA layout: a 128-byte swizzle for
+  128-byte lines), writes it into the descriptor for the TMA unit and into wgmma's matrix
+  descriptors; the CUDA stage fixes SWIZZLE_128B in both places itself.
+- wgmma. tl.dot on two shared-memory tiles becomes wgmma.mma_async m64nNk16 (k8 for TF32) with
+  both operands from shared memory, wgmma.fence / commit_group / wait_group around it, one group
+  left in flight across the loop's back edge; a column-major operand (a transposed descriptor,
+  _common.tma_load's .T) is read with wgmma's transpose bit in 16-bit types.
+- the epilogue: the accumulator goes to shared memory and out with one TMA store
+  (cp.async.bulk.tensor global.shared, bulk_group commit/wait), clipped at C's edges; subtile=1
+  splits it into two stores of BLOCK_M x BLOCK_N/2 (tl.split of the accumulator, a renaming of
+  its registers), each with half the staging tile: with it a tf32 tile of 128 x 256 compiles to
+  196,640 bytes of shared memory, without it to 327,712, more than an H100 block has.
+What it cannot express: warp specialization (a producer warp that only issues TMA and consumer
+warpgroups with setmaxnreg): tl.range(..., warp_specialize=True) is accepted by Triton 3.6 on
+sm_90 and compiles to the same PTX as without it (checked for the persistent twin's loop; Triton
+3.6 documents it for Blackwell only). Nor the wait depth of wgmma, which warps issue the TMA
+copies (Triton elects one thread), the tensormap prefetch, or keeping the host's descriptors
+(a descriptor built on the host, triton.tools.tensor_descriptor, holds its tensor inside an
+object that lab.matmul's plans cannot replace; lab/plan.py). Nor a 3xTF32 product straight from
+the ring: tl.dot's "tf32x3" splits each operand into a TF32 head and tail in registers, so both
+tiles are read out of the ring (ttg.local_load), A's parts go to wgmma from registers, B's are
+written back to shared memory, the ring is one slot shallower than num_stages (two at the
+default 3), and each of the three wgmma is waited for before the next (Triton 3.6, compiled for
+sm_90).
+
+TF32 and the layout of the operands (kmajor). wgmma reads 32-bit shared operands K-major only (its
+transpose bits exist for 16-bit types). Given an N-major B (row-major, layouts nn and tn) or an
+M-major A (column-major, tn and tt) in tf32, Triton 3.6 still loads the tile by TMA in the
+operand's own layout, then before each wgmma reads it into registers (ttg.local_load) and writes
+it back K-major to a second shared buffer (ttg.local_alloc), and that operand's ring is one slot
+shallower (the TTGIR, compiled for sm_90 without a GPU: tests/test_hopper_triton.py). kmajor=1
+copies every operand that is not K-major into a K-major buffer (a row-major A, a column-major B)
+at the start of every call, inside the timed call (realign_copy_kernel,
+triton_kernels/_realign.py), so that both reach wgmma straight from the TMA ring; -1 (automatic)
+is on for tf32 and 3xtf32 and off for bf16 and fp16, whose transposes wgmma reads for free. In
+3xtf32 both tiles go through registers anyway (above): compiled with or without the copy, the
+kernel has the same shared memory, registers and round trips, only the way each tile is read out
+of shared memory differs; the copy stays on there because it made the difference in stage wgmma's twin, whose 3xTF32 path
+also splits in registers: 68% of cuBLAS fp32's speed with an N-major B, 162% with its copy, at
+4096^3 (for TF32: 20% of cuBLAS TF32 and 71%; triton_kernels/wgmma.py). This stage's own figures,
+with kmajor=0 beside them, come from the GPU run (scripts/experiments/hopper_triton_sweep.py).
+
+Operands a descriptor cannot read. A descriptor needs a unit last stride, a base address and a
+line stride that are multiples of 16 bytes. A row-major operand is read as it is, a column-major
+one through a descriptor of its transpose (block BLOCK_K x BLOCK_M for A, BLOCK_N x BLOCK_K for
+B, then .T on the tile). Any other A or B -- a leading dimension that is not a multiple of 16
+bytes (a contiguous bf16 7919 x 3001 A), an unaligned base, no unit stride -- is copied in every
+call, timed, into a zeroed buffer whose lines are (triton_kernels/_realign.py tma_operands; the
+same copy kernel as double_buffered's realign): the copy is what a caller holding such an operand
+pays, as cuBLAS's slower kernel is what it pays there. launch.realigned names the operands copied.
+64-bit offsets: TMA's addresses are 64-bit and its coordinates per dimension, so A and B past 2^31
+elements need nothing else; the masked store of a C no descriptor describes takes OFFSET64
+(_common.masked_store).
+
+GPUs: sm_90 only (H100, H200): prepare() refuses another GPU in one sentence. Under the Triton
+interpreter (CPU tensors, TRITON_INTERPRET=1) the descriptors are emulated, with the same 16-byte
+rules checked, to check the numbers (TF32 and 3xTF32 computed in fp32 there, bf16 upcast:
+_common.dot_meta).
+
+Knobs: BLOCK_M (128), BLOCK_N (0), BLOCK_K (0), GROUP_M (8), num_warps (8), num_stages (0),
+kmajor (-1), subtile (-1). The automatic values (AUTO, per precision; resolve()):
+    precision   BLOCK_N   BLOCK_K               num_stages   kmajor   subtile
+    bf16, fp16  256       64 (128 bytes)        4            0        0
+    tf32        256       32 (128 bytes)        4            1        1
+    3xtf32      128       64 (256 bytes)        3            1        0
+the tile, k-step and depth are the tuned rows of stage wgmma's twin, which loads the same tiles
+another way (its search on the H100, triton_kernels/wgmma.py), until this stage's own sweep
+replaces them; subtile is on where a whole C tile would not fit (tf32). An automatic BLOCK_N is
+128 where 256 would give fewer tiles than the GPU has SMs (1025^3: 45 tiles for 132 SMs), and
+where the automatic values do not fit beside explicit ones (num_warps=4: 256 accumulators per
+thread) they take FALLBACKS' (BLOCK_N 128, 3 stages).
+"""
+
+import triton
+import triton.language as tl
+
+from lab.contract import Offer
+from lab.errors import LabError
+from lab.operands import entry
+from lab.roofline import DEFAULT_SMS, sm_count
+from triton_kernels import _common as common
+from triton_kernels._common import (TMA_ELEM_BYTES, cdiv, dot_meta, offsets_meta, tma_fit_refusal,
+                                    tma_param_refusal, tma_resolve)
+from triton_kernels._realign import tma_layout, tma_operands, with_copies
+
+STAGE = "tma_wgmma"
+PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor",
+               "subtile")
+SWITCHES = ("kmajor", "subtile")
+DEFAULTS = {"BLOCK_M": 128, "BLOCK_N": 0, "BLOCK_K": 0, "GROUP_M": 8, "num_warps": 8,
+            "num_stages": 0, "kmajor": -1, "subtile": -1}
+AUTO = {
+    "bf16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor": 0, "subtile": 0},
+    "fp16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor": 0, "subtile": 0},
+    "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 4, "kmajor": 1, "subtile": 1},
+    "3xtf32": {"BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 3, "kmajor": 1, "subtile": 0},
+}
+FALLBACKS = ({"BLOCK_N": 128, "num_stages": 3},)
+
+
+@triton.jit
+def matmul_tma_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_cm, stride_cn,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                            GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+                            C_DESC: tl.constexpr, C_T: tl.constexpr, SUBTILE: tl.constexpr,
+                            INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                            OFFSET64: tl.constexpr = False):
+    pid_m, pid_n = common.grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M),
+                                        tl.cdiv(N, BLOCK_N), GROUP_M)
+    m0 = pid_m * BLOCK_M
+    n0 = pid_n * BLOCK_N
+    # A is M x K and B is K x N; a column-major one (A_T, B_T) is described as its transpose
+    a_desc = common.tma_descriptor(a_ptr, M, K, lda, BLOCK_M, BLOCK_K, A_T)
+    b_desc = common.tma_descriptor(b_ptr, K, N, ldb, BLOCK_K, BLOCK_N, B_T)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # A plain loop over k-steps; num_stages makes Triton pipeline its TMA loads (the header)
+    for k0 in range(0, K, BLOCK_K):
+        a = common.tma_load(a_desc, m0, k0, A_T)
+        b = common.tma_load(b_desc, k0, n0, B_T)
+        acc = common.tile_product(a, b, acc, True, INPUT_PRECISION, UPCAST)
+    c = acc.to(c_ptr.dtype.element_ty)  # C in its own dtype: the fp32 accumulator rounded
+    if C_DESC:  # through shared memory and one TMA store (two: SUBTILE)
+        c_desc = common.c_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, C_T, SUBTILE)
+        common.tma_store_c(c_desc, c, m0, n0, BLOCK_M, BLOCK_N, C_T, SUBTILE)
+    else:
+        common.masked_store(c_ptr, c, m0, n0, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N,
+                            OFFSET64)
+
+
+def _given(params: dict) -> dict:
+    return {**DEFAULTS, **params}
+
+
+def smem_bytes(c: dict, precision: str) -> int:
+    """Shared memory of a concrete configuration: the ring (num_stages tiles of A and B) and C's
+    staging tile for the TMA store (half of it with subtile). Triton 3.6 puts the staging tile
+    in the ring's memory once the loop is done, except for a whole tf32 C, whose tile it
+    allocates before the ring is freed: tf32's accumulator goes to the store with no operation
+    between them (compiled for sm_90, 128 x 256 x 32, 4 stages: 327,712 bytes, and 196,640 with
+    subtile, which is why subtile is on for tf32; 3xtf32 at 128 x 128 x 64, 3 stages: 196,640
+    bytes with or without it)."""
+    es = TMA_ELEM_BYTES[precision]
+    ring = c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * es
+    staging = c["BLOCK_M"] * c["BLOCK_N"] * es // (2 if c["subtile"] else 1)
+    return ring + staging if precision == "tf32" and not c["subtile"] else max(ring, staging)
+
+
+def _refusal(c: dict, precision: str) -> str | None:
+    return tma_fit_refusal(precision, c, smem_bytes(c, precision))
+
+
+def resolve_config(precision: str, params: dict, M: int | None = None, N: int | None = None,
+                   sms: int = DEFAULT_SMS) -> dict:
+    """The configuration that runs: the registry's order, automatic values made concrete for
+    `precision` (and, given M and N, the shape: common.tma_resolve)."""
+    r = tma_resolve(_given(params), AUTO[precision], FALLBACKS,
+                    lambda c: _refusal(c, precision) is None, M=M, N=N, sms=sms)
+    return {k: r[k] for k in PARAM_ORDER}
+
+
+def _validate(params, precision: str | None = None) -> None:
+    """The contract's validate: one sentence for an unknown parameter, a value the kernel cannot
+    take, or a tile that would not fit, in `precision` (every precision when None); automatic
+    values are checked as the values they stand for."""
+    unknown = sorted(set(params) - set(PARAM_ORDER))
+    if unknown:
+        raise LabError(f"stage {STAGE} (triton) has no parameter {', '.join(unknown)} (it takes "
+                       f"{', '.join(PARAM_ORDER)})")
+    given = _given(params)
+    where = f"{STAGE} (Triton) with " + ", ".join(f"{k}={given[k]}" for k in PARAM_ORDER)
+    if precision is not None and precision not in AUTO:
+        raise LabError(f"{where}: the precision must be one of {', '.join(AUTO)}, not {precision}")
+    why = tma_param_refusal(given, SWITCHES)
+    if why:
+        raise LabError(f"{where}: {why}")
+    for prec in (precision,) if precision else tuple(AUTO):
+        c = resolve_config(prec, params)
+        why = _refusal(c, prec)
+        if why:
+            shown = ", ".join(f"{k}={c[k]}" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K",
+                                                        "num_warps", "num_stages"))
+            raise LabError(f"{STAGE} (Triton) in {prec} with {shown} {why}")
+
+
+def resolve(params, M: int, N: int, K: int, precision: str, sms: int) -> dict:
+    """The contract's resolve: the parameters as prepare() compiles them for an M x N x K
+    problem on `sms` SMs."""
+    return resolve_config(precision, params, M=M, N=N, sms=sms)
+
+
+def config_text(config: dict) -> str:
+    """The configuration as the `params` column writes it: name=value,... in registry order."""
+    return ",".join(f"{k}={config[k]}" for k in PARAM_ORDER if k in config)
+
+
+OFFER = Offer(STAGE, "triton", precisions=tuple(AUTO),
+              kernels=("matmul_tma_wgmma_kernel", "realign_copy_kernel"),
+              validate=_validate, resolve=resolve, show=config_text)
+
+
+@entry(OFFER)
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py), with p.precision. The
+    launch's `config` is the configuration that runs; `realigned` names the operands copied in
+    each call (unaligned, or not K-major under kmajor)."""
+    device = p.c.tensor.device
+    common.refuse_other_gpus(STAGE, device)
+    config = resolve_config(p.precision, params, M=p.M, N=p.N, sms=sm_count(device))
+    # setup: a buffer for each operand a descriptor cannot read, or (kmajor) not K-major
+    q, copies, setup_ms = tma_operands(p, bool(config["kmajor"]))
+    (lda, ldb, ldc), layout = tma_layout(q)
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    grid = (cdiv(q.M, bm) * cdiv(q.N, bn),)
+    args = (q.a.tensor, q.b.tensor, q.c.tensor, q.M, q.N, q.K, lda, ldb, ldc, q.c.s0, q.c.s1)
+    launch = common.tma_launch(STAGE, matmul_tma_wgmma_kernel, grid, args, BLOCK_M=bm,
+                               BLOCK_N=bn, BLOCK_K=config["BLOCK_K"], GROUP_M=config["GROUP_M"],
+                               **layout, SUBTILE=bool(config["subtile"]),
+                               **dot_meta(matmul_tma_wgmma_kernel, q), **offsets_meta(q),
+                               num_warps=config["num_warps"], num_stages=config["num_stages"])
+    # the row's `params` column is the configuration that ran (Row.set_resources copies it)
+    launch.resources = {**(launch.resources or {}), "params": config_text(config)}
+    launch.extra.update(config=config, layout=layout)
+    # timed, every call: the copies (one kernel) and then the GEMM
+    return with_copies(launch, copies, setup_ms, q)
