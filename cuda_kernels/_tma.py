@@ -27,12 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cuda_kernels._build import (LINE_ALIGN, aligned_buffer, cdiv, compile_kernel, device_arch_of,
-                                 lines_aligned, resources)
+                                 resources)
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
-from lab.operands import Operand, entry
+from lab.operands import entry
 from lab.roofline import DEFAULT_SMS, sm_count
-from lab.toolchain.tma import MapSpec, tma_launcher
+from lab.toolchain.tma import MapSpec, max_active_clusters, tma_launcher
 
 PRECISIONS = ("bf16", "fp16", "tf32")
 DEFINES = {"tf32": "PREC_TF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16"}
@@ -128,13 +128,17 @@ class HopperStage:
         return compile_kernel(self.source, self.kernel, d, layout=kernel_layout(layout, precision),
                               arch=ARCH)
 
-    def geometry(self, M: int, N: int, c: dict | None = None, sms: int = DEFAULT_SMS):
-        """(grid, block, dynamic shared bytes)."""
+    def geometry(self, M: int, N: int, c: dict | None = None, sms: int = DEFAULT_SMS,
+                 clusters: int | None = None):
+        """(grid, block, dynamic shared bytes). A persistent grid has one block per SM, or, in
+        clusters, `clusters` clusters (as many as the GPU holds at once; SMs / CLUSTER without a
+        GPU)."""
         c = c or self.defaults
         wgs, cl = c[self.warpgroups], self.cluster_of(c)
         # a cluster takes `cl` tiles down M with the same columns
         tiles = cdiv(M, 64 * wgs * cl) * cdiv(N, c["BN"])
-        blocks = cl * (min(tiles, sms // cl) if self.persistent else tiles)
+        resident = clusters if clusters is not None else sms // cl
+        blocks = cl * (min(tiles, resident) if self.persistent else tiles)
         return (blocks, 1, 1), (128 * (wgs + self.producer), 1, 1), self.smem_bytes(c)
 
     def compile_for(self, params, M: int, N: int, K: int, layout: str, precision: str):
@@ -160,11 +164,15 @@ class HopperStage:
         c = c or self.defaults
         w = plan(p)
         b = self.build(precision, w["layout"], group, c)
-        grid, block, smem = self.geometry(p.M, p.N, c, sm_count(p.c.tensor.device))
         cl = self.cluster_of(c)
+        clusters = None
+        if self.persistent and cl > 1:
+            _, block, smem = self.geometry(p.M, p.N, c)
+            clusters = max_active_clusters(b, block, smem, cl)
+        grid, block, smem = self.geometry(p.M, p.N, c, sm_count(p.c.tensor.device), clusters)
         specs = map_specs(w["a"], w["b"], p.M, p.N, p.K, 64 * c[self.warpgroups], c["BN"] // cl,
                           ELEM_BYTES[precision])
-        args = (w["a"].tensor, w["b"].tensor, p.c.tensor, np.int32(p.M), np.int32(p.N),
+        args = (w["a"][0], w["b"][0], p.c.tensor, np.int32(p.M), np.int32(p.N),
                 np.int32(p.K), np.int64(p.c.ld))
         kernel = tma_launcher(b, grid, block, args, smem, specs, cl)
         res = resources(b, grid, block, smem)
@@ -204,44 +212,51 @@ def kernel_layout(layout: str, precision: str) -> str:
     return "nt" if ELEM_BYTES[precision] == 4 else layout
 
 
+def line_ld(t, col: bool) -> int | None:
+    """The leading dimension at which a TMA map reads rows x cols tensor `t` column-major (`col`:
+    unit stride down the rows) or row-major, or None where it cannot: no unit stride that way, or
+    a base or leading dimension off 16-byte boundaries. A single line may have any leading
+    dimension (the map is given the line's length rounded up to 16 bytes: it never steps over it)."""
+    inner, outer = (0, 1) if col else (1, 0)
+    n_inner, n_outer = t.shape[inner], t.shape[outer]
+    if n_inner > 1 and t.stride(inner) != 1:
+        return None
+    per = LINE_ALIGN // t.element_size()
+    ld = t.stride(outer) if n_outer > 1 else max(per, cdiv(n_inner, per) * per)
+    if t.data_ptr() % LINE_ALIGN or ld % per or ld < n_inner:
+        return None
+    return ld
+
+
 def plan(p) -> dict:
-    """The copies to run first in every call, (name, dst, src), and the operands the kernel
-    reads: a tf32 operand that is not K-major goes into a K-major buffer, any operand whose lines
-    are not 16-byte aligned into an aligned buffer of the same orientation."""
-    want = kernel_layout(p.layout, p.precision)
-    copies, ops = [], {}
-    for name, op, col in (("A", p.a, want[0] == "t"), ("B", p.b, want[1] == "t")):
-        if col == op.trans and lines_aligned(op):
-            ops[name] = op
-            continue
-        dst = aligned_buffer(op.rows, op.cols, col, op.tensor)
-        copies.append((name, dst, op.tensor))
-        ops[name] = Operand.of(name, dst)
-    return {"copies": copies, "layout": ops["A"].letter + ops["B"].letter, "a": ops["A"],
-            "b": ops["B"]}
-
-
-def _ld_for_map(op) -> int:
-    """The leading dimension to encode: the operand's, except that a single line may have any
-    (TMA wants a 16-byte multiple even where it never steps over it)."""
-    lines = op.cols if op.trans else op.rows
-    if lines > 1:
-        return op.ld
-    per = LINE_ALIGN // op.tensor.element_size()
-    return max(per, cdiv(op.ld, per) * per)
+    """The copies to run first in every call, (name, dst, src), and what the kernel reads: for A
+    and B the tensor, whether it is read column-major (A: M-major, B: K-major) and its leading
+    dimension. 16-bit operands are read the way they lie; tf32 reads A row-major and B
+    column-major (both K-major). An operand the maps cannot read that way (another orientation in
+    tf32, lines off 16-byte boundaries, no unit stride) is copied into an aligned buffer of the
+    orientation read (cuda_kernels/_build.py's aligned_buffer)."""
+    tf32 = ELEM_BYTES[p.precision] == 4
+    copies, out = [], {}
+    for name, op, col in (("A", p.a, False if tf32 else p.a.trans),
+                          ("B", p.b, True if tf32 else p.b.trans)):
+        t = op.tensor
+        ld = line_ld(t, col)
+        if ld is None:
+            t = aligned_buffer(op.rows, op.cols, col, op.tensor)
+            copies.append((name, t, op.tensor))
+            ld = line_ld(t, col)
+        out[name] = (t, col, ld)
+    layout = "".join("t" if out[n][1] else "n" for n in ("A", "B"))
+    return {"copies": copies, "layout": layout, "a": out["A"], "b": out["B"]}
 
 
 def map_specs(a, b, M: int, N: int, K: int, bm: int, bn: int, es: int) -> tuple:
-    """The tensor maps of A (kernel argument 0) and B (argument 1): K-major operands as one
-    {BK, rows} box, M- or N-major ones as {64, BK} boxes (tma_tiles.cuh). `bn` is the lines of B
-    one block loads: BN, or BN / CLUSTER where a cluster's blocks share the tile."""
+    """The tensor maps of A (kernel argument 0) and B (argument 1), each given as plan()'s
+    (tensor, column-major, ld): K-major operands as one {BK, lines} box, M- or N-major ones as
+    {64, BK} boxes (tma_tiles.cuh). `bn` is the lines of B one block loads: BN, or BN / CLUSTER
+    where a cluster's blocks share the tile."""
     bk = 128 // es
-    if a.trans:  # M-major
-        sa = MapSpec(0, (M, K), _ld_for_map(a), (64, bk))
-    else:
-        sa = MapSpec(0, (K, M), _ld_for_map(a), (bk, bm))
-    if b.trans:  # K-major
-        sb = MapSpec(1, (K, N), _ld_for_map(b), (bk, bn))
-    else:
-        sb = MapSpec(1, (N, K), _ld_for_map(b), (64, bk))
+    (_, a_col, lda), (_, b_col, ldb) = a, b
+    sa = MapSpec(0, (M, K), lda, (64, bk)) if a_col else MapSpec(0, (K, M), lda, (bk, bm))
+    sb = MapSpec(1, (K, N), ldb, (bk, bn)) if b_col else MapSpec(1, (N, K), ldb, (64, bk))
     return sa, sb

@@ -148,16 +148,7 @@ class TmaLaunch:
         one)."""
         cd = _driver()
         if self._config is None:
-            cfg = cd.CUlaunchConfig()
-            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid
-            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block
-            cfg.sharedMemBytes = self.smem
-            attr = cd.CUlaunchAttribute()
-            attr.id = cd.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = \
-                self.cluster, 1, 1
-            cfg.attrs = [attr]
-            cfg.numAttrs = 1
+            cfg = _cluster_config(cd, self.grid, self.block, self.smem, self.cluster)
             self._config = (cfg, cd.CUfunction(self.fn.ptr))
         cfg, fn = self._config
         cfg.hStream = cd.CUstream(stream)
@@ -175,6 +166,49 @@ class TmaLaunch:
         return (self.run, self.args)
 
 
+def _cluster_config(cd, grid, block, smem: int, cluster: int):
+    """A CUlaunchConfig of `grid` blocks of `block` threads in clusters of `cluster` along x."""
+    cfg = cd.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+    cfg.sharedMemBytes = smem
+    attr = cd.CUlaunchAttribute()
+    attr.id = cd.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
+    cfg.attrs = [attr]
+    cfg.numAttrs = 1
+    return cfg
+
+
+def _allow_smem(fn, smem_dynamic: int) -> None:
+    if smem_dynamic > 48 * 1024:
+        from cupy_backends.cuda.api import driver
+
+        driver.funcSetAttribute(
+            fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_dynamic
+        )
+
+
+def max_active_clusters(build, block, smem_dynamic: int, cluster: int) -> int:
+    """How many clusters of `cluster` blocks of `build` the GPU holds at once
+    (cuOccupancyMaxActiveClusters): a persistent grid launches no more, or the blocks beyond
+    them would start only when the first finish. Not every SM can be paired: an H100's GPCs hold
+    their SMs in clusters only within a GPC."""
+    from lab.toolchain.nvrtc import _load
+
+    cd = _driver()
+    _, fn = _load(build)
+    _allow_smem(fn, smem_dynamic)
+    block = tuple(int(b) for b in block) + (1,) * (3 - len(tuple(block)))
+    cfg = _cluster_config(cd, (cluster, 1, 1), block, smem_dynamic, cluster)
+    err, n = cd.cuOccupancyMaxActiveClusters(cd.CUfunction(fn.ptr), cfg)
+    if err != cd.CUresult.CUDA_SUCCESS or n < 1:
+        raise LabError(f"{build.kernel} cannot run in clusters of {cluster} blocks of "
+                       f"{block[0]} threads and {smem_dynamic} bytes of shared memory on this GPU "
+                       f"({err.name}); use CLUSTER=1")
+    return int(n)
+
+
 def tma_launcher(build, grid, block, args, smem_dynamic: int, specs, cluster: int = 1) -> TmaLaunch:
     """A TmaLaunch of `build` (lab/toolchain/nvrtc.py's Build): the module loaded, the dynamic
     shared memory allowed, the grid checked against CUDA's limits (one sentence); `cluster` > 1
@@ -183,12 +217,7 @@ def tma_launcher(build, grid, block, args, smem_dynamic: int, specs, cluster: in
 
     check_grid(grid, build.kernel)
     _, fn = _load(build)
-    if smem_dynamic > 48 * 1024:
-        from cupy_backends.cuda.api import driver
-
-        driver.funcSetAttribute(
-            fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_dynamic
-        )
+    _allow_smem(fn, smem_dynamic)
     grid = tuple(int(g) for g in grid) + (1,) * (3 - len(tuple(grid)))
     block = tuple(int(b) for b in block) + (1,) * (3 - len(tuple(block)))
     return TmaLaunch(fn, grid, block, int(smem_dynamic), tuple(args), tuple(specs), cluster)

@@ -91,7 +91,8 @@ def main(argv=None) -> int:
                         continue
                     row = dict(stage=args.stage, prec=prec, cfg=label, M=M, N=N, K=K,
                                layout=layout, status="pass" if res.passed else "FAIL",
-                               rel_err=f"{res.rel_err:.3e}", detail=res.reason)
+                               rel_err=f"{res.rel_err:.3e}", detail=res.reason,
+                               blocks=(launch.resources or {}).get("grid_blocks"))
                     if timed and res.passed:
                         torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
                         cb = torch.empty_like(c)
