@@ -216,6 +216,40 @@ def thread_tile() -> tuple[Param, ...]:
     )
 
 
+def hopper_triton(persistent: bool = False) -> tuple[Param, ...]:
+    """The Triton twins of the TMA stages: tiles, pipeline depth, and the copies and stores that
+    Triton 3.6's wgmma lowering calls for (triton_kernels/tma_wgmma.py, persistent.py)."""
+    stages = "3; 4 for 3xtf32" if persistent else "4; 3 for 3xtf32"
+    extra = (Param("flatten", True, (False, True),
+                   "Triton: fuse the tile loop and the k-loop into one pipelined loop "
+                   "(tl.range flatten=True), so that the next tile's loads are issued before this "
+                   "tile's C store", ("triton",)),) if persistent else ()
+    return (
+        Param("BLOCK_M", 128, (64, 128, 256), "Triton block tile rows", ("triton",)),
+        Param("BLOCK_N", 0, (0, 64, 128, 256),
+              "Triton block tile columns (0: per precision, 256; 128 for 3xtf32, and when that "
+              "grid has fewer tiles than the GPU has SMs)", ("triton",)),
+        Param("BLOCK_K", 0, (0, 32, 64, 128),
+              "Triton k-step (0: per precision, 128 bytes, i.e. 64 bf16/fp16 or 32 TF32"
+              + ("" if persistent else "; 64 for 3xtf32") + ")", ("triton",)),
+        Param("GROUP_M", 8, (1, 4, 8, 16), "Triton tile-rows walked together (L2 reuse)",
+              ("triton",)),
+        num_warps(8),
+        Param("num_stages", 0, (0, 2, 3, 4, 5),
+              f"Triton software-pipeline depth, TMA loads in flight (0: per precision, {stages}; "
+              "no effect when interpreted)", ("triton",)),
+        Param("kmajor", -1, (-1, 0, 1),
+              "Triton: copy an operand that is not K-major (a column-major A, a row-major B) "
+              "into a K-major buffer in every call (timed); TF32 wgmma reads shared operands "
+              "K-major only (-1: on for tf32/3xtf32, off for bf16/fp16)", ("triton",)),
+        Param("subtile", -1, (-1, 0, 1),
+              "Triton: store C's tile in two halves, halving the shared-memory staging tile that "
+              "lives beside the ring (-1: on for tf32" + (", and where the automatic tile would "
+              "not fit otherwise" if persistent else "") + ")", ("triton",)),
+        *extra,
+    )
+
+
 # Published SGEMM_CUDA (https://github.com/siboehm/SGEMM_CUDA) kernels, measured on the same H100
 # on 2026-11-22 at 4096^3, fp32, as % of cuBLAS (Stage.published): tiled is its shared-memory
 # kernel; bank_conflicts its kernel 7, the better of its two bank-conflict fixes (54.7 and 45.3);
@@ -458,6 +492,38 @@ STAGES: tuple[Stage, ...] = (
                   "(computing C^T = B^T A^T where B is N-major) instead of copying it; it rounds "
                   "that operand to nearest TF32 where the tensor core would truncate it (-1: on "
                   "for tf32; no effect in other precisions)", ("triton",), numerics=True),
+        ),
+    ),
+    # Hopper's own path (sm_90 only): TMA loads into swizzled shared memory, mbarrier rings, wgmma
+    # with both operands in shared memory (docs/stages/tma_wgmma.md and the pages after it).
+    Stage(
+        "tma_wgmma",
+        "Hopper's TMA (sm_90 only): one thread loads each tile with a tensor map into 128-byte-"
+        "swizzled shared memory, an mbarrier ring tracks the slots, and wgmma reads both operands "
+        "from shared memory (every 16-bit layout as it lies)",
+        params=(
+            Param("WGS", 0, (0, 1, 2, 3),
+                  "warpgroups per block, 64 rows each (0: 2)", ("cuda",)),
+            Param("BN", 0, (0, 64, 128, 192, 256), "block tile columns (0: 256)", ("cuda",)),
+            Param("STAGES", 0, (0, 2, 3, 4, 5, 6, 7, 8), "ring slots (0: 4)", ("cuda",)),
+            group(8),
+            *hopper_triton(),
+        ),
+    ),
+    Stage(
+        "persistent",
+        "one resident block per SM walks the output tiles: a producer warpgroup's TMA ring runs on "
+        "across tiles (each tile's stores overlap the next tile's loads), and clusters of two "
+        "blocks share each B tile through TMA multicast",
+        params=(
+            Param("CONSUMERS", 0, (0, 1, 2),
+                  "consumer warpgroups per block, 64 rows each (0: 2)", ("cuda",)),
+            Param("BN", 0, (0, 64, 128, 192, 256), "block tile columns (0: 256)", ("cuda",)),
+            Param("STAGES", 0, (0, 2, 3, 4, 5, 6, 7, 8), "ring slots (0: 4)", ("cuda",)),
+            Param("CLUSTER", 0, (0, 1, 2),
+                  "blocks per cluster sharing each B tile by TMA multicast (0: 2)", ("cuda",)),
+            group(8),
+            *hopper_triton(persistent=True),
         ),
     ),
 )

@@ -1,0 +1,233 @@
+"""The TMA stages' CUDA kernels: tma_wgmma.cu, warp_specialized.cu, persistent.cu (sm_90a), their
+shared launcher cuda_kernels/_tma.py and the TMA launch of lab/toolchain/tma.py.
+
+CPU: every stage x precision x layout compiles for sm_90a through the stage's OFFER.compile with
+no spills, and its SASS holds HGMMA (wgmma) and UTMALDG (TMA loads); the warp-specialized kernels
+also move registers between warpgroups (setmaxnreg: USETMAXREG); the generated wrappers match
+their generator; the parameters' checks give one sentence each (a ring over 227 KiB named with
+its size); geometry: one block per tile, or min(tiles, SMs) for persistent, with the producer's
+warpgroup counted; plan(): which operand is copied (tf32 needs both K-major; unaligned lines are
+copied in the same orientation) and the tensor maps' dims, strides and boxes; prepare() refuses
+a GPU that is not sm_90 (the architecture mocked).
+
+GPU (marked `gpu`; sm_90 only): every stage x precision x layout at edge sizes (M, N, K not
+multiples of the tiles), views with offset starts and wide rows, a column-major C, odd leading
+dimensions (the aligned copy in the call), operands that change between calls of one Prepared
+(the tensor maps follow the tensors through lab.matmul's plans), and K of one element.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers import LAYOUTS, ROOT
+from lab import check as chk
+from lab.errors import LabError
+from lab.operands import CUDA, describe
+from lab.toolchain.sass import sass
+
+STAGES = ("tma_wgmma", "warp_specialized", "persistent")
+PRECISIONS = ("bf16", "fp16", "tf32")
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
+
+
+def _mod(stage):
+    return importlib.import_module(f"cuda_kernels.{stage}")
+
+
+def _one_sentence(text: str) -> None:
+    assert "\n" not in text and text.count(". ") == 0, text
+
+
+# ------------------------------------------------------------------------------ CPU
+
+
+def test_generated_wrappers_match_their_generator():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_wgmma_ops.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("stage", STAGES)
+def test_builds_compile_without_spills_and_issue_hgmma_and_tma(stage, precision, layout):
+    build, (grid, block, smem) = _mod(stage).OFFER.compile({}, 1000, 1000, 1000, layout, precision)
+    assert build.spill_stores == 0 and build.spill_loads == 0, build.log
+    text = sass(build)
+    width = {"bf16": "64x256x16", "fp16": "64x256x16", "tf32": "64x256x8"}[precision]
+    assert re.search(rf"HGMMA\.{width}\.F32", text), "no HGMMA of the tile's shape in the SASS"
+    assert "UTMALDG.2D" in text, "no TMA load in the SASS"
+    assert ("USETMAXREG" in text) == (stage != "tma_wgmma")
+    assert smem <= 227 * 1024
+
+
+def test_tf32_builds_read_both_operands_k_major():
+    """TF32 has no transpose bits: every layout's build is the nt one, the others are copied."""
+    m = _mod("tma_wgmma")
+    for layout in LAYOUTS:
+        b, _ = m.OFFER.compile({}, 256, 256, 256, layout, "tf32")
+        options = " ".join(b.options)
+        assert "-DTRANS_A=0" in options and "-DTRANS_B=1" in options
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_geometry(stage):
+    m = _mod(stage)
+    _, (grid, block, smem) = m.OFFER.compile({}, 4096, 4096, 4096, "nn", "bf16")
+    tiles = (4096 // 128) * (4096 // 256)
+    assert grid[0] == (min(tiles, 132) if stage == "persistent" else tiles)
+    assert block[0] == (256 if stage == "tma_wgmma" else 384)
+    assert smem == 4 * (128 + 256) * 128 + 1024
+    wg = m.STAGE.warpgroups
+    _, (grid, block, _) = m.OFFER.compile({wg: 1, "BN": 128}, 100, 300, 64, "nn", "bf16")
+    assert grid[0] == 2 * 3 and block[0] == (128 if stage == "tma_wgmma" else 256)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_parameter_checks_are_one_sentence(stage):
+    m = _mod(stage)
+    wg = m.STAGE.warpgroups
+    for params, words in (({"BN": 96}, "BN must be one of"), ({"bogus": 1}, "no parameter bogus"),
+                          ({"STAGES": 8}, "more than the 227 KiB"), ({"group": 0}, "group")):
+        with pytest.raises(LabError) as e:
+            m.OFFER.validate(params, "bf16")
+        assert words in str(e.value)
+        _one_sentence(str(e.value))
+    m.OFFER.validate({wg: 1, "BN": 128, "STAGES": 8}, "bf16")  # 8 x 24 KiB: fits
+
+
+def _problem(M, N, K, layout, precision, lda_pad=0):
+    dt = DTYPE[precision]
+
+    def mat(rows, cols, trans, pad):
+        if trans:
+            return torch.zeros(cols, rows + pad, dtype=dt)[:, :rows].t()
+        return torch.zeros(rows, cols + pad, dtype=dt)[:, :cols]
+
+    a = mat(M, K, layout[0] == "t", lda_pad)
+    b = mat(K, N, layout[1] == "t", 0)
+    c = torch.empty(M, N, dtype=dt)
+    return describe(a, b, c, CUDA, precision)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_plan_copies_only_what_tma_cannot_read(layout):
+    from cuda_kernels._tma import plan
+
+    assert plan(_problem(64, 64, 64, layout, "bf16"))["copies"] == []  # every 16-bit layout
+    w = plan(_problem(64, 64, 64, layout, "tf32"))
+    copied = {name for name, _, _ in w["copies"]}
+    assert copied == {n for n, want, have in (("A", "n", layout[0]), ("B", "t", layout[1]))
+                      if want != have}
+    assert w["layout"] == "nt"
+    # K = 3001: a row-major A's and a column-major B's lines are 6002 bytes apart: copied, each
+    # in its own orientation
+    w = plan(_problem(64, 64, 3001, layout, "bf16"))
+    assert [n for n, _, _ in w["copies"]] == [n for n, k_lines in (("A", layout[0] == "n"),
+                                                                   ("B", layout[1] == "t"))
+                                              if k_lines]
+    w = plan(_problem(64, 64, 64, layout, "bf16", lda_pad=3))
+    assert [n for n, _, _ in w["copies"]] == ["A"]
+    t, col, ld = w["a"]
+    assert col == (layout[0] == "t") and ld % 8 == 0 and t.data_ptr() % 16 == 0
+
+
+def test_tensor_maps_boxes():
+    from cuda_kernels._tma import map_specs, plan
+
+    w = plan(_problem(304, 512, 200, "nn", "bf16"))
+    sa, sb = map_specs(w["a"], w["b"], 304, 512, 200, 128, 256, 2)
+    assert (sa.dims, sa.stride, sa.box) == ((200, 304), 200, (64, 128))  # K-major A
+    assert (sb.dims, sb.stride, sb.box) == ((512, 200), 512, (64, 64))  # N-major B
+    w = plan(_problem(304, 512, 200, "tt", "bf16"))
+    sa, sb = map_specs(w["a"], w["b"], 304, 512, 200, 128, 128, 2)  # a cluster of two: BN / 2
+    assert (sa.dims, sa.stride, sa.box) == ((304, 200), 304, (64, 64))  # M-major A
+    assert (sb.dims, sb.stride, sb.box) == ((200, 512), 200, (64, 128))  # K-major B
+    # a 500-column bf16 B (1000-byte lines) is copied into 504-element lines
+    w = plan(_problem(304, 500, 200, "nn", "bf16"))
+    assert [n for n, _, _ in w["copies"]] == ["B"] and w["b"][2] == 504
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_other_gpus_are_refused_in_one_sentence(stage, monkeypatch):
+    import cuda_kernels._tma as tma
+
+    monkeypatch.setattr(tma, "device_arch_of", lambda p: "sm_80")
+    with pytest.raises(LabError) as e:
+        _mod(stage).STAGE.require_hopper(None)
+    assert "sm_90" in str(e.value) and "sm_80" in str(e.value)
+    _one_sentence(str(e.value))
+
+
+# ------------------------------------------------------------------------------ GPU
+
+gpu = pytest.mark.gpu
+needs_hopper = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 GPU (H100, H200)")
+
+
+def _operands(M, N, K, layout, precision, seed=0):
+    return chk.make_inputs(M, N, K, seed, "cuda", DTYPE[precision], layout)
+
+
+def _check(c, a, b, precision):
+    res = chk.compare(c.float(), chk.reference(a, b), a.shape[1], precision)
+    assert res.passed, res.reason
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_layout_at_edge_sizes(stage, layout, precision):
+    m = _mod(stage)
+    for M, N, K in ((333, 257, 129), (129, 520, 1000), (64, 8, 8), (1, 1, 1)):
+        a, b = _operands(M, N, K, layout, precision)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=DTYPE[precision])
+        m.prepare(a, b, c, precision=precision)()
+        _check(c, a, b, precision)
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("stage", STAGES)
+def test_views_odd_leading_dimensions_and_column_major_c(stage):
+    m = _mod(stage)
+    big = torch.randn(700, 900, device="cuda").bfloat16()
+    a = big[3:300, 5:262]  # offset start (unaligned), rows 900 apart
+    b = torch.randn(257, 3001, device="cuda").bfloat16()[:, :129]  # 6002-byte lines: copied
+    c = torch.full((129, 297), float("nan"), device="cuda").bfloat16().t()  # column-major C
+    m.prepare(a, b, c, precision="bf16")()
+    _check(c, a, b, "bf16")
+    for M, N, K in ((7919 // 8, 6007 // 8, 3001), (1, 1000, 3001)):
+        a, b = _operands(M, N, K, "nn", "bf16")
+        c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        m.prepare(a, b, c, precision="bf16")()
+        _check(c, a, b, "bf16")
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("stage", STAGES)
+def test_lab_matmul_replays_on_new_tensors(stage):
+    import lab
+
+    for i in range(3):  # new tensors each call: the maps follow their addresses
+        a, b = _operands(300, 200, 100, "nn", "bf16", seed=i)
+        c = lab.matmul(a, b, stage=stage, backend="cuda")
+        _check(c, a, b, "bf16")
+    a, b = _operands(300, 200, 100, "nn", "bf16", seed=7)
+    out = torch.empty(300, 200, device="cuda", dtype=torch.bfloat16)
+    for i in range(2):  # the same tensors, new values
+        a.copy_(torch.randn_like(a.float()).bfloat16())
+        lab.matmul(a, b, stage=stage, backend="cuda", out=out)
+        _check(out, a, b, "bf16")
