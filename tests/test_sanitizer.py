@@ -43,14 +43,17 @@ def test_cuda_stage_is_clean_under_compute_sanitizer(stage, tool):
 # The tensor-core stages compute in tf32, 3xtf32, bf16 and fp16 (not fp32): every precision under
 # memcheck, racecheck and synccheck (the cp.async ring's and the mbarriers' waits), on a shape
 # with interior blocks (the whole-tile copy path) and edges: mma (mma.sync) with its defaults and
-# with the tuned 128 x 256 bf16 tile, and wgmma (Hopper's warpgroup MMA, cuda_kernels/wgmma.cu)
-# with its defaults.
+# with the tuned 128 x 256 bf16 tile, wgmma (Hopper's warpgroup MMA, cuda_kernels/wgmma.cu) with
+# its defaults, and the TMA stages (their mbarrier rings; persistent's cluster multicast) in the
+# precisions they offer.
 MMA_SHAPE = "300x520x200"
 TOOLS_TC = ("memcheck", "racecheck", "synccheck")
 MMA_CASES = [("mma", p, tool, "") for p in TC_PRECISIONS for tool in TOOLS_TC] + \
     [("mma", "bf16", tool, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,frags=2")
      for tool in TOOLS_TC] + \
-    [("wgmma", p, tool, "") for p in TC_PRECISIONS for tool in TOOLS_TC]
+    [("wgmma", p, tool, "") for p in TC_PRECISIONS for tool in TOOLS_TC] + \
+    [(s, p, tool, "") for s in ("tma_wgmma", "persistent") for p in ("bf16", "fp16", "tf32")
+     for tool in TOOLS_TC]
 
 
 @pytest.mark.skipif(SANITIZER is None, reason="compute-sanitizer not found on PATH, in the venv "
