@@ -409,6 +409,42 @@ STAGES: tuple[Stage, ...] = (
         ),
     ),
     Stage(
+        "gemv",
+        "thin products (matrix-vector): no tiles, A streamed once with 16-byte loads into "
+        "registers, B reused across a thread's rows, sums by warp shuffles; split-K with a "
+        "fixed-order sum where the rows cannot fill the GPU (any N runs, a wide one slowly)",
+        params=(
+            Param("ncol", 0, (0, 1, 2, 4, 8),
+                  "columns of C per block (0 = the power of two at or above N, at most 8)",
+                  ("cuda",)),
+            Param("rows", 0, (0, 1, 2, 4, 8),
+                  "row-major A: rows per thread, each load of B serving all of them (0 = 4 for "
+                  "1 or 2 columns, 2 for 4, 1 for 8)", ("cuda",)),
+            Param("lanes", 0, (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+                  "row-major A: threads sharing a row's K (0 = from K: every lane gets a full "
+                  "batch of loads, at most the block)", ("cuda",)),
+            Param("kunroll", 2, (1, 2, 4, 8),
+                  "16-byte loads per row in flight per thread (at most: lowered where rows and "
+                  "columns leave fewer registers; the params column shows what runs)",
+                  ("cuda",)),
+            Param("warps", 8, (2, 4, 8, 16), "warps per block", ("cuda",)),
+            *SWITCHES,
+            Param("splitk", SPLITK_AUTO, (SPLITK_AUTO, *SPLITK_CHOICES),
+                  "K splits: partial sums into a workspace, then a fixed-order sum (2 kernels); "
+                  "0 = chosen from the shape (blocks x split near 32 per SM, at least 64 KiB "
+                  "of A per block; the params column shows the split that ran)"),
+            Param("BLOCK_M", 0, (0, 1, 2, 4, 8, 16, 32, 64, 128, 256),
+                  "Triton rows per program (0 = 4 for a row-major A, 32 x the 16-byte vector "
+                  "for a column-major one)", ("triton",)),
+            Param("BLOCK_N", 0, (0, 1, 2, 4, 8, 16),
+                  "Triton columns per program (0 = the power of two at or above N, at most 8)",
+                  ("triton",)),
+            Param("BLOCK_K", 0, (0, 16, 32, 64, 128, 256, 512, 1024, 2048),
+                  "Triton k-step (0 = what fills 4 16-byte loads per thread)", ("triton",)),
+            num_warps(4), num_stages(1),
+        ),
+    ),
+    Stage(
         "mma",
         "tensor cores: each warp's tile is mma.sync instructions (m16n8k16 bf16/fp16, m16n8k8 "
         "TF32, 3xTF32 as three TF32 products) fed by ldmatrix from XOR-swizzled shared memory "

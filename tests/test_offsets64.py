@@ -239,8 +239,13 @@ BUILD_CASES = [(s.name, p) for s in STAGES for p in s.precisions_for("cuda")
                if s.name in TC or p == "fp32"]
 
 
+# stages registered after the switch existed (gemv) have no earlier build to compare with
+BEFORE_CASES = [c for c in BUILD_CASES if c in BEFORE]
+
+
 @cpu_only
-@pytest.mark.parametrize("stage,precision", BUILD_CASES, ids=[f"{s}-{p}" for s, p in BUILD_CASES])
+@pytest.mark.parametrize("stage,precision", BEFORE_CASES,
+                         ids=[f"{s}-{p}" for s, p in BEFORE_CASES])
 def test_without_the_flag_the_build_is_the_one_measured_before(stage, precision):
     build = _build(get_stage(stage), precision)
     assert "-DOFFSET64=1" not in build.options and not any("OFFSET64" in o for o in build.options)
