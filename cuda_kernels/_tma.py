@@ -60,6 +60,7 @@ class HopperStage:
     choices: dict
     producer: bool = False
     persistent: bool = False
+    tma_store: bool = False  # C through shared memory and TMA stores where its lines allow
     knobs: tuple = field(init=False)
 
     @staticmethod
@@ -79,10 +80,13 @@ class HopperStage:
         """The build defines: the defaults with the explicit (non-zero) values over them."""
         return {k: params.get(k) or self.defaults[k] for k in self.knobs}
 
-    def smem_bytes(self, c: dict) -> int:
+    def smem_bytes(self, c: dict, tma_store: bool | None = None) -> int:
         """STAGES slots of a BM x 128-byte A tile and a BN x 128-byte B tile, plus 1 KiB to align
-        the ring to the swizzle's 1024-byte atom."""
-        return c["STAGES"] * (64 * c[self.warpgroups] + c["BN"]) * 128 + 1024
+        the ring to the swizzle's 1024-byte atom, plus (TMA stores of C) two 8 KiB staging chunks
+        per warpgroup (tma_tiles.cuh's C_STAGE_BYTES)."""
+        store = self.tma_store if tma_store is None else tma_store
+        staging = 2 * 64 * 128 * c[self.warpgroups] if store else 0
+        return c["STAGES"] * (64 * c[self.warpgroups] + c["BN"]) * 128 + 1024 + staging
 
     def validate(self, params, precision: str | None = None) -> None:
         """LabError (one sentence) for an unknown parameter, a value outside `choices`, or a ring
@@ -121,15 +125,18 @@ class HopperStage:
                         if resolved.get(k) is not None)
 
     # ---------------------------------------------------------------- build, geometry
-    def build(self, precision: str, layout: str = "nn", group: int = 8, c: dict | None = None):
+    def build(self, precision: str, layout: str = "nn", group: int = 8, c: dict | None = None,
+              tma_store: bool | None = None):
         """The kernel for `precision` and the layout it reads, compiled for sm_90a (no GPU
         needed). `c` may carry extra build defines (scripts/experiments/hopper_probe.py)."""
         d = {DEFINES[precision]: 1, "GROUP": group, **(c or self.defaults)}
+        if self.tma_store:
+            d.setdefault("TMA_STORE", int(self.tma_store if tma_store is None else tma_store))
         return compile_kernel(self.source, self.kernel, d, layout=kernel_layout(layout, precision),
                               arch=ARCH)
 
     def geometry(self, M: int, N: int, c: dict | None = None, sms: int = DEFAULT_SMS,
-                 clusters: int | None = None):
+                 clusters: int | None = None, tma_store: bool | None = None):
         """(grid, block, dynamic shared bytes). A persistent grid has one block per SM, or, in
         clusters, `clusters` clusters (as many as the GPU holds at once; SMs / CLUSTER without a
         GPU)."""
@@ -139,7 +146,8 @@ class HopperStage:
         tiles = cdiv(M, 64 * wgs * cl) * cdiv(N, c["BN"])
         resident = clusters if clusters is not None else sms // cl
         blocks = cl * (min(tiles, resident) if self.persistent else tiles)
-        return (blocks, 1, 1), (128 * (wgs + self.producer), 1, 1), self.smem_bytes(c)
+        return ((blocks, 1, 1), (128 * (wgs + self.producer), 1, 1),
+                self.smem_bytes(c, tma_store))
 
     def compile_for(self, params, M: int, N: int, K: int, layout: str, precision: str):
         """The build and geometry prepare() uses (the contract's `compile`), without a GPU."""

@@ -64,6 +64,35 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap* map, int x
         : "memory");
 }
 
+// A box of shared memory at src into the 2-D tensor map's box at (x, y), clipped to the tensor:
+// elements outside it are not written. One bulk async-group per commit; wait_read<N> returns once
+// at most N of this thread's groups still read shared memory (their buffers may be reused).
+__device__ __forceinline__ void tma_store_2d(const TensorMap* map, int x, int y, u32 src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                     reinterpret_cast<u64>(map)),
+                 "r"(x), "r"(y), "r"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Generic-proxy writes to shared memory (st.shared) made visible to the async proxy (TMA, wgmma).
+__device__ __forceinline__ void fence_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// A barrier of `threads` threads (a warpgroup: 128) with its own id (1-15; 0 is __syncthreads).
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ------------------------------------------------------------------------------ clusters
 // A cluster's blocks run at once on neighbouring SMs and can reach each other's shared memory:
 // a TMA load can be multicast into every block of the cluster (one L2 read, CTA mask bits), and a

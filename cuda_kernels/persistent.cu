@@ -12,13 +12,20 @@
 //     t + gridDim.x's first k-tiles into the slots they released: the epilogue overlaps the next
 //     tile's loads, and no block starts cold after the first.
 // Bottleneck it attacks: the tail of the last wave, and the per-tile prologue and epilogue.
-// What it does not do yet: clusters with TMA multicast (two blocks of a cluster sharing one load
-// of a B tile), a TMA store of C, or a second accumulator set so that one tile's epilogue overlaps
-// the next tile's wgmma as well as its loads.
+//   - Clusters (CLUSTER = 2): two blocks on neighbouring SMs take two tiles down M with the same
+//     columns; each loads half of the shared B tile and multicasts it into both (TMA
+//     .multicast::cluster), so a block reads 16 + 16 KiB from L2 per k-tile instead of 16 + 32.
+//     A consumer releases a slot in both blocks (a remote mbarrier arrive), since the peer's
+//     multicast writes it too.
+//   - The epilogue through shared memory and TMA stores (TMA_STORE = 1, where C's lines are
+//     16-byte aligned): tma_tiles.cuh's store_acc_tma.
+// What it does not do: a second accumulator set so that one tile's epilogue overlaps the next
+// tile's wgmma as well as its loads (the registers are not there: 128 accumulators per thread).
 //
-// Launch geometry (cuda_kernels/persistent.py): a 1-D grid of min(ceil(M/BM) * ceil(N/BN), SMs)
-// blocks, BM = 64 * CONSUMERS, 128 * (CONSUMERS + 1) threads, STAGES ring slots of dynamic shared
-// memory plus 1 KiB, one block per SM.
+// Launch geometry (cuda_kernels/persistent.py): a 1-D grid of CLUSTER * min(cluster tiles, the
+// clusters the GPU holds at once) blocks in clusters of CLUSTER, BM = 64 * CONSUMERS,
+// 128 * (CONSUMERS + 1) threads, STAGES ring slots plus (TMA_STORE) 16 KiB of staging per
+// consumer warpgroup of dynamic shared memory, plus 1 KiB, one block per SM.
 //
 // The ring: iteration `it` (counted over all of the block's tiles and their k-tiles) uses slot
 // it % STAGES; the producer waits for that slot's empty barrier to complete phase
@@ -50,6 +57,9 @@
 #if CLUSTER != 1 && CLUSTER != 2
 #error "CLUSTER must be 1 or 2"
 #endif
+#ifndef TMA_STORE
+#define TMA_STORE 1
+#endif
 #ifndef PRODUCER_REGS
 #define PRODUCER_REGS 40
 #endif
@@ -65,7 +75,12 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     matmul_persistent(const __grid_constant__ TensorMap tma_a, const __grid_constant__ TensorMap tma_b,
-                      elem_t* __restrict__ C, int M, int N, int K, long long ldc) {
+#if TMA_STORE
+                      const __grid_constant__ TensorMap tma_c,
+#else
+                      elem_t* __restrict__ C,
+#endif
+                      int M, int N, int K, long long ldc) {
     extern __shared__ unsigned char smem_raw[];
     __shared__ alignas(8) u64 bars[2 * STAGES];  // full[0..STAGES), empty[STAGES..2 STAGES)
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -83,6 +98,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     if (threadIdx.x == 0) {
         tma_prefetch(&tma_a);
         tma_prefetch(&tma_b);
+#if TMA_STORE
+        tma_prefetch(&tma_c);
+#endif
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
@@ -150,8 +168,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             release((it - 1) % STAGES);  // the tile's last slot
 #pragma unroll
             for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
+#if TMA_STORE
+            store_acc_tma(acc, &tma_c, ring + STAGES * SLOT + cw * C_STAGE_BYTES,
+                          (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane,
+                          threadIdx.x % 128 == 0, 1 + cw);
+#else
             store_acc(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
+#endif
         }
+#if TMA_STORE
+        if (threadIdx.x % 128 == 0) bulk_wait<0>();  // C's last stores done with shared memory
+#endif
     }
     // no block may exit while a block of its cluster can still multicast into it or arrive on
     // its barriers

@@ -6,7 +6,9 @@ The operand plan, the tensor maps and the launch are cuda_kernels/_tma.py's.
 Geometry: a 1-D grid of CLUSTER * min(ceil(M/(BM * CLUSTER)) * ceil(N/BN), SMs / CLUSTER)
 blocks in clusters of CLUSTER (BM = 64 * CONSUMERS; the SMs of the GPU the operands are on, 132
 without one), 128 * (CONSUMERS + 1) threads,
-STAGES * (BM + BN) * 128 + 1024 bytes of dynamic shared memory, one block per SM.
+STAGES * (BM + BN) * 128 + 1024 bytes of dynamic shared memory plus 16 KiB per consumer
+warpgroup to stage C for its TMA stores (where C's lines are 16-byte aligned; direct stores
+otherwise), one block per SM.
 
 Parameters (lab/stages.py, stage persistent), each 0 meaning the automatic row: CONSUMERS (1-2:
 2), BN (64-256: 256), STAGES (ring slots, 2-8: 4), CLUSTER (blocks per cluster sharing one
@@ -22,7 +24,7 @@ STAGE = HopperStage(
     defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 2},
     choices={"CONSUMERS": (0, 1, 2), "BN": (0, 64, 128, 192, 256),
              "STAGES": (0, 2, 3, 4, 5, 6, 7, 8), "CLUSTER": (0, 1, 2)},
-    producer=True, persistent=True,
+    producer=True, persistent=True, tma_store=True,
 )
 OFFER = STAGE.offer()
 prepare = STAGE.prepare_for(OFFER)

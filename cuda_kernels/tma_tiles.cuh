@@ -173,3 +173,58 @@ __device__ __forceinline__ void store_acc(const float* acc, elem_t* __restrict__
         }
     }
 }
+
+// ------------------------------------------------------------------------------ TMA store of C
+// The epilogue through shared memory: a warpgroup writes its 64 x BN accumulators, rounded to C's
+// type, into a 128-byte-swizzled staging chunk of 64 rows x 128 bytes (64 bf16/fp16 or 32 fp32
+// columns) with st.shared (the swizzle spreads a warp's eight rows over distinct banks), and one
+// thread stores the chunk with a TMA store (cp.async.bulk.tensor), which clips rows and columns
+// beyond M and N. Two 8 KiB staging buffers per warpgroup alternate: a buffer is written again
+// only after the TMA store of two chunks before has read it (bulk wait_group.read 1, then the
+// warpgroup's named barrier). The stores then leave the SM while the warpgroup goes on to the
+// next chunk and the next tile's wgmma, instead of 64 scattered 4-byte global stores per thread.
+constexpr int C_COLS = 128 / ELEM;              // columns of C in one staging chunk
+constexpr int C_CHUNKS = BN / C_COLS;           // chunks per warpgroup tile
+constexpr int C_STAGE_BYTES = 2 * 64 * 128;     // a warpgroup's two staging buffers
+
+__device__ __forceinline__ void store_acc_tma(const float* acc, const TensorMap* tc, u32 stage,
+                                              int m0, int n0, int warp, int lane, bool leader,
+                                              int barrier_id) {
+    const int r = 16 * warp + (lane >> 2);  // this thread's rows r and r + 8 of the 64
+#pragma unroll
+    for (int k = 0; k < C_CHUNKS; ++k) {
+        const u32 buf = stage + (k & 1) * (64 * 128);
+        // the store that last read this buffer, two commits ago (this tile's chunk k - 2 or the
+        // previous tile's last two), must be done reading it
+        if (leader) bulk_wait_read<1>();
+        named_barrier(barrier_id, 128);
+#pragma unroll
+        for (int jj = 0; jj < C_COLS / 8; ++jj) {
+            const int j = k * (C_COLS / 8) + jj;        // accumulator group: columns 8 j ..
+            const int c = 8 * jj + 2 * (lane & 3);      // column within the chunk
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = r + 8 * h;
+                const u32 byte = c * ELEM;
+                const u32 at = buf + row * 128 + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
+                const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
+#if ELEM == 4
+                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(x), "f"(y)
+                             : "memory");
+#elif defined(PREC_BF16)
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(pack_bf16(x, y))
+                             : "memory");
+#else
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(pack_f16(x, y))
+                             : "memory");
+#endif
+            }
+        }
+        fence_async_smem();
+        named_barrier(barrier_id, 128);
+        if (leader) {
+            tma_store_2d(tc, n0 + k * C_COLS, m0, buf);
+            bulk_commit();
+        }
+    }
+}
