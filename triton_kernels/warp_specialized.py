@@ -1,0 +1,366 @@
+"""Stage warp_specialized, Triton twin, written in Gluon (triton.experimental.gluon, Triton 3.6):
+a producer partition that only issues TMA loads into an mbarrier ring, a consumer partition of
+two warpgroups that only issues wgmma, registers moved from the first to the second
+(setmaxnreg), in tf32, bf16 and fp16.
+
+CUDA stage: cuda_kernels/warp_specialized.cu (warpgroup 0 the producer, one thread of it issuing
+every TMA copy into a 4-slot ring with a full/empty mbarrier pair per slot; CONSUMERS = 2
+warpgroups issuing wgmma; setmaxnreg.dec to 40 / .inc to 232).
+
+Why Gluon. Plain Triton cannot say this: tl.range(..., warp_specialize=True) is accepted by
+Triton 3.6 on sm_90 and compiles to the same PTX as without it (documented for Blackwell only;
+triton_kernels/tma_wgmma.py). Gluon, Triton's lower-level language that ships with Triton 3.6,
+takes the partitions, the shared memory, the barriers and wgmma as explicit operations and lowers
+gl.warp_specialize on Hopper (its tutorial 08-warp-specialization: "supported on Hopper and
+newer GPUs"). Compiled for sm_90 (tests/test_warp_specialized_triton.py, without a GPU): 12 warps
+(384 threads, as the CUDA stage), setmaxnreg.dec to 24 in the producer's warpgroup and .inc to
+240 in the consumers', the TMA loads (cp.async.bulk.tensor) only in the producer's code and
+wgmma only in the consumers' (the same with Triton 3.9).
+
+Changed from stage tma_wgmma's twin (triton_kernels/tma_wgmma.py, one tl.dot loop that Triton
+pipelines itself): who waits for what, as in the CUDA stage. The producer waits only on `empty`
+slots and fills them, the consumers only on `full` slots; neither role's waits sit in the other's
+instruction stream. Bottleneck it attacks: the loads' issue and their waits in the warps that
+should be issuing wgmma.
+
+Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs in grouped order (GROUP_M
+block-rows walked together, _common.grouped_block), num_warps consumer warps (8: two
+warpgroups of 64 rows at BLOCK_M = 128) plus one producer warp, which Triton rounds to a
+warpgroup (12 warps in all), num_stages ring slots of (BLOCK_M + BLOCK_N) * BLOCK_K elements
+(196,608 bytes at the bf16 defaults: one program per SM) and 2 * num_stages mbarriers; C's
+staging tile for the TMA store shares the ring's memory (Gluon allocates it after the ring's
+last use: 196,788 bytes in all, compiled, in bf16 and in tf32), so no tile needs tma_wgmma's
+subtile. 128 bytes of global scratch per descriptor per program, as tma_wgmma
+(_common.with_tma_scratch).
+
+What Gluon made us write by hand (what tl.dot and num_stages did in tma_wgmma's twin):
+- the ring: gl.allocate_shared_memory of num_stages tiles of A and of B in the descriptor's
+  layout (NVMMASharedLayout.get_default_for: a 128-byte swizzle for 128-byte lines), and two
+  mbarriers per slot, initialized with a count of 1;
+- the producer (_producer): per k-step, wait for the slot's empty barrier at the phase before
+  (mbarrier.wait, parity ((i // num_stages) & 1) ^ 1, which a fresh barrier passes), arm the full
+  barrier with the tiles' bytes (mbarrier.expect), and issue the two TMA copies into the slot
+  (tma.async_copy_global_to_shared, which Triton 3.9 names async_load);
+- the consumers (_consumers): per k-step, wait for the slot's full barrier, wgmma on the two
+  shared tiles (warpgroup_mma, is_async; a column-major operand as a permuted view of its
+  tile, read with wgmma's transpose bit), keep one group in flight (warpgroup_mma_wait(1)) and
+  release the previous k-step's slot (mbarrier.arrive on its empty barrier);
+- the accumulator's register layout (NVMMADistributedLayout version 3: which warp holds which
+  rows, the wgmma instruction's N), and C's store: the accumulator into a staging tile in
+  shared memory, fence_async_shared, one TMA store, store_wait; or a masked store;
+- the partitions: gl.warp_specialize([(consumers, ...), (producer, ...)], [1], [24]): the
+  producer gets 1 warp and 24 registers a thread (the fewest setmaxnreg takes).
+What Gluon still did for us:
+- TMA descriptors built on the device (tma.make_tensor_descriptor: tensormap.replace, the copy
+  to global scratch and its fence, as tl.make_tensor_descriptor in tma_wgmma's twin);
+- the election of the one thread that issues each TMA copy (elect.sync) and arms each barrier;
+- the consumers' release: before the one thread's mbarrier.arrive (and before each wait on a
+  full barrier) Triton puts a barrier of the 256 consumer threads (bar.sync 0, 256 in the
+  compiled PTX, twice per k-step), so both warpgroups have retired the slot's wgmma before it is
+  released; the CUDA stage has each consumer warp arrive on its own (a count of 8) instead of
+  waiting for the other warpgroup;
+- the register split: from the requested 24, Triton computes the consumers' share (240) and
+  emits setmaxnreg in each partition, and runs the code after the partitions (C's store) in the
+  consumers' warps;
+- the swizzle, written into the descriptors and into wgmma's matrix descriptors alike;
+- wgmma's instruction sequence (wgmma.fence, m64nNk16 or k8 for TF32, commit_group, wait_group).
+What it does not do here: a 3xTF32 product (warpgroup_mma takes tf32 or the 16-bit types; the
+split into a head and a tail is tl.dot's, so 3xtf32 is not offered), a tensormap prefetch, or
+keeping descriptors made on the host (as tma_wgmma's twin: lab.matmul's plans replay plain
+tensors). Gluon kernels do not run under the Triton interpreter: prepare() on CPU tensors is
+refused in one sentence, and the numbers are checked on the GPU only.
+
+TF32 and the layout of the operands (kmajor): wgmma reads 32-bit shared operands K-major only, and
+this kernel has no round trip through registers to transpose a tile (Triton writes one for
+tl.dot); so in tf32 every operand that is not K-major (a column-major A, a row-major B) is copied
+K-major in every call, timed (kmajor, on for tf32: 0 is refused there), as tma_wgmma's twin does
+by default. In bf16 and fp16 any layout is read as it lies (kmajor 0), or copied (kmajor 1).
+Operands a descriptor cannot read (lines or base off 16 bytes, no unit stride) are copied in every
+call, timed, into aligned buffers, and a C no descriptor describes is written by a masked store
+(with OFFSET64 past 2^31 elements): triton_kernels/_realign.py tma_operands / tma_layout, as in
+tma_wgmma's twin.
+
+GPUs: sm_90 only (H100, H200): prepare() refuses another GPU in one sentence.
+
+Knobs: BLOCK_M (128), BLOCK_N (0), BLOCK_K (0), GROUP_M (8), num_warps (8: the consumers; the
+producer's warp is added), num_stages (0), kmajor (-1). The automatic values (AUTO, per
+precision; resolve()):
+    precision   BLOCK_N   BLOCK_K          num_stages   kmajor
+    bf16, fp16  256       64 (128 bytes)   4            0
+    tf32        256       32 (128 bytes)   4            1
+the CUDA stage's tile and ring (BM 128 = 2 consumer warpgroups, BN 256, 4 slots of 128-byte
+k-steps), until this stage's own sweep (scripts/experiments/hopper_triton_sweep.py) replaces them.
+An automatic BLOCK_N is 128 where 256 would give fewer tiles than the GPU has SMs, and where the
+automatic values do not fit beside explicit ones they take FALLBACKS' (BLOCK_N 128, 3 stages).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                              warpgroup_mma, warpgroup_mma_wait)
+
+from lab.contract import Offer
+from lab.errors import LabError
+from lab.operands import entry
+from lab.roofline import DEFAULT_SMS, sm_count
+from triton_kernels import _common as common
+from triton_kernels._common import (TMA_ELEM_BYTES, cdiv, offsets_meta, tma_fit_refusal,
+                                    tma_param_refusal, tma_resolve)
+from triton_kernels._realign import tma_layout, tma_operands, with_copies
+
+STAGE = "warp_specialized"
+PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor")
+SWITCHES = ("kmajor",)
+DEFAULTS = {"BLOCK_M": 128, "BLOCK_N": 0, "BLOCK_K": 0, "GROUP_M": 8, "num_warps": 8,
+            "num_stages": 0, "kmajor": -1}
+AUTO = {
+    "bf16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor": 0},
+    "fp16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor": 0},
+    "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 4, "kmajor": 1},
+}
+FALLBACKS = ({"BLOCK_N": 128, "num_stages": 3},)
+PRODUCER_WARPS = 1  # one warp issues the TMA copies (Triton rounds the kernel to warpgroups)
+PRODUCER_REGS = 24  # registers per producer thread: the fewest setmaxnreg takes
+BARRIER_BYTES = 1024  # the mbarriers and the 1024-byte alignment of the swizzled ring, at most
+
+# Triton 3.9 renames the TMA copies (async_load / async_store; the 3.6 names raise there)
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+
+@gluon.constexpr_function
+def _warps_per_cta(BLOCK_M, num_warps):
+    """[rows, cols] of warps over the accumulator: one warp per 16 rows (a warpgroup's wgmma
+    covers 64), the warps left over side by side along N (BLOCK_M = 64 with 8 warps: [4, 2])."""
+    rows = max(1, min(num_warps, BLOCK_M // 16))
+    return [rows, num_warps // rows]
+
+
+@gluon.jit
+def _descriptor(ptr, rows, cols, ld, BLOCK_R: gl.constexpr, BLOCK_C: gl.constexpr,
+                TRANSPOSED: gl.constexpr):
+    """As _common.tma_descriptor, in Gluon: the layout (the swizzle) is named here, and the
+    shared-memory tiles are allocated in it."""
+    if TRANSPOSED:
+        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_C, BLOCK_R],
+                                                                    ptr.dtype.element_ty)
+        desc = tma.make_tensor_descriptor(ptr, [cols, rows], [ld, 1], [BLOCK_C, BLOCK_R], layout)
+    else:
+        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_R, BLOCK_C],
+                                                                    ptr.dtype.element_ty)
+        desc = tma.make_tensor_descriptor(ptr, [rows, cols], [ld, 1], [BLOCK_R, BLOCK_C], layout)
+    return desc
+
+
+@gluon.jit
+def _producer(a_desc, b_desc, a_ring, b_ring, full, empty, m0, n0, K, BLOCK_K: gl.constexpr,
+              A_T: gl.constexpr, B_T: gl.constexpr, STAGES: gl.constexpr):
+    """The producer partition (one warp): fill slot i % STAGES with k-step i once the consumers
+    have released it."""
+    tile_bytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    for i in range(gl.cdiv(K, BLOCK_K)):
+        s = i % STAGES
+        # a fresh barrier counts as having completed the phase before phase 0: the first pass
+        # over the ring does not wait
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        bar = full.index(s)
+        mbarrier.expect(bar, tile_bytes)  # the full barrier completes when these bytes land
+        k0 = i * BLOCK_K
+        if A_T:
+            _tma_load(a_desc, [k0, m0], bar, a_ring.index(s))
+        else:
+            _tma_load(a_desc, [m0, k0], bar, a_ring.index(s))
+        if B_T:
+            _tma_load(b_desc, [n0, k0], bar, b_ring.index(s))
+        else:
+            _tma_load(b_desc, [k0, n0], bar, b_ring.index(s))
+
+
+@gluon.jit
+def _consumers(a_ring, b_ring, full, empty, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               BLOCK_K: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr,
+               STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """The default partition (num_warps warps, the consumer warpgroups): wgmma on each slot as it
+    fills, one wgmma group left in flight, the previous slot released. Returns the fp32
+    accumulator in wgmma's register layout."""
+    warps: gl.constexpr = _warps_per_cta(BLOCK_M, num_warps)
+    layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=warps,
+        instr_shape=[16, BLOCK_N // warps[1], 256 // a_ring.dtype.primitive_bitwidth])
+    acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=layout)
+    for i in range(gl.cdiv(K, BLOCK_K)):
+        s = i % STAGES
+        mbarrier.wait(full.index(s), (i // STAGES) & 1)
+        a = a_ring.index(s)
+        b = b_ring.index(s)
+        if A_T:  # the tile of A^T, read as A through wgmma's transpose bit
+            a = a.permute((1, 0))
+        if B_T:
+            b = b.permute((1, 0))
+        # fp32 operands go in as TF32 (the compile option default_dot_input_precision)
+        acc = warpgroup_mma(a, b, acc, is_async=True)
+        acc, a, b = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
+        # k-step i-1's wgmma have retired: its slot goes back to the producer
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), pred=i > 0)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    return (acc,)
+
+
+@gluon.jit
+def matmul_warp_specialized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_cm,
+                                   stride_cn, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                                   BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
+                                   A_T: gl.constexpr, B_T: gl.constexpr, C_DESC: gl.constexpr,
+                                   C_T: gl.constexpr, STAGES: gl.constexpr,
+                                   PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                                   OFFSET64: gl.constexpr, num_warps: gl.constexpr):
+    # a @triton.jit function of scalars, inlined into the Gluon kernel as into a Triton one
+    pid_m, pid_n = common.grouped_block(gl.program_id(0), gl.cdiv(M, BLOCK_M), gl.cdiv(N, BLOCK_N),
+                                  GROUP_M)
+    m0 = pid_m * BLOCK_M
+    n0 = pid_n * BLOCK_N
+    a_desc = _descriptor(a_ptr, M, K, lda, BLOCK_M, BLOCK_K, A_T)
+    b_desc = _descriptor(b_ptr, K, N, ldb, BLOCK_K, BLOCK_N, B_T)
+    # the ring: STAGES tiles of A and of B in their descriptors' swizzled layouts, and a full
+    # and an empty barrier per slot
+    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
+                                       a_desc.layout)
+    b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
+                                       b_desc.layout)
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(full.index(s), count=1)  # the producer's expect; the TMA bytes complete it
+        mbarrier.init(empty.index(s), count=1)  # one arrival of the consumers (see the header)
+    acc, = gl.warp_specialize([
+        (_consumers, (a_ring, b_ring, full, empty, K, BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T, STAGES,
+                      num_warps)),
+        (_producer, (a_desc, b_desc, a_ring, b_ring, full, empty, m0, n0, K, BLOCK_K, A_T, B_T,
+                     STAGES)),
+    ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    # C, by the consumers' warps, in its own dtype
+    c = acc.to(c_ptr.dtype.element_ty)
+    if C_DESC:  # through a staging tile (in the ring's memory, now free) and one TMA store
+        c_desc = _descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, C_T)
+        staging = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+        if C_T:
+            staging.store(gl.permute(c, (1, 0)))
+            fence_async_shared()  # the generic proxy's writes, seen by the TMA unit
+            _tma_store(c_desc, [n0, m0], staging)
+        else:
+            staging.store(c)
+            fence_async_shared()
+            _tma_store(c_desc, [m0, n0], staging)
+        tma.store_wait(0)
+    else:
+        if OFFSET64:  # gl.cast, not .to(): a stride of 1 arrives as a constant
+            stride_cm = gl.cast(stride_cm, gl.int64)
+            stride_cn = gl.cast(stride_cn, gl.int64)
+        rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, c.type.layout))
+        rn = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, c.type.layout))
+        gl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, c,
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _given(params: dict) -> dict:
+    return {**DEFAULTS, **params}
+
+
+def smem_bytes(c: dict, precision: str) -> int:
+    """Shared memory of a concrete configuration: the ring, or C's staging tile where that is
+    larger (it shares the ring's memory), and the barriers."""
+    es = TMA_ELEM_BYTES[precision]
+    ring = c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * es
+    return max(ring, c["BLOCK_M"] * c["BLOCK_N"] * es) + BARRIER_BYTES
+
+
+def _refusal(c: dict, precision: str) -> str | None:
+    if precision == "tf32" and c["kmajor"] == 0:
+        return ("reads tf32 operands K-major only (wgmma's rule for 32-bit operands, and this "
+                "kernel has no transposing round trip): kmajor must be -1 or 1 in tf32")
+    return tma_fit_refusal(precision, c, smem_bytes(c, precision))
+
+
+def resolve_config(precision: str, params: dict, M: int | None = None, N: int | None = None,
+                   sms: int = DEFAULT_SMS) -> dict:
+    """The configuration that runs: the registry's order, automatic values made concrete for
+    `precision` (and, given M and N, the shape: common.tma_resolve)."""
+    r = tma_resolve(_given(params), AUTO[precision], FALLBACKS,
+                    lambda c: _refusal(c, precision) is None, M=M, N=N, sms=sms)
+    return {k: r[k] for k in PARAM_ORDER}
+
+
+def _validate(params, precision: str | None = None) -> None:
+    """The contract's validate: one sentence for an unknown parameter, a value the kernel cannot
+    take, or a tile that would not fit, in `precision` (every precision when None)."""
+    unknown = sorted(set(params) - set(PARAM_ORDER))
+    if unknown:
+        raise LabError(f"stage {STAGE} (triton) has no parameter {', '.join(unknown)} (it takes "
+                       f"{', '.join(PARAM_ORDER)})")
+    given = _given(params)
+    where = f"{STAGE} (Triton) with " + ", ".join(f"{k}={given[k]}" for k in PARAM_ORDER)
+    if precision is not None and precision not in AUTO:
+        raise LabError(f"{where}: the precision must be one of {', '.join(AUTO)}, not {precision}")
+    why = tma_param_refusal(given, SWITCHES)
+    if not why and given["num_warps"] not in (4, 8):
+        why = "num_warps must be 4 or 8 (the consumer warpgroups; the producer's warp is added)"
+    if not why and given["num_stages"] == 1:
+        why = ("num_stages must be 0 (automatic) or 2 or more (the consumers release a slot one "
+               "k-step late, so a ring of one slot would never be refilled)")
+    if not why and given["BLOCK_M"] > 16 * given["num_warps"] * 2:
+        why = "BLOCK_M must be at most 32 rows per consumer warp (2 wgmma row-blocks)"
+    if why:
+        raise LabError(f"{where}: {why}")
+    for prec in (precision,) if precision else tuple(AUTO):
+        c = resolve_config(prec, params)
+        why = _refusal(c, prec)
+        if why:
+            shown = ", ".join(f"{k}={c[k]}" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K",
+                                                        "num_warps", "num_stages"))
+            raise LabError(f"{STAGE} (Triton) in {prec} with {shown} {why}")
+
+
+def resolve(params, M: int, N: int, K: int, precision: str, sms: int) -> dict:
+    """The contract's resolve: the parameters as prepare() compiles them for an M x N x K
+    problem on `sms` SMs."""
+    return resolve_config(precision, params, M=M, N=N, sms=sms)
+
+
+def config_text(config: dict) -> str:
+    """The configuration as the `params` column writes it: name=value,... in registry order."""
+    return ",".join(f"{k}={config[k]}" for k in PARAM_ORDER if k in config)
+
+
+OFFER = Offer(STAGE, "triton", precisions=tuple(AUTO),
+              kernels=("matmul_warp_specialized_kernel", "realign_copy_kernel"),
+              validate=_validate, resolve=resolve, show=config_text)
+
+
+@entry(OFFER)
+def prepare(p, **params):
+    """p: the shared description of the operands (lab/operands.py), with p.precision. The
+    launch's `config` is the configuration that runs; `realigned` names the operands copied in
+    each call (unaligned, or not K-major under kmajor)."""
+    device = p.c.tensor.device
+    common.refuse_other_gpus(STAGE, device)
+    if device.type == "cpu":
+        raise LabError(f"stage {STAGE} (triton) is a Gluon kernel, which the Triton interpreter "
+                       f"cannot run: it needs an sm_90 GPU (H100, H200); use stage tma_wgmma's "
+                       f"Triton twin on the CPU")
+    config = resolve_config(p.precision, params, M=p.M, N=p.N, sms=sm_count(device))
+    # setup: a buffer for each operand a descriptor cannot read, or (kmajor) not K-major
+    q, copies, setup_ms = tma_operands(p, bool(config["kmajor"]))
+    (lda, ldb, ldc), layout = tma_layout(q)
+    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+    grid = (cdiv(q.M, bm) * cdiv(q.N, bn),)
+    args = (q.a.tensor, q.b.tensor, q.c.tensor, q.M, q.N, q.K, lda, ldb, ldc, q.c.s0, q.c.s1)
+    launch = common.tma_launch(STAGE, matmul_warp_specialized_kernel, grid, args, BLOCK_M=bm,
+                               BLOCK_N=bn, BLOCK_K=config["BLOCK_K"], GROUP_M=config["GROUP_M"],
+                               **layout, STAGES=config["num_stages"],
+                               PRODUCER_WARPS=PRODUCER_WARPS, PRODUCER_REGS=PRODUCER_REGS,
+                               **offsets_meta(q), num_warps=config["num_warps"])
+    # the row's `params` column is the configuration that ran (Row.set_resources copies it)
+    launch.resources = {**(launch.resources or {}), "params": config_text(config)}
+    launch.extra.update(config=config, layout=layout)
+    # timed, every call: the copies (one kernel) and then the GEMM
+    return with_copies(launch, copies, setup_ms, q)
