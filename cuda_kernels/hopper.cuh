@@ -89,8 +89,10 @@ __device__ __forceinline__ void fence_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 // A barrier of `threads` threads (a warpgroup: 128) with its own id (1-15; 0 is __syncthreads).
+// barrier.sync, not bar.sync (= barrier.sync.aligned): the threads of a warp may reach it
+// diverged, after a branch only one of them took (the leader's TMA store).
 __device__ __forceinline__ void named_barrier(int id, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+    asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ------------------------------------------------------------------------------ clusters

@@ -75,6 +75,9 @@ class Offer:
         geometry (grid, block, dynamic shared bytes) that prepare() would use, without a GPU:
         CPU mode's resource report and the profiler's SASS.
     tuning: the tuner's extra knowledge (Tuning).
+    interpreted: Triton only -- whether the Triton interpreter (TRITON_INTERPRET=1, CPU mode) can
+        run the kernel; False for a GPU-only kernel such as a Gluon one, whose CPU-mode rows are
+        skipped with one sentence.
     """
 
     stage: str
@@ -86,6 +89,7 @@ class Offer:
     show: Callable[[Mapping], str] | None = None
     compile: Callable | None = None
     tuning: Tuning = field(default_factory=Tuning)
+    interpreted: bool = True
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.precisions if p not in PRECISIONS]

@@ -242,6 +242,10 @@ def _run_precision(plan: Plan, shape: Shape, layout: str, precision: str, seed: 
             try:
                 if plan.mode == "cpu" and backend == "cuda":
                     _compile_only(row, variant, shape, layout, precision)
+                elif plan.mode == "cpu" and not variant.stage.offer(backend).interpreted:
+                    row.status = "skipped"
+                    row.detail = (f"stage {variant.stage.name} ({backend}) is a GPU-only kernel "
+                                  f"the Triton interpreter cannot run (run it on an sm_90 GPU)")
                 elif not runs:
                     row.status = "skipped"
                     row.detail = (f"CPU mode runs Triton under its interpreter only up to "

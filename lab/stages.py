@@ -547,6 +547,37 @@ STAGES: tuple[Stage, ...] = (
         ),
     ),
     Stage(
+        "warp_specialized",
+        "tma_wgmma's tiles split by role: a producer warpgroup only issues TMA loads (its "
+        "registers given to the others with setmaxnreg), two consumer warpgroups only issue wgmma "
+        "(Triton: Gluon's explicit warp_specialize)",
+        params=(
+            Param("CONSUMERS", 0, (0, 1, 2),
+                  "consumer warpgroups per block, 64 rows each (0: 2)", ("cuda",)),
+            Param("BN", 0, (0, 64, 128, 192, 256), "block tile columns (0: 256)", ("cuda",)),
+            Param("STAGES", 0, (0, 2, 3, 4, 5, 6, 7, 8), "ring slots (0: 4)", ("cuda",)),
+            group(8),
+            Param("BLOCK_M", 128, (64, 128, 256),
+                  "Triton block tile rows, split over the consumer warps (at most 32 rows per "
+                  "warp: 256 needs num_warps=8)", ("triton",)),
+            Param("BLOCK_N", 0, (0, 64, 128, 256),
+                  "Triton block tile columns (0: 256; 128 when that grid has fewer tiles than the "
+                  "GPU has SMs)", ("triton",)),
+            Param("BLOCK_K", 0, (0, 32, 64, 128),
+                  "Triton k-step (0: 128 bytes, i.e. 64 bf16/fp16 or 32 TF32)", ("triton",)),
+            Param("GROUP_M", 8, (1, 4, 8, 16), "Triton tile-rows walked together (L2 reuse)",
+                  ("triton",)),
+            Param("num_warps", 8, (4, 8),
+                  "Triton consumer warps (two warpgroups at 8); Gluon adds the producer's warp, "
+                  "rounded to a warpgroup", ("triton",)),
+            Param("num_stages", 0, (0, 2, 3, 4, 5),
+                  "Triton ring slots, TMA loads in flight (0: 4; at least 2)", ("triton",)),
+            Param("kmajor", -1, (-1, 0, 1),
+                  "Triton: copy an operand that is not K-major into a K-major buffer in every call "
+                  "(timed); required in tf32 (-1: on for tf32, off for bf16/fp16)", ("triton",)),
+        ),
+    ),
+    Stage(
         "persistent",
         "one resident block per SM walks the output tiles: a producer warpgroup's TMA ring runs on "
         "across tiles (each tile's stores overlap the next tile's loads), and clusters of two "

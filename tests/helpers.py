@@ -14,6 +14,8 @@ tests/conftest.py.
 
 from __future__ import annotations
 
+import re
+
 import os
 import subprocess
 import sys
@@ -185,6 +187,21 @@ def compile_for_emulator(emulator, cases, build_of, jobs: int | None = None):
 
 
 # ------------------------------------------------------------------------- compute-sanitizer
+def sanitizer_findings(out: str) -> int:
+    """compute-sanitizer's error count in `out`, less the driver-entry-point probes of
+    cuda-bindings: the TMA stages encode tensor maps and launch clusters through
+    `cuda.bindings.driver`, whose first call looks every driver function up with
+    cuGetProcAddress_v2, and the lookups the installed driver does not answer come back
+    CUDA_ERROR_INVALID_VALUE; memcheck reports each as an API error ("Program hit ... on CUDA API
+    call to cuGetProcAddress_v2"). They are not errors of a kernel or of a call the lab makes; every
+    other report still counts."""
+    m = re.search(r"ERROR SUMMARY: (\d+)", out)
+    total = int(m.group(1)) if m else 0
+    probes = len(re.findall(r"Program hit CUDA_ERROR_\w+ \(error \d+\) due to \"[^\"]*\" on CUDA "
+                            r"API call to cuGetProcAddress", out))
+    return total - probes
+
+
 def run_sanitized(sanitizer: str, tool: str, label: str, *args: str):
     """lab.profile's CUDA target of stage `label` (its --check on) under compute-sanitizer's
     `tool`: (the CompletedProcess, its whole output, the output's last 30 lines)."""

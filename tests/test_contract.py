@@ -121,6 +121,8 @@ def test_cuda_offer_compiles_for_the_cpu_mode(stage):
 @cpu_only
 @pytest.mark.parametrize("stage", STAGES, ids=[s.name for s in STAGES])
 def test_triton_prepare_returns_a_prepared_that_computes(stage):
+    """Under the interpreter; a twin its Offer declares GPU-only (interpreted=False: Gluon)
+    refuses CPU tensors in one sentence instead."""
     offer = stage.offer("triton")
     precision = offer.precisions[0]
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
@@ -128,6 +130,11 @@ def test_triton_prepare_returns_a_prepared_that_computes(stage):
     b = torch.randn(40, 20).to(dtype)
     c = torch.empty(24, 20, dtype=dtype)
     params = Variant(stage, stage.defaults()).params_for("triton")
+    if not offer.interpreted:
+        with pytest.raises(LabError) as e:
+            stage.module("triton").prepare(a, b, c, precision=precision, **params)
+        assert "\n" not in str(e.value) and "GPU" in str(e.value)
+        return
     launch = stage.module("triton").prepare(a, b, c, precision=precision, **params)
     assert isinstance(launch, Prepared)
     launch()

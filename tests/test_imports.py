@@ -31,7 +31,7 @@ PACKAGES = ("lab", "cuda_kernels", "triton_kernels")
 # (lab/toolchain/).
 BASE = ("lab.errors", "lab.contract", "lab.operands", "lab.roofline", "lab.splitk", "lab.toolchain",
         "lab.toolchain.nvrtc", "lab.toolchain.cache", "lab.toolchain.sass", "lab.toolchain.ptx",
-        "lab.toolchain.triton")
+        "lab.toolchain.triton", "lab.toolchain.tma")
 COMMANDS = ("lab.autotune", "lab.compare", "lab.run", "lab.profile")
 
 

@@ -33,7 +33,9 @@ last use: 196,788 bytes in all, compiled, in bf16 and in tf32), so no tile needs
 subtile. 128 bytes of global scratch per descriptor per program, as tma_wgmma
 (_common.with_tma_scratch).
 
-What Gluon made us write by hand (what tl.dot and num_stages did in tma_wgmma's twin):
+What Triton does for you here, and what it does not: Gluon is the part of Triton in which the
+pipeline is yours to write. What Gluon made us write by hand (what tl.dot and num_stages did in
+tma_wgmma's twin):
 - the ring: gl.allocate_shared_memory of num_stages tiles of A and of B in the descriptor's
   layout (NVMMASharedLayout.get_default_for: a 128-byte swizzle for 128-byte lines), and two
   mbarriers per slot, initialized with a count of 1;
@@ -333,7 +335,8 @@ def config_text(config: dict) -> str:
 
 OFFER = Offer(STAGE, "triton", precisions=tuple(AUTO),
               kernels=("matmul_warp_specialized_kernel", "realign_copy_kernel"),
-              validate=_validate, resolve=resolve, show=config_text)
+              validate=_validate, resolve=resolve, show=config_text,
+              interpreted=False)  # Gluon: no interpreter runs it
 
 
 @entry(OFFER)
