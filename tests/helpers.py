@@ -197,9 +197,21 @@ def sanitizer_findings(out: str) -> int:
     other report still counts."""
     m = re.search(r"ERROR SUMMARY: (\d+)", out)
     total = int(m.group(1)) if m else 0
-    probes = len(re.findall(r"Program hit CUDA_ERROR_\w+ \(error \d+\) due to \"[^\"]*\" on CUDA "
-                            r"API call to cuGetProcAddress", out))
-    return total - probes
+    return total - sanitizer_probes(out)
+
+
+def sanitizer_probes(out: str) -> int:
+    """How many of compute-sanitizer's reports in `out` are cuda-bindings' cuGetProcAddress_v2
+    probes (sanitizer_findings)."""
+    return len(re.findall(r"Program hit CUDA_ERROR_\w+ \(error \d+\) due to \"[^\"]*\" on CUDA "
+                          r"API call to cuGetProcAddress", out))
+
+
+def sanitizer_clean(r, out: str) -> bool:
+    """The sanitized run found nothing: no findings beyond the probes, and an exit status of 0,
+    or the --error-exitcode 1 that the probes alone set."""
+    return sanitizer_findings(out) == 0 and (
+        r.returncode == 0 or (r.returncode == 1 and sanitizer_probes(out) > 0))
 
 
 def run_sanitized(sanitizer: str, tool: str, label: str, *args: str):

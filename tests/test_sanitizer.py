@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from helpers import TC_PRECISIONS, run_sanitized, sanitizer_findings
+from helpers import TC_PRECISIONS, run_sanitized, sanitizer_clean, sanitizer_findings
 from lab.ncu import find_tool
 from lab.stages import Variant
 from stage_sets import FP32_CASES, FP32_CUDA, FP32_TRITON  # noqa: F401
@@ -65,5 +65,5 @@ def test_tensor_core_stages_are_clean_under_compute_sanitizer(stage, precision, 
     label = stage + (f":{params}" if params else "")
     r, out, tail = run_sanitized(SANITIZER, tool, label, "--precision", precision, "--size", MMA_SHAPE)
     assert sanitizer_findings(out) == 0, f"{tool} found errors in {label}:\n{tail}"
-    assert r.returncode == 0, f"{tool} run of {label} ({precision}) exited {r.returncode}:\n{tail}"
+    assert sanitizer_clean(r, out), f"{tool} run of {label} ({precision}) exited {r.returncode}:\n{tail}"
     assert "checked" in out, f"the target did not finish its check:\n{tail}"
