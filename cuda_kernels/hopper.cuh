@@ -65,24 +65,32 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap* map, int x
 }
 
 // A box of shared memory at src into the 2-D tensor map's box at (x, y), clipped to the tensor:
-// elements outside it are not written. One bulk async-group per commit; wait_read<N> returns once
-// at most N of this thread's groups still read shared memory (their buffers may be reused).
-__device__ __forceinline__ void tma_store_2d(const TensorMap* map, int x, int y, u32 src) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
-                     reinterpret_cast<u64>(map)),
-                 "r"(x), "r"(y), "r"(src)
-                 : "memory");
+// elements outside it are not written; then the store's bulk async-group is committed. A whole
+// warp runs it and elect.sync picks the one lane that issues (the lowest): with the warp
+// converged, the operands are warp-uniform as the TMA instruction requires. (Issued under
+// `if (lane == 0)` instead, ptxas wraps UTMASTG in a loop over the values of its register
+// operands, and on the H100 the other lanes of the warp then raised "illegal instruction".)
+__device__ __forceinline__ void tma_store_2d_warp(const TensorMap* map, int x, int y, u32 src) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "elect.sync _|p, 0xffffffff;\n"
+        "@p cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+        "@p cp.async.bulk.commit_group;\n}\n" ::"l"(reinterpret_cast<u64>(map)),
+        "r"(x), "r"(y), "r"(src)
+        : "memory");
 }
-__device__ __forceinline__ void bulk_commit() {
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
+// The lane of a warp that tma_store_2d_warp elects waits until at most N of its bulk groups still
+// read shared memory (their buffers may be reused); wait_all: until none is outstanding at all.
 template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+__device__ __forceinline__ void bulk_wait_read_warp() {
+    asm volatile(
+        "{\n.reg .pred p;\nelect.sync _|p, 0xffffffff;\n@p cp.async.bulk.wait_group.read %0;\n}\n" ::"n"(N)
+        : "memory");
 }
-template <int N>
-__device__ __forceinline__ void bulk_wait() {
-    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+__device__ __forceinline__ void bulk_wait_all_warp() {
+    asm volatile(
+        "{\n.reg .pred p;\nelect.sync _|p, 0xffffffff;\n@p cp.async.bulk.wait_group 0;\n}\n" ::
+            : "memory");
 }
 // Generic-proxy writes to shared memory (st.shared) made visible to the async proxy (TMA, wgmma).
 __device__ __forceinline__ void fence_async_smem() {

@@ -170,14 +170,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
 #if TMA_STORE
             store_acc_tma(acc, &tma_c, ring + STAGES * SLOT + cw * C_STAGE_BYTES,
-                          (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane,
-                          threadIdx.x % 128 == 0, 1 + cw);
+                          (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane, 1 + cw);
 #else
             store_acc(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
 #endif
         }
 #if TMA_STORE
-        if (threadIdx.x % 128 == 0) bulk_wait<0>();  // C's last stores done with shared memory
+        if (warp == 0) bulk_wait_all_warp();  // C's last stores done before the block exits
 #endif
     }
     // no block may exit while a block of its cluster can still multicast into it or arrive on

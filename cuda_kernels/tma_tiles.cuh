@@ -181,22 +181,22 @@ __device__ __forceinline__ void store_acc(const float* acc, elem_t* __restrict__
 // thread stores the chunk with a TMA store (cp.async.bulk.tensor), which clips rows and columns
 // beyond M and N. Two 8 KiB staging buffers per warpgroup alternate: a buffer is written again
 // only after the TMA store of two chunks before has read it (bulk wait_group.read 1, then the
-// warpgroup's named barrier). The stores then leave the SM while the warpgroup goes on to the
+// warpgroup's named barrier). The warpgroup's first warp issues the stores and waits (one lane
+// of it, elected: hopper.cuh's tma_store_2d_warp). The stores then leave the SM while the warpgroup goes on to the
 // next chunk and the next tile's wgmma, instead of 64 scattered 4-byte global stores per thread.
 constexpr int C_COLS = 128 / ELEM;              // columns of C in one staging chunk
 constexpr int C_CHUNKS = BN / C_COLS;           // chunks per warpgroup tile
 constexpr int C_STAGE_BYTES = 2 * 64 * 128;     // a warpgroup's two staging buffers
 
 __device__ __forceinline__ void store_acc_tma(const float* acc, const TensorMap* tc, u32 stage,
-                                              int m0, int n0, int warp, int lane, bool leader,
-                                              int barrier_id) {
+                                              int m0, int n0, int warp, int lane, int barrier_id) {
     const int r = 16 * warp + (lane >> 2);  // this thread's rows r and r + 8 of the 64
 #pragma unroll
     for (int k = 0; k < C_CHUNKS; ++k) {
         const u32 buf = stage + (k & 1) * (64 * 128);
         // the store that last read this buffer, two commits ago (this tile's chunk k - 2 or the
         // previous tile's last two), must be done reading it
-        if (leader) bulk_wait_read<1>();
+        if (warp == 0) bulk_wait_read_warp<1>();
         named_barrier(barrier_id, 128);
 #pragma unroll
         for (int jj = 0; jj < C_COLS / 8; ++jj) {
@@ -222,9 +222,6 @@ __device__ __forceinline__ void store_acc_tma(const float* acc, const TensorMap*
         }
         fence_async_smem();
         named_barrier(barrier_id, 128);
-        if (leader) {
-            tma_store_2d(tc, n0 + k * C_COLS, m0, buf);
-            bulk_commit();
-        }
+        if (warp == 0) tma_store_2d_warp(tc, n0 + k * C_COLS, m0, buf);
     }
 }
