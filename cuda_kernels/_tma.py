@@ -130,8 +130,8 @@ class HopperStage:
         """The kernel for `precision` and the layout it reads, compiled for sm_90a (no GPU
         needed). `c` may carry extra build defines (scripts/experiments/hopper_probe.py)."""
         d = {DEFINES[precision]: 1, "GROUP": group, **(c or self.defaults)}
-        if self.tma_store:
-            d.setdefault("TMA_STORE", int(self.tma_store if tma_store is None else tma_store))
+        if self.tma_store:  # the launch passes C as a tensor map only where it says so
+            d["TMA_STORE"] = int(self.tma_store if tma_store is None else tma_store)
         return compile_kernel(self.source, self.kernel, d, layout=kernel_layout(layout, precision),
                               arch=ARCH)
 
@@ -171,15 +171,22 @@ class HopperStage:
         self.require_hopper(p)
         c = c or self.defaults
         w = plan(p)
-        b = self.build(precision, w["layout"], group, c)
+        # C through TMA stores where a map can describe it (16-byte lines), else direct stores
+        # (TMA_STORE=0 in `c`, a probe's define, keeps the direct stores)
+        ldc_map = line_ld(p.c.tensor, False) if self.tma_store else None
+        store = ldc_map is not None and bool(c.get("TMA_STORE", 1))
+        b = self.build(precision, w["layout"], group, c, store)
         cl = self.cluster_of(c)
         clusters = None
         if self.persistent and cl > 1:
-            _, block, smem = self.geometry(p.M, p.N, c)
+            _, block, smem = self.geometry(p.M, p.N, c, tma_store=store)
             clusters = max_active_clusters(b, block, smem, cl)
-        grid, block, smem = self.geometry(p.M, p.N, c, sm_count(p.c.tensor.device), clusters)
+        grid, block, smem = self.geometry(p.M, p.N, c, sm_count(p.c.tensor.device), clusters,
+                                          store)
         specs = map_specs(w["a"], w["b"], p.M, p.N, p.K, 64 * c[self.warpgroups], c["BN"] // cl,
                           ELEM_BYTES[precision])
+        if store:  # C's map: {128 bytes of columns, 64 rows} boxes, as store_acc_tma writes them
+            specs += (MapSpec(2, (p.N, p.M), ldc_map, (128 // ELEM_BYTES[precision], 64)),)
         args = (w["a"][0], w["b"][0], p.c.tensor, np.int32(p.M), np.int32(p.N),
                 np.int32(p.K), np.int64(p.c.ld))
         kernel = tma_launcher(b, grid, block, args, smem, specs, cl)
