@@ -367,6 +367,24 @@ def masked_store(c_ptr, tile, row0, col0, M, N, stride_cm, stride_cn, BLOCK_M: t
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+@triton.jit
+def masked_store_c(c_ptr, c, row0, col0, M, N, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, OFFSET64: tl.constexpr, SUBTILE: tl.constexpr):
+    """masked_store of C's BLOCK_M x BLOCK_N tile c, or SUBTILE of its left and right halves one
+    after the other (as tma_store_c): Triton converts the accumulator's layout for the store
+    through shared memory, and half a tile needs half of it, which is what lets an fp32 C with no
+    descriptor fit beside the persistent twin's ring (7919 x 6007 in tf32)."""
+    if SUBTILE:
+        c0, c1 = tl.split(tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+        masked_store(c_ptr, c0, row0, col0, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N // 2,
+                     OFFSET64)
+        masked_store(c_ptr, c1, row0, col0 + BLOCK_N // 2, M, N, stride_cm, stride_cn, BLOCK_M,
+                     BLOCK_N // 2, OFFSET64)
+    else:
+        masked_store(c_ptr, c, row0, col0, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N,
+                     OFFSET64)
+
+
 def sm_arch(device) -> str | None:
     """sm_XY of the CUDA device `device`, or None for CPU tensors (the interpreter) and meta
     tensors (lab.profile's recording)."""

@@ -145,8 +145,8 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride
             common.tma_store_c(c_desc, c, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N, C_T,
                                SUBTILE)
         else:
-            common.masked_store(c_ptr, c, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm,
-                                stride_cn, BLOCK_M, BLOCK_N, OFFSET64)
+            common.masked_store_c(c_ptr, c, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm,
+                                  stride_cn, BLOCK_M, BLOCK_N, OFFSET64, SUBTILE)
 
 
 def _given(params: dict) -> dict:
