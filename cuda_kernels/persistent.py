@@ -30,3 +30,4 @@ OFFER = STAGE.offer()
 prepare = STAGE.prepare_for(OFFER)
 DEFAULTS = STAGE.defaults
 launch = STAGE.launch
+build, geometry = STAGE.build, STAGE.geometry  # the CUDA launcher's pair (tests/test_registry.py)
