@@ -11,7 +11,7 @@ SM.
 Parameters (lab/stages.py, stage tma_wgmma), each 0 meaning the automatic row: WGS (warpgroups,
 1-2: 2), BN (64-256: 256), STAGES (ring slots, 2-8: 4), and group (block-rows walked together).
 The automatic row was the fastest of a sweep on an H200 at 4096^3 and 8192^3 bf16 (128 x 128
-tiles 25% slower, a 3-slot ring 3-4% slower; results/2026-11-26-h100/hopper-probe-sweep.csv).
+tiles 25% slower, a 3-slot ring 3-4% slower; results/2026-11-26-h200/probe-tma_wgmma-sweep.csv).
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ MMA_CASES = [("mma", p, tool, "") for p in TC_PRECISIONS for tool in TOOLS_TC] +
     [("mma", "bf16", tool, "BM=128,BN=256,BK=64,WM=64,WN=64,STAGES=4,frags=2")
      for tool in TOOLS_TC] + \
     [("wgmma", p, tool, "") for p in TC_PRECISIONS for tool in TOOLS_TC] + \
-    [(s, p, tool, "") for s in ("tma_wgmma", "persistent") for p in ("bf16", "fp16", "tf32")
-     for tool in TOOLS_TC]
+    [(s, p, tool, "") for s in ("tma_wgmma", "warp_specialized", "persistent")
+     for p in ("bf16", "fp16", "tf32") for tool in TOOLS_TC]
 
 
 @pytest.mark.skipif(SANITIZER is None, reason="compute-sanitizer not found on PATH, in the venv "
