@@ -275,7 +275,7 @@ def _float_precision(stage) -> str:
     """The precision a stage's CUDA kernel computes in on float32 operands (fp32, or 3xtf32 for
     a tensor-core stage): what the emulator's float32 program feeds it."""
     offered = stage.precisions_for("cuda")
-    return "fp32" if "fp32" in offered else "3xtf32"
+    return next(p for p in ("fp32", "3xtf32", "tf32") if p in offered)
 
 
 def _cuda_build(stage, layout):

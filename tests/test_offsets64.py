@@ -115,6 +115,12 @@ def test_a_problem_made_from_a_marked_one_keeps_the_mark_and_a_grown_one_gains_i
     assert padded.problem.M == 46_336 and padded.problem.offsets64
 
 
+# The TMA stages (cuda_kernels/_tma.py) have no 64-bit build: TMA's coordinates are per dimension
+# and their stores of C use 64-bit offsets in every build, as wgmma.cu's copies do.
+TMA_STAGES = {"tma_wgmma", "warp_specialized", "persistent"}
+NO_OFFSET64_BUILD = {"wgmma"} | TMA_STAGES
+
+
 @pytest.mark.parametrize("shape,wide", [(MV, True), (WIDE_C, True), ((130, 67, 45), False)],
                          ids=["mv", "wide_c", "small"])
 def test_every_cuda_launcher_builds_what_the_problem_needs(monkeypatch, shape, wide):
@@ -131,6 +137,13 @@ def test_every_cuda_launcher_builds_what_the_problem_needs(monkeypatch, shape, w
         launched.append((build, tuple(grid)))
         return types.SimpleNamespace(step=(lambda *a: None, ()))
 
+    import cuda_kernels._tma as tma_module
+
+    def record_tma(build, grid, block, args, smem_dynamic, specs, cluster=1):
+        return record(build, grid, block, args, smem_dynamic)
+
+    monkeypatch.setattr(tma_module, "tma_launcher", record_tma)
+    monkeypatch.setattr(tma_module, "max_active_clusters", lambda *a: DEFAULT_SMS // 2)
     for stage in STAGES:
         module = stage.module("cuda")
         monkeypatch.setattr(build_module, "launcher", record)
@@ -146,8 +159,9 @@ def test_every_cuda_launcher_builds_what_the_problem_needs(monkeypatch, shape, w
         module.prepare.inner(p, **_params(stage))
         assert launched, stage.name
         for build, grid in launched:
-            assert ("-DOFFSET64=1" in build.options) == (wide and stage.name != "wgmma"), \
-                (stage.name, build.kernel)
+            assert ("-DOFFSET64=1" in build.options) == (wide and stage.name not in
+                                                          NO_OFFSET64_BUILD), (stage.name,
+                                                                               build.kernel)
             dims = grid + (1,) * (3 - len(grid))
             assert all(g <= limit for g, limit in zip(dims, MAX_GRID)), (stage.name, grid)
 
@@ -398,7 +412,8 @@ def test_64_bit_builds_are_correct_in_the_emulator(emulator, stage, layout, prec
 
 # every twin in fp32 (bf16 where it has none), wgmma's K-major copy of B (3xtf32: kmajor_b on)
 # and warptiling's split-K (its workspace and reduction)
-TWINS = [(s, "fp32" if "fp32" in s.precisions_for("triton") else "bf16") for s in STAGES]
+TWINS = [(s, "fp32" if "fp32" in s.precisions_for("triton") else "bf16") for s in STAGES
+         if s.offer("triton").interpreted]  # a Gluon twin runs on the GPU only
 TWINS += [(get_stage("wgmma"), "3xtf32"), (get_stage("warptiling"), "fp32")]
 TWIN_PARAMS = {len(TWINS) - 1: {"splitk": 2}}
 
@@ -481,10 +496,6 @@ def test_the_two_shapes_fit_every_stage_grid(shape):
 
 # ------------------------------------------------------------------ (f) on the GPU
 
-# The TMA stages (cuda_kernels/_tma.py) have no 64-bit build: TMA's coordinates are per dimension
-# and their stores of C use 64-bit offsets in every build, as wgmma.cu's copies do.
-TMA_STAGES = {"tma_wgmma", "warp_specialized", "persistent"}
-NO_OFFSET64_BUILD = {"wgmma"} | TMA_STAGES
 GPU_CASES = [(s.name, b, p) for s in STAGES for b in BACKENDS
              for p in (("3xtf32", "bf16") if s.name in TC | TMA_STAGES else ("fp32",))
              if p in s.precisions_for(b)]
