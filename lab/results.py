@@ -40,7 +40,7 @@ from lab.plot import distinct
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
-CANONICAL_RUN = "2026-11-25-h100/ladder.csv"  # THE full run: picture, summary, tables
+CANONICAL_RUN = "2026-11-26-h100/ladder.csv"  # THE full run: picture, summary, tables
 CANONICAL_PROFILE = "2026-11-25-h100/profile-4096.csv"  # the roofline
 FILES = "files.txt"
 PLOTS = ("ladder", "sweep", "roofline", "occupancy")
@@ -355,8 +355,9 @@ def caption(root: Path = RESULTS, here: str = "README.md") -> str:
     return (f"*Every stage at {n}^3 on an {env.get('gpu', 'GPU')}: its CUDA kernel (blue) and its "
             f"Triton kernel (orange) as {g('% of cuBLAS', 'percent-of-cublas')} timed beside it "
             f"at the same precision ({g('3xTF32', '3xtf32')} against cuBLAS fp32). Top: "
-            f"{g('fp32', 'fp32')} on the CUDA cores; below: the {g('tensor-core', 'tensor-cores')}"
-            f" precisions, which only {_tensor_core_offers()} offer (\"no CUDA\": that stage has "
+            f"{g('fp32', 'fp32')} on the CUDA cores; below: the other precisions (bf16, fp16, "
+            f"TF32 and 3xTF32, computed on the {g('tensor cores', 'tensor-cores')} by the stages "
+            f"built for them), which only {_tensor_core_offers()} offer (\"no CUDA\": that stage has "
             f"no CUDA kernel in that precision). "
             f"Black diamonds: the kernels of siboehm/SGEMM_CUDA on the same GPU model "
             f"({g('what they are', 'sgemm-cuda')}). Each bar is one row of "
@@ -366,7 +367,7 @@ def caption(root: Path = RESULTS, here: str = "README.md") -> str:
 
 
 def _tensor_core_offers() -> str:
-    """Which stages offer a tensor-core precision, read from the registry: "`a` and `b` (both
+    """Which stages offer a precision other than fp32, read from the registry: "`a` and `b` (both
     kernels) and the Triton twins of `c` and `d`"."""
     from lab.stages import STAGES
 

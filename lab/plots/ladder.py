@@ -112,15 +112,17 @@ def ladder_figure(results: Results):
 
 
 
-def _value_labels(ax, bars, values, refs, color, top) -> None:
-    """Each bar's value above it (above its reference marker when that is higher)."""
+def _value_labels(ax, bars, values, refs, color, top, vertical: bool = False) -> None:
+    """Each bar's value above it (above its reference marker when that is higher); `vertical`:
+    written upwards, for a panel whose bars are too narrow for the text side by side."""
     for bar, y, ref in zip(bars, values, refs):
         above = max(y, ref) if ref is not None else y
         near = ref is not None and ref > y - 0.04 * top
         ax.annotate(f"{y:.0f}" if y >= 9.95 else f"{y:.1f}",
                     (bar.get_x() + bar.get_width() / 2, above if near else y),
                     xytext=(0, 7 if near else 2), textcoords="offset points", ha="center",
-                    va="bottom", fontsize=FONTSIZE - 1, color=color, gid="value",
+                    va="bottom", fontsize=FONTSIZE - (2 if vertical else 1), color=color,
+                    gid="value", rotation=90 if vertical else 0,
                     bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none"))
 
 
@@ -139,7 +141,10 @@ def _ladder_by_precision(df, results: Results):
     width = 0.8 / len(backends)
     wide = [k for k in keys if k[0] in ("fp32", "")]  # the long ladder: a row of its own
     rest = [k for k in keys if k not in wide]
-    ncols = max(1, min(4, len(rest)))
+    # a panel of many stages needs room: two panels a row instead of four
+    crowded = max([len(set(df.loc[(df["precision"] == p) & (df["layout"] == lay), "stage"]))
+                   for p, lay in rest] or [0]) > 5
+    ncols = max(1, min(2 if crowded else 4, len(rest)))
     rows_of_rest = math.ceil(len(rest) / ncols) if rest else 0
     fig = new_figure((11, 4.6 * len(wide) + 4.0 * rows_of_rest + 1.3))
     grid = fig.add_gridspec(len(wide) + rows_of_rest, ncols,
@@ -169,7 +174,8 @@ def _ladder_by_precision(df, results: Results):
                 bar.set_gid(f"{s}/{backend}")
             refs = [SGEMM_CUDA_PCT.get(s) if marked and backend == "cuda" else None
                     for s in here]
-            _value_labels(ax, bars, ys, refs, "black", top)
+            _value_labels(ax, bars, ys, refs, "black", top,
+                          vertical=(prec, layout) not in wide and crowded)
             missing = [s for s in stages if s not in rows.index]
             for s in missing:  # this stage has no kernel of this backend in this precision
                 ax.annotate(f"no {BACKEND_LABEL.get(backend, backend)}",
