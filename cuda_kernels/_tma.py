@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cuda_kernels._build import (LINE_ALIGN, aligned_buffer, cdiv, compile_kernel, device_arch_of,
-                                 resources)
+                                 launcher, resources)
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
 from lab.operands import entry
@@ -166,7 +166,6 @@ class HopperStage:
     def launch(self, p, precision: str, group: int = 8, c: dict | None = None) -> Prepared:
         """The copies plan() asks for, then the kernel."""
         import numpy as np
-        import torch
 
         self.require_hopper(p)
         c = c or self.defaults
@@ -195,7 +194,7 @@ class HopperStage:
         if not w["copies"]:
             return Prepared.of_steps([kernel.step], resources=res, build=b, copies=names)
         # the copies are part of the computation, so of the timed call
-        steps = [(torch.Tensor.copy_, (dst, src)) for _, dst, src in w["copies"]] + [kernel.step]
+        steps = [copy_step(dst, src) for _, dst, src in w["copies"]] + [kernel.step]
         return Prepared.of_steps(steps, resources=res, build=b, kernel_only=kernel, copies=names)
 
     def offer(self) -> Offer:
@@ -263,6 +262,34 @@ def plan(p) -> dict:
         out[name] = (t, col, ld)
     layout = "".join("t" if out[n][1] else "n" for n in ("A", "B"))
     return {"copies": copies, "layout": layout, "a": out["A"], "b": out["B"]}
+
+
+def copy_step(dst, src):
+    """One copy of plan()'s as a step of the launch: an fp32 operand turned the other way round
+    (tf32's K-major copy) through transpose.cu's tiled transpose, anything else with torch's
+    copy_ (which moves a transposed fp32 view at about a third of the bandwidth)."""
+    import numpy as np
+    import torch
+
+    def unit(t, dim):  # stride 1 along dim (a dimension of one element has any stride)
+        return t.shape[dim] <= 1 or t.stride(dim) == 1
+
+    if src.dtype == torch.float32 and src.dim() == 2 and min(src.shape) > 1:
+        # src with unit stride along its columns and dst along its rows: dst^T's storage is src's
+        # transpose (and the other way round)
+        for s_dim in (1, 0):
+            d_dim = 1 - s_dim
+            if unit(src, s_dim) and unit(dst, d_dim) and not unit(src, d_dim):
+                R, C = src.shape[d_dim], src.shape[s_dim]
+                lds, ldd = src.stride(d_dim), dst.stride(s_dim)
+                src_rows = src if s_dim == 1 else src.t()
+                dst_rows = dst.t() if s_dim == 1 else dst
+                b = compile_kernel("transpose.cu", "transpose_f32", {})
+                grid = (cdiv(C, 32), cdiv(R, 32), 1)
+                k = launcher(b, grid, (32, 8, 1), (src_rows, dst_rows, np.int32(R), np.int32(C),
+                                                   np.int64(lds), np.int64(ldd)))
+                return k.step
+    return (torch.Tensor.copy_, (dst, src))
 
 
 def map_specs(a, b, M: int, N: int, K: int, bm: int, bn: int, es: int) -> tuple:
