@@ -35,21 +35,8 @@
 //
 // Precision: as tma_wgmma.cu (bf16, fp16: any layout; tf32: both operands K-major).
 
-#if !defined(PREC_TF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
-#define PREC_BF16 1
-#endif
 #ifndef CONSUMERS
 #define CONSUMERS 2
-#endif
-#define WGS CONSUMERS
-#ifndef BN
-#define BN 256
-#endif
-#ifndef STAGES
-#define STAGES 4
-#endif
-#ifndef GROUP
-#define GROUP 8
 #endif
 #ifndef CLUSTER
 #define CLUSTER 2
@@ -60,18 +47,10 @@
 #ifndef TMA_STORE
 #define TMA_STORE 1
 #endif
-#ifndef PRODUCER_REGS
-#define PRODUCER_REGS 40
-#endif
-#ifndef CONSUMER_REGS
-#define CONSUMER_REGS 232
-#endif
 
 #include "tma_tiles.cuh"
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
-static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
-              "the warpgroups' registers must fit an SM's 65,536");
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     matmul_persistent(const __grid_constant__ TensorMap tma_a, const __grid_constant__ TensorMap tma_b,
@@ -95,20 +74,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int rank = CLUSTER > 1 ? static_cast<int>(cluster_rank()) : 0;
     const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;
 
-    if (threadIdx.x == 0) {
-        tma_prefetch(&tma_a);
-        tma_prefetch(&tma_b);
+    // one arrival per consumer warp of every block whose loads land here
 #if TMA_STORE
-        tma_prefetch(&tma_c);
+    if (threadIdx.x == 0) init_ring(&tma_a, &tma_b, full0, empty0, 4 * CONSUMERS * CLUSTER, &tma_c);
+#else
+    if (threadIdx.x == 0) init_ring(&tma_a, &tma_b, full0, empty0, 4 * CONSUMERS * CLUSTER);
 #endif
-#pragma unroll
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full0 + 8 * s, 1);
-            // one arrival per consumer warp of every block whose loads land here
-            mbar_init(empty0 + 8 * s, 4 * CONSUMERS * CLUSTER);
-        }
-        mbar_fence_init();
-    }
     if (CLUSTER > 1)
         cluster_sync();
     else
@@ -157,10 +128,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 const int s = it % STAGES;
                 const u32 slot = ring + s * SLOT;
                 mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-                wg_fence();
-#pragma unroll
-                for (int j = 0; j < NSTEP; ++j) mma_step(acc, a_desc(slot, cw, j), b_desc(slot, j));
-                wg_commit();
+                mma_tile(acc, slot, cw);
                 wg_wait<1>();  // iteration it-1's wgmma are done: release its slot
                 if (kt > 0) release((it - 1) % STAGES);
             }

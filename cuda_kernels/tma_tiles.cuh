@@ -5,6 +5,34 @@
 // before the kernel; tma_wgmma.cu's header describes the tiles and boxes.
 #pragma once
 
+// The stages' defaults (each 0 of the launchers' parameters means these; cuda_kernels/_tma.py).
+#if !defined(PREC_TF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
+#define PREC_BF16 1
+#endif
+#ifdef CONSUMERS  // a warp-specialized stage: CONSUMERS warpgroups compute, one more loads
+#define WGS CONSUMERS
+#ifndef PRODUCER_REGS
+#define PRODUCER_REGS 40
+#endif
+#ifndef CONSUMER_REGS
+#define CONSUMER_REGS 232
+#endif
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
+              "the warpgroups' registers must fit an SM's 65,536");
+#endif
+#ifndef WGS
+#define WGS 2
+#endif
+#ifndef BN
+#define BN 256
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef GROUP
+#define GROUP 8
+#endif
+
 #include "common.cuh"
 #include "hopper.cuh"
 #include "wgmma_ss_ops.cuh"
@@ -117,6 +145,31 @@ __device__ __forceinline__ void load_tile_multicast(const TensorMap* ta, const T
     for (int c = rank * PART; c < (rank + 1) * PART; ++c)
         tma_load_2d_multicast(slot + A_BYTES + c * MN_CHUNK, tb, n0 + 64 * c, k0, bar, mask);
 #endif
+}
+
+// Thread 0, before anything else: the tensor maps' descriptors prefetched, and the ring's
+// barriers initialised: full[s] completes when thread 0's one arrival and the slot's TMA bytes are
+// in, empty[s] when `releases` arrivals (a consumer warp's each) say the slot was read.
+__device__ __forceinline__ void init_ring(const TensorMap* ta, const TensorMap* tb, u32 full0,
+                                          u32 empty0, int releases,
+                                          const TensorMap* tc = nullptr) {
+    tma_prefetch(ta);
+    tma_prefetch(tb);
+    if (tc) tma_prefetch(tc);  // C's map, where C goes out through TMA stores
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+        mbar_init(full0 + 8 * s, 1);
+        mbar_init(empty0 + 8 * s, releases);
+    }
+    mbar_fence_init();
+}
+
+// A warpgroup's wgmma over the k-tile in `slot` (rows 64 wg .. of A), one commit group.
+__device__ __forceinline__ void mma_tile(float* acc, u32 slot, int wg) {
+    wg_fence();
+#pragma unroll
+    for (int j = 0; j < NSTEP; ++j) mma_step(acc, a_desc(slot, wg, j), b_desc(slot, j));
+    wg_commit();
 }
 
 // Output tile t of a grid_m x grid_n grid of tiles, in grouped order: GROUP tile-rows walked

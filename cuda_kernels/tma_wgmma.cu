@@ -45,22 +45,8 @@
 // Precision: PREC_BF16, PREC_FP16 (16-bit inputs and output, fp32 accumulation), PREC_TF32 (fp32
 // inputs and output; the tensor core reads the operands as TF32, ignoring the low 13 bits of
 // each: truncation, as in wgmma.cu's B operand).
-
-#if !defined(PREC_TF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
-#define PREC_BF16 1
-#endif
-#ifndef WGS
-#define WGS 2
-#endif
-#ifndef BN
-#define BN 256
-#endif
-#ifndef STAGES
-#define STAGES 4
-#endif
-#ifndef GROUP
-#define GROUP 8
-#endif
+// Build defines (0 in the launcher: these defaults, in tma_tiles.cuh): WGS 2, BN 256, STAGES 4,
+// GROUP 8.
 
 #include "tma_tiles.cuh"
 
@@ -80,16 +66,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int KT = CEIL_DIV(K, BK);
     const int wg = threadIdx.x / 128, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
 
-    if (threadIdx.x == 0) {
-        tma_prefetch(&tma_a);
-        tma_prefetch(&tma_b);
-#pragma unroll
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full0 + 8 * s, 1);
-            mbar_init(empty0 + 8 * s, THREADS / 32);
-        }
-        mbar_fence_init();
-    }
+    if (threadIdx.x == 0) init_ring(&tma_a, &tma_b, full0, empty0, THREADS / 32);
     __syncthreads();
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES - 1 && s < KT; ++s)
@@ -104,10 +81,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         const int slot_i = kt % STAGES;
         const u32 slot = ring + slot_i * SLOT;
         mbar_wait(full0 + 8 * slot_i, (kt / STAGES) & 1);
-        wg_fence();
-#pragma unroll
-        for (int s = 0; s < NSTEP; ++s) mma_step(acc, a_desc(slot, wg, s), b_desc(slot, s));
-        wg_commit();
+        mma_tile(acc, slot, wg);
         wg_wait<1>();  // tile kt-1's wgmma are done: its slot may be refilled
         if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((kt - 1) % STAGES));
         const int next = kt + STAGES - 1;

@@ -28,34 +28,13 @@
 //
 // Precision: as tma_wgmma.cu (bf16, fp16: any layout; tf32: both operands K-major).
 
-#if !defined(PREC_TF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
-#define PREC_BF16 1
-#endif
 #ifndef CONSUMERS
 #define CONSUMERS 2
-#endif
-#define WGS CONSUMERS
-#ifndef BN
-#define BN 256
-#endif
-#ifndef STAGES
-#define STAGES 4
-#endif
-#ifndef GROUP
-#define GROUP 8
-#endif
-#ifndef PRODUCER_REGS
-#define PRODUCER_REGS 40
-#endif
-#ifndef CONSUMER_REGS
-#define CONSUMER_REGS 232
 #endif
 
 #include "tma_tiles.cuh"
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
-static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
-              "the warpgroups' registers must fit an SM's 65,536");
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     matmul_warp_specialized(const __grid_constant__ TensorMap tma_a,
@@ -72,16 +51,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int KT = CEIL_DIV(K, BK);
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
 
-    if (threadIdx.x == 0) {
-        tma_prefetch(&tma_a);
-        tma_prefetch(&tma_b);
-#pragma unroll
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full0 + 8 * s, 1);
-            mbar_init(empty0 + 8 * s, 4 * CONSUMERS);  // one arrival per consumer warp
-        }
-        mbar_fence_init();
-    }
+    if (threadIdx.x == 0) init_ring(&tma_a, &tma_b, full0, empty0, 4 * CONSUMERS);
     __syncthreads();
 
     if (wg == 0) {  // the producer
@@ -105,10 +75,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         const int s = kt % STAGES;
         const u32 slot = ring + s * SLOT;
         mbar_wait(full0 + 8 * s, (kt / STAGES) & 1);
-        wg_fence();
-#pragma unroll
-        for (int j = 0; j < NSTEP; ++j) mma_step(acc, a_desc(slot, cw, j), b_desc(slot, j));
-        wg_commit();
+        mma_tile(acc, slot, cw);
         wg_wait<1>();  // tile kt-1's wgmma are done: release its slot
         if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((kt - 1) % STAGES));
     }
