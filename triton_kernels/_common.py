@@ -1,7 +1,8 @@
 """What the Triton launchers share: tl.dot's precision arguments, the argument list, the
 register-tiling stages' block tile, the pieces of kernel code several stages repeat (the
-@triton.jit helpers below), and the TMA twins' (tma_wgmma, persistent) descriptors, scratch
-allocator and tile rules (the last two sections).
+@triton.jit helpers below), the TMA twins' (tma_wgmma, persistent) descriptors and scratch
+allocator, and the tile rules and launcher code that those two and warp_specialized's Gluon twin
+share (TmaTwin, the last section).
 
 Launching a @triton.jit kernel as a Prepared (compiled once up front, so that the timed call only
 launches) is the toolchain's: lab/toolchain/triton.py, re-exported here for the stages.
@@ -10,13 +11,17 @@ launches) is the toolchain's: lab/toolchain/triton.py, re-exported here for the 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Callable
 
 import triton
 import triton.language as tl
 # where triton.set_allocator keeps its function (read by _ensure_tma_scratch only)
 from triton.runtime import _allocation as _triton_allocation
 
+from lab.contract import Offer
 from lab.errors import LabError
+from lab.roofline import DEFAULT_SMS
 from lab.toolchain import triton as toolchain
 from lab.toolchain.triton import (  # noqa: F401 (re-exported for the stages)
     FakeDriver, compiled_resources, interpreted, launcher, recording)
@@ -440,7 +445,7 @@ def with_tma_scratch(launch):
     return Prepared.of_steps(steps, resources=launch.resources, **launch.extra)
 
 
-# ------------------------------------------------ the TMA twins' tile (tma_wgmma, persistent)
+# ---------------- the TMA twins' tile and launcher (tma_wgmma, persistent, warp_specialized)
 
 TMA_ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}  # operand (and C) bytes
 AUTO_SWITCH = -1  # a -1/0/1 parameter's automatic value (kmajor, subtile)
@@ -544,3 +549,143 @@ def config_words(meta: dict) -> str:
     """The tile and depth of a launch's meta-parameters, as a refusal names them."""
     keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
     return ", ".join(f"{k}={meta[k]}" for k in keys if k in meta)
+
+
+@dataclass(frozen=True)
+class TmaSetup:
+    """What TmaTwin.setup() gives a twin's prepare() to launch with: the configuration that runs,
+    the problem its kernel reads (q: the buffers in place of the operands copied in every call),
+    those copies and their setup time, the layout constexprs (A_T, B_T, C_DESC, C_T), the kernel's
+    argument list (a, b, c, M, N, K, lda, ldb, ldc, stride_cm, stride_cn), the GPU's SM count and
+    the number of BLOCK_M x BLOCK_N tiles of C."""
+
+    config: dict
+    q: object
+    copies: dict
+    setup_ms: float | None
+    layout: dict
+    args: tuple
+    sms: int
+    tiles: int
+
+
+@dataclass(frozen=True, eq=False)
+class TmaTwin:
+    """The launcher code of a TMA twin (tma_wgmma, persistent, warp_specialized), from its own
+    tables: what each of those modules declares is its kernel, PARAM_ORDER, DEFAULTS, AUTO (the
+    automatic row per precision, whose keys are the precisions it offers), FALLBACKS, SWITCHES
+    (its -1/0/1 parameters), smem_bytes(config, precision) and prepare(); this class turns them
+    into the contract's validate, resolve and show, its Offer, and the setup and launch around
+    the kernel that every prepare() shares.
+
+    param_refusal(given): why the stage cannot take parameters that pass tma_param_refusal (its
+        own knobs and limits), or None. precision_refusal(config, precision): why a concrete
+        configuration cannot run in a precision before its tile is sized (tma_fit_refusal), or
+        None. fit_shown: the parameters a refusal of a concrete tile names. interpreted: False
+        for a Gluon kernel, which the Triton interpreter cannot run: setup() refuses CPU tensors."""
+
+    stage: str
+    param_order: tuple[str, ...]
+    defaults: dict
+    auto: dict
+    fallbacks: tuple[dict, ...]
+    switches: tuple[str, ...]
+    smem_bytes: Callable[[dict, str], int]
+    kernels: tuple[str, ...]
+    interpreted: bool = True
+    param_refusal: Callable[[dict], str | None] | None = None
+    precision_refusal: Callable[[dict, str], str | None] | None = None
+    fit_shown: tuple[str, ...] = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+
+    # ---------------------------------------------------------------- parameters
+    def given(self, params: dict) -> dict:
+        """The parameters with the defaults under them (automatic values still 0 and -1)."""
+        return {**self.defaults, **params}
+
+    def refusal(self, c: dict, precision: str) -> str | None:
+        """Why concrete configuration `c` cannot run in `precision`, or None."""
+        why = self.precision_refusal(c, precision) if self.precision_refusal else None
+        return why or tma_fit_refusal(precision, c, self.smem_bytes(c, precision))
+
+    def config(self, precision: str, params: dict, M: int | None = None, N: int | None = None,
+               sms: int = DEFAULT_SMS) -> dict:
+        """The configuration that runs: the registry's order, automatic values made concrete for
+        `precision` (and, given M and N, the shape: tma_resolve)."""
+        r = tma_resolve(self.given(params), self.auto[precision], self.fallbacks,
+                        lambda c: self.refusal(c, precision) is None, M=M, N=N, sms=sms)
+        return {k: r[k] for k in self.param_order}
+
+    def validate(self, params, precision: str | None = None) -> None:
+        """The contract's validate: one sentence for an unknown parameter, a value the kernel
+        cannot take, or a tile that would not fit, in `precision` (every precision when None);
+        automatic values are checked as the values they stand for."""
+        unknown = sorted(set(params) - set(self.param_order))
+        if unknown:
+            raise LabError(f"stage {self.stage} (triton) has no parameter {', '.join(unknown)} "
+                           f"(it takes {', '.join(self.param_order)})")
+        given = self.given(params)
+        where = f"{self.stage} (Triton) with " + ", ".join(f"{k}={given[k]}"
+                                                         for k in self.param_order)
+        if precision is not None and precision not in self.auto:
+            raise LabError(f"{where}: the precision must be one of {', '.join(self.auto)}, not "
+                           f"{precision}")
+        why = tma_param_refusal(given, self.switches)
+        if not why and self.param_refusal:
+            why = self.param_refusal(given)
+        if why:
+            raise LabError(f"{where}: {why}")
+        for prec in (precision,) if precision else tuple(self.auto):
+            c = self.config(prec, params)
+            why = self.refusal(c, prec)
+            if why:
+                shown = ", ".join(f"{k}={c[k]}" for k in self.fit_shown)
+                raise LabError(f"{self.stage} (Triton) in {prec} with {shown} {why}")
+
+    def resolve(self, params, M: int, N: int, K: int, precision: str, sms: int) -> dict:
+        """The contract's resolve: the parameters as prepare() compiles them for an M x N x K
+        problem on `sms` SMs."""
+        return self.config(precision, params, M=M, N=N, sms=sms)
+
+    def show(self, config: dict) -> str:
+        """The configuration as the `params` column writes it: name=value,... in registry
+        order."""
+        return ",".join(f"{k}={config[k]}" for k in self.param_order if k in config)
+
+    def offer(self) -> Offer:
+        return Offer(self.stage, "triton", precisions=tuple(self.auto), kernels=self.kernels,
+                     validate=self.validate, resolve=self.resolve, show=self.show,
+                     interpreted=self.interpreted)
+
+    # ---------------------------------------------------------------- prepare()
+    def setup(self, p, params: dict, sm_count) -> TmaSetup:
+        """prepare()'s setup on problem p (lab/operands.py, with p.precision): the GPU refused
+        in one sentence unless it is an sm_90 one, the configuration resolved for the shape on
+        sm_count(device) SMs (the stage module's own function), and a buffer for each operand a
+        descriptor cannot read, or (kmajor) that is not K-major (triton_kernels/_realign.py)."""
+        from triton_kernels._realign import tma_layout, tma_operands
+
+        device = p.c.tensor.device
+        refuse_other_gpus(self.stage, device)
+        if not self.interpreted and device.type == "cpu":
+            raise LabError(f"stage {self.stage} (triton) is a Gluon kernel, which the Triton "
+                           f"interpreter cannot run: it needs an sm_90 GPU (H100, H200); use "
+                           f"stage tma_wgmma's Triton twin on the CPU")
+        sms = sm_count(device)
+        config = self.config(p.precision, params, M=p.M, N=p.N, sms=sms)
+        q, copies, setup_ms = tma_operands(p, bool(config["kmajor"]))
+        (lda, ldb, ldc), layout = tma_layout(q)
+        args = (q.a.tensor, q.b.tensor, q.c.tensor, q.M, q.N, q.K, lda, ldb, ldc, q.c.s0, q.c.s1)
+        tiles = cdiv(q.M, config["BLOCK_M"]) * cdiv(q.N, config["BLOCK_N"])
+        return TmaSetup(config, q, copies, setup_ms, layout, args, sms, tiles)
+
+    def launch(self, s: TmaSetup, kernel, grid: tuple, extra: dict | None = None, **meta):
+        """The launch prepare() returns: tma_launch(kernel, grid, s.args, **meta), its `params`
+        column the configuration that ran (Row.set_resources copies it), its `config`, `layout`
+        and `extra` attributes set, and the copies run before it in every call (timed: one
+        kernel, then the GEMM; with_copies)."""
+        from triton_kernels._realign import with_copies
+
+        launch = tma_launch(self.stage, kernel, grid, s.args, **meta)
+        launch.resources = {**(launch.resources or {}), "params": self.show(s.config)}
+        launch.extra.update(config=s.config, layout=s.layout, **(extra or {}))
+        return with_copies(launch, s.copies, s.setup_ms, s.q)

@@ -82,14 +82,10 @@ first of FALLBACKS that does (subtile on; then BLOCK_N 128; then 3 stages).
 import triton
 import triton.language as tl
 
-from lab.contract import Offer
-from lab.errors import LabError
 from lab.operands import entry
-from lab.roofline import DEFAULT_SMS, sm_count
+from lab.roofline import sm_count
 from triton_kernels import _common as common
-from triton_kernels._common import (TMA_ELEM_BYTES, cdiv, dot_meta, offsets_meta, tma_fit_refusal,
-                                    tma_param_refusal, tma_resolve)
-from triton_kernels._realign import tma_layout, tma_operands, with_copies
+from triton_kernels._common import TMA_ELEM_BYTES, TmaTwin, dot_meta, offsets_meta
 
 STAGE = "persistent"
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor",
@@ -149,10 +145,6 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride
                                   stride_cn, BLOCK_M, BLOCK_N, OFFSET64, SUBTILE)
 
 
-def _given(params: dict) -> dict:
-    return {**DEFAULTS, **params}
-
-
 def smem_bytes(c: dict, precision: str) -> int:
     """Shared memory of a concrete configuration: the ring (num_stages tiles of A and B) plus
     C's staging tile (half of it with subtile), live together because the next tile's loads
@@ -163,59 +155,22 @@ def smem_bytes(c: dict, precision: str) -> int:
     return ring + c["BLOCK_M"] * c["BLOCK_N"] * es // (2 if c["subtile"] else 1)
 
 
-def _refusal(c: dict, precision: str) -> str | None:
-    return tma_fit_refusal(precision, c, smem_bytes(c, precision))
+def _param_refusal(given: dict) -> str | None:
+    """This stage's own knob, beside the TMA twins' (_common.tma_param_refusal)."""
+    if not isinstance(given["flatten"], bool) and given["flatten"] not in (0, 1):
+        return "flatten must be True or False"
+    return None
 
 
-def resolve_config(precision: str, params: dict, M: int | None = None, N: int | None = None,
-                   sms: int = DEFAULT_SMS) -> dict:
-    """The configuration that runs: the registry's order, automatic values made concrete for
-    `precision` (and, given M and N, the shape: common.tma_resolve)."""
-    r = tma_resolve(_given(params), AUTO[precision], FALLBACKS,
-                    lambda c: _refusal(c, precision) is None, M=M, N=N, sms=sms)
-    return {k: r[k] for k in PARAM_ORDER}
-
-
-def _validate(params, precision: str | None = None) -> None:
-    """The contract's validate: one sentence for an unknown parameter, a value the kernel cannot
-    take, or a tile that would not fit, in `precision` (every precision when None); automatic
-    values are checked as the values they stand for."""
-    unknown = sorted(set(params) - set(PARAM_ORDER))
-    if unknown:
-        raise LabError(f"stage {STAGE} (triton) has no parameter {', '.join(unknown)} (it takes "
-                       f"{', '.join(PARAM_ORDER)})")
-    given = _given(params)
-    where = f"{STAGE} (Triton) with " + ", ".join(f"{k}={given[k]}" for k in PARAM_ORDER)
-    if precision is not None and precision not in AUTO:
-        raise LabError(f"{where}: the precision must be one of {', '.join(AUTO)}, not {precision}")
-    why = tma_param_refusal(given, SWITCHES)
-    if not why and not isinstance(given["flatten"], bool) and given["flatten"] not in (0, 1):
-        why = "flatten must be True or False"
-    if why:
-        raise LabError(f"{where}: {why}")
-    for prec in (precision,) if precision else tuple(AUTO):
-        c = resolve_config(prec, params)
-        why = _refusal(c, prec)
-        if why:
-            shown = ", ".join(f"{k}={c[k]}" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K",
-                                                        "num_warps", "num_stages", "subtile"))
-            raise LabError(f"{STAGE} (Triton) in {prec} with {shown} {why}")
-
-
-def resolve(params, M: int, N: int, K: int, precision: str, sms: int) -> dict:
-    """The contract's resolve: the parameters as prepare() compiles them for an M x N x K
-    problem on `sms` SMs."""
-    return resolve_config(precision, params, M=M, N=N, sms=sms)
-
-
-def config_text(config: dict) -> str:
-    """The configuration as the `params` column writes it: name=value,... in registry order."""
-    return ",".join(f"{k}={config[k]}" for k in PARAM_ORDER if k in config)
-
-
-OFFER = Offer(STAGE, "triton", precisions=tuple(AUTO),
-              kernels=("matmul_persistent_kernel", "realign_copy_kernel"),
-              validate=_validate, resolve=resolve, show=config_text)
+# validate, resolve, show and the setup around the kernel, from the tables above (_common.TmaTwin);
+# a refusal of a tile names subtile too, which FALLBACKS turn on
+TWIN = TmaTwin(STAGE, PARAM_ORDER, DEFAULTS, AUTO, FALLBACKS, SWITCHES, smem_bytes,
+               kernels=("matmul_persistent_kernel", "realign_copy_kernel"),
+               param_refusal=_param_refusal,
+               fit_shown=("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "subtile"))
+resolve_config = TWIN.config  # (precision, params, M=None, N=None, sms=...): what runs
+config_text = TWIN.show  # the configuration as the `params` column writes it
+OFFER = TWIN.offer()
 
 
 @entry(OFFER)
@@ -223,24 +178,13 @@ def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py), with p.precision. The
     launch's `config` is the configuration that runs, `programs` the grid's size; `realigned`
     names the operands copied in each call (unaligned, or not K-major under kmajor)."""
-    device = p.c.tensor.device
-    common.refuse_other_gpus(STAGE, device)
-    sms = sm_count(device)
-    config = resolve_config(p.precision, params, M=p.M, N=p.N, sms=sms)
-    # setup: a buffer for each operand a descriptor cannot read, or (kmajor) not K-major
-    q, copies, setup_ms = tma_operands(p, bool(config["kmajor"]))
-    (lda, ldb, ldc), layout = tma_layout(q)
-    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-    programs = min(sms, cdiv(q.M, bm) * cdiv(q.N, bn))
-    args = (q.a.tensor, q.b.tensor, q.c.tensor, q.M, q.N, q.K, lda, ldb, ldc, q.c.s0, q.c.s1)
-    launch = common.tma_launch(STAGE, matmul_persistent_kernel, (programs,), args, BLOCK_M=bm,
-                               BLOCK_N=bn, BLOCK_K=config["BLOCK_K"], GROUP_M=config["GROUP_M"],
-                               NUM_SMS=sms, **layout, SUBTILE=bool(config["subtile"]),
-                               FLATTEN=bool(config["flatten"]),
-                               **dot_meta(matmul_persistent_kernel, q), **offsets_meta(q),
-                               num_warps=config["num_warps"], num_stages=config["num_stages"])
-    # the row's `params` column is the configuration that ran (Row.set_resources copies it)
-    launch.resources = {**(launch.resources or {}), "params": config_text(config)}
-    launch.extra.update(config=config, layout=layout, programs=programs)
-    # timed, every call: the copies (one kernel) and then the GEMM
-    return with_copies(launch, copies, setup_ms, q)
+    s = TWIN.setup(p, params, sm_count)
+    config = s.config
+    programs = min(s.sms, s.tiles)
+    return TWIN.launch(s, matmul_persistent_kernel, (programs,), extra={"programs": programs},
+                       BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
+                       BLOCK_K=config["BLOCK_K"], GROUP_M=config["GROUP_M"], NUM_SMS=s.sms,
+                       **s.layout, SUBTILE=bool(config["subtile"]),
+                       FLATTEN=bool(config["flatten"]),
+                       **dot_meta(matmul_persistent_kernel, s.q), **offsets_meta(s.q),
+                       num_warps=config["num_warps"], num_stages=config["num_stages"])

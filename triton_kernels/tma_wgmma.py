@@ -115,14 +115,10 @@ thread) they take FALLBACKS' (BLOCK_N 128, 3 stages).
 import triton
 import triton.language as tl
 
-from lab.contract import Offer
-from lab.errors import LabError
 from lab.operands import entry
-from lab.roofline import DEFAULT_SMS, sm_count
+from lab.roofline import sm_count
 from triton_kernels import _common as common
-from triton_kernels._common import (TMA_ELEM_BYTES, cdiv, dot_meta, offsets_meta, tma_fit_refusal,
-                                    tma_param_refusal, tma_resolve)
-from triton_kernels._realign import tma_layout, tma_operands, with_copies
+from triton_kernels._common import TMA_ELEM_BYTES, TmaTwin, dot_meta, offsets_meta
 
 STAGE = "tma_wgmma"
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor",
@@ -168,10 +164,6 @@ def matmul_tma_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_
                             OFFSET64)
 
 
-def _given(params: dict) -> dict:
-    return {**DEFAULTS, **params}
-
-
 def smem_bytes(c: dict, precision: str) -> int:
     """Shared memory of a concrete configuration: the ring (num_stages tiles of A and B) and C's
     staging tile for the TMA store (half of it with subtile). Triton 3.6 puts the staging tile
@@ -186,57 +178,12 @@ def smem_bytes(c: dict, precision: str) -> int:
     return ring + staging if precision == "tf32" and not c["subtile"] else max(ring, staging)
 
 
-def _refusal(c: dict, precision: str) -> str | None:
-    return tma_fit_refusal(precision, c, smem_bytes(c, precision))
-
-
-def resolve_config(precision: str, params: dict, M: int | None = None, N: int | None = None,
-                   sms: int = DEFAULT_SMS) -> dict:
-    """The configuration that runs: the registry's order, automatic values made concrete for
-    `precision` (and, given M and N, the shape: common.tma_resolve)."""
-    r = tma_resolve(_given(params), AUTO[precision], FALLBACKS,
-                    lambda c: _refusal(c, precision) is None, M=M, N=N, sms=sms)
-    return {k: r[k] for k in PARAM_ORDER}
-
-
-def _validate(params, precision: str | None = None) -> None:
-    """The contract's validate: one sentence for an unknown parameter, a value the kernel cannot
-    take, or a tile that would not fit, in `precision` (every precision when None); automatic
-    values are checked as the values they stand for."""
-    unknown = sorted(set(params) - set(PARAM_ORDER))
-    if unknown:
-        raise LabError(f"stage {STAGE} (triton) has no parameter {', '.join(unknown)} (it takes "
-                       f"{', '.join(PARAM_ORDER)})")
-    given = _given(params)
-    where = f"{STAGE} (Triton) with " + ", ".join(f"{k}={given[k]}" for k in PARAM_ORDER)
-    if precision is not None and precision not in AUTO:
-        raise LabError(f"{where}: the precision must be one of {', '.join(AUTO)}, not {precision}")
-    why = tma_param_refusal(given, SWITCHES)
-    if why:
-        raise LabError(f"{where}: {why}")
-    for prec in (precision,) if precision else tuple(AUTO):
-        c = resolve_config(prec, params)
-        why = _refusal(c, prec)
-        if why:
-            shown = ", ".join(f"{k}={c[k]}" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K",
-                                                        "num_warps", "num_stages"))
-            raise LabError(f"{STAGE} (Triton) in {prec} with {shown} {why}")
-
-
-def resolve(params, M: int, N: int, K: int, precision: str, sms: int) -> dict:
-    """The contract's resolve: the parameters as prepare() compiles them for an M x N x K
-    problem on `sms` SMs."""
-    return resolve_config(precision, params, M=M, N=N, sms=sms)
-
-
-def config_text(config: dict) -> str:
-    """The configuration as the `params` column writes it: name=value,... in registry order."""
-    return ",".join(f"{k}={config[k]}" for k in PARAM_ORDER if k in config)
-
-
-OFFER = Offer(STAGE, "triton", precisions=tuple(AUTO),
-              kernels=("matmul_tma_wgmma_kernel", "realign_copy_kernel"),
-              validate=_validate, resolve=resolve, show=config_text)
+# validate, resolve, show and the setup around the kernel, from the tables above (_common.TmaTwin)
+TWIN = TmaTwin(STAGE, PARAM_ORDER, DEFAULTS, AUTO, FALLBACKS, SWITCHES, smem_bytes,
+               kernels=("matmul_tma_wgmma_kernel", "realign_copy_kernel"))
+resolve_config = TWIN.config  # (precision, params, M=None, N=None, sms=...): what runs
+config_text = TWIN.show  # the configuration as the `params` column writes it
+OFFER = TWIN.offer()
 
 
 @entry(OFFER)
@@ -244,22 +191,10 @@ def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py), with p.precision. The
     launch's `config` is the configuration that runs; `realigned` names the operands copied in
     each call (unaligned, or not K-major under kmajor)."""
-    device = p.c.tensor.device
-    common.refuse_other_gpus(STAGE, device)
-    config = resolve_config(p.precision, params, M=p.M, N=p.N, sms=sm_count(device))
-    # setup: a buffer for each operand a descriptor cannot read, or (kmajor) not K-major
-    q, copies, setup_ms = tma_operands(p, bool(config["kmajor"]))
-    (lda, ldb, ldc), layout = tma_layout(q)
-    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-    grid = (cdiv(q.M, bm) * cdiv(q.N, bn),)
-    args = (q.a.tensor, q.b.tensor, q.c.tensor, q.M, q.N, q.K, lda, ldb, ldc, q.c.s0, q.c.s1)
-    launch = common.tma_launch(STAGE, matmul_tma_wgmma_kernel, grid, args, BLOCK_M=bm,
-                               BLOCK_N=bn, BLOCK_K=config["BLOCK_K"], GROUP_M=config["GROUP_M"],
-                               **layout, SUBTILE=bool(config["subtile"]),
-                               **dot_meta(matmul_tma_wgmma_kernel, q), **offsets_meta(q),
-                               num_warps=config["num_warps"], num_stages=config["num_stages"])
-    # the row's `params` column is the configuration that ran (Row.set_resources copies it)
-    launch.resources = {**(launch.resources or {}), "params": config_text(config)}
-    launch.extra.update(config=config, layout=layout)
-    # timed, every call: the copies (one kernel) and then the GEMM
-    return with_copies(launch, copies, setup_ms, q)
+    s = TWIN.setup(p, params, sm_count)
+    config = s.config
+    return TWIN.launch(s, matmul_tma_wgmma_kernel, (s.tiles,), BLOCK_M=config["BLOCK_M"],
+                       BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
+                       GROUP_M=config["GROUP_M"], **s.layout, SUBTILE=bool(config["subtile"]),
+                       **dot_meta(matmul_tma_wgmma_kernel, s.q), **offsets_meta(s.q),
+                       num_warps=config["num_warps"], num_stages=config["num_stages"])

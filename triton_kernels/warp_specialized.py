@@ -101,14 +101,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                               warpgroup_mma, warpgroup_mma_wait)
 
-from lab.contract import Offer
-from lab.errors import LabError
 from lab.operands import entry
-from lab.roofline import DEFAULT_SMS, sm_count
+from lab.roofline import sm_count
 from triton_kernels import _common as common
-from triton_kernels._common import (TMA_ELEM_BYTES, cdiv, offsets_meta, tma_fit_refusal,
-                                    tma_param_refusal, tma_resolve)
-from triton_kernels._realign import tma_layout, tma_operands, with_copies
+from triton_kernels._common import TMA_ELEM_BYTES, TmaTwin, offsets_meta
 
 STAGE = "warp_specialized"
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor")
@@ -264,10 +260,6 @@ def matmul_warp_specialized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, 
                  mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def _given(params: dict) -> dict:
-    return {**DEFAULTS, **params}
-
-
 def smem_bytes(c: dict, precision: str) -> int:
     """Shared memory of a concrete configuration: the ring, or C's staging tile where that is
     larger (it shares the ring's memory), and the barriers."""
@@ -276,94 +268,47 @@ def smem_bytes(c: dict, precision: str) -> int:
     return max(ring, c["BLOCK_M"] * c["BLOCK_N"] * es) + BARRIER_BYTES
 
 
-def _refusal(c: dict, precision: str) -> str | None:
+def _param_refusal(given: dict) -> str | None:
+    """This kernel's own limits, beside the TMA twins' (_common.tma_param_refusal)."""
+    if given["num_warps"] not in (4, 8):
+        return "num_warps must be 4 or 8 (the consumer warpgroups; the producer's warp is added)"
+    if given["num_stages"] == 1:
+        return ("num_stages must be 0 (automatic) or 2 or more (the consumers release a slot one "
+                "k-step late, so a ring of one slot would never be refilled)")
+    if given["BLOCK_M"] > 16 * given["num_warps"] * 2:
+        return "BLOCK_M must be at most 32 rows per consumer warp (2 wgmma row-blocks)"
+    return None
+
+
+def _precision_refusal(c: dict, precision: str) -> str | None:
     if precision == "tf32" and c["kmajor"] == 0:
         return ("reads tf32 operands K-major only (wgmma's rule for 32-bit operands, and this "
                 "kernel has no transposing round trip): kmajor must be -1 or 1 in tf32")
-    return tma_fit_refusal(precision, c, smem_bytes(c, precision))
+    return None
 
 
-def resolve_config(precision: str, params: dict, M: int | None = None, N: int | None = None,
-                   sms: int = DEFAULT_SMS) -> dict:
-    """The configuration that runs: the registry's order, automatic values made concrete for
-    `precision` (and, given M and N, the shape: common.tma_resolve)."""
-    r = tma_resolve(_given(params), AUTO[precision], FALLBACKS,
-                    lambda c: _refusal(c, precision) is None, M=M, N=N, sms=sms)
-    return {k: r[k] for k in PARAM_ORDER}
-
-
-def _validate(params, precision: str | None = None) -> None:
-    """The contract's validate: one sentence for an unknown parameter, a value the kernel cannot
-    take, or a tile that would not fit, in `precision` (every precision when None)."""
-    unknown = sorted(set(params) - set(PARAM_ORDER))
-    if unknown:
-        raise LabError(f"stage {STAGE} (triton) has no parameter {', '.join(unknown)} (it takes "
-                       f"{', '.join(PARAM_ORDER)})")
-    given = _given(params)
-    where = f"{STAGE} (Triton) with " + ", ".join(f"{k}={given[k]}" for k in PARAM_ORDER)
-    if precision is not None and precision not in AUTO:
-        raise LabError(f"{where}: the precision must be one of {', '.join(AUTO)}, not {precision}")
-    why = tma_param_refusal(given, SWITCHES)
-    if not why and given["num_warps"] not in (4, 8):
-        why = "num_warps must be 4 or 8 (the consumer warpgroups; the producer's warp is added)"
-    if not why and given["num_stages"] == 1:
-        why = ("num_stages must be 0 (automatic) or 2 or more (the consumers release a slot one "
-               "k-step late, so a ring of one slot would never be refilled)")
-    if not why and given["BLOCK_M"] > 16 * given["num_warps"] * 2:
-        why = "BLOCK_M must be at most 32 rows per consumer warp (2 wgmma row-blocks)"
-    if why:
-        raise LabError(f"{where}: {why}")
-    for prec in (precision,) if precision else tuple(AUTO):
-        c = resolve_config(prec, params)
-        why = _refusal(c, prec)
-        if why:
-            shown = ", ".join(f"{k}={c[k]}" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K",
-                                                        "num_warps", "num_stages"))
-            raise LabError(f"{STAGE} (Triton) in {prec} with {shown} {why}")
-
-
-def resolve(params, M: int, N: int, K: int, precision: str, sms: int) -> dict:
-    """The contract's resolve: the parameters as prepare() compiles them for an M x N x K
-    problem on `sms` SMs."""
-    return resolve_config(precision, params, M=M, N=N, sms=sms)
-
-
-def config_text(config: dict) -> str:
-    """The configuration as the `params` column writes it: name=value,... in registry order."""
-    return ",".join(f"{k}={config[k]}" for k in PARAM_ORDER if k in config)
-
-
-OFFER = Offer(STAGE, "triton", precisions=tuple(AUTO),
-              kernels=("matmul_warp_specialized_kernel", "realign_copy_kernel"),
-              validate=_validate, resolve=resolve, show=config_text,
-              interpreted=False)  # Gluon: no interpreter runs it
+# validate, resolve, show and the setup around the kernel, from the tables above
+# (_common.TmaTwin); interpreted=False: Gluon, which no interpreter runs, so prepare() refuses
+# CPU tensors in one sentence
+TWIN = TmaTwin(STAGE, PARAM_ORDER, DEFAULTS, AUTO, FALLBACKS, SWITCHES, smem_bytes,
+               kernels=("matmul_warp_specialized_kernel", "realign_copy_kernel"),
+               interpreted=False, param_refusal=_param_refusal,
+               precision_refusal=_precision_refusal)
+resolve_config = TWIN.config  # (precision, params, M=None, N=None, sms=...): what runs
+config_text = TWIN.show  # the configuration as the `params` column writes it
+OFFER = TWIN.offer()
 
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py), with p.precision. The
-    launch's `config` is the configuration that runs; `realigned` names the operands copied in
-    each call (unaligned, or not K-major under kmajor)."""
-    device = p.c.tensor.device
-    common.refuse_other_gpus(STAGE, device)
-    if device.type == "cpu":
-        raise LabError(f"stage {STAGE} (triton) is a Gluon kernel, which the Triton interpreter "
-                       f"cannot run: it needs an sm_90 GPU (H100, H200); use stage tma_wgmma's "
-                       f"Triton twin on the CPU")
-    config = resolve_config(p.precision, params, M=p.M, N=p.N, sms=sm_count(device))
-    # setup: a buffer for each operand a descriptor cannot read, or (kmajor) not K-major
-    q, copies, setup_ms = tma_operands(p, bool(config["kmajor"]))
-    (lda, ldb, ldc), layout = tma_layout(q)
-    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-    grid = (cdiv(q.M, bm) * cdiv(q.N, bn),)
-    args = (q.a.tensor, q.b.tensor, q.c.tensor, q.M, q.N, q.K, lda, ldb, ldc, q.c.s0, q.c.s1)
-    launch = common.tma_launch(STAGE, matmul_warp_specialized_kernel, grid, args, BLOCK_M=bm,
-                               BLOCK_N=bn, BLOCK_K=config["BLOCK_K"], GROUP_M=config["GROUP_M"],
-                               **layout, STAGES=config["num_stages"],
-                               PRODUCER_WARPS=PRODUCER_WARPS, PRODUCER_REGS=PRODUCER_REGS,
-                               **offsets_meta(q), num_warps=config["num_warps"])
-    # the row's `params` column is the configuration that ran (Row.set_resources copies it)
-    launch.resources = {**(launch.resources or {}), "params": config_text(config)}
-    launch.extra.update(config=config, layout=layout)
-    # timed, every call: the copies (one kernel) and then the GEMM
-    return with_copies(launch, copies, setup_ms, q)
+    """p: the shared description of the operands (lab/operands.py), with p.precision, on an
+    sm_90 GPU (CPU tensors get one sentence: TWIN.setup). The launch's `config` is the
+    configuration that runs; `realigned` names the operands copied in each call (unaligned, or
+    not K-major: always in tf32, under kmajor in bf16 and fp16)."""
+    s = TWIN.setup(p, params, sm_count)
+    config = s.config
+    return TWIN.launch(s, matmul_warp_specialized_kernel, (s.tiles,), BLOCK_M=config["BLOCK_M"],
+                       BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
+                       GROUP_M=config["GROUP_M"], **s.layout, STAGES=config["num_stages"],
+                       PRODUCER_WARPS=PRODUCER_WARPS, PRODUCER_REGS=PRODUCER_REGS,
+                       **offsets_meta(s.q), num_warps=config["num_warps"])
