@@ -12,7 +12,9 @@ otherwise), one block per SM.
 
 Parameters (lab/stages.py, stage persistent), each 0 meaning the automatic row: CONSUMERS (1-2:
 2), BN (64-256: 256), STAGES (ring slots, 2-8: 4), CLUSTER (blocks per cluster sharing one
-multicast load of each B tile, 1-2: 2), and group (tile-rows walked together).
+multicast load of each B tile, 1-2; 0: 1 where C goes out through TMA stores, 2 where it is stored
+from registers: cuda_kernels/_tma.py HopperStage.with_cluster), and group (tile-rows walked
+together).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from cuda_kernels._tma import HopperStage
 
 STAGE = HopperStage(
     "persistent", "persistent.cu", "matmul_persistent", warpgroups="CONSUMERS",
-    defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 2},
+    defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 0},
     choices={"CONSUMERS": (0, 1, 2), "BN": (0, 64, 128, 192, 256),
              "STAGES": (0, 2, 3, 4, 5, 6, 7, 8), "CLUSTER": (0, 1, 2)},
     producer=True, persistent=True, tma_store=True,

@@ -588,7 +588,9 @@ STAGES: tuple[Stage, ...] = (
             Param("BN", 0, (0, 64, 128, 192, 256), "block tile columns (0: 256)", ("cuda",)),
             Param("STAGES", 0, (0, 2, 3, 4, 5, 6, 7, 8), "ring slots (0: 4)", ("cuda",)),
             Param("CLUSTER", 0, (0, 1, 2),
-                  "blocks per cluster sharing each B tile by TMA multicast (0: 2)", ("cuda",)),
+                  "blocks per cluster sharing each B tile by TMA multicast (0: 1 where C goes out "
+                  "through TMA stores, 2 where C's lines are not 16-byte aligned and it is stored "
+                  "from registers)", ("cuda",)),
             group(8),
             *hopper_triton(persistent=True),
         ),
