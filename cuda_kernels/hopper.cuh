@@ -66,10 +66,10 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TensorMap* map, int x
 
 // A box of shared memory at src into the 2-D tensor map's box at (x, y), clipped to the tensor:
 // elements outside it are not written; then the store's bulk async-group is committed. A whole
-// warp runs it and elect.sync picks the one lane that issues (the lowest): with the warp
-// converged, the operands are warp-uniform as the TMA instruction requires. (Issued under
-// `if (lane == 0)` instead, ptxas wraps UTMASTG in a loop over the values of its register
-// operands, and on the H100 the other lanes of the warp then raised "illegal instruction".)
+// warp runs it and elect.sync picks the one lane that issues (the lowest), as CUTLASS issues its
+// TMA operations: the warp stays converged, so ptxas moves the operands into the uniform
+// registers UTMASTG reads with a plain R2UR (under `if (lane == 0)` it wrapped the instruction in
+// a loop over the operands' values instead; both forms are correct).
 __device__ __forceinline__ void tma_store_2d_warp(const TensorMap* map, int x, int y, u32 src) {
     asm volatile(
         "{\n.reg .pred p;\n"
