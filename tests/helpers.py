@@ -187,6 +187,26 @@ def compile_for_emulator(emulator, cases, build_of, jobs: int | None = None):
 
 
 # ------------------------------------------------------------------------- compute-sanitizer
+def fresh_build(build):
+    """`build` compiled again by NVRTC, past both the process's memo and the on-disk build cache.
+    ptxas's output for one source can differ between runs on a busy machine (docs/ARCHITECTURE.md,
+    "The build cache"): a test that asserts a build's exact instructions checks a fresh build once
+    more before it fails."""
+    import os
+
+    from lab.toolchain import nvrtc
+
+    saved = os.environ.get("LAB_BUILD_CACHE")
+    os.environ["LAB_BUILD_CACHE"] = "off"
+    try:
+        return nvrtc._compile.__wrapped__(build.source, build.kernel, build.options, build.arch)
+    finally:
+        if saved is None:
+            del os.environ["LAB_BUILD_CACHE"]
+        else:
+            os.environ["LAB_BUILD_CACHE"] = saved
+
+
 def sanitizer_findings(out: str) -> int:
     """compute-sanitizer's error count in `out`, less the driver-entry-point probes of
     cuda-bindings: the TMA stages encode tensor maps and launch clusters through
