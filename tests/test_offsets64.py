@@ -31,7 +31,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from helpers import cpu_only, new_emulator
+from helpers import cpu_only, fresh_build, new_emulator
 from lab import check as chk
 from lab.errors import LabError
 from lab.operands import (CUDA, INDEX_LIMIT, INDEX_MARGIN, TRITON, Padded, describe, span)
@@ -257,13 +257,26 @@ BUILD_CASES = [(s.name, p) for s in STAGES for p in s.precisions_for("cuda")
 BEFORE_CASES = [c for c in BUILD_CASES if c in BEFORE]
 
 
+def _counts(build, expected=None) -> tuple[int, int]:
+    """(registers, SASS instructions) of `build`, compiled afresh once where they differ from
+    `expected` (BEFORE's entry by default): ptxas's output can differ on a busy machine
+    (helpers.fresh_build)."""
+    counts = (build.registers, len(_instructions(build)))
+    if expected is None:
+        return counts
+    if counts != expected:
+        fresh = fresh_build(build)
+        counts = (fresh.registers, len(_instructions(fresh)))
+    return counts
+
+
 @cpu_only
 @pytest.mark.parametrize("stage,precision", BEFORE_CASES,
                          ids=[f"{s}-{p}" for s, p in BEFORE_CASES])
 def test_without_the_flag_the_build_is_the_one_measured_before(stage, precision):
     build = _build(get_stage(stage), precision)
     assert "-DOFFSET64=1" not in build.options and not any("OFFSET64" in o for o in build.options)
-    assert (build.registers, len(_instructions(build))) == BEFORE[(stage, precision)]
+    assert _counts(build, BEFORE[(stage, precision)]) == BEFORE[(stage, precision)]
     assert build.spill_bytes == 0
 
 
@@ -271,7 +284,7 @@ def test_without_the_flag_the_build_is_the_one_measured_before(stage, precision)
 @pytest.mark.parametrize("stage,args", list(VARIANTS_BEFORE), ids=lambda x: str(x)[:40])
 def test_without_the_flag_other_variants_are_unchanged_too(stage, args):
     build = get_stage(stage).module("cuda").build(**dict(args))
-    assert (build.registers, len(_instructions(build))) == VARIANTS_BEFORE[(stage, args)]
+    assert _counts(build, VARIANTS_BEFORE[(stage, args)]) == VARIANTS_BEFORE[(stage, args)]
 
 
 @cpu_only
