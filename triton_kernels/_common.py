@@ -161,6 +161,26 @@ def block_range(block, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def split_ktiles(K, split, BLOCK_K: tl.constexpr, SPLITK: tl.constexpr, EVEN_K: tl.constexpr):
+    """(kt0, kt1, full): split `split`'s k-tiles of BLOCK_K, [kt0, kt1) of the SPLITK equal shares
+    of ceil(K / BLOCK_K) (all of them when SPLITK is 1); the full ones are [kt0, full), then at
+    most one partial (EVEN_K: K is a multiple of BLOCK_K, so none). Shared by the split-K kernels
+    (warptiling, gemv)."""
+    ktiles = tl.cdiv(K, BLOCK_K)
+    if SPLITK > 1:
+        kt0 = split * ktiles // SPLITK
+        kt1 = (split + 1) * ktiles // SPLITK
+    else:
+        kt0 = 0
+        kt1 = ktiles
+    if EVEN_K:
+        full = kt1
+    else:
+        full = tl.maximum(tl.minimum(kt1, K // BLOCK_K), kt0)
+    return kt0, kt1, full
+
+
+@triton.jit
 def line_offsets(r0, r1, stride0, stride1, VEC_FLAG: tl.constexpr, VEC: tl.constexpr):
     """(r0 * stride0, r1 * stride1): an operand's offsets along its two dimensions, with the
     alignment hint of its flag (triton_kernels/vectorized.py, vector_flags): "n" (row-major)

@@ -89,6 +89,7 @@ def gemv_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, s
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
+    split = 0
     if SPLITK > 1:  # the split, then the tile within it
         tiles = grid_m * grid_n
         split = pid // tiles
@@ -97,17 +98,7 @@ def gemv_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, s
     pid_n = pid % grid_n
 
     # This program's k-steps [kt0, kt1); the full ones are [kt0, full), then at most one partial.
-    ktiles = tl.cdiv(K, BLOCK_K)
-    if SPLITK > 1:
-        kt0 = split * ktiles // SPLITK
-        kt1 = (split + 1) * ktiles // SPLITK
-    else:
-        kt0 = 0
-        kt1 = ktiles
-    if EVEN_K:
-        full = kt1
-    else:
-        full = tl.maximum(tl.minimum(kt1, K // BLOCK_K), kt0)
+    kt0, kt1, full = common.split_ktiles(K, split, BLOCK_K, SPLITK, EVEN_K)
 
     # Rows wrapped at M (real rows of A, never stored): no mask in the loop.
     rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M

@@ -95,6 +95,7 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
+    split = 0
     if SPLITK > 1:  # the split, then the tile within it
         tiles = grid_m * grid_n
         split = pid // tiles
@@ -129,17 +130,7 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
     b_k, b_n = common.line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
 
     # This program's k-tiles [kt0, kt1); the full ones are [kt0, full), then at most one partial.
-    ktiles = tl.cdiv(K, BLOCK_K)
-    if SPLITK > 1:
-        kt0 = split * ktiles // SPLITK
-        kt1 = (split + 1) * ktiles // SPLITK
-    else:
-        kt0 = 0
-        kt1 = ktiles
-    if EVEN_K:
-        full = kt1
-    else:
-        full = tl.maximum(tl.minimum(kt1, K // BLOCK_K), kt0)
+    kt0, kt1, full = common.split_ktiles(K, split, BLOCK_K, SPLITK, EVEN_K)
     a_ptrs = a_ptr + a_m[:, None] + (kt0 * BLOCK_K * stride_ak + a_k[None, :])
     b_ptrs = b_ptr + (kt0 * BLOCK_K * stride_bk + b_k[:, None]) + b_n[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
