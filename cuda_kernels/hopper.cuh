@@ -1,5 +1,5 @@
-// hopper.cuh: the Hopper (sm_90a) pieces the TMA stages share (tma_wgmma.cu and the stages built
-// on it): tensor maps and TMA loads, mbarriers, wgmma's shared-memory matrix descriptors and its
+// hopper.cuh: the Hopper (sm_90a) pieces wgmma.cu and the TMA stages share (tma_wgmma.cu and the
+// stages built on it): tensor maps and TMA loads, mbarriers, wgmma's shared-memory matrix descriptors and its
 // fence / commit / wait. Each is one PTX instruction or a loop around one; the stage files say
 // how they are put together.
 #pragma once
@@ -8,7 +8,17 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "the TMA stages need sm_90a (TMA, wgmma): compile with -arch=sm_90a"
+#error "this kernel needs sm_90a (Hopper's wgmma and TMA): compile with -arch=sm_90a"
+#endif
+
+// The element of A, B and C in the precision the including file defines: the bits of a
+// bfloat16 / float16 (PREC_BF16, PREC_FP16), else fp32 (TF32 and 3xTF32 read fp32 operands).
+#if defined(PREC_BF16) || defined(PREC_FP16)
+typedef unsigned short elem_t;  // the bits of a bfloat16 / float16
+#define ELEM 2
+#else
+typedef float elem_t;
+#define ELEM 4
 #endif
 
 // A TMA tensor map (CUtensorMap): 128 opaque bytes the host encodes with the driver's

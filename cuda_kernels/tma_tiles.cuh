@@ -37,14 +37,6 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
 #include "hopper.cuh"
 #include "wgmma_ss_ops.cuh"
 
-#if defined(PREC_BF16) || defined(PREC_FP16)
-typedef unsigned short elem_t;  // the bits of a bfloat16 / float16
-#define ELEM 2
-#else
-typedef float elem_t;
-#define ELEM 4
-#endif
-
 #define A_KMAJOR (!TRANS_A)
 #define B_KMAJOR (TRANS_B)
 #if ELEM == 4 && !(A_KMAJOR && B_KMAJOR)

@@ -91,22 +91,8 @@
 #error "LOAD_FIRST must be 0 (A' loads after the next tile's copy) or 1 (before it)"
 #endif
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#error "wgmma.cu needs sm_90a (wgmma): compile with -arch=sm_90a"
-#endif
-
+#include "hopper.cuh"  // u32, u64, elem_t / ELEM, smem_u32, the wgmma fence / commit / wait
 #include "wgmma_ops.cuh"
-
-#if defined(PREC_BF16) || defined(PREC_FP16)
-typedef unsigned short elem_t;  // the bits of a bfloat16 / float16
-#define ELEM 2
-#else
-typedef float elem_t;
-#define ELEM 4
-#endif
 
 #define ROWPAIR (ELEM == 4 && !A_KMAJOR)  // see load_frags
 #if defined(PREC_3XTF32)
@@ -133,9 +119,6 @@ static_assert(STAGES >= 3 && STAGES <= 6, "STAGES must be 3..6");
 static_assert(SLOT % 1024 == 0, "ring slots must stay 1024-byte aligned");
 
 // ------------------------------------------------------------------------------ PTX helpers
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-    return static_cast<u32>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void cp16(u32 dst, const void* src, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
                  : "memory");
@@ -145,19 +128,6 @@ template <int N>
 __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void fence_async_smem() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keep the compiler from moving accumulator reads/writes across a wgmma boundary.
-__device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
 __device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -186,14 +156,6 @@ __device__ __forceinline__ u32 tf32_head(u32 x) {
 }
 __device__ __forceinline__ u32 tf32_tail(u32 x, u32 h) {
     return tf32_rn(__float_as_uint(__uint_as_float(x) - __uint_as_float(h)));
-}
-
-// Shared-memory matrix descriptor of a K-major, 128-byte-swizzled tile: start address, leading
-// byte offset (unused by this layout; 1 by convention), stride byte offset 1024 (from one group of
-// 8 lines to the next), layout type 1 (128-byte swizzle) in bits 62-63.
-__device__ __forceinline__ u64 desc_k128(u32 addr) {
-    return static_cast<u64>((addr & 0x3FFFF) >> 4) | (static_cast<u64>(1) << 16) |
-           (static_cast<u64>(1024 >> 4) << 32) | (static_cast<u64>(1) << 62);
 }
 
 template <int N>
@@ -493,12 +455,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int s = 0; s < NSTEP; ++s) {
 #if SPLIT
-            const u64 bh = desc_k128(slot + s * 32), bl = desc_k128(slot + B_BYTES + s * 32);
+            const u64 bh = desc_kmajor(slot + s * 32), bl = desc_kmajor(slot + B_BYTES + s * 32);
             wgmma_n<BN>(dst, lo[s], bh, s > 0 || !fresh);
             wgmma_n<BN>(dst, f[s], bl, 1);
             wgmma_n<BN>(dst, f[s], bh, 1);
 #else
-            wgmma_n<BN>(dst, f[s], desc_k128(slot + s * 32), 1);
+            wgmma_n<BN>(dst, f[s], desc_kmajor(slot + s * 32), 1);
 #endif
         }
         wg_commit();
