@@ -34,9 +34,9 @@ from lab.operands import entry
 from lab.roofline import DEFAULT_SMS, sm_count
 from lab.toolchain.tma import MapSpec, max_active_clusters, tma_launcher
 
-PRECISIONS = ("bf16", "fp16", "tf32")
-DEFINES = {"tf32": "PREC_TF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16"}
-ELEM_BYTES = {"tf32": 4, "bf16": 2, "fp16": 2}
+PRECISIONS = ("bf16", "fp16", "tf32")  # every TMA stage's; 3xtf32 where a stage says `split`
+DEFINES = {"tf32": "PREC_TF32", "3xtf32": "PREC_3XTF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16"}
+ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 ARCH = "sm_90a"
 SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
 
@@ -50,7 +50,8 @@ class HopperStage:
     """One TMA stage's launcher: `warpgroups` is the knob that counts the warpgroups computing C
     (64 rows each: BM = 64 * warpgroups), `producer` adds a loading warpgroup, `persistent`
     launches min(tiles, SMs) blocks instead of one per tile. `defaults` is the automatic row
-    (every knob's 0), `choices` each knob's values (0 first)."""
+    (every knob's 0), `choices` each knob's values (0 first). `split` offers 3xtf32 (tma_tiles.cuh's
+    split3x: a slot holds the B tile's tails too), with `split_defaults` over `defaults`."""
 
     stage: str
     source: str
@@ -61,6 +62,8 @@ class HopperStage:
     producer: bool = False
     persistent: bool = False
     tma_store: bool = False  # C through shared memory and TMA stores where its lines allow
+    split: bool = False
+    split_defaults: dict = field(default_factory=dict)
     knobs: tuple = field(init=False)
 
     @staticmethod
@@ -90,17 +93,32 @@ class HopperStage:
     def param_order(self) -> tuple:
         return self.knobs + ("group",)
 
-    def config(self, **params) -> dict:
-        """The build defines: the defaults with the explicit (non-zero) values over them."""
-        return {k: params.get(k) or self.defaults[k] for k in self.knobs}
+    @property
+    def precisions(self) -> tuple:
+        return PRECISIONS + (("3xtf32",) if self.split else ())
 
-    def smem_bytes(self, c: dict, tma_store: bool | None = None) -> int:
-        """STAGES slots of a BM x 128-byte A tile and a BN x 128-byte B tile, plus 1 KiB to align
-        the ring to the swizzle's 1024-byte atom, plus (TMA stores of C) two 8 KiB staging chunks
-        per warpgroup (tma_tiles.cuh's C_STAGE_BYTES)."""
+    def defaults_for(self, precision: str | None) -> dict:
+        """The automatic row of `precision` (3xtf32: split_defaults over the others')."""
+        return {**self.defaults, **(self.split_defaults if precision == "3xtf32" else {})}
+
+    def config(self, precision: str | None = None, **params) -> dict:
+        """The build defines: the precision's defaults with the explicit (non-zero) values over
+        them."""
+        d = self.defaults_for(precision)
+        return {k: params.get(k) or d[k] for k in self.knobs}
+
+    def slot_lines(self, c: dict, precision: str | None = None) -> int:
+        """128-byte lines per ring slot: A's BM and B's BN, and 3xtf32's B tails (BN more)."""
+        return 64 * c[self.warpgroups] + c["BN"] * (2 if precision == "3xtf32" else 1)
+
+    def smem_bytes(self, c: dict, tma_store: bool | None = None,
+                   precision: str | None = None) -> int:
+        """STAGES slots of slot_lines() 128-byte lines (A's BM, B's BN, 3xtf32's B tails), plus
+        1 KiB to align the ring to the swizzle's 1024-byte atom, plus (TMA stores of C) two 8 KiB
+        staging chunks per warpgroup (tma_tiles.cuh's C_STAGE_BYTES)."""
         store = self.tma_store if tma_store is None else tma_store
         staging = 2 * 64 * 128 * c[self.warpgroups] if store else 0
-        return c["STAGES"] * (64 * c[self.warpgroups] + c["BN"]) * 128 + 1024 + staging
+        return c["STAGES"] * self.slot_lines(c, precision) * 128 + 1024 + staging
 
     def validate(self, params, precision: str | None = None) -> None:
         """LabError (one sentence) for an unknown parameter, a value outside `choices`, or a ring
@@ -119,17 +137,19 @@ class HopperStage:
         group = params.get("group", 8)
         if not _int(group) or group < 1:
             raise LabError(f"{where}: group must be a positive integer")
-        c = self.config(**params)
+        c = self.config(precision, **params)
         cl = self.cluster_of(c)
         if cl > 1 and c["BN"] < 64 * cl:
             raise LabError(f"{where}: a cluster of {cl} blocks splits each B tile into {cl} "
                            f"multicast loads of at least 64 columns, so BN must be at least "
                            f"{64 * cl}")
-        if self.smem_bytes(c) > SMEM_PER_BLOCK:
-            raise LabError(f"{where}: the ring needs {self.smem_bytes(c)} bytes of shared memory "
-                           f"per block ({c['STAGES']} slots of {64 * c[self.warpgroups]} + "
-                           f"{c['BN']} lines of 128 bytes), more than the 227 KiB an H100 block "
-                           f"can have; lower STAGES, BN or {self.warpgroups}")
+        need = self.smem_bytes(c, precision=precision)
+        if need > SMEM_PER_BLOCK:
+            tails = f" + {c['BN']} of B's tails" if precision == "3xtf32" else ""
+            raise LabError(f"{where}: the ring needs {need} bytes of shared memory per block "
+                           f"({c['STAGES']} slots of {64 * c[self.warpgroups]} + {c['BN']}{tails} "
+                           f"lines of 128 bytes), more than the 227 KiB an H100 block can have; "
+                           f"lower STAGES, BN or {self.warpgroups}")
 
     def resolve(self, params, M: int, N: int, K: int, precision: str, sms: int,
                 store: bool | None = None) -> dict:
@@ -137,7 +157,7 @@ class HopperStage:
         `store`, or, not given, whether a contiguous M x N C has 16-byte lines."""
         if store is None:
             store = self.tma_store and (N * ELEM_BYTES.get(precision, 4)) % LINE_ALIGN == 0
-        c = self.with_cluster(self.config(**params), bool(store))
+        c = self.with_cluster(self.config(precision, **params), bool(store))
         return {**params, **c, "group": params.get("group", 8)}
 
     def show(self, resolved: dict) -> str:
@@ -149,31 +169,33 @@ class HopperStage:
               tma_store: bool | None = None):
         """The kernel for `precision` and the layout it reads, compiled for sm_90a (no GPU
         needed). `c` may carry extra build defines (scripts/experiments/hopper_probe.py)."""
-        d = {DEFINES[precision]: 1, "GROUP": group, **(c or self.defaults)}
+        d = {DEFINES[precision]: 1, "GROUP": group, **(c or self.defaults_for(precision))}
         if self.tma_store:  # the launch passes C as a tensor map only where it says so
             d["TMA_STORE"] = int(self.tma_store if tma_store is None else tma_store)
         return compile_kernel(self.source, self.kernel, d, layout=kernel_layout(layout, precision),
                               arch=ARCH)
 
     def geometry(self, M: int, N: int, c: dict | None = None, sms: int = DEFAULT_SMS,
-                 clusters: int | None = None, tma_store: bool | None = None):
+                 clusters: int | None = None, tma_store: bool | None = None,
+                 precision: str | None = None):
         """(grid, block, dynamic shared bytes). A persistent grid has one block per SM, or, in
         clusters, `clusters` clusters (as many as the GPU holds at once; SMs / CLUSTER without a
         GPU)."""
-        c = c or self.defaults
+        c = c or self.defaults_for(precision)
         wgs, cl = c[self.warpgroups], self.cluster_of(c)
         # a cluster takes `cl` tiles down M with the same columns
         tiles = cdiv(M, 64 * wgs * cl) * cdiv(N, c["BN"])
         resident = clusters if clusters is not None else sms // cl
         blocks = cl * (min(tiles, resident) if self.persistent else tiles)
         return ((blocks, 1, 1), (128 * (wgs + self.producer), 1, 1),
-                self.smem_bytes(c, tma_store))
+                self.smem_bytes(c, tma_store, precision))
 
     def compile_for(self, params, M: int, N: int, K: int, layout: str, precision: str):
         """The build and geometry prepare() uses (the contract's `compile`), without a GPU."""
         c = self.resolve(params, M, N, K, precision, DEFAULT_SMS)
         c = {k: c[k] for k in self.knobs}
-        return self.build(precision, layout, params.get("group", 8), c), self.geometry(M, N, c)
+        return (self.build(precision, layout, params.get("group", 8), c),
+                self.geometry(M, N, c, precision=precision))
 
     # ---------------------------------------------------------------- launch
     def require_hopper(self, p) -> None:
@@ -189,7 +211,7 @@ class HopperStage:
         import numpy as np
 
         self.require_hopper(p)
-        c = c or self.defaults
+        c = c or self.defaults_for(precision)
         w = plan(p)
         # C through TMA stores where a map can describe it (16-byte lines), else direct stores
         # (TMA_STORE=0 in `c`, a probe's define, keeps the direct stores)
@@ -200,10 +222,10 @@ class HopperStage:
         cl = self.cluster_of(c)
         clusters = None
         if self.persistent and cl > 1:
-            _, block, smem = self.geometry(p.M, p.N, c, tma_store=store)
+            _, block, smem = self.geometry(p.M, p.N, c, tma_store=store, precision=precision)
             clusters = max_active_clusters(b, block, smem, cl)
         grid, block, smem = self.geometry(p.M, p.N, c, sm_count(p.c.tensor.device), clusters,
-                                          store)
+                                          store, precision)
         specs = map_specs(w["a"], w["b"], p.M, p.N, p.K, 64 * c[self.warpgroups], c["BN"] // cl,
                           ELEM_BYTES[precision])
         if store:  # C's map: {128 bytes of columns, 64 rows} boxes, as store_acc_tma writes them
@@ -221,7 +243,7 @@ class HopperStage:
         return Prepared.of_steps(steps, resources=res, build=b, kernel_only=kernel, **facts)
 
     def offer(self) -> Offer:
-        return Offer(self.stage, "cuda", precisions=PRECISIONS, kernels=(self.kernel,),
+        return Offer(self.stage, "cuda", precisions=self.precisions, kernels=(self.kernel,),
                      validate=self.validate, resolve=self.resolve, show=self.show,
                      compile=self.compile_for)
 
@@ -231,7 +253,8 @@ class HopperStage:
         @entry(offer)
         def prepare(p, **params):
             self.require_hopper(p)
-            out = self.launch(p, p.precision, params.get("group", 8), self.config(**params))
+            out = self.launch(p, p.precision, params.get("group", 8),
+                              self.config(p.precision, **params))
             resolved = self.resolve(params, p.M, p.N, p.K, p.precision, 0,
                                     store=out.extra.get("tma_store"))
             out.resources = {**out.resources, "params": self.show(resolved)}

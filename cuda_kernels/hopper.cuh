@@ -1,6 +1,6 @@
 // hopper.cuh: the Hopper (sm_90a) pieces wgmma.cu and the TMA stages share (tma_wgmma.cu and the
 // stages built on it): tensor maps and TMA loads, mbarriers, wgmma's shared-memory matrix descriptors and its
-// fence / commit / wait. Each is one PTX instruction or a loop around one; the stage files say
+// fence / commit / wait, ldmatrix, 3xTF32's split of an fp32 value into a TF32 head and tail. Each is one PTX instruction or a loop around one; the stage files say
 // how they are put together.
 #pragma once
 
@@ -194,6 +194,38 @@ __device__ __forceinline__ u64 desc_mnmajor(u32 addr, u32 chunk) {
 #else
     return gmma_desc(addr, chunk, 1024);
 #endif
+}
+
+// ------------------------------------------------------------------------------ registers
+// ldmatrix: four 8 x 8 matrices of 16-bit elements (or 8 x 4 of 32-bit ones) from shared memory
+// into a warp's registers, lane l naming a line of matrix l / 8; .trans transposes each.
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+__device__ __forceinline__ u32 tf32_rn(u32 x) {
+    u32 r;
+    asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(x)));
+    return r;
+}
+// 3xTF32's split of x into a head h and a tail tf32_rn(x - h): h = tf32_rn(x) where x is finite,
+// +-1 (x's sign: x & 0xbf800000) where x is Inf or NaN, whose tail is then x itself. So an Inf
+// reaches C as fp32's +-Inf (NaN only where it meets 0 or an Inf of the other sign), not as the
+// NaN of the tail Inf - Inf; why the head must not stay Inf: mma.cu's tf32_split. Cost in
+// wgmma.cu: a finite test and a predicated LOP3 per split element (A' 16, B' 16 per thread and
+// tile at its default 3xTF32 row): 895 -> 1024 instructions per loop of two tiles (24 HGMMA),
+// registers 230 -> 236, no spills (sm_90a, nn and tt).
+__device__ __forceinline__ u32 tf32_head(u32 x) {
+    return fabsf(__uint_as_float(x)) < __uint_as_float(0x7f800000u) ? tf32_rn(x) : x & 0xbf800000u;
+}
+__device__ __forceinline__ u32 tf32_tail(u32 x, u32 h) {
+    return tf32_rn(__float_as_uint(__uint_as_float(x) - __uint_as_float(h)));
 }
 
 // Two fp32 values to a pair of bf16 / fp16 bits (x in the low half), rounded to nearest.

@@ -61,20 +61,31 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
                       int M, int N, int K, long long ldc) {
     extern __shared__ unsigned char smem_raw[];
-    __shared__ alignas(8) u64 bars[2 * STAGES];  // full[0..STAGES), empty[STAGES..2 STAGES)
+    // full[0..STAGES), empty[STAGES..2 STAGES), 3xTF32's ready[2 STAGES..3 STAGES)
+    __shared__ alignas(8) u64 bars[(2 + SPLIT) * STAGES];
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const u32 full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+    // the barrier the consumers wait on: the TMA bytes landed (full), or (3xTF32) B split as well
+    const u32 ready0 = SPLIT ? smem_u32(&bars[2 * STAGES]) : full0;
 
     // CLUSTER blocks take CLUSTER neighbouring tiles down M with the same columns: a cluster
-    // tile is (BM * CLUSTER) x BN, and the clusters walk those in grouped order.
-    const int grid_m = CEIL_DIV(M, BM * CLUSTER), grid_n = CEIL_DIV(N, BN);
-    const int tiles = grid_m * grid_n;
-    const int KT = CEIL_DIV(K, BK);
+    // tile is (BM * CLUSTER) x BN, and the clusters walk those in grouped order. Each role works
+    // out the grid itself after its setmaxnreg (WALK): ptxas keeps a value that lives across
+    // setmaxnreg in local memory (3xTF32's build spilled grid_m and tiles so).
+#define WALK                                                               \
+    const int grid_m = CEIL_DIV(M, BM * CLUSTER), grid_n = CEIL_DIV(N, BN); \
+    const int tiles = grid_m * grid_n;                                      \
+    const int KT = CEIL_DIV(K, BK)
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
     const int rank = CLUSTER > 1 ? static_cast<int>(cluster_rank()) : 0;
     const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;
 
-    // one arrival per consumer warp of every block whose loads land here
+#if SPLIT  // one arrival per splitting warp (the producer's warps 1-3)
+    if (threadIdx.x == 0)
+        for (int s = 0; s < STAGES; ++s) mbar_init(ready0 + 8 * s, 3);
+#endif
+    // one arrival per consumer warp of every block whose loads land here (init_ring's fence
+    // covers the ready barriers too)
 #if TMA_STORE
     if (threadIdx.x == 0) init_ring(&tma_a, &tma_b, full0, empty0, 4 * CONSUMERS * CLUSTER, &tma_c);
 #else
@@ -87,6 +98,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     if (wg == 0) {  // the producer
         setmaxnreg_dec<PRODUCER_REGS>();
+        WALK;
         if (threadIdx.x == 0) {
             int it = 0;
             for (int t = first; t < tiles; t += stride) {
@@ -104,8 +116,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 }
             }
         }
+#if SPLIT
+        else if (warp > 0) {  // the splitters: each landed B tile into heads and tails
+            int it = 0;
+            for (int t = first; t < tiles; t += stride)
+                for (int kt = 0; kt < KT; ++kt, ++it) {
+                    const int s = it % STAGES;
+                    mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+                    split_b(ring + s * SLOT, threadIdx.x - 32, 96);
+                    fence_async_smem();  // the st.shared seen by wgmma (the async proxy)
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(ready0 + 8 * s);
+                }
+        }
+#endif
     } else {
         setmaxnreg_inc<CONSUMER_REGS>();
+        WALK;
         const int cw = wg - 1;  // this consumer's warpgroup: rows 64 cw .. of each tile
         // a slot is free once the consumers of every block its loads land in have released it
         auto release = [&](int s) {
@@ -118,12 +145,57 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
         };
         float acc[ACC];
+#if SPLIT
+        // 3xTF32 (tma_tiles.cuh's split3x): a fresh sum `part` per pair of k-tiles, added to acc
+        // in fp32; A's heads and tails in two register sets by k-tile parity, since wgmma reads
+        // its register operand asynchronously: a set is loaded again only after the wgmma that
+        // read it are waited for.
+        float part[ACC];
+        u32 ah[2][NSTEP][4], at[2][NSTEP][4];
+        auto prep = [&](int i, u32(&h)[NSTEP][4], u32(&l)[NSTEP][4]) {
+            const int s = i % STAGES;
+            mbar_wait(ready0 + 8 * s, (i / STAGES) & 1);
+            a_frags_3x(ring + s * SLOT, cw, warp, lane, h, l);
+        };
+        auto add_part = [&]() {
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) {
+                reg_fence(part[i]);
+                acc[i] += part[i];
+            }
+        };
+#endif
         int it = 0;
         for (int t = first; t < tiles; t += stride) {
             int bm, bn;
             tile_of(t, grid_m, grid_n, bm, bn);
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
+#if SPLIT
+            // k-tile kt (even) starts a pair, kt + 1 ends it: the next k-tile's A is loaded and
+            // split while this one's wgmma run; the pair's sum is waited for and added at its end
+            if (KT > 0) prep(it, ah[0], at[0]);
+            for (int kt = 0; kt < KT; kt += 2) {
+                mma_tile_3x(part, ring + (it % STAGES) * SLOT, ah[0], at[0], true);
+                if (kt + 1 == KT) {  // a last k-tile without a pair
+                    wg_wait<0>();
+                    add_part();
+                    release(it % STAGES);
+                    ++it;
+                    break;
+                }
+                prep(it + 1, ah[1], at[1]);  // set 1's wgmma (the last pair's end) were waited for
+                ++it;
+                mma_tile_3x(part, ring + (it % STAGES) * SLOT, ah[1], at[1], false);
+                wg_wait<1>();  // the pair's first k-tile is done: its slot, and set 0, are free
+                release((it - 1) % STAGES);
+                if (kt + 2 < KT) prep(it + 1, ah[0], at[0]);
+                wg_wait<0>();
+                add_part();
+                release(it % STAGES);
+                ++it;
+            }
+#else
             for (int kt = 0; kt < KT; ++kt, ++it) {
                 const int s = it % STAGES;
                 const u32 slot = ring + s * SLOT;
@@ -134,6 +206,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
             wg_wait<0>();
             release((it - 1) % STAGES);  // the tile's last slot
+#endif
 #pragma unroll
             for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
 #if TMA_STORE
@@ -150,4 +223,5 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // no block may exit while a block of its cluster can still multicast into it or arrive on
     // its barriers
     if (CLUSTER > 1) cluster_sync();
+#undef WALK
 }

@@ -27,6 +27,10 @@ STAGE = HopperStage(
     choices={"CONSUMERS": (0, 1, 2), "BN": (0, 64, 128, 192, 256),
              "STAGES": (0, 2, 3, 4, 5, 6, 7, 8), "CLUSTER": (0, 1, 2)},
     producer=True, persistent=True, tma_store=True,
+    # 3xtf32: a 128 x 128 tile, the most a consumer's registers hold with a fresh sum beside the
+    # accumulators (2 x 64) and two sets of A's heads and tails (64); four slots of A, B and B's
+    # tails (48 KiB) and C's staging fill 225 of the 227 KiB
+    split=True, split_defaults={"BN": 128},
 )
 OFFER = STAGE.offer()
 prepare = STAGE.prepare_for(OFFER)

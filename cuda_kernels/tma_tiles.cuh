@@ -6,8 +6,15 @@
 #pragma once
 
 // The stages' defaults (each 0 of the launchers' parameters means these; cuda_kernels/_tma.py).
-#if !defined(PREC_TF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
+#if !defined(PREC_TF32) && !defined(PREC_3XTF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
 #define PREC_BF16 1
+#endif
+// 3xTF32 (persistent.cu only): each fp32 operand split into a TF32 head and tail, three TF32
+// products (split3x below)
+#if defined(PREC_3XTF32)
+#define SPLIT 1
+#else
+#define SPLIT 0
 #endif
 #ifdef CONSUMERS  // a warp-specialized stage: CONSUMERS warpgroups compute, one more loads
 #define WGS CONSUMERS
@@ -36,6 +43,9 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
 #include "common.cuh"
 #include "hopper.cuh"
 #include "wgmma_ss_ops.cuh"
+#if SPLIT
+#include "wgmma_ops.cuh"  // A from registers
+#endif
 
 #define A_KMAJOR (!TRANS_A)
 #define B_KMAJOR (TRANS_B)
@@ -49,7 +59,8 @@ constexpr int KSTEP = ELEM == 4 ? 8 : 16;  // elements of K per wgmma
 constexpr int NSTEP = BK / KSTEP;          // wgmma per tile and warpgroup (4)
 constexpr int A_BYTES = BM * 128;          // BM x BK, either way round
 constexpr int B_BYTES = BN * 128;
-constexpr int SLOT = A_BYTES + B_BYTES;
+constexpr int TMA_BYTES = A_BYTES + B_BYTES;  // what TMA writes into a slot per k-tile
+constexpr int SLOT = TMA_BYTES + SPLIT * B_BYTES;  // 3xTF32: and the B tile's tails after it
 constexpr int MN_CHUNK = BK * 128;         // one 64-wide box of an M- or N-major tile
 constexpr int ACC = BN / 2;                // accumulators per thread
 static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
@@ -93,7 +104,7 @@ __device__ __forceinline__ u64 b_desc(u32 slot, int s) {
 // zero-filled elements too).
 __device__ __forceinline__ void load_tile(const TensorMap* ta, const TensorMap* tb, u32 slot,
                                           u32 bar, int kt, int m0, int n0) {
-    mbar_expect_tx(bar, SLOT);
+    mbar_expect_tx(bar, TMA_BYTES);
     const int k0 = kt * BK;
 #if A_KMAJOR
     tma_load_2d(slot, ta, k0, m0, bar);
@@ -119,7 +130,7 @@ __device__ __forceinline__ void load_tile_multicast(const TensorMap* ta, const T
                                                     u32 slot, u32 bar, int kt, int m0, int n0,
                                                     int rank) {
     static_assert(B_KMAJOR || (BN / 64) % CL == 0, "N-major B: BN / 64 boxes per block must split");
-    mbar_expect_tx(bar, SLOT);
+    mbar_expect_tx(bar, TMA_BYTES);
     const int k0 = kt * BK;
     const unsigned short mask = (1u << CL) - 1;
 #if A_KMAJOR
@@ -270,3 +281,89 @@ __device__ __forceinline__ void store_acc_tma(const float* acc, const TensorMap*
         if (warp == 0) tma_store_2d_warp(tc, n0 + k * C_COLS, m0, buf);
     }
 }
+
+// ------------------------------------------------------------------------------ 3xTF32
+// C = A_h B_h + A_h B_t + A_t B_h over fp32 A and B, each split into a TF32 head (x rounded to
+// TF32) and tail (x minus its head, rounded), hopper.cuh's tf32_head / tf32_tail; the tails'
+// product A_t B_t, 2^-22 of the whole, is left out. TMA lands A and B as they lie (fp32, 128-byte
+// swizzled). The split is done in two places:
+//   - B, the tile both consumer warpgroups read through its descriptor, by the producer
+//     warpgroup's three idle warps (split_b): each 16-byte chunk is read, its head written back
+//     in place and its tail at the same offset of the tail tile that follows B in the slot (the
+//     same swizzle, so one descriptor base B_BYTES on reads it); then the slot's `ready` barrier.
+//   - A, by each consumer warp into registers (a_frags_3x): wgmma takes A from registers
+//     (wgmma_ops.cuh), so A's tails never go through shared memory and A is read from it once,
+//     not three times.
+// The tensor core's own accumulation over many k-steps loses accuracy (docs/stages/wgmma.md:
+// 25x cuBLAS fp32's error at 4096^3), so every pair of k-tiles is summed afresh into `part` and
+// added to the accumulators in fp32, as wgmma.cu's SUM_TILES = 2.
+#if SPLIT
+// Splitter thread t of n: every chunk t, t + n, ... of the B tile in `slot`.
+__device__ __forceinline__ void split_b(u32 slot, int t, int n) {
+    const u32 b = slot + A_BYTES;
+#pragma unroll 2
+    for (int q = t; q < B_BYTES / 16; q += n) {
+        u32 x[4], h[4], l[4];
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+                     : "r"(b + 16 * q));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            h[j] = tf32_head(x[j]);
+            l[j] = tf32_tail(x[j], h[j]);
+        }
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(b + 16 * q), "r"(h[0]),
+                     "r"(h[1]), "r"(h[2]), "r"(h[3]));
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(b + B_BYTES + 16 * q),
+                     "r"(l[0]), "r"(l[1]), "r"(l[2]), "r"(l[3]));
+    }
+}
+
+// A warp's 16 rows of A (rows 64 wg + 16 warp ..) for all NSTEP k-steps of the tile in `slot`, in
+// the register order of wgmma's TF32 A operand (f[s] = A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4),
+// g = lane / 4, t = lane % 4, k from 8 s): ldmatrix.x4 of 16 lines x 32 bytes, lane l naming line
+// l % 16 at 16-byte chunk 2 s + l / 16, which the 128-byte swizzle moved to chunk ^ (line % 8).
+// Then split: h the heads, l the tails.
+__device__ __forceinline__ void a_frags_3x(u32 slot, int wg, int warp, int lane,
+                                           u32 (&h)[NSTEP][4], u32 (&l)[NSTEP][4]) {
+    const int row = 64 * wg + 16 * warp + (lane & 15);
+    const u32 line = slot + row * 128;
+#pragma unroll
+    for (int s = 0; s < NSTEP; ++s) {
+        const u32 chunk = (2 * s + (lane >> 4)) ^ (row & 7);
+        ldsm_x4(line + (chunk << 4), h[s][0], h[s][1], h[s][2], h[s][3]);
+    }
+#pragma unroll
+    for (int s = 0; s < NSTEP; ++s)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const u32 x = h[s][r];
+            h[s][r] = tf32_head(x);
+            l[s][r] = tf32_tail(x, h[s][r]);
+        }
+}
+
+// The three products of one k-tile into `part`, smallest first, one commit group; `fresh` starts
+// the sum afresh (the first wgmma overwrites part).
+__device__ __forceinline__ void mma_tile_3x(float* part, u32 slot, const u32 (&h)[NSTEP][4],
+                                            const u32 (&l)[NSTEP][4], bool fresh) {
+    wg_fence();
+#pragma unroll
+    for (int s = 0; s < NSTEP; ++s) {
+        const u64 bh = desc_kmajor(slot + A_BYTES + s * KSTEP * ELEM);
+        const u64 bt = desc_kmajor(slot + A_BYTES + B_BYTES + s * KSTEP * ELEM);
+#define WG_RS(n, a, b, sd) wgmma_tf32_n##n(part, a[0], a[1], a[2], a[3], b, sd)
+#define WG_3(n)                                  \
+    WG_RS(n, l[s], bh, s > 0 || !fresh);         \
+    WG_RS(n, h[s], bt, 1);                       \
+    WG_RS(n, h[s], bh, 1)
+        if constexpr (BN == 64) { WG_3(64); }
+        else if constexpr (BN == 128) { WG_3(128); }
+        else if constexpr (BN == 192) { WG_3(192); }
+        else { WG_3(256); }
+#undef WG_3
+#undef WG_RS
+    }
+    wg_commit();
+}
+#endif

@@ -33,12 +33,16 @@ from lab.operands import CUDA, describe
 from lab.toolchain.sass import sass
 
 STAGES = ("tma_wgmma", "warp_specialized", "persistent")
-PRECISIONS = ("bf16", "fp16", "tf32")
-DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
+         "3xtf32": torch.float32}
 
 
 def _mod(stage):
     return importlib.import_module(f"cuda_kernels.{stage}")
+
+
+# every stage with every precision it offers (persistent adds 3xtf32)
+CASES = [(s, p) for s in STAGES for p in _mod(s).OFFER.precisions]
 
 
 def _one_sentence(text: str) -> None:
@@ -54,18 +58,39 @@ def test_generated_wrappers_match_their_generator():
     assert r.returncode == 0, r.stderr
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("stage,precision", CASES)
 def test_builds_compile_without_spills_and_issue_hgmma_and_tma(stage, precision, layout):
     build, (grid, block, smem) = _mod(stage).OFFER.compile({}, 1000, 1000, 1000, layout, precision)
     assert build.spill_stores == 0 and build.spill_loads == 0, build.log
     text = sass(build)
-    width = {"bf16": "64x256x16", "fp16": "64x256x16", "tf32": "64x256x8"}[precision]
+    width = {"bf16": "64x256x16", "fp16": "64x256x16", "tf32": "64x256x8",
+             "3xtf32": "64x128x8"}[precision]
     assert re.search(rf"HGMMA\.{width}\.F32", text), "no HGMMA of the tile's shape in the SASS"
     assert "UTMALDG.2D" in text, "no TMA load in the SASS"
     assert ("USETMAXREG" in text) == (stage != "tma_wgmma")
     assert smem <= 227 * 1024
+
+
+def test_3xtf32_is_persistents_with_b_tails_in_each_slot():
+    """3xtf32 (tma_tiles.cuh's split3x) is offered by persistent only: a 128 x 128 tile whose slots
+    hold A, B and B's tails (4 x 48 KiB + C's staging: 225 KiB), A from registers (LDSM, then
+    HGMMA with a register A operand), three HGMMA per k-step; a wider tile's ring is refused in
+    one sentence that counts the tails."""
+    assert [s for s in STAGES if "3xtf32" in _mod(s).OFFER.precisions] == ["persistent"]
+    m = _mod("persistent")
+    build, (grid, block, smem) = m.OFFER.compile({}, 4096, 4096, 4096, "nn", "3xtf32")
+    assert block[0] == 384 and grid[0] == 132
+    assert smem == 4 * (128 + 2 * 128) * 128 + 1024 + 2 * 2 * 64 * 128 <= 227 * 1024
+    text = sass(build)
+    hgmma = re.findall(r"HGMMA\.64x128x8\.F32\.TF32 R\d+, R\d+, gdesc", text)
+    assert len(hgmma) % 12 == 0 and hgmma, "no register-A HGMMA, or not three per k-step"
+    assert "LDSM" in text and "STS.128" in text  # A's fragments; the splitters' heads and tails
+    with pytest.raises(LabError) as e:
+        m.OFFER.validate({"BN": 256}, "3xtf32")
+    assert "B's tails" in str(e.value)
+    _one_sentence(str(e.value))
+    m.OFFER.validate({"BN": 256}, "bf16")  # the same ring without tails fits
 
 
 def test_tf32_builds_read_both_operands_k_major():
@@ -186,9 +211,8 @@ def _check(c, a, b, precision):
 
 @gpu
 @needs_hopper
-@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("stage,precision", CASES)
 def test_every_layout_at_edge_sizes(stage, layout, precision):
     m = _mod(stage)
     for M, N, K in ((333, 257, 129), (129, 520, 1000), (64, 8, 8), (1, 1, 1)):
@@ -232,3 +256,26 @@ def test_lab_matmul_replays_on_new_tensors(stage):
         a.copy_(torch.randn_like(a.float()).bfloat16())
         lab.matmul(a, b, stage=stage, backend="cuda", out=out)
         _check(out, a, b, "bf16")
+
+
+@gpu
+@needs_hopper
+def test_persistent_3xtf32_is_as_accurate_as_cublas_fp32_over_many_tiles():
+    """Blocks that walk several tiles (256 and 153 tiles on 132 SMs), pairs of k-tiles with and
+    without a last odd one (K = 4000: 125 k-tiles), both orientations of B (nn copies it K-major):
+    the error against float64 is at most cuBLAS fp32's on the same operands."""
+    m = _mod("persistent")
+    matmul = torch.backends.cuda.matmul
+    before, matmul.allow_tf32 = matmul.allow_tf32, False
+    try:
+        for M, N, K, layout in ((2048, 2048, 4000, "nt"), (1100, 2200, 1000, "nn")):
+            a, b = _operands(M, N, K, layout, "3xtf32")
+            c = torch.full((M, N), float("nan"), device="cuda")
+            m.prepare(a, b, c, precision="3xtf32")()
+            ref = chk.reference(a, b)
+            ours = chk.compare(c, ref, K, "3xtf32")
+            cublas = chk.compare(torch.matmul(a, b), ref, K, "fp32")
+            assert ours.passed, ours.reason
+            assert ours.rel_err <= cublas.rel_err, (M, N, K, ours.rel_err, cublas.rel_err)
+    finally:
+        matmul.allow_tf32 = before

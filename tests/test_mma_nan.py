@@ -649,9 +649,10 @@ INF_GUARD = re.compile(r"FSETP\.GEU\.AND P\d, PT, \|R\d+\|, \+INF")  # |x| >= In
 
 @cpu_only
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
-@pytest.mark.parametrize("stage", ["mma", "wgmma"])
+@pytest.mark.parametrize("stage", ["mma", "wgmma", "persistent"])
 def test_3xtf32_default_builds_keep_inf_without_spills(monkeypatch, stage, layout):
-    """What prepare() builds for 3xtf32 at 4096^3 (mma: sm_90, wgmma: sm_90a): no spills, no
+    """What prepare() builds for 3xtf32 at 4096^3 (mma: sm_90, wgmma and persistent: sm_90a, whose
+    split is tma_tiles.cuh's, with hopper.cuh's tf32_head / tf32_tail): no spills, no
     stack, at most 255 registers, and the split's Inf guard in the SASS: the finite test (FSETP.GEU
     |x|, +INF, one per split register) and the head +-1 (x & 0xbf800000). The tf32 build of the
     same stage has neither (it splits nothing)."""
@@ -662,7 +663,7 @@ def test_3xtf32_default_builds_keep_inf_without_spills(monkeypatch, stage, layou
     builds = {p: offer.compile(stage_params(stage, "cuda"), 4096, 4096, 4096, layout, p)[0]
               for p in ("3xtf32", "tf32")}
     build = builds["3xtf32"]
-    assert build.arch == ("sm_90a" if stage == "wgmma" else "sm_90")
+    assert build.arch == ("sm_90" if stage == "mma" else "sm_90a")
     _spill_free(build)
     _mix(build)  # skips where no disassembler is installed
     text = _sass.sass(build)
@@ -970,16 +971,19 @@ def assert_torch_pattern(c, a, b, K, precision, what):
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32", "bf16", "fp16"])
 @pytest.mark.parametrize("backend", ["cuda", "triton"])
-@pytest.mark.parametrize("stage", ["mma", "wgmma"])
+@pytest.mark.parametrize("stage", ["mma", "wgmma", "tma_wgmma", "warp_specialized", "persistent"])
 def test_nan_and_inf_give_torchs_pattern_on_the_gpu(stage, backend, precision):
-    """Both tensor-core stages, both backends, every precision, every layout: with NaN, +-Inf
-    (and zeros and TF32-exact values beside the Infs) planted in A and in B, at first, last,
-    middle and tile-edge positions, C is NaN, +Inf and -Inf exactly where torch.matmul in fp32
-    is. (3xtf32 on the CUDA kernels gave NaN wherever an Inf entered, until its split kept Inf.)"""
+    """The tensor-core stages, both backends, every precision each offers, every layout: with
+    NaN, +-Inf (and zeros and TF32-exact values beside the Infs) planted in A and in B, at first,
+    last, middle and tile-edge positions, C is NaN, +Inf and -Inf exactly where torch.matmul in
+    fp32 is. (3xtf32 on the CUDA kernels gave NaN wherever an Inf entered, until its split kept
+    Inf.)"""
     _need_gpu()
-    if stage == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("stage wgmma needs an sm_90 GPU")
+    if stage != "mma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"stage {stage} needs an sm_90 GPU")
     launcher = stage_module(stage, backend)
+    if precision not in launcher.OFFER.precisions:
+        pytest.skip(f"stage {stage} ({backend}) does not offer {precision}")
     for M, N, K in GPU_SHAPES:
         for layout in ("nn", "nt", "tn", "tt"):
             a, b = _special_operands(M, N, K, DTYPE[precision], layout, M + N + K)

@@ -12,6 +12,8 @@ GPU only (marked `gpu`); skipped, with the reason, when compute-sanitizer is not
 
 from __future__ import annotations
 
+import importlib
+
 import re
 
 import pytest
@@ -53,7 +55,7 @@ MMA_CASES = [("mma", p, tool, "") for p in TC_PRECISIONS for tool in TOOLS_TC] +
      for tool in TOOLS_TC] + \
     [("wgmma", p, tool, "") for p in TC_PRECISIONS for tool in TOOLS_TC] + \
     [(s, p, tool, "") for s in ("tma_wgmma", "warp_specialized", "persistent")
-     for p in ("bf16", "fp16", "tf32") for tool in TOOLS_TC]
+     for p in importlib.import_module(f"cuda_kernels.{s}").OFFER.precisions for tool in TOOLS_TC]
 
 
 @pytest.mark.skipif(SANITIZER is None, reason="compute-sanitizer not found on PATH, in the venv "

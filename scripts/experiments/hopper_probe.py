@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     for prec in args.precisions.split(","):
         dtype = getattr(torch, DTYPES[prec])
         for cfg in configs:
-            full = {**mod.DEFAULTS, **cfg}
+            full = {**mod.STAGE.defaults_for(prec), **cfg}
             label = ",".join(f"{k}={v}" for k, v in full.items())
             sizes = [x for x in args.sizes.split(",") if x]
             for size_text in [x for x in args.check_sizes.split(",") if x] + sizes:
