@@ -118,16 +118,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
 #if SPLIT
         else if (warp > 0) {  // the splitters: each landed B tile into heads and tails
-            int it = 0;
-            for (int t = first; t < tiles; t += stride)
-                for (int kt = 0; kt < KT; ++kt, ++it) {
-                    const int s = it % STAGES;
-                    mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-                    split_b(ring + s * SLOT, threadIdx.x - 32, 96);
-                    fence_async_smem();  // the st.shared seen by wgmma (the async proxy)
-                    __syncwarp();
-                    if (lane == 0) mbar_arrive(ready0 + 8 * s);
-                }
+            const int mine = first < tiles ? (tiles - first + stride - 1) / stride : 0;
+            split_ring(ring, full0, ready0, mine * KT, threadIdx.x - 32);
         }
 #endif
     } else {
@@ -145,57 +137,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
         };
         float acc[ACC];
-#if SPLIT
-        // 3xTF32 (tma_tiles.cuh's split3x): a fresh sum `part` per pair of k-tiles, added to acc
-        // in fp32; A's heads and tails in two register sets by k-tile parity, since wgmma reads
-        // its register operand asynchronously: a set is loaded again only after the wgmma that
-        // read it are waited for.
-        float part[ACC];
-        u32 ah[2][NSTEP][4], at[2][NSTEP][4];
-        auto prep = [&](int i, u32(&h)[NSTEP][4], u32(&l)[NSTEP][4]) {
-            const int s = i % STAGES;
-            mbar_wait(ready0 + 8 * s, (i / STAGES) & 1);
-            a_frags_3x(ring + s * SLOT, cw, warp, lane, h, l);
-        };
-        auto add_part = [&]() {
-#pragma unroll
-            for (int i = 0; i < ACC; ++i) {
-                reg_fence(part[i]);
-                acc[i] += part[i];
-            }
-        };
-#endif
         int it = 0;
         for (int t = first; t < tiles; t += stride) {
             int bm, bn;
             tile_of(t, grid_m, grid_n, bm, bn);
+#if SPLIT  // 3xTF32: tma_tiles.cuh's split3x
+            it = mma_tile_loop_3x(acc, ring, ready0, it, KT, cw, warp, lane, release);
+#else
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
-#if SPLIT
-            // k-tile kt (even) starts a pair, kt + 1 ends it: the next k-tile's A is loaded and
-            // split while this one's wgmma run; the pair's sum is waited for and added at its end
-            if (KT > 0) prep(it, ah[0], at[0]);
-            for (int kt = 0; kt < KT; kt += 2) {
-                mma_tile_3x(part, ring + (it % STAGES) * SLOT, ah[0], at[0], true);
-                if (kt + 1 == KT) {  // a last k-tile without a pair
-                    wg_wait<0>();
-                    add_part();
-                    release(it % STAGES);
-                    ++it;
-                    break;
-                }
-                prep(it + 1, ah[1], at[1]);  // set 1's wgmma (the last pair's end) were waited for
-                ++it;
-                mma_tile_3x(part, ring + (it % STAGES) * SLOT, ah[1], at[1], false);
-                wg_wait<1>();  // the pair's first k-tile is done: its slot, and set 0, are free
-                release((it - 1) % STAGES);
-                if (kt + 2 < KT) prep(it + 1, ah[0], at[0]);
-                wg_wait<0>();
-                add_part();
-                release(it % STAGES);
-                ++it;
-            }
-#else
             for (int kt = 0; kt < KT; ++kt, ++it) {
                 const int s = it % STAGES;
                 const u32 slot = ring + s * SLOT;

@@ -1,17 +1,18 @@
 """Launcher for cuda_kernels/persistent.cu: warp_specialized's producer and consumers in one
-resident block per SM that walks the output tiles (sm_90a), in bf16, fp16 and tf32.
+resident block per SM that walks the output tiles (sm_90a), in bf16, fp16, tf32 and 3xtf32.
 
 The operand plan, the tensor maps and the launch are cuda_kernels/_tma.py's.
 
 Geometry: a 1-D grid of CLUSTER * min(ceil(M/(BM * CLUSTER)) * ceil(N/BN), SMs / CLUSTER)
 blocks in clusters of CLUSTER (BM = 64 * CONSUMERS; the SMs of the GPU the operands are on, 132
 without one), 128 * (CONSUMERS + 1) threads,
-STAGES * (BM + BN) * 128 + 1024 bytes of dynamic shared memory plus 16 KiB per consumer
+STAGES * (BM + BN) * 128 + 1024 bytes of dynamic shared memory (3xtf32: BM + 2 BN lines per
+slot, B's tails beside B) plus 16 KiB per consumer
 warpgroup to stage C for its TMA stores (where C's lines are 16-byte aligned; direct stores
 otherwise), one block per SM.
 
 Parameters (lab/stages.py, stage persistent), each 0 meaning the automatic row: CONSUMERS (1-2:
-2), BN (64-256: 256), STAGES (ring slots, 2-8: 4), CLUSTER (blocks per cluster sharing one
+2), BN (64-256: 256; 128 for 3xtf32), STAGES (ring slots, 2-8: 4), CLUSTER (blocks per cluster sharing one
 multicast load of each B tile, 1-2; 0: 1 where C goes out through TMA stores, 2 where it is stored
 from registers: cuda_kernels/_tma.py HopperStage.with_cluster), and group (tile-rows walked
 together).

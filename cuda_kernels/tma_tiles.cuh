@@ -366,4 +366,66 @@ __device__ __forceinline__ void mma_tile_3x(float* part, u32 slot, const u32 (&h
     }
     wg_commit();
 }
+
+// The splitters (the producer warpgroup's warps 1-3; t = thread index among their 96): the B
+// tiles of the block's ring iterations 0 .. n-1 in turn, each once its TMA bytes landed (full),
+// announced on the slot's ready barrier (one arrival per warp).
+__device__ __forceinline__ void split_ring(u32 ring, u32 full0, u32 ready0, int n, int t) {
+    for (int it = 0; it < n; ++it) {
+        const int s = it % STAGES;
+        mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+        split_b(ring + s * SLOT, t, 96);
+        fence_async_smem();  // the st.shared seen by wgmma (the async proxy)
+        __syncwarp();
+        if ((t & 31) == 0) mbar_arrive(ready0 + 8 * s);
+    }
+}
+
+// A consumer warpgroup's whole k-loop of one output tile, ring iterations it .. it + KT - 1, into
+// acc (zeroed first): k-tile kt (even) starts a pair, kt + 1 ends it. A's heads and tails sit in
+// two register sets by k-tile parity, since wgmma reads its register operand asynchronously: a set
+// is loaded again only after the wgmma that read it were waited for. The next k-tile's A is
+// loaded and split while this one's wgmma run; the pair's sum is waited for and added at its end.
+// `release(s)` frees slot s. Returns the next iteration.
+template <class Release>
+__device__ __forceinline__ int mma_tile_loop_3x(float* acc, u32 ring, u32 ready0, int it, int KT,
+                                                int wg, int warp, int lane, Release release) {
+    float part[ACC];
+    u32 ah[2][NSTEP][4], at[2][NSTEP][4];
+    auto prep = [&](int i, u32(&h)[NSTEP][4], u32(&l)[NSTEP][4]) {
+        const int s = i % STAGES;
+        mbar_wait(ready0 + 8 * s, (i / STAGES) & 1);
+        a_frags_3x(ring + s * SLOT, wg, warp, lane, h, l);
+    };
+    auto add_part = [&]() {
+#pragma unroll
+        for (int i = 0; i < ACC; ++i) {
+            reg_fence(part[i]);
+            acc[i] += part[i];
+        }
+    };
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
+    if (KT > 0) prep(it, ah[0], at[0]);
+    for (int kt = 0; kt < KT; kt += 2) {
+        mma_tile_3x(part, ring + (it % STAGES) * SLOT, ah[0], at[0], true);
+        if (kt + 1 == KT) {  // a last k-tile without a pair
+            wg_wait<0>();
+            add_part();
+            release(it % STAGES);
+            return it + 1;
+        }
+        prep(it + 1, ah[1], at[1]);  // set 1's wgmma (the last pair's end) were waited for
+        ++it;
+        mma_tile_3x(part, ring + (it % STAGES) * SLOT, ah[1], at[1], false);
+        wg_wait<1>();  // the pair's first k-tile is done: its slot, and set 0, are free
+        release((it - 1) % STAGES);
+        if (kt + 2 < KT) prep(it + 1, ah[0], at[0]);
+        wg_wait<0>();
+        add_part();
+        release(it % STAGES);
+        ++it;
+    }
+    return it;
+}
 #endif

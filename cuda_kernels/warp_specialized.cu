@@ -26,7 +26,9 @@
 // full[kt % STAGES], issues its wgmma, lets one group stay in flight (wgmma.wait_group 1) and
 // releases tile kt-1's slot; after the loop it releases the last one.
 //
-// Precision: as tma_wgmma.cu (bf16, fp16: any layout; tf32: both operands K-major).
+// Precision: as tma_wgmma.cu (bf16, fp16: any layout; tf32: both operands K-major), and 3xTF32
+// (both operands K-major): the producer's three idle warps split each B tile into TF32 heads and
+// tails, the consumers split A in registers (tma_tiles.cuh's split3x).
 
 #ifndef CONSUMERS
 #define CONSUMERS 2
@@ -41,9 +43,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                             const __grid_constant__ TensorMap tma_b, elem_t* __restrict__ C, int M,
                             int N, int K, long long ldc) {
     extern __shared__ unsigned char smem_raw[];
-    __shared__ alignas(8) u64 bars[2 * STAGES];  // full[0..STAGES), empty[STAGES..2 STAGES)
+    // full[0..STAGES), empty[STAGES..2 STAGES), 3xTF32's ready[2 STAGES..3 STAGES)
+    __shared__ alignas(8) u64 bars[(2 + SPLIT) * STAGES];
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const u32 full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
+    const u32 ready0 = SPLIT ? smem_u32(&bars[2 * STAGES]) : full0;
 
     int bm, bn;
     block_tile(CEIL_DIV(M, BM), CEIL_DIV(N, BN), bm, bn);
@@ -51,6 +55,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int KT = CEIL_DIV(K, BK);
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
 
+#if SPLIT  // one arrival per splitting warp (the producer's warps 1-3)
+    if (threadIdx.x == 0)
+        for (int s = 0; s < STAGES; ++s) mbar_init(ready0 + 8 * s, 3);
+#endif
     if (threadIdx.x == 0) init_ring(&tma_a, &tma_b, full0, empty0, 4 * CONSUMERS);
     __syncthreads();
 
@@ -63,12 +71,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 load_tile(&tma_a, &tma_b, ring + s * SLOT, full0 + 8 * s, kt, m0, n0);
             }
         }
+#if SPLIT
+        else if (warp > 0) {  // the splitters: each landed B tile into heads and tails
+            split_ring(ring, full0, ready0, KT, threadIdx.x - 32);
+        }
+#endif
         return;
     }
 
     setmaxnreg_inc<CONSUMER_REGS>();
     const int cw = wg - 1;  // this consumer's warpgroup: rows m0 + 64 cw ..
     float acc[ACC];
+#if SPLIT  // 3xTF32: tma_tiles.cuh's split3x
+    mma_tile_loop_3x(acc, ring, ready0, 0, KT, cw, warp, lane, [&](int s) {
+        if (lane == 0) mbar_arrive(empty0 + 8 * s);
+    });
+#else
 #pragma unroll
     for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
     for (int kt = 0; kt < KT; ++kt) {
@@ -80,6 +98,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         if (kt > 0 && lane == 0) mbar_arrive(empty0 + 8 * ((kt - 1) % STAGES));
     }
     wg_wait<0>();
+#endif
 #pragma unroll
     for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
     store_acc(acc, C, M, N, ldc, m0 + 64 * cw, n0, warp, lane);

@@ -554,7 +554,8 @@ STAGES: tuple[Stage, ...] = (
         params=(
             Param("CONSUMERS", 0, (0, 1, 2),
                   "consumer warpgroups per block, 64 rows each (0: 2)", ("cuda",)),
-            Param("BN", 0, (0, 64, 128, 192, 256), "block tile columns (0: 256)", ("cuda",)),
+            Param("BN", 0, (0, 64, 128, 192, 256),
+                  "block tile columns (0: 256; 128 for 3xtf32)", ("cuda",)),
             Param("STAGES", 0, (0, 2, 3, 4, 5, 6, 7, 8), "ring slots (0: 4)", ("cuda",)),
             group(8),
             Param("BLOCK_M", 128, (64, 128, 256),

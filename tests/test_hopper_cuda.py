@@ -72,16 +72,20 @@ def test_builds_compile_without_spills_and_issue_hgmma_and_tma(stage, precision,
     assert smem <= 227 * 1024
 
 
-def test_3xtf32_is_persistents_with_b_tails_in_each_slot():
-    """3xtf32 (tma_tiles.cuh's split3x) is offered by persistent only: a 128 x 128 tile whose slots
-    hold A, B and B's tails (4 x 48 KiB + C's staging: 225 KiB), A from registers (LDSM, then
-    HGMMA with a register A operand), three HGMMA per k-step; a wider tile's ring is refused in
-    one sentence that counts the tails."""
-    assert [s for s in STAGES if "3xtf32" in _mod(s).OFFER.precisions] == ["persistent"]
-    m = _mod("persistent")
+@pytest.mark.parametrize("stage", ["warp_specialized", "persistent"])
+def test_3xtf32_builds_hold_b_tails_in_each_slot(stage):
+    """3xtf32 (tma_tiles.cuh's split3x) is offered by the stages with a producer warpgroup, whose
+    idle warps split B: a 128 x 128 tile whose slots hold A, B and B's tails (4 x 48 KiB, and
+    persistent's C staging: 225 KiB), A from registers (LDSM, then HGMMA with a register A
+    operand), three HGMMA per k-step; a wider tile's ring is refused in one sentence that counts
+    the tails."""
+    assert [s for s in STAGES if "3xtf32" in _mod(s).OFFER.precisions] == \
+        ["warp_specialized", "persistent"]
+    m = _mod(stage)
     build, (grid, block, smem) = m.OFFER.compile({}, 4096, 4096, 4096, "nn", "3xtf32")
-    assert block[0] == 384 and grid[0] == 132
-    assert smem == 4 * (128 + 2 * 128) * 128 + 1024 + 2 * 2 * 64 * 128 <= 227 * 1024
+    assert block[0] == 384 and grid[0] == (132 if stage == "persistent" else 32 * 32)
+    staging = 2 * 2 * 64 * 128 if stage == "persistent" else 0
+    assert smem == 4 * (128 + 2 * 128) * 128 + 1024 + staging <= 227 * 1024
     text = sass(build)
     hgmma = re.findall(r"HGMMA\.64x128x8\.F32\.TF32 R\d+, R\d+, gdesc", text)
     assert len(hgmma) % 12 == 0 and hgmma, "no register-A HGMMA, or not three per k-step"
@@ -260,11 +264,12 @@ def test_lab_matmul_replays_on_new_tensors(stage):
 
 @gpu
 @needs_hopper
-def test_persistent_3xtf32_is_as_accurate_as_cublas_fp32_over_many_tiles():
-    """Blocks that walk several tiles (256 and 153 tiles on 132 SMs), pairs of k-tiles with and
-    without a last odd one (K = 4000: 125 k-tiles), both orientations of B (nn copies it K-major):
-    the error against float64 is at most cuBLAS fp32's on the same operands."""
-    m = _mod("persistent")
+@pytest.mark.parametrize("stage", ["warp_specialized", "persistent"])
+def test_3xtf32_is_as_accurate_as_cublas_fp32_over_many_tiles(stage):
+    """Many tiles (persistent: blocks that walk several, 256 and 162 tiles on 132 SMs), pairs of
+    k-tiles with and without a last odd one (K = 4000: 125 k-tiles), both orientations of B (nn
+    copies it K-major): the error against float64 is at most cuBLAS fp32's on the same operands."""
+    m = _mod(stage)
     matmul = torch.backends.cuda.matmul
     before, matmul.allow_tf32 = matmul.allow_tf32, False
     try:
