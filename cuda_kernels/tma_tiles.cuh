@@ -298,24 +298,40 @@ __device__ __forceinline__ void store_acc_tma(const float* acc, const TensorMap*
 // 25x cuBLAS fp32's error at 4096^3), so every pair of k-tiles is summed afresh into `part` and
 // added to the accumulators in fp32, as wgmma.cu's SUM_TILES = 2.
 #if SPLIT
-// Splitter thread t of n: every chunk t, t + n, ... of the B tile in `slot`.
+// Splitter thread t of n: every chunk t, t + n, ... of the B tile in `slot`, SPLIT_CHUNKS at a
+// time: their loads are all issued before the first split and store, so their latencies overlap
+// (the asm statements keep their written order in the PTX, and ptxas did not always move a
+// load above a store of the chunk before: with one load, split and store after another the
+// kernel ran 9% slower at 4096^3).
+#ifndef SPLIT_CHUNKS
+#define SPLIT_CHUNKS 4
+#endif
 __device__ __forceinline__ void split_b(u32 slot, int t, int n) {
+    constexpr int CH = B_BYTES / 16;
     const u32 b = slot + A_BYTES;
-#pragma unroll 2
-    for (int q = t; q < B_BYTES / 16; q += n) {
-        u32 x[4], h[4], l[4];
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
-                     : "r"(b + 16 * q));
+    for (int q0 = t; q0 < CH; q0 += SPLIT_CHUNKS * n) {
+        u32 x[SPLIT_CHUNKS][4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            h[j] = tf32_head(x[j]);
-            l[j] = tf32_tail(x[j], h[j]);
+        for (int u = 0; u < SPLIT_CHUNKS; ++u)
+            if (q0 + u * n < CH)
+                asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                             : "=r"(x[u][0]), "=r"(x[u][1]), "=r"(x[u][2]), "=r"(x[u][3])
+                             : "r"(b + 16 * (q0 + u * n)));
+#pragma unroll
+        for (int u = 0; u < SPLIT_CHUNKS; ++u) {
+            const u32 at = b + 16 * (q0 + u * n);
+            if (q0 + u * n >= CH) break;
+            u32 h[4], l[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                h[j] = tf32_head(x[u][j]);
+                l[j] = tf32_tail(x[u][j], h[j]);
+            }
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(h[0]),
+                         "r"(h[1]), "r"(h[2]), "r"(h[3]));
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at + B_BYTES),
+                         "r"(l[0]), "r"(l[1]), "r"(l[2]), "r"(l[3]));
         }
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(b + 16 * q), "r"(h[0]),
-                     "r"(h[1]), "r"(h[2]), "r"(h[3]));
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(b + B_BYTES + 16 * q),
-                     "r"(l[0]), "r"(l[1]), "r"(l[2]), "r"(l[3]));
     }
 }
 
