@@ -64,6 +64,7 @@ class HopperStage:
     tma_store: bool = False  # C through shared memory and TMA stores where its lines allow
     split: bool = False
     split_defaults: dict = field(default_factory=dict)
+    tf32_regs: bool = False  # tf32's A may be M-major, through registers (tma_tiles.cuh A_REGS)
     knobs: tuple = field(init=False)
 
     @staticmethod
@@ -166,14 +167,20 @@ class HopperStage:
 
     # ---------------------------------------------------------------- build, geometry
     def build(self, precision: str, layout: str = "nn", group: int = 8, c: dict | None = None,
-              tma_store: bool | None = None):
+                tma_store: bool | None = None, c_trans: bool | None = None):
         """The kernel for `precision` and the layout it reads, compiled for sm_90a (no GPU
-        needed). `c` may carry extra build defines (scripts/experiments/hopper_probe.py)."""
+        needed). `c` may carry extra build defines (scripts/experiments/hopper_probe.py).
+        `c_trans`: the kernel computes C^T = B^T A^T (swapped(); None: as `layout` says), and
+        stores it from registers."""
         d = {DEFINES[precision]: 1, "GROUP": group, **(c or self.defaults_for(precision))}
+        if c_trans is None:
+            c_trans = swapped(layout, precision, self.tf32_regs)
+        if c_trans:
+            d["C_TRANS"], tma_store = 1, False
         if self.tma_store:  # the launch passes C as a tensor map only where it says so
             d["TMA_STORE"] = int(self.tma_store if tma_store is None else tma_store)
-        return compile_kernel(self.source, self.kernel, d, layout=kernel_layout(layout, precision),
-                              arch=ARCH)
+        return compile_kernel(self.source, self.kernel, d,
+                              layout=kernel_layout(layout, precision, self.tf32_regs), arch=ARCH)
 
     def geometry(self, M: int, N: int, c: dict | None = None, sms: int = DEFAULT_SMS,
                  clusters: int | None = None, tma_store: bool | None = None,
@@ -191,11 +198,15 @@ class HopperStage:
                 self.smem_bytes(c, tma_store, precision))
 
     def compile_for(self, params, M: int, N: int, K: int, layout: str, precision: str):
-        """The build and geometry prepare() uses (the contract's `compile`), without a GPU."""
-        c = self.resolve(params, M, N, K, precision, DEFAULT_SMS)
+        """The build and geometry prepare() uses (the contract's `compile`), without a GPU (for
+        operands whose lines TMA can read: no aligned copies)."""
+        swap = swapped(layout, precision, self.tf32_regs)
+        if swap:  # the kernel's M x N is C^T's
+            M, N = N, M
+        c = self.resolve(params, M, N, K, precision, DEFAULT_SMS, store=False if swap else None)
         c = {k: c[k] for k in self.knobs}
         return (self.build(precision, layout, params.get("group", 8), c),
-                self.geometry(M, N, c, precision=precision))
+                self.geometry(M, N, c, tma_store=False if swap else None, precision=precision))
 
     # ---------------------------------------------------------------- launch
     def require_hopper(self, p) -> None:
@@ -212,30 +223,33 @@ class HopperStage:
 
         self.require_hopper(p)
         c = c or self.defaults_for(precision)
-        w = plan(p)
+        w = plan(p, self.tf32_regs)
+        swap = w["swap"]
+        M, N = (p.N, p.M) if swap else (p.M, p.N)  # the kernel's D: C, or C^T
         # C through TMA stores where a map can describe it (16-byte lines), else direct stores
-        # (TMA_STORE=0 in `c`, a probe's define, keeps the direct stores)
-        ldc_map = line_ld(p.c.tensor, False) if self.tma_store else None
+        # (TMA_STORE=0 in `c`, a probe's define, keeps the direct stores; D = C^T is stored
+        # from registers)
+        ldc_map = line_ld(p.c.tensor, False) if self.tma_store and not swap else None
         store = ldc_map is not None and bool(c.get("TMA_STORE", 1))
         c = self.with_cluster(c, store)
-        b = self.build(precision, w["layout"], group, c, store)
+        b = self.build(precision, w["layout"], group, c, store, c_trans=swap)
         cl = self.cluster_of(c)
         clusters = None
         if self.persistent and cl > 1:
-            _, block, smem = self.geometry(p.M, p.N, c, tma_store=store, precision=precision)
+            _, block, smem = self.geometry(M, N, c, tma_store=store, precision=precision)
             clusters = max_active_clusters(b, block, smem, cl)
-        grid, block, smem = self.geometry(p.M, p.N, c, sm_count(p.c.tensor.device), clusters,
+        grid, block, smem = self.geometry(M, N, c, sm_count(p.c.tensor.device), clusters,
                                           store, precision)
-        specs = map_specs(w["a"], w["b"], p.M, p.N, p.K, 64 * c[self.warpgroups], c["BN"] // cl,
+        specs = map_specs(w["a"], w["b"], M, N, p.K, 64 * c[self.warpgroups], c["BN"] // cl,
                           ELEM_BYTES[precision])
         if store:  # C's map: {128 bytes of columns, 64 rows} boxes, as store_acc_tma writes them
             specs += (MapSpec(2, (p.N, p.M), ldc_map, (128 // ELEM_BYTES[precision], 64)),)
-        args = (w["a"][0], w["b"][0], p.c.tensor, np.int32(p.M), np.int32(p.N),
+        args = (w["a"][0], w["b"][0], p.c.tensor, np.int32(M), np.int32(N),
                 np.int32(p.K), np.int64(p.c.ld))
         kernel = tma_launcher(b, grid, block, args, smem, specs, cl)
         res = resources(b, grid, block, smem)
         names = tuple(name for name, _, _ in w["copies"])
-        facts = dict(copies=names, tma_store=store, cluster=cl)
+        facts = dict(copies=names, tma_store=store, cluster=cl, c_trans=swap)
         if not w["copies"]:
             return Prepared.of_steps([kernel.step], resources=res, build=b, **facts)
         # the copies are part of the computation, so of the timed call
@@ -267,10 +281,22 @@ class HopperStage:
 # ------------------------------------------------------------------------------ the plan
 
 
-def kernel_layout(layout: str, precision: str) -> str:
-    """The layout the kernel reads for operands in `layout`: the same for 16-bit types, nt (A
-    row-major, B column-major: both K-major) for tf32, which copies the others."""
-    return "nt" if ELEM_BYTES[precision] == 4 else layout
+def kernel_layout(layout: str, precision: str, regs: bool = False) -> str:
+    """The layout the kernel reads for operands in `layout` (as plan() maps aligned operands):
+    16-bit types read every layout as it lies. TF32 reads B K-major only: without `regs` both
+    operands K-major (nt; the others copied); with `regs` (A through registers, which may be
+    M-major) nt as it lies, tt as it lies, nn as C^T = B^T A^T (whose B^T is M-major: tt), and tn
+    with B copied K-major (tt). 3xtf32 reads both K-major."""
+    if ELEM_BYTES[precision] == 2:
+        return layout
+    if regs and precision == "tf32":
+        return "nt" if layout == "nt" else "tt"
+    return "nt"
+
+
+def swapped(layout: str, precision: str, regs: bool) -> bool:
+    """Whether the kernel computes C^T = B^T A^T for `layout` (tf32 nn with `regs`)."""
+    return regs and precision == "tf32" and layout == "nn"
 
 
 def line_ld(t, col: bool) -> int | None:
@@ -289,26 +315,37 @@ def line_ld(t, col: bool) -> int | None:
     return ld
 
 
-def plan(p) -> dict:
+def plan(p, regs: bool = False) -> dict:
     """The copies to run first in every call, (name, dst, src), and what the kernel reads: for A
     and B the tensor, whether it is read column-major (A: M-major, B: K-major) and its leading
-    dimension. 16-bit operands are read the way they lie; tf32 reads A row-major and B
-    column-major (both K-major). An operand the maps cannot read that way (another orientation in
-    tf32, lines off 16-byte boundaries, no unit stride) is copied into an aligned buffer of the
-    orientation read (cuda_kernels/_build.py's aligned_buffer)."""
-    tf32 = ELEM_BYTES[p.precision] == 4
+    dimension; `swap` where the kernel computes C^T = B^T A^T (its A the user's B^T, its B the
+    user's A^T, its D C^T). 16-bit operands are read the way they lie; tf32 reads B K-major, and A
+    K-major or, with `regs` (tf32 only), either way (kernel_layout); where B lies N-major and A
+    K-major (nn) the operands swap roles instead of B being copied. An operand the maps cannot
+    read as planned (another orientation, lines off 16-byte boundaries, no unit stride) is copied
+    into an aligned buffer of the orientation read (cuda_kernels/_build.py's aligned_buffer)."""
+    es = ELEM_BYTES[p.precision]
+    regs = regs and p.precision == "tf32"
+    a, b, swap = ("A", p.a.tensor), ("B", p.b.tensor), False
+    if es == 2:
+        want = (p.a.trans, p.b.trans)
+    elif not regs:
+        want = (False, True)
+    elif line_ld(b[1], True) is not None or line_ld(a[1], False) is None:
+        want = (p.a.trans, True)  # nt, tt as they lie; tn (and unaligned nn): B copied K-major
+    else:  # nn: B^T (M-major) through registers, A^T K-major
+        a, b, swap, want = ("B", p.b.tensor.t()), ("A", p.a.tensor.t()), True, (True, True)
     copies, out = [], {}
-    for name, op, col in (("A", p.a, False if tf32 else p.a.trans),
-                          ("B", p.b, True if tf32 else p.b.trans)):
-        t = op.tensor
+    for role, (name, t), col in (("A", a, want[0]), ("B", b, want[1])):
         ld = line_ld(t, col)
         if ld is None:
-            t = aligned_buffer(op.rows, op.cols, col, op.tensor)
-            copies.append((name, t, op.tensor))
+            src = t
+            t = aligned_buffer(t.shape[0], t.shape[1], col, src)
+            copies.append((name, t, src))
             ld = line_ld(t, col)
-        out[name] = (t, col, ld)
+        out[role] = (t, col, ld)
     layout = "".join("t" if out[n][1] else "n" for n in ("A", "B"))
-    return {"copies": copies, "layout": layout, "a": out["A"], "b": out["B"]}
+    return {"copies": copies, "layout": layout, "a": out["A"], "b": out["B"], "swap": swap}
 
 
 def copy_step(dst, src):
@@ -344,8 +381,8 @@ def map_specs(a, b, M: int, N: int, K: int, bm: int, bn: int, es: int) -> tuple:
     (tensor, column-major, ld): K-major operands as one {BK, lines} box, M- or N-major ones as
     {64, BK} boxes (tma_tiles.cuh). `bn` is the lines of B one block loads: BN, or BN / CLUSTER
     where a cluster's blocks share the tile."""
-    bk = 128 // es
+    bk = 128 // es  # also the width of an M- or N-major box: 128 bytes
     (_, a_col, lda), (_, b_col, ldb) = a, b
-    sa = MapSpec(0, (M, K), lda, (64, bk)) if a_col else MapSpec(0, (K, M), lda, (bk, bm))
-    sb = MapSpec(1, (K, N), ldb, (bk, bn)) if b_col else MapSpec(1, (N, K), ldb, (64, bk))
+    sa = MapSpec(0, (M, K), lda, (bk, bk)) if a_col else MapSpec(0, (K, M), lda, (bk, bm))
+    sb = MapSpec(1, (K, N), ldb, (bk, bn)) if b_col else MapSpec(1, (N, K), ldb, (bk, bk))
     return sa, sb

@@ -48,7 +48,11 @@
 #define TMA_STORE 1
 #endif
 
+#define A_REGS_LOOP 1  // this kernel takes TF32 with an M-major A through registers (A_REGS)
 #include "tma_tiles.cuh"
+#if C_TRANS && (TMA_STORE || !A_REGS)
+#error "C_TRANS (D = C^T) is the register-A TF32 build's, stored from registers (TMA_STORE=0)"
+#endif
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 
@@ -137,12 +141,36 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
         };
         float acc[ACC];
+#if A_REGS
+        u32 fa[2][NSTEP][4];
+#endif
         int it = 0;
         for (int t = first; t < tiles; t += stride) {
             int bm, bn;
             tile_of(t, grid_m, grid_n, bm, bn);
 #if SPLIT  // 3xTF32: tma_tiles.cuh's split3x
             it = mma_tile_loop_3x(acc, ring, ready0, it, KT, cw, warp, lane, release);
+#elif A_REGS
+            // TF32, A M-major: A's fragments from each landed slot into registers, two sets by
+            // k-tile parity (wgmma reads them asynchronously; a set is loaded again only after
+            // wgmma.wait_group 1 said the k-tile that read it finished)
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
+            auto step = [&](int kt, u32(&f)[NSTEP][4]) {
+                const int s = it % STAGES;
+                mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+                a_frags_mn(ring + s * SLOT, cw, warp, lane, f);
+                mma_tile_rs(acc, ring + s * SLOT, f);
+                wg_wait<1>();
+                if (kt > 0) release((it - 1) % STAGES);
+                ++it;
+            };
+            for (int kt = 0; kt < KT; kt += 2) {
+                step(kt, fa[0]);
+                if (kt + 1 < KT) step(kt + 1, fa[1]);
+            }
+            wg_wait<0>();
+            release((it - 1) % STAGES);
 #else
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
@@ -159,7 +187,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #pragma unroll
             for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
-#if TMA_STORE
+#if C_TRANS
+            store_acc_t(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
+#elif TMA_STORE
             store_acc_tma(acc, &tma_c, ring + STAGES * SLOT + cw * C_STAGE_BYTES,
                           (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane, 1 + cw);
 #else

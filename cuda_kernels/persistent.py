@@ -32,6 +32,9 @@ STAGE = HopperStage(
     # accumulators (2 x 64) and two sets of A's heads and tails (64); four slots of A, B and B's
     # tails (48 KiB) and C's staging fill 225 of the 227 KiB
     split=True, split_defaults={"BN": 128},
+    # tf32: an M-major A through registers, and nn as C^T = B^T A^T, so no layout but tn copies
+    # an operand (cuda_kernels/_tma.py kernel_layout)
+    tf32_regs=True,
 )
 OFFER = STAGE.offer()
 prepare = STAGE.prepare_for(OFFER)

@@ -43,14 +43,24 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
 #include "common.cuh"
 #include "hopper.cuh"
 #include "wgmma_ss_ops.cuh"
-#if SPLIT
-#include "wgmma_ops.cuh"  // A from registers
-#endif
 
 #define A_KMAJOR (!TRANS_A)
 #define B_KMAJOR (TRANS_B)
-#if ELEM == 4 && !(A_KMAJOR && B_KMAJOR)
-#error "TF32 wgmma reads shared operands K-major only: build layout nt (the launcher copies the others)"
+// TF32 with A M-major (A_REGS, persistent.cu only): wgmma reads 32-bit shared operands K-major
+// only, so A goes through registers instead (a_frags_mn, mma_tile_rs): layouts tt, and nn run as
+// C^T = B^T A^T (C_TRANS: the launcher swaps the operands, the kernel stores D transposed).
+#define A_REGS (ELEM == 4 && !A_KMAJOR)
+#ifndef C_TRANS
+#define C_TRANS 0
+#endif
+#if ELEM == 4 && !B_KMAJOR
+#error "TF32 wgmma reads a shared B K-major only: build layout nt or tt (the launcher copies the others)"
+#endif
+#if A_REGS && (SPLIT || !defined(A_REGS_LOOP))
+#error "TF32 with an M-major A (layout tt) needs a kernel with A_REGS_LOOP (persistent.cu); 3xTF32 reads A K-major"
+#endif
+#if SPLIT || A_REGS
+#include "wgmma_ops.cuh"  // A from registers
 #endif
 
 constexpr int BM = 64 * WGS;
@@ -61,8 +71,12 @@ constexpr int A_BYTES = BM * 128;          // BM x BK, either way round
 constexpr int B_BYTES = BN * 128;
 constexpr int TMA_BYTES = A_BYTES + B_BYTES;  // what TMA writes into a slot per k-tile
 constexpr int SLOT = TMA_BYTES + SPLIT * B_BYTES;  // 3xTF32: and the B tile's tails after it
-constexpr int MN_CHUNK = BK * 128;         // one 64-wide box of an M- or N-major tile
+constexpr int MN_CHUNK = BK * 128;         // one box of an M- or N-major tile: BK lines of 128 bytes
+constexpr int MN_ELEMS = 128 / ELEM;       // its width: elements of M or N in a line
 constexpr int ACC = BN / 2;                // accumulators per thread
+// A thread's accumulator rows in its warp's 16: ROW_MUL * (lane / 4) and ROW_STEP below that;
+// a register A with paired rows (a_frags_mn) makes them 2 (lane / 4) and the next row
+constexpr int ROW_MUL = A_REGS ? 2 : 1, ROW_STEP = A_REGS ? 1 : 8;
 static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
 static_assert(WGS >= 1 && WGS <= 3, "WGS must be 1, 2 or 3");
 static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be 2..8");
@@ -110,7 +124,8 @@ __device__ __forceinline__ void load_tile(const TensorMap* ta, const TensorMap* 
     tma_load_2d(slot, ta, k0, m0, bar);
 #else
 #pragma unroll
-    for (int c = 0; c < BM / 64; ++c) tma_load_2d(slot + c * MN_CHUNK, ta, m0 + 64 * c, k0, bar);
+    for (int c = 0; c < BM / MN_ELEMS; ++c)
+        tma_load_2d(slot + c * MN_CHUNK, ta, m0 + MN_ELEMS * c, k0, bar);
 #endif
 #if B_KMAJOR
     tma_load_2d(slot + A_BYTES, tb, k0, n0, bar);
@@ -137,7 +152,8 @@ __device__ __forceinline__ void load_tile_multicast(const TensorMap* ta, const T
     tma_load_2d(slot, ta, k0, m0, bar);
 #else
 #pragma unroll
-    for (int c = 0; c < BM / 64; ++c) tma_load_2d(slot + c * MN_CHUNK, ta, m0 + 64 * c, k0, bar);
+    for (int c = 0; c < BM / MN_ELEMS; ++c)
+        tma_load_2d(slot + c * MN_CHUNK, ta, m0 + MN_ELEMS * c, k0, bar);
 #endif
 #if B_KMAJOR
     constexpr int PART = BN / CL;
@@ -175,6 +191,78 @@ __device__ __forceinline__ void mma_tile(float* acc, u32 slot, int wg) {
     wg_commit();
 }
 
+#if A_REGS
+// ------------------------------------------------------------------------------ TF32, A M-major
+// A warp's 16 rows of an M-major A tile (TMA boxes of MN_ELEMS = 32 rows x BK k-lines, 128-byte
+// swizzled) for all NSTEP k-steps, in wgmma's TF32 A register order, rounded to nearest TF32 (B
+// is read by the tensor core as it lies: truncated). The warp's rows are paired (wgmma.cu's
+// ROWPAIR): the fragment rows g and g + 8 hold rows 2g and 2g + 1, adjacent in memory, so each
+// register pair is one 8-byte LDS (k = 8 s + t, then + 4; t = lane % 4) instead of two 4-byte
+// ones; D's rows come out in the same order (store_acc_t). Bank conflicts: the 32 lanes' 8-byte
+// loads cover 16 banks (the swizzle spreads 4 k-lines over 4 chunks), 4 wavefronts against 2.
+__device__ __forceinline__ void a_frags_mn(u32 slot, int wg, int warp, int lane,
+                                           u32 (&f)[NSTEP][4]) {
+    const int m = 64 * wg + 16 * warp + 2 * (lane >> 2);  // the pair m, m + 1
+    const u32 box = slot + (m / MN_ELEMS) * MN_CHUNK;
+    const int mm = m % MN_ELEMS, chunk = mm / 4, t = lane & 3;
+    const u32 in_chunk = (mm % 4) * ELEM;
+#pragma unroll
+    for (int s = 0; s < NSTEP; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int k = KSTEP * s + t + 4 * h;
+            const u32 at = box + k * 128 + ((chunk ^ (k & 7)) << 4) + in_chunk;
+            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
+                         : "=r"(f[s][2 * h]), "=r"(f[s][2 * h + 1])
+                         : "r"(at));
+        }
+#pragma unroll
+    for (int s = 0; s < NSTEP; ++s)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) f[s][r] = tf32_rn(f[s][r]);
+}
+
+// A warpgroup's wgmma over the k-tile in `slot` with A from registers `f`, one commit group.
+__device__ __forceinline__ void mma_tile_rs(float* acc, u32 slot, const u32 (&f)[NSTEP][4]) {
+    wg_fence();
+#pragma unroll
+    for (int s = 0; s < NSTEP; ++s) {
+        const u64 b = b_desc(slot, s);
+        if constexpr (BN == 64) wgmma_tf32_n64(acc, f[s][0], f[s][1], f[s][2], f[s][3], b, 1);
+        else if constexpr (BN == 128) wgmma_tf32_n128(acc, f[s][0], f[s][1], f[s][2], f[s][3], b, 1);
+        else if constexpr (BN == 192) wgmma_tf32_n192(acc, f[s][0], f[s][1], f[s][2], f[s][3], b, 1);
+        else wgmma_tf32_n256(acc, f[s][0], f[s][1], f[s][2], f[s][3], b, 1);
+    }
+    wg_commit();
+}
+
+// A warpgroup's 64 x BN accumulators of D = C^T (rows paired as a_frags_mn loaded them) into C
+// (row-major, ldc): D(r, c) is C(c, r). D's rows are C's columns, so a thread's pair of rows r,
+// r + 1 is one 8-byte store into C's line c (a warp's store: 4 lines x 64 bytes, whole sectors).
+// Rows from m0 and columns from n0 of D, where they fall inside D's Md x Nd.
+__device__ __forceinline__ void store_acc_t(const float* acc, float* __restrict__ C, int Md, int Nd,
+                                            long long ldc, int m0, int n0, int warp, int lane) {
+    const int r = m0 + 16 * warp + ROW_MUL * (lane >> 2);  // and r + ROW_STEP = r + 1
+    const int cbase = n0 + 2 * (lane & 3);
+    const bool pairs = (reinterpret_cast<u64>(C) % 8) == 0 && ldc % 2 == 0 && r + 1 < Md;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // D's columns c and c + 1: C's lines
+            const int c = cbase + 8 * j + h;
+            if (c >= Nd || r >= Md) continue;
+            float* at = C + static_cast<long long>(c) * ldc + r;
+            const float x = acc[4 * j + h], y = acc[4 * j + 2 + h];  // D(r, c), D(r + 1, c)
+            if (pairs)
+                *reinterpret_cast<float2*>(at) = make_float2(x, y);
+            else {
+                at[0] = x;
+                if (r + 1 < Md) at[1] = y;
+            }
+        }
+}
+#endif
+
 // Output tile t of a grid_m x grid_n grid of tiles, in grouped order: GROUP tile-rows walked
 // column by column, so the tiles in flight at one time share GROUP block-rows of A and a few
 // block-columns of B in L2 (common.cuh's block_tile, for a tile index that is not blockIdx.x).
@@ -192,14 +280,15 @@ __device__ __forceinline__ void tile_of(int t, int grid_m, int grid_n, int& bm, 
 __device__ __forceinline__ void store_acc(const float* acc, elem_t* __restrict__ C, int M, int N,
                                           long long ldc, int m0, int n0, int warp, int lane) {
     // Accumulator 4 j + {0, 1, 2, 3} of a thread: D(r, c), D(r, c+1), D(r+8, c), D(r+8, c+1) with
-    // r = 16 (warp % 4) + lane / 4 in its warpgroup's 64 rows and c = 8 j + 2 (lane % 4).
-    const int r = m0 + 16 * warp + (lane >> 2);
+    // r = 16 (warp % 4) + lane / 4 in its warpgroup's 64 rows and c = 8 j + 2 (lane % 4) (A_REGS:
+    // r = 16 (warp % 4) + 2 (lane / 4), and r + 1 for r + 8).
+    const int r = m0 + 16 * warp + ROW_MUL * (lane >> 2);
     const int cbase = n0 + 2 * (lane & 3);
     // a pair of adjacent elements is one aligned 2 x ELEM-byte store where C's base and ldc allow
     const bool pairs = (reinterpret_cast<u64>(C) % (2 * ELEM)) == 0 && ldc % 2 == 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int row = r + 8 * h;
+        const int row = r + ROW_STEP * h;
         if (row >= M) continue;
         elem_t* line = C + row * ldc;
 #pragma unroll
@@ -246,7 +335,7 @@ constexpr int C_STAGE_BYTES = 2 * 64 * 128;     // a warpgroup's two staging buf
 
 __device__ __forceinline__ void store_acc_tma(const float* acc, const TensorMap* tc, u32 stage,
                                               int m0, int n0, int warp, int lane, int barrier_id) {
-    const int r = 16 * warp + (lane >> 2);  // this thread's rows r and r + 8 of the 64
+    const int r = 16 * warp + ROW_MUL * (lane >> 2);  // this thread's rows r and r + ROW_STEP
 #pragma unroll
     for (int k = 0; k < C_CHUNKS; ++k) {
         const u32 buf = stage + (k & 1) * (64 * 128);
@@ -260,7 +349,7 @@ __device__ __forceinline__ void store_acc_tma(const float* acc, const TensorMap*
             const int c = 8 * jj + 2 * (lane & 3);      // column within the chunk
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int row = r + 8 * h;
+                const int row = r + ROW_STEP * h;
                 const u32 byte = c * ELEM;
                 const u32 at = buf + row * 128 + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
                 const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
