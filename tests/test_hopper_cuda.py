@@ -169,6 +169,38 @@ def test_plan_copies_only_what_tma_cannot_read(layout):
     assert col == (layout[0] == "t") and ld % 8 == 0 and t.data_ptr() % 16 == 0
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_tf32_with_a_through_registers_copies_only_tn(layout):
+    """persistent's tf32 (tf32_regs): B is read K-major, A either way (registers where it lies
+    M-major); nn swaps the operands' roles (C^T = B^T A^T: the kernel's A is B^T, M-major, its B
+    is A^T, K-major) instead of copying B; tn still copies B K-major. The build the offer compiles
+    for each layout matches: TRANS_A for an M-major A, C_TRANS (and no TMA store) for nn, and C^T's
+    grid for a non-square nn."""
+    from cuda_kernels._tma import plan
+
+    w = plan(_problem(64, 96, 32, layout, "tf32"), regs=True)
+    assert [n for n, _, _ in w["copies"]] == (["B"] if layout == "tn" else [])
+    assert w["swap"] == (layout == "nn")
+    assert w["layout"] == ("nt" if layout == "nt" else "tt")
+    if w["swap"]:
+        (ta, a_col, lda), (tb, b_col, ldb) = w["a"], w["b"]
+        assert ta.shape == (96, 32) and tb.shape == (32, 64) and a_col and b_col
+        assert lda == 96 and ldb == 32  # B's and A's leading dimensions
+    assert plan(_problem(64, 96, 32, layout, "3xtf32"), regs=True)["swap"] is False
+    build, (grid, _, smem) = _mod("persistent").OFFER.compile({}, 1024, 4096, 1024, layout, "tf32")
+    options = " ".join(build.options)
+    assert ("-DTRANS_A=1" in options) == (layout != "nt") and "-DTRANS_B=1" in options
+    assert ("-DC_TRANS=1" in options) == (layout == "nn")
+    assert ("-DTMA_STORE=1" in options) == (layout != "nn")
+    assert build.spill_stores == 0 and build.spill_loads == 0, build.log
+    text = sass(build)
+    assert re.search(r"HGMMA\.64x256x8\.F32\.TF32 R\d+, R\d+, gdesc", text) if layout != "nt" \
+        else re.search(r"HGMMA\.64x256x8\.F32\.TF32 R\d+, gdesc", text)
+    # C^T of 4096 x 1024 in clusters of two 128 x 256 tiles: 16 x 4 cluster tiles, all resident
+    tiles = (4096 // 256) * (1024 // 256) if layout == "nn" else (1024 // 128) * (4096 // 256)
+    assert grid[0] == min(tiles * (2 if layout == "nn" else 1), 132)
+
+
 def test_tensor_maps_boxes():
     from cuda_kernels._tma import map_specs, plan
 
@@ -237,6 +269,14 @@ def test_views_odd_leading_dimensions_and_column_major_c(stage):
     c = torch.full((129, 297), float("nan"), device="cuda").bfloat16().t()  # column-major C
     m.prepare(a, b, c, precision="bf16")()
     _check(c, a, b, "bf16")
+    # tf32 (persistent: nn as C^T = B^T A^T, tt with A through registers) into a column-major C
+    # and into a row-major C with an odd leading dimension
+    for layout in LAYOUTS:
+        a, b = _operands(300, 129, 257, layout, "tf32")
+        for c in (torch.full((129, 300), float("nan"), device="cuda").t(),
+                  torch.full((300, 135), float("nan"), device="cuda")[:, 3:132]):
+            m.prepare(a, b, c, precision="tf32")()
+            _check(c, a, b, "tf32")
     for M, N, K in ((7919 // 8, 6007 // 8, 3001), (1, 1000, 3001)):
         a, b = _operands(M, N, K, "nn", "bf16")
         c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
