@@ -85,7 +85,7 @@ def test_the_reading_order_links_every_stage_page_in_ladder_order():
 # ------------------------------------------------------------------------------ scripts/
 
 TOOLS = {"gpu_run.sh", "gpu_batch.sh", "gpu_tests.py", "ab.sh", "run_readme.py", "gen_wgmma_ops.py",
-         "trust_measure.py", "spread_protocols.sh", "spread_table.py"}
+         "trust_measure.py", "spread_protocols.sh", "spread_table.py", "stage_matrix.py"}
 PACKAGES = ("lab", "cuda_kernels", "triton_kernels")
 
 

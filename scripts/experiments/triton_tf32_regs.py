@@ -119,6 +119,7 @@ def main(argv=None) -> int:
                 def run(rnd=rnd):  # D = C^T (N x M) = B^T A^T: its A is B^T (M-major)
                     return _kernel[grid](B, A, C, n, n, n, n, n, n, A_T=True, B_T=True, C_T=True,
                                   ROUND_A=rnd, **meta)
+            compiled = None
             try:
                 C.fill_(float("nan"))
                 compiled = run()
@@ -136,10 +137,12 @@ def main(argv=None) -> int:
                 line = f"{name:6s} {bm}x{bn}x{bk} s{stages} error {type(e).__name__}: {str(e)[:300]}"
             print(line, flush=True)
             lines.append(line)
-            ptx = compiled.asm["ptx"] if "compiled" in locals() and compiled else ""
-            regs_a = bool(re.search(r"wgmma\.mma_async[^\n]*\{[^}]*\}, \{%r", ptx))
+            if compiled is None:  # it did not compile or launch: nothing to read
+                continue
+            regs_a = bool(re.search(r"wgmma\.mma_async[^\n]*\{[^}]*\}, \{%r",
+                                    compiled.asm["ptx"]))
             lines.append(f"   PTX: wgmma with a register A operand: {regs_a}; shared memory "
-                         f"{getattr(getattr(compiled, 'metadata', None), 'shared', '?')} bytes")
+                         f"{compiled.metadata.shared} bytes")
             print(lines[-1], flush=True)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
