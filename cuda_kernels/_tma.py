@@ -38,7 +38,6 @@ PRECISIONS = ("bf16", "fp16", "tf32")  # every TMA stage's; 3xtf32 where a stage
 DEFINES = {"tf32": "PREC_TF32", "3xtf32": "PREC_3XTF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16"}
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
 ARCH = "sm_90a"
-STREAMK_AUTO = False  # the automatic SCHEDULE: whole tiles (docs/stages/persistent.md, "Stream-K")
 SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
 
 
@@ -85,23 +84,7 @@ class HopperStage:
         narrower than 128 columns cannot be split in two multicast loads: one block."""
         if c.get("CLUSTER", 1) != 0:
             return c
-        one = store or c["BN"] < 128 or c.get("SCHEDULE") == 2  # stream-K: one block per cluster
-        return {**c, "CLUSTER": 1 if one else 2}
-
-    @staticmethod
-    def streamk_fits(c: dict, precision: str | None, a_regs: bool) -> bool:
-        """Whether the stream-K schedule (SCHEDULE=2, persistent.cu) fits a build: one block per
-        cluster and both operands read from shared memory (not 3xtf32's split, not tf32's A
-        through registers)."""
-        return HopperStage.cluster_of(c) == 1 and precision != "3xtf32" and not a_regs
-
-    def with_schedule(self, c: dict, precision: str | None, a_regs: bool) -> dict:
-        """`c` with an automatic SCHEDULE (0; the stages that have the knob) made concrete: 2
-        (stream-K) where it fits and STREAMK_AUTO says so, else 1 (whole tiles)."""
-        if c.get("SCHEDULE", 1) != 0:
-            return c
-        on = STREAMK_AUTO and self.streamk_fits(c, precision, a_regs)
-        return {**c, "SCHEDULE": 2 if on else 1}
+        return {**c, "CLUSTER": 1 if store or c["BN"] < 128 else 2}
 
     def __post_init__(self):
         object.__setattr__(self, "knobs", tuple(self.choices))
@@ -157,9 +140,6 @@ class HopperStage:
             raise LabError(f"{where}: group must be a positive integer")
         c = self.config(precision, **params)
         cl = self.cluster_of(c)
-        if c.get("SCHEDULE") == 2 and (cl != 1 or precision == "3xtf32"):
-            raise LabError(f"{where}: SCHEDULE=2 (stream-K) needs CLUSTER=1 and both operands in "
-                           f"shared memory, which 3xtf32 and clusters of two do not give")
         if cl > 1 and c["BN"] < 64 * cl:
             raise LabError(f"{where}: a cluster of {cl} blocks splits each B tile into {cl} "
                            f"multicast loads of at least 64 columns, so BN must be at least "
@@ -173,14 +153,12 @@ class HopperStage:
                            f"lower STAGES, BN or {self.warpgroups}")
 
     def resolve(self, params, M: int, N: int, K: int, precision: str, sms: int,
-                store: bool | None = None, a_regs: bool = False) -> dict:
+                store: bool | None = None) -> dict:
         """Every knob concrete. An automatic CLUSTER follows how C is stored (with_cluster):
-        `store`, or, not given, whether a contiguous M x N C has 16-byte lines; an automatic
-        SCHEDULE the cluster, the precision and whether A goes through registers."""
+        `store`, or, not given, whether a contiguous M x N C has 16-byte lines."""
         if store is None:
             store = self.tma_store and (N * ELEM_BYTES.get(precision, 4)) % LINE_ALIGN == 0
         c = self.with_cluster(self.config(precision, **params), bool(store))
-        c = self.with_schedule(c, precision, a_regs)
         return {**params, **c, "group": params.get("group", 8)}
 
     def show(self, resolved: dict) -> str:
@@ -225,14 +203,8 @@ class HopperStage:
         swap = swapped(layout, precision, self.tf32_regs)
         if swap:  # the kernel's M x N is C^T's
             M, N = N, M
-        a_regs = precision == "tf32" and kernel_layout(layout, precision, self.tf32_regs)[0] == "t"
-        c = self.resolve(params, M, N, K, precision, DEFAULT_SMS, store=False if swap else None,
-                         a_regs=a_regs)
+        c = self.resolve(params, M, N, K, precision, DEFAULT_SMS, store=False if swap else None)
         c = {k: c[k] for k in self.knobs}
-        if c.get("SCHEDULE") == 2 and not self.streamk_fits(c, precision, a_regs):
-            raise LabError(f"stage {self.stage}: SCHEDULE=2 (stream-K) needs both operands in "
-                           f"shared memory, and tf32 reads layout {layout}'s A through registers; "
-                           f"use layout nt or SCHEDULE=1")
         return (self.build(precision, layout, params.get("group", 8), c),
                 self.geometry(M, N, c, tma_store=False if swap else None, precision=precision))
 
@@ -259,13 +231,7 @@ class HopperStage:
         # from registers)
         ldc_map = line_ld(p.c.tensor, False) if self.tma_store and not swap else None
         store = ldc_map is not None and bool(c.get("TMA_STORE", 1))
-        a_regs = precision == "tf32" and w["layout"][0] == "t"
-        c = self.with_schedule(self.with_cluster(c, store), precision, a_regs)
-        streamk = c.get("SCHEDULE") == 2
-        if streamk and not self.streamk_fits(c, precision, a_regs):
-            raise LabError(f"stage {self.stage}: SCHEDULE=2 (stream-K) needs both operands in "
-                           f"shared memory, and tf32 reads this layout's A through registers; "
-                           f"use layout nt or SCHEDULE=1")
+        c = self.with_cluster(c, store)
         b = self.build(precision, w["layout"], group, c, store, c_trans=swap)
         cl = self.cluster_of(c)
         clusters = None
@@ -280,17 +246,10 @@ class HopperStage:
             specs += (MapSpec(2, (p.N, p.M), ldc_map, (128 // ELEM_BYTES[precision], 64)),)
         args = (w["a"][0], w["b"][0], p.c.tensor, np.int32(M), np.int32(N),
                 np.int32(p.K), np.int64(p.c.ld))
-        if streamk:  # a partial sum per block and consumer warpgroup, and its flag (cleared)
-            import torch
-
-            slots = grid[0] * c[self.warpgroups]
-            dev = p.c.tensor.device
-            args += (torch.empty(slots * 128 * (c["BN"] // 2), dtype=torch.float32, device=dev),
-                     torch.zeros(slots, dtype=torch.int32, device=dev))
         kernel = tma_launcher(b, grid, block, args, smem, specs, cl)
         res = resources(b, grid, block, smem)
         names = tuple(name for name, _, _ in w["copies"])
-        facts = dict(copies=names, tma_store=store, cluster=cl, c_trans=swap, a_regs=a_regs)
+        facts = dict(copies=names, tma_store=store, cluster=cl, c_trans=swap)
         if not w["copies"]:
             return Prepared.of_steps([kernel.step], resources=res, build=b, **facts)
         # the copies are part of the computation, so of the timed call
@@ -311,8 +270,7 @@ class HopperStage:
             out = self.launch(p, p.precision, params.get("group", 8),
                               self.config(p.precision, **params))
             resolved = self.resolve(params, p.M, p.N, p.K, p.precision, 0,
-                                    store=out.extra.get("tma_store"),
-                                    a_regs=bool(out.extra.get("a_regs")))
+                                    store=out.extra.get("tma_store"))
             out.resources = {**out.resources, "params": self.show(resolved)}
             out.extra["config"] = resolved
             return out

@@ -152,18 +152,6 @@ __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TensorMap* 
         : "memory");
 }
 
-// ------------------------------------------------------------------------------ flags in global memory
-// A flag one block sets after its stores and another waits on before its loads: release and
-// acquire at GPU scope (stream-K's partial sums, persistent.cu).
-__device__ __forceinline__ void flag_release(int* f, int v) {
-    asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(f), "r"(v) : "memory");
-}
-__device__ __forceinline__ int flag_acquire(const int* f) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(f) : "memory");
-    return v;
-}
-
 // ------------------------------------------------------------------------------ wgmma
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() {

@@ -47,46 +47,12 @@
 #ifndef TMA_STORE
 #define TMA_STORE 1
 #endif
-#ifndef SCHEDULE
-#define SCHEDULE 1
-#endif
-#if SCHEDULE != 1 && SCHEDULE != 2
-#error "SCHEDULE must be 1 (whole tiles) or 2 (stream-K: the last round's k-tiles over all blocks)"
-#endif
-#define STREAMK (SCHEDULE == 2)
 
 #define A_REGS_LOOP 1  // this kernel takes TF32 with an M-major A through registers (A_REGS)
 #include "tma_tiles.cuh"
 #if C_TRANS && (TMA_STORE || !A_REGS)
 #error "C_TRANS (D = C^T) is the register-A TF32 build's, stored from registers (TMA_STORE=0)"
 #endif
-#if STREAMK && (CLUSTER != 1 || SPLIT || A_REGS)
-#error "STREAMK is the build with one block per cluster and both operands in shared memory"
-#endif
-
-// The block's work, in order, as f(tile, k0, k1): k-tiles k0 .. k1-1 of a tile. Without STREAMK
-// every tile whole: tiles first, first + stride, ... (first = the block's cluster, stride = the
-// clusters). With STREAMK only the tiles of the full rounds go whole (the first tiles - tiles %
-// stride); the k-tiles of the last round's tiles, counted one after the other, are cut into
-// gridDim.x equal runs, one per block, and a block takes its run's pieces from the last to the
-// first: a piece that ends before its tile does (k1 < KT) leaves a partial sum for the block that
-// ends the tile, and it comes first so that it is ready when that block asks for it.
-template <class F>
-__device__ __forceinline__ void walk(int tiles, int KT, F&& f) {
-    const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;
-    const int whole = STREAMK ? tiles - tiles % stride : tiles;
-    for (int t = first; t < whole; t += stride) f(t, 0, KT);
-#if STREAMK
-    const long long S = static_cast<long long>(tiles - whole) * KT;
-    const long long s0 = S * blockIdx.x / gridDim.x;
-    for (long long e = S * (blockIdx.x + 1) / gridDim.x; e > s0;) {
-        const long long ts = (e - 1) / KT * KT;  // the piece's tile starts here
-        const long long s = ts > s0 ? ts : s0;
-        f(whole + static_cast<int>(ts / KT), static_cast<int>(s - ts), static_cast<int>(e - ts));
-        e = s;
-    }
-#endif
-}
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 
@@ -97,11 +63,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #else
                       elem_t* __restrict__ C,
 #endif
-                      int M, int N, int K, long long ldc
-#if STREAMK
-                      , float* __restrict__ ws, int* __restrict__ flags
-#endif
-                      ) {
+                      int M, int N, int K, long long ldc) {
     extern __shared__ unsigned char smem_raw[];
     // full[0..STAGES), empty[STAGES..2 STAGES), 3xTF32's ready[2 STAGES..3 STAGES)
     __shared__ alignas(8) u64 bars[(2 + SPLIT) * STAGES];
@@ -143,11 +105,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         WALK;
         if (threadIdx.x == 0) {
             int it = 0;
-            walk(tiles, KT, [&](int t, int k0, int k1) {
+            for (int t = first; t < tiles; t += stride) {
                 int bm, bn;
                 tile_of(t, grid_m, grid_n, bm, bn);
                 const int m0 = (bm * CLUSTER + rank) * BM, n0 = bn * BN;
-                for (int kt = k0; kt < k1; ++kt, ++it) {
+                for (int kt = 0; kt < KT; ++kt, ++it) {
                     const int s = it % STAGES;
                     if (it >= STAGES) mbar_wait(empty0 + 8 * s, ((it / STAGES) - 1) & 1);
                     if (CLUSTER > 1)
@@ -156,7 +118,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     else
                         load_tile(&tma_a, &tma_b, ring + s * SLOT, full0 + 8 * s, kt, m0, n0);
                 }
-            });
+            }
         }
 #if SPLIT
         else if (warp > 0) {  // the splitters: each landed B tile into heads and tails
@@ -183,10 +145,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         u32 fa[2][NSTEP][4];
 #endif
         int it = 0;
-        walk(tiles, KT, [&](int t, int k0, int k1) {
+        for (int t = first; t < tiles; t += stride) {
             int bm, bn;
             tile_of(t, grid_m, grid_n, bm, bn);
-#if SPLIT  // 3xTF32: tma_tiles.cuh's split3x (whole tiles: k0 = 0, k1 = KT)
+#if SPLIT  // 3xTF32: tma_tiles.cuh's split3x
             it = mma_tile_loop_3x(acc, ring, ready0, it, KT, cw, warp, lane, release);
 #elif A_REGS
             // TF32, A M-major: A's fragments from each landed slot into registers, two sets by
@@ -212,52 +174,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #else
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
-            for (int kt = k0; kt < k1; ++kt, ++it) {
+            for (int kt = 0; kt < KT; ++kt, ++it) {
                 const int s = it % STAGES;
                 const u32 slot = ring + s * SLOT;
                 mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
                 mma_tile(acc, slot, cw);
                 wg_wait<1>();  // iteration it-1's wgmma are done: release its slot
-                if (kt > k0) release((it - 1) % STAGES);
+                if (kt > 0) release((it - 1) % STAGES);
             }
             wg_wait<0>();
             release((it - 1) % STAGES);  // the tile's last slot
 #endif
 #pragma unroll
             for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
-#if STREAMK
-            // A partial sum (the tile goes on in another block): to this block's workspace slot,
-            // thread-major (a warp's stores coalesce), then the warpgroup's flag. The block that
-            // ends the tile adds the partial sums of the blocks before it, in block order, each
-            // once its flag is set, and clears the flag for the next launch.
-            const int tid = threadIdx.x & 127;
-            if (k1 < KT) {
-                float* mine = ws + (static_cast<long long>(blockIdx.x) * CONSUMERS + cw) * ACC * 128;
-#pragma unroll
-                for (int i = 0; i < ACC; ++i) __stcg(mine + i * 128 + tid, acc[i]);
-                __threadfence();
-                named_barrier(1 + cw, 128);
-                if (tid == 0) flag_release(flags + blockIdx.x * CONSUMERS + cw, 1);
-                return;
-            }
-            if (k0 > 0) {
-                const int whole = tiles - tiles % gridDim.x;
-                const long long S = static_cast<long long>(tiles - whole) * KT;
-                const long long tile_start = static_cast<long long>(t - whole) * KT;
-                for (int b = blockIdx.x - 1; b >= 0 && S * (b + 1) / gridDim.x > tile_start; --b) {
-                    int* flag = flags + b * CONSUMERS + cw;
-                    if (tid == 0)
-                        while (flag_acquire(flag) == 0) {
-                        }
-                    named_barrier(1 + cw, 128);
-                    const float* theirs = ws + (static_cast<long long>(b) * CONSUMERS + cw) * ACC * 128;
-#pragma unroll
-                    for (int i = 0; i < ACC; ++i) acc[i] += __ldcg(theirs + i * 128 + tid);
-                    named_barrier(1 + cw, 128);
-                    if (tid == 0) *flag = 0;
-                }
-            }
-#endif
 #if C_TRANS
             store_acc_t(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
 #elif TMA_STORE
@@ -266,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #else
             store_acc(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
 #endif
-        });
+        }
 #if TMA_STORE
         if (warp == 0) bulk_wait_all_warp();  // C's last stores done before the block exits
 #endif

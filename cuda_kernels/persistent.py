@@ -24,9 +24,9 @@ from cuda_kernels._tma import HopperStage
 
 STAGE = HopperStage(
     "persistent", "persistent.cu", "matmul_persistent", warpgroups="CONSUMERS",
-    defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 0, "SCHEDULE": 0},
+    defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 0},
     choices={"CONSUMERS": (0, 1, 2), "BN": (0, 64, 128, 192, 256),
-             "STAGES": (0, 2, 3, 4, 5, 6, 7, 8), "CLUSTER": (0, 1, 2), "SCHEDULE": (0, 1, 2)},
+             "STAGES": (0, 2, 3, 4, 5, 6, 7, 8), "CLUSTER": (0, 1, 2)},
     producer=True, persistent=True, tma_store=True,
     # 3xtf32: a 128 x 128 tile, the most a consumer's registers hold with a fresh sum beside the
     # accumulators (2 x 64) and two sets of A's heads and tails (64); four slots of A, B and B's

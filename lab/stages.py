@@ -593,11 +593,6 @@ STAGES: tuple[Stage, ...] = (
                   "blocks per cluster sharing each B tile by TMA multicast (0: 1 where C goes out "
                   "through TMA stores, 2 where C's lines are not 16-byte aligned and it is stored "
                   "from registers)", ("cuda",)),
-            Param("SCHEDULE", 0, (0, 1, 2),
-                  "how the tiles are shared out: 1 whole tiles, tile b, b + SMs, ...; 2 stream-K, "
-                  "the full rounds' tiles whole and the last round's k-tiles spread evenly over "
-                  "all blocks, partial sums added by the block that ends each tile (needs "
-                  "CLUSTER=1 and both operands in shared memory) (0: 1)", ("cuda",)),
             group(8),
             *hopper_triton(persistent=True),
         ),
