@@ -9,10 +9,14 @@
 #if !defined(PREC_TF32) && !defined(PREC_3XTF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
 #define PREC_BF16 1
 #endif
-// 3xTF32 (persistent.cu only): each fp32 operand split into a TF32 head and tail, three TF32
-// products (split3x below)
+// 3xTF32 (the kernels with a producer warpgroup, whose idle warps split B: warp_specialized.cu,
+// persistent.cu): each fp32 operand split into a TF32 head and tail, three TF32 products (split3x
+// below)
 #if defined(PREC_3XTF32)
 #define SPLIT 1
+#ifndef CONSUMERS
+#error "3xTF32 needs a producer warpgroup to split B (warp_specialized.cu, persistent.cu)"
+#endif
 #else
 #define SPLIT 0
 #endif
