@@ -118,12 +118,9 @@ __device__ __forceinline__ u64 b_desc(u32 slot, int s) {
 #endif
 }
 
-// Thread 0: tile kt of A and B into `slot`, announced on `bar` (the whole boxes' bytes: TMA counts
-// zero-filled elements too).
-__device__ __forceinline__ void load_tile(const TensorMap* ta, const TensorMap* tb, u32 slot,
-                                          u32 bar, int kt, int m0, int n0) {
-    mbar_expect_tx(bar, TMA_BYTES);
-    const int k0 = kt * BK;
+// Thread 0: A's part of a k-tile (from k0, rows from m0) into `slot`: one K-major box, or BM /
+// MN_ELEMS M-major boxes. Every block loads its own A, clustered or not.
+__device__ __forceinline__ void load_a(const TensorMap* ta, u32 slot, u32 bar, int k0, int m0) {
 #if A_KMAJOR
     tma_load_2d(slot, ta, k0, m0, bar);
 #else
@@ -131,12 +128,21 @@ __device__ __forceinline__ void load_tile(const TensorMap* ta, const TensorMap* 
     for (int c = 0; c < BM / MN_ELEMS; ++c)
         tma_load_2d(slot + c * MN_CHUNK, ta, m0 + MN_ELEMS * c, k0, bar);
 #endif
+}
+
+// Thread 0: tile kt of A and B into `slot`, announced on `bar` (the whole boxes' bytes: TMA counts
+// zero-filled elements too).
+__device__ __forceinline__ void load_tile(const TensorMap* ta, const TensorMap* tb, u32 slot,
+                                          u32 bar, int kt, int m0, int n0) {
+    mbar_expect_tx(bar, TMA_BYTES);
+    const int k0 = kt * BK;
+    load_a(ta, slot, bar, k0, m0);
 #if B_KMAJOR
     tma_load_2d(slot + A_BYTES, tb, k0, n0, bar);
 #else
 #pragma unroll
-    for (int c = 0; c < BN / 64; ++c)
-        tma_load_2d(slot + A_BYTES + c * MN_CHUNK, tb, n0 + 64 * c, k0, bar);
+    for (int c = 0; c < BN / MN_ELEMS; ++c)
+        tma_load_2d(slot + A_BYTES + c * MN_CHUNK, tb, n0 + MN_ELEMS * c, k0, bar);
 #endif
 }
 
@@ -152,13 +158,7 @@ __device__ __forceinline__ void load_tile_multicast(const TensorMap* ta, const T
     mbar_expect_tx(bar, TMA_BYTES);
     const int k0 = kt * BK;
     const unsigned short mask = (1u << CL) - 1;
-#if A_KMAJOR
-    tma_load_2d(slot, ta, k0, m0, bar);
-#else
-#pragma unroll
-    for (int c = 0; c < BM / MN_ELEMS; ++c)
-        tma_load_2d(slot + c * MN_CHUNK, ta, m0 + MN_ELEMS * c, k0, bar);
-#endif
+    load_a(ta, slot, bar, k0, m0);
 #if B_KMAJOR
     constexpr int PART = BN / CL;
     tma_load_2d_multicast(slot + A_BYTES + rank * PART * 128, tb, k0, n0 + rank * PART, bar, mask);
