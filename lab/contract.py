@@ -29,7 +29,7 @@ from typing import Callable, Mapping
 from lab.errors import LabError
 
 # precision names (lab/stages.py explains each); a launcher offers a subset
-PRECISIONS = ("fp32", "tf32", "3xtf32", "bf16", "fp16")
+PRECISIONS = ("fp32", "tf32", "3xtf32", "bf16", "fp16", "fp8")
 
 
 def _accept(params: Mapping, precision: str) -> None:

@@ -55,12 +55,18 @@ INDEX_MARGIN = 256  # rows/columns past the edge an edge tile may form an addres
 # the largest M, N or K: a tile's index past the edge (below the size plus INDEX_MARGIN) must stay
 # a 32-bit int, in both builds (sizes are 32-bit kernel arguments)
 SIZE_LIMIT = INDEX_LIMIT - INDEX_MARGIN
-# precision -> torch dtype name of A, B and C (C is written in the operands' dtype, as
-# torch.matmul does; the accumulation is fp32 in every precision)
+# precision -> torch dtype name of A and B (the accumulation is fp32 in every precision)
 DTYPE_NAMES = {"fp32": "float32", "tf32": "float32", "3xtf32": "float32", "bf16": "bfloat16",
-               "fp16": "float16"}
+               "fp16": "float16", "fp8": "float8_e4m3fn"}
+# precision -> torch dtype name of C: the operands' dtype, as torch.matmul writes it, except fp8,
+# whose C is bfloat16 (as torch._scaled_mm's out_dtype=torch.bfloat16 writes it; an e4m3 C would
+# keep 3 bits of each result)
+OUT_DTYPE_NAMES = {**DTYPE_NAMES, "fp8": "bfloat16"}
 # the precision a dtype means when none is named (float32 tensors: IEEE fp32)
-PRECISION_OF_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+PRECISION_OF_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16",
+                      "float8_e4m3fn": "fp8"}
+# precisions whose operands come with per-tensor scales: C = scale_a * scale_b * (A @ B)
+SCALED = ("fp8",)
 
 
 def dtypes_of(stage, backend: str | None = None) -> tuple[str, ...]:
@@ -97,6 +103,40 @@ def _dtype_refusal(where: str, dt: str, implied: str | None, supported: tuple[st
         return (f"{where} does not compute in {implied}; with {dt} tensors pass "
                 f"precision={choices}{tail}")
     return f"{where} takes {' or '.join(takes)} tensors, but A is {dt}"
+
+
+def scales_for(a, precision: str, scale_a, scale_b, where: str) -> tuple | None:
+    """fp8's per-tensor scales as two float32 tensors of one element on A's device (a Python
+    number becomes one; None is 1); None for a precision without scales. LabError (one
+    sentence) for scales given to another precision, or a scale of another kind, size, dtype or
+    device."""
+    import torch
+
+    if precision not in SCALED:
+        if scale_a is not None or scale_b is not None:
+            raise LabError(f"{where}: scale_a and scale_b are fp8's per-tensor scales, and this "
+                           f"call computes in {precision}")
+        return None
+    out = []
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if s is None:
+            s = 1.0
+        if isinstance(s, (int, float)) and not isinstance(s, bool):
+            if not math.isfinite(s):
+                raise LabError(f"{where}: {name} must be finite, not {s}")
+            s = torch.full((1,), float(s), dtype=torch.float32, device=a.device)
+        if not isinstance(s, torch.Tensor):
+            raise LabError(f"{where}: {name} must be a number or a one-element float32 tensor, "
+                           f"not {type(s).__name__}")
+        if s.numel() != 1 or s.dtype != torch.float32:
+            raise LabError(f"{where}: {name} must be one float32 value (a per-tensor scale), but "
+                           f"it is {str(s.dtype).removeprefix('torch.')} of shape "
+                           f"{tuple(s.shape)}")
+        if s.device != a.device:
+            raise LabError(f"{where}: {name} is on {_dev(s)} and the operands on {_dev(a)}; move "
+                           f"it with .to(a.device)")
+        out.append(s.detach().reshape(1) if s.dim() != 1 or s.requires_grad else s)
+    return tuple(out)
 
 
 def span(rows: int, cols: int, s0: int, s1: int) -> int:
@@ -201,7 +241,10 @@ class Problem:
     b: Operand
     c: Operand
     setup_ms: float = 0.0  # one-time copies made here, outside the timed call
-    precision: str = "fp32"  # fp32 | tf32 | 3xtf32 | bf16 | fp16 (lab/stages.py PRECISIONS)
+    precision: str = "fp32"  # fp32 | tf32 | 3xtf32 | bf16 | fp16 | fp8 (lab/stages.py PRECISIONS)
+    # fp8: (scale_a, scale_b), float32 tensors of one element on the operands' device; the kernel
+    # writes C = scale_a * scale_b * (A @ B). None for the other precisions.
+    scales: tuple | None = None
     swapped: bool = False  # computing C^T = B^T A^T (C was column-major)
     copy_back: object = None  # (buffer, user C): the kernel writes buffer, then C <- buffer
     # some operand spans 2^31 elements or more (margin included): build with 64-bit offsets
@@ -229,6 +272,7 @@ class Needs:
 
     blas: bool = True
     dtypes: tuple[str, ...] = ("float32",)  # what A, B and C may be (one precision's dtype)
+    out: str | None = None  # C's dtype where it differs from A's and B's (fp8: bfloat16)
 
 
 CUDA = Needs(blas=True)
@@ -290,15 +334,22 @@ def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None 
     if tuple(c.shape) != (M, N):
         raise LabError(f"{where}: C (out) must be {M}x{N} for a {M}x{K} A and a {K}x{N} B, but it "
                        f"is {c.shape[0]}x{c.shape[1]}")
-    if not a.dtype == b.dtype == c.dtype:
-        names = [str(t.dtype).removeprefix("torch.") for t in (a, b, c)]
+    names = [str(t.dtype).removeprefix("torch.") for t in (a, b, c)]
+    if needs.out is None and not a.dtype == b.dtype == c.dtype:
         raise LabError(f"{where}: A is {names[0]}, B is {names[1]} and C (out) is {names[2]}, but "
                        f"the three must have one dtype; convert with .to(), such as "
                        f"b.to({str(a.dtype)})")
-    for name, t in (("A", a), ("B", b), ("C", c)):
-        dt = str(t.dtype).removeprefix("torch.")
+    if needs.out is not None and a.dtype != b.dtype:
+        raise LabError(f"{where}: A is {names[0]} and B is {names[1]}, but the two must have one "
+                       f"dtype; convert with .to(), such as b.to({str(a.dtype)})")
+    for name, dt in (("A", names[0]), ("B", names[1])):
         if dt not in needs.dtypes:
             raise LabError(f"{where} takes {' or '.join(needs.dtypes)} tensors, but {name} is {dt}")
+    if needs.out is not None and names[2] != needs.out:
+        raise LabError(f"{where} writes a {needs.out} C from {names[0]} operands, but C (out) is "
+                       f"{names[2]}; pass out=torch.empty(..., dtype=torch.{needs.out})")
+    if needs.out is None and names[2] not in needs.dtypes:
+        raise LabError(f"{where} takes {' or '.join(needs.dtypes)} tensors, but C is {names[2]}")
     if not (a.device == b.device == c.device):
         raise LabError(f"{where}: A, B and C must be on one device, but they are on "
                        f"{_dev(a)}, {_dev(b)} and {_dev(c)}")
@@ -399,14 +450,16 @@ def timer(cuda: bool) -> _Timer:
     return _Timer(cuda)
 
 
-def describe(a, b, c, needs: Needs = CUDA, precision: str = "fp32") -> Problem:
-    """The problem as a stage with `needs` sees it in `precision` (after check_operands passed).
-    Its `offsets64` is set when an operand spans more than 32-bit offsets reach (Problem's
-    __post_init__: needs_offsets64), so the launcher builds its 64-bit kernels for it."""
+def describe(a, b, c, needs: Needs = CUDA, precision: str = "fp32",
+             scales: tuple | None = None) -> Problem:
+    """The problem as a stage with `needs` sees it in `precision` (after check_operands passed;
+    `scales`: fp8's, from scales_for). Its `offsets64` is set when an operand spans more than
+    32-bit offsets reach (Problem's __post_init__: needs_offsets64), so the launcher builds its
+    64-bit kernels for it."""
     M, K = a.shape
     N = b.shape[1]
     p = Problem(M, N, K, Operand.of("A", a), Operand.of("B", b), Operand.of("C", c),
-                precision=precision)
+                precision=precision, scales=scales)
     if not needs.blas:
         return p
     clock = None
@@ -468,7 +521,8 @@ def _copy_back(kernel: Prepared, buf, user_c) -> Prepared:
 
 def entry(offer: Offer, needs: Needs | None = None):
     """Decorator for a stage's `prepare(problem, **params)`, declared by its Offer: the public
-    `prepare(a, b, c, precision=None, **params)` checks the parameters (offer.validate) and the
+    `prepare(a, b, c, precision=None, scale_a=None, scale_b=None, **params)` (the scales: fp8's
+    per-tensor scales, scales_for) checks the parameters (offer.validate) and the
     operands, handles empty problems, describes the operands once (a frozen Problem, fitted to
     the kernel's needs and carrying the precision) and returns the stage's Prepared launch, with
     the shared code's one-time copies added to its `setup_ms` and the Problem as `.problem`."""
@@ -479,10 +533,13 @@ def entry(offer: Offer, needs: Needs | None = None):
 
     def wrap(inner: Callable) -> Callable:
         @functools.wraps(inner)
-        def prepare(a, b, c, precision: str | None = None, **params):
+        def prepare(a, b, c, precision: str | None = None, scale_a=None, scale_b=None,
+                    **params):
             precision = precision_for(a, precision, where, offer.precisions)
             offer.validate(params, precision)  # the stage's parameter rules first
-            call_needs = replace(needs, dtypes=(DTYPE_NAMES[precision],))
+            out = OUT_DTYPE_NAMES[precision]
+            call_needs = replace(needs, dtypes=(DTYPE_NAMES[precision],),
+                                 out=None if out == DTYPE_NAMES[precision] else out)
             interpreting = os.environ.get("TRITON_INTERPRET") == "1"
             check_operands(a, b, c, where, call_needs,
                            device or ("any" if interpreting else "cuda"))
@@ -500,7 +557,8 @@ def entry(offer: Offer, needs: Needs | None = None):
             # refused); the tensors themselves are kept where they need no detaching, so a plan
             # (lab/plan.py) can find them in the launch's steps
             a, b, c = (t.detach() if t.requires_grad else t for t in (a, b, c))
-            p = describe(a, b, c, needs, precision)
+            scales = scales_for(a, precision, scale_a, scale_b, where)
+            p = describe(a, b, c, needs, precision, scales)
             launch = inner(p, **params)
             if not isinstance(launch, Prepared):
                 raise TypeError(f"{where}: prepare() must return a lab.contract.Prepared, not "

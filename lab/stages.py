@@ -28,6 +28,8 @@ BACKENDS = ("cuda", "triton")
 #           near-fp32 accuracy on the tensor cores (compared with cuBLAS fp32, which it stands in for)
 #   bf16    bfloat16 operands and output, fp32 accumulation
 #   fp16    float16 operands and output, fp32 accumulation
+#   fp8     float8 e4m3 operands with per-tensor scales (C = scale_a * scale_b * A @ B), fp32
+#           accumulation, bfloat16 output (compared with cuBLAS fp8 through torch._scaled_mm)
 PRECISIONS = CONTRACT_PRECISIONS
 
 
