@@ -100,9 +100,59 @@ def make_inputs(M: int, N: int, K: int, seed: int, device: str, dtype=None, layo
     return a, b
 
 
-def reference(a, b):
-    """torch.matmul on float64-upcast inputs."""
-    return a.double() @ b.double()
+E4M3_MAX = 448.0  # the largest finite float8 e4m3 (fn) value
+
+
+def quantize_e4m3(x):
+    """float32 `x` as float8 e4m3 with a per-tensor scale: (q, scale), x ~ scale * q, the scale
+    (a float32 tensor of one element) mapping x's largest magnitude to E4M3_MAX, as fp8 training
+    recipes do (NVIDIA Transformer Engine's per-tensor current scaling)."""
+    import torch
+
+    amax = x.abs().amax().clamp(min=1e-12).float()
+    scale = (amax / E4M3_MAX).reshape(1)
+    q = (x / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def make_scaled_inputs(M: int, N: int, K: int, seed: int, device: str, layout: str = "nn"):
+    """fp8's operands: make_inputs' standard-normal A and B quantized to float8 e4m3 with
+    per-tensor scales (quantize_e4m3). Returns (a, b, scale_a, scale_b); the product the kernels
+    compute is scale_a * scale_b * (a @ b), and reference(a, b, (scale_a, scale_b)) is its float64
+    value. `layout` as make_inputs."""
+    a, b = make_inputs(M, N, K, seed, device, layout="nn")
+    (qa, sa), (qb, sb) = quantize_e4m3(a), quantize_e4m3(b)
+    if layout[0] == "t":
+        qa = qa.t().contiguous().t()
+    if layout[1] == "t":
+        qb = qb.t().contiguous().t()
+    return qa, qb, sa, sb
+
+
+def inputs_for(precision: str, M: int, N: int, K: int, seed: int, device: str,
+               layout: str = "nn"):
+    """The operands a row of `precision` multiplies: (a, b, scales), scales None except fp8's
+    (scale_a, scale_b)."""
+    import torch
+
+    from lab.operands import DTYPE_NAMES, SCALED
+
+    if precision in SCALED:
+        a, b, sa, sb = make_scaled_inputs(M, N, K, seed, device, layout)
+        return a, b, (sa, sb)
+    dtype = getattr(torch, DTYPE_NAMES[precision])
+    a, b = make_inputs(M, N, K, seed, device, dtype=dtype, layout=layout)
+    return a, b, None
+
+
+def reference(a, b, scales=None):
+    """torch.matmul on float64-upcast inputs (times scale_a * scale_b where fp8's `scales` are
+    given)."""
+    ref = a.double() @ b.double()
+    if scales is not None:
+        sa, sb = scales
+        ref *= sa.double().item() * sb.double().item()
+    return ref
 
 
 def compare(c, ref, K: int, precision: str = "fp32") -> CheckResult:
