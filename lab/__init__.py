@@ -16,35 +16,49 @@ __all__ = ["matmul", "LabError", "CompileError"]
 
 
 def matmul(a, b, stage: str | None = None, backend: str = "cuda", out=None,
-           precision: str | None = None, **params):
+           precision: str | None = None, scale_a=None, scale_b=None, **params):
     """C = A @ B computed by one stage of the lab (`python -m lab.compare --list` lists them;
     None: lab.stages.DEFAULT_STAGE, vectorized).
 
     a: M x K, b: K x N float32 tensors on one device (a CUDA GPU; Triton stages also run CPU
     tensors under the Triton interpreter, TRITON_INTERPRET=1). out: an M x N float32 tensor to
     write (any strides, not overlapping a or b), or None for a new one. precision: fp32, tf32,
-    3xtf32, bf16 or fp16 where the stage supports it (lab/stages.py); None takes it from the
-    dtype (float32 -> fp32, bfloat16 -> bf16, float16 -> fp16; C has the operands' dtype).
+    3xtf32, bf16, fp16 or fp8 where the stage supports it (lab/stages.py); None takes it from the
+    dtype (float32 -> fp32, bfloat16 -> bf16, float16 -> fp16, float8_e4m3fn -> fp8; C has the
+    operands' dtype, except fp8's, which is bfloat16). scale_a, scale_b: fp8's per-tensor scales
+    (one-element float32 tensors on the operands' device, or numbers; None is 1): C = scale_a *
+    scale_b * (A @ B).
     params: the stage's parameters (e.g. tile=16), checked against the registry. Returns C. Like torch.matmul, the
     call is asynchronous on a GPU (it returns once the kernel is queued on the current stream).
     """
     from lab import plan as plans
 
-    key = plans.signature(a, b, out, stage, backend, precision, params)
+    scales = (scale_a, scale_b)
+    key = plans.signature(a, b, out, stage, backend, precision, params, scales)
     if key is not None:
         hit = plans.lookup(key)
         if hit is not None and not plans.capturing(a):
-            return _replay(hit, a, b, out)
-    return _matmul(a, b, stage, backend, out, precision, params, key)
+            return _replay(hit, a, b, out, scales)
+    return _matmul(a, b, stage, backend, out, precision, params, key, scales)
 
 
-def _replay(plan, a, b, out):
+def _out_dtype(a):
+    """The dtype of a new C: the operands' (float8 e4m3 operands: bfloat16, fp8's C)."""
+    import torch
+
+    from lab.operands import OUT_DTYPE_NAMES, PRECISION_OF_DTYPE
+
+    p = PRECISION_OF_DTYPE.get(str(a.dtype).removeprefix("torch."))
+    return getattr(torch, OUT_DTYPE_NAMES[p]) if p in OUT_DTYPE_NAMES else a.dtype
+
+
+def _replay(plan, a, b, out, scales):
     """A call whose signature has a plan (lab/plan.py): only the checks that depend on the tensors
     themselves, then the plan's steps on these tensors."""
     import torch
 
     if out is None:
-        out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+        out = torch.empty((a.shape[0], b.shape[1]), dtype=plan.out_dtype, device=a.device)
     else:
         clash = plan.overlap(a, b, out)
         if clash is not None:
@@ -52,18 +66,18 @@ def _replay(plan, a, b, out):
 
             raise LabError(overlap_message(plan.where, clash))
     if a.requires_grad or b.requires_grad or out.requires_grad:
-        plan(a.detach(), b.detach(), out.detach())
+        plan(a.detach(), b.detach(), out.detach(), scales)
     else:
-        plan(a, b, out)
+        plan(a, b, out, scales)
     return out
 
 
-def _matmul(a, b, stage, backend, out, precision, params, key):
+def _matmul(a, b, stage, backend, out, precision, params, key, scales=(None, None)):
     """The full road: resolve, check, prepare, launch; keep the plan when `key` is given."""
     import torch
 
     from lab import plan as plans
-    from lab.operands import DTYPE_NAMES, Needs, check_operands, precision_for
+    from lab.operands import DTYPE_NAMES, OUT_DTYPE_NAMES, Needs, check_operands, precision_for
     from lab.stages import BACKENDS, DEFAULT_STAGE, Variant, get_stage
 
     stage = DEFAULT_STAGE if stage is None else stage
@@ -94,13 +108,16 @@ def _matmul(a, b, stage, backend, out, precision, params, key):
             raise LabError(f"{where}: {name} must be a torch.Tensor, not {type(t).__name__}")
     if out is None:
         if a.dim() == 2 and b.dim() == 2:
-            out = torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+            out = torch.empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a),
+                              device=a.device)
         else:  # let the shared check say what is wrong with the shapes
             out = a.new_empty((0, 0))
     if backend == "triton" and a.device.type == "cpu" and not torch.cuda.is_available():
         _interpreter_for_cpu_tensors(where)  # before the stage's kernels are imported
     precision = precision_for(a, precision, where, spec.precisions_for(backend))
-    needs = Needs(blas=backend == "cuda", dtypes=(DTYPE_NAMES[precision],))
+    c_dtype = OUT_DTYPE_NAMES[precision]
+    needs = Needs(blas=backend == "cuda", dtypes=(DTYPE_NAMES[precision],),
+                  out=None if c_dtype == DTYPE_NAMES[precision] else c_dtype)
     on_cpu = a.device.type == "cpu"
     check_operands(a, b, out, where, needs, device="cuda" if backend == "cuda" else "any")
     if backend == "triton" and on_cpu:
@@ -109,10 +126,12 @@ def _matmul(a, b, stage, backend, out, precision, params, key):
     if backend == "triton" and on_cpu:
         _refuse_compiled_kernels(where)
     kwargs = dict(precision=precision, **Variant(spec, values).params_for(backend))
-    launch = module.prepare(a, b, out, **kwargs)
+    given = {k: v for k, v in zip(("scale_a", "scale_b"), scales) if v is not None}
+    launch = module.prepare(a, b, out, **kwargs, **given)
     launch()
     if key is not None and not plans.capturing(a):
-        plans.store(key, plans.make_plan(launch, module.prepare, kwargs, a, b, out, where))
+        plans.store(key, plans.make_plan(launch, module.prepare, kwargs, a, b, out, where,
+                                         scales))
     return out
 
 

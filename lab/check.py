@@ -57,9 +57,9 @@ from dataclasses import dataclass
 # Unit roundoff of the accumulation's inputs and the floor of the threshold, per precision.
 # Unit roundoff of the operands as the multiplier sees them (documentation, and the floors below).
 UNIT_ROUNDOFF = {"fp32": 2.0**-24, "tf32": 2.0**-11, "3xtf32": 2.0**-22, "bf16": 2.0**-8,
-                 "fp16": 2.0**-11}
+                 "fp16": 2.0**-11, "fp8": 2.0**-4}
 ACCUMULATE_U = 2.0**-24  # every precision accumulates in fp32
-FLOOR = {"fp32": 1e-5, "tf32": 2e-3, "3xtf32": 1e-5, "bf16": 2e-2, "fp16": 1e-2}
+FLOOR = {"fp32": 1e-5, "tf32": 2e-3, "3xtf32": 1e-5, "bf16": 2e-2, "fp16": 1e-2, "fp8": 2e-2}
 RANDOM_WALK_FACTOR = 2.0  # tol = max(floor, factor * u * sqrt(K))
 ELEMENT_FACTOR = 8.0  # an element may be off by this many tol(K) * rms(ref)
 # Kept for callers that want the K-independent floor of a precision.

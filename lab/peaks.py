@@ -5,7 +5,8 @@ sparsity) and count an FMA as 2 FLOP. They come from NVIDIA's architecture white
 cross-checked against the datasheet peaks they imply:
 
   H100 SXM5 (sm_90, 132 SMs, 1830 MHz boost in the datasheet): 132 x 4096 x 1.83 GHz = 989 TFLOPS
-  bf16/fp16 dense (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022: 989.4), TF32 494.7,
+  bf16/fp16 dense (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022: 989.4), FP8 1978.9,
+  TF32 494.7,
   FP32 SIMT 132 x 256 x 1.98 GHz = 66.9 TFLOPS at the H100's top SM clock (1980 MHz).
   A100 (sm_80, 108 SMs, 1410 MHz): bf16 108 x 2048 x 1.41 GHz = 312 TFLOPS, TF32 156, FP32 19.5.
 
@@ -27,7 +28,7 @@ RATES: dict[tuple[int, int], dict[str, int]] = {
     (8, 0): {"fp32": 128, "tf32": 1024, "bf16": 2048, "fp16": 2048},  # A100
     (8, 6): {"fp32": 256, "tf32": 512, "bf16": 1024, "fp16": 1024},  # A6000, A10, RTX 30
     (8, 9): {"fp32": 256, "tf32": 512, "bf16": 1024, "fp16": 1024},  # L4, L40, RTX 40
-    (9, 0): {"fp32": 256, "tf32": 2048, "bf16": 4096, "fp16": 4096},  # H100, H200
+    (9, 0): {"fp32": 256, "tf32": 2048, "bf16": 4096, "fp16": 4096, "fp8": 8192},  # H100, H200
 }
 
 # Precisions that run on another precision's units: 3xtf32 does 3 TF32 products per FMA.

@@ -47,15 +47,35 @@ def _tensor_sig(t) -> tuple:
     return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % 16)
 
 
-def signature(a, b, out, stage: str, backend: str, precision, params: dict) -> tuple | None:
+def _scale_sig(s):
+    """fp8's scale as a key: a tensor's signature, a number's value (a plan bakes a number into a
+    tensor of its own), None as None; raises TypeError for anything else (not cacheable)."""
+    import torch
+
+    if s is None:
+        return None
+    if type(s) is torch.Tensor:
+        return ("tensor",) + _tensor_sig(s)
+    if isinstance(s, (int, float)) and not isinstance(s, bool):
+        return ("value", float(s))
+    raise TypeError("a scale that is neither a tensor nor a number")
+
+
+def signature(a, b, out, stage: str, backend: str, precision, params: dict,
+              scales: tuple = (None, None)) -> tuple | None:
     """The cache key of a call, or None when the call has no cacheable signature (an argument that
     is not a tensor, a parameter value that cannot be hashed). CPU tensors (the Triton
-    interpreter) are planned too, which is how the CPU tests exercise this module."""
+    interpreter) are planned too, which is how the CPU tests exercise this module. `scales`:
+    fp8's scale_a and scale_b as given."""
     import torch
 
     if type(a) is not torch.Tensor or type(b) is not torch.Tensor:
         return None
     if out is not None and type(out) is not torch.Tensor:
+        return None
+    try:
+        scale_key = tuple(_scale_sig(s) for s in scales)
+    except TypeError:
         return None
     if a.is_cuda:
         device = torch.cuda.current_device()
@@ -64,7 +84,7 @@ def signature(a, b, out, stage: str, backend: str, precision, params: dict) -> t
         where = None
     try:
         key = (stage, backend, precision, tuple(sorted(params.items())), _tensor_sig(a),
-               _tensor_sig(b), None if out is None else _tensor_sig(out), where)
+               _tensor_sig(b), None if out is None else _tensor_sig(out), where, scale_key)
         hash(key)
     except TypeError:
         return None
@@ -116,19 +136,22 @@ class Plan:
         `template` (None in their place) and `subs` saying which position takes which slot:
         0, 1, 2 = A, B, C as the user passed them; 3, 4, 5 = their transposed views A^T, B^T, C^T
         (a column-major C is computed as C^T = B^T A^T: lab/operands.py describe(); a launcher
-        may swap too). None: prepare on every call.
+        may swap too); 6, 7 = fp8's scale_a and scale_b where the user gave them as tensors.
+        None: prepare on every call.
     prepare: the stage's public prepare and its keyword arguments, for a plan without replay.
+    out_dtype: the dtype of a C the call makes (the operands', fp8's bfloat16).
     a_extent, b_extent, c_extent: bytes each spans (for the overlap check of a given `out`).
     where: "stage <name> (<backend>)", for messages.
     """
 
     __slots__ = ("replay", "prepare", "kwargs", "c_extent", "a_extent", "b_extent", "derived",
-                 "where")
+                 "where", "out_dtype")
 
     def __init__(self, replay, prepare, kwargs: dict, a, b, c, derived: bool, where: str):
         self.replay, self.where = replay, where
         self.prepare = prepare
         self.kwargs = kwargs
+        self.out_dtype = c.dtype
         self.a_extent, self.b_extent, self.c_extent = _extent(a), _extent(b), _extent(c)
         self.derived = derived
 
@@ -142,11 +165,13 @@ class Plan:
                 return name
         return None
 
-    def __call__(self, a, b, c) -> None:
+    def __call__(self, a, b, c, scales: tuple = (None, None)) -> None:
         if self.replay is None:
-            self.prepare(a, b, c, **self.kwargs)()
+            given = {k: v for k, v in zip(("scale_a", "scale_b"), scales) if v is not None}
+            self.prepare(a, b, c, **self.kwargs, **given)()
             return
-        slots = (a, b, c, a.t(), b.t(), c.t()) if self.derived else (a, b, c)
+        slots = (a, b, c, a.t(), b.t(), c.t()) if self.derived else (a, b, c, None, None, None)
+        slots += tuple(scales)
         for run, template, subs in self.replay:
             if subs:
                 args = list(template)
@@ -157,17 +182,22 @@ class Plan:
                 run(*template)
 
 
-def make_plan(launch, prepare, kwargs: dict, a, b, c, where: str) -> Plan:
+def make_plan(launch, prepare, kwargs: dict, a, b, c, where: str,
+              scales: tuple = (None, None)) -> Plan:
     """The Plan of a call whose prepare() returned `launch` for user tensors a, b, c (`where`:
-    "stage <name> (<backend>)", for messages)."""
-    replay = _replay(launch, a, b, c)
+    "stage <name> (<backend>)", for messages; `scales`: fp8's scale_a and scale_b as given)."""
+    replay = _replay(launch, a, b, c, scales)
     derived = replay is not None and any(slot >= 3 for _, _, subs in replay for _, slot in subs)
     return Plan(replay, prepare, kwargs, a, b, c, derived=derived, where=where)
 
 
-def _replay(launch, a, b, c):
+def _replay(launch, a, b, c, scales=(None, None)):
     """The steps of `launch` as (run, template, subs), or None when replaying them is not safe."""
     import torch
+
+    # fp8's scales given as tensors: the launch passes them (or a one-element view of one, the
+    # same memory) to its kernels; a scale given as a number is the plan's own tensor
+    user_scales = [(6 + i, s) for i, s in enumerate(scales) if type(s) is torch.Tensor]
 
     steps = launch.steps
     p = launch.problem
@@ -179,7 +209,7 @@ def _replay(launch, a, b, c):
     # a transposed view of a user tensor (describe()'s C^T = B^T A^T, or a launcher's own swap)
     # is found by its pointer, shape and strides; a new call's is made the same way
     views = [(slot, t.t()) for slot, t in ((3, a), (4, b), (5, c)) if t.numel()]
-    spans = [_span(t) for t in (a, b, c) if t.numel()]
+    spans = [_span(t) for t in (a, b, c) if t.numel()] + [_span(s) for _, s in user_scales]
     replay = []
     for run, args in steps:
         template, subs = list(args), []
@@ -190,6 +220,8 @@ def _replay(launch, a, b, c):
             if slot is None:
                 slot = next((k for k, v in views if x.data_ptr() == v.data_ptr()
                              and x.shape == v.shape and x.stride() == v.stride()), None)
+            if slot is None and x.numel() == 1:
+                slot = next((k for k, v in user_scales if x.data_ptr() == v.data_ptr()), None)
             if slot is not None:
                 template[pos] = None
                 subs.append((pos, slot))

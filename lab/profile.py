@@ -61,7 +61,7 @@ without a GPU:
   mix; cuBLAS has none) and the exit status is 0; --csv then writes the mix CSV below.
 
 --precision P:
-  one precision per run (fp32, tf32, 3xtf32, bf16, fp16; default fp32): the inputs' dtype, the
+  one precision per run (fp32, tf32, 3xtf32, bf16, fp16, fp8; default fp32): the inputs' dtype, the
   build and the roofline's compute roof (P's tensor-core peak from lab/peaks.py, the FP32 SIMT
   peak for fp32). Stages that do not compute in P are skipped with one line on stderr; a stage
   named on its own that computes in P on none of the backends is refused.
@@ -101,8 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reports", metavar="DIR",
                    help="keep ncu's .ncu-rep reports in DIR (open them with ncu-ui)")
     p.add_argument("--precision", default="fp32", metavar="P",
-                   help="one precision to build, launch and compare in: fp32, tf32, 3xtf32, bf16 "
-                        "or fp16 (default fp32); stages that do not compute in it are skipped")
+                   help="one precision to build, launch and compare in: fp32, tf32, 3xtf32, "
+                        "bf16, fp16 or fp8 (default fp32); stages that do not compute in it are "
+                        "skipped")
     p.add_argument("--peak-tflops", type=float,
                    help="compute peak for the roofline in TFLOP/s (default: from the GPU: the FP32 "
                         "SIMT peak, SMs x 128 x 2 x clock, or --precision's tensor-core peak)")

@@ -258,7 +258,7 @@ def _base(precision: str) -> str:
 
 PRECISION_WORDS = {"fp32": ("fp32", "fp32"), "tf32": ("TF32", "tf32"),
                    "3xtf32": ("3xTF32", "3xtf32"), "bf16": ("bf16", "bf16-and-fp16"),
-                   "fp16": ("fp16", "bf16-and-fp16")}
+                   "fp16": ("fp16", "bf16-and-fp16"), "fp8": ("fp8", "fp8")}
 BACKEND_WORDS = {"cuda": "CUDA", "triton": "Triton"}
 
 

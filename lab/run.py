@@ -211,20 +211,22 @@ def _run_precision(plan: Plan, shape: Shape, layout: str, precision: str, seed: 
                    runs: bool, gpu, emit) -> None:
     import torch
 
-    from lab.operands import DTYPE_NAMES
+    from lab.operands import DTYPE_NAMES, OUT_DTYPE_NAMES
 
     M, N, K = shape
     device = "cuda" if plan.mode == "gpu" else "cpu"
-    dtype = getattr(torch, DTYPE_NAMES[precision])
-    a, b = chk.make_inputs(M, N, K, seed, device, dtype=dtype, layout=layout) if runs \
-        else (None,) * 2
-    ref = chk.reference(a, b) if runs else None  # float64 of the operands the kernel receives
-    host = (a.cpu(), b.cpu(), torch.empty((M, N), dtype=dtype)) if plan.transfers else None
+    # fp8: e4m3 operands with per-tensor scales (scales), the others None
+    a, b, scales = chk.inputs_for(precision, M, N, K, seed, device, layout) if runs \
+        else (None,) * 3
+    # float64 of the operands the kernel receives (times fp8's scales)
+    ref = chk.reference(a, b, scales) if runs else None
+    host = (a.cpu(), b.cpu(), torch.empty((M, N), dtype=getattr(torch, OUT_DTYPE_NAMES[precision]))
+            ) if plan.transfers else None
     base = dict(precision=precision, M=M, N=N, K=K, mode=plan.mode, seed=seed, layout=layout,
                 repeat=repeat if plan.repeat > 1 else None, dtype=DTYPE_NAMES[precision])
     cublas = None  # the checked cuBLAS launch, timed beside each stage row (adjacent)
     if plan.mode == "gpu" and plan.cublas:
-        row, cublas = _run_cublas(a, b, ref, plan, base, host, gpu)
+        row, cublas = _run_cublas(a, b, ref, plan, base, host, gpu, scales)
         emit(row)
     from lab.tune.auto import resolve_variant
 
@@ -251,7 +253,8 @@ def _run_precision(plan: Plan, shape: Shape, layout: str, precision: str, seed: 
                     row.detail = (f"CPU mode runs Triton under its interpreter only up to "
                                   f"M*N*K = 256^3; {shape} is larger (run it on a GPU)")
                 else:
-                    _run_stage(row, variant, backend, a, b, ref, plan, host, cublas, gpu)
+                    _run_stage(row, variant, backend, a, b, ref, plan, host, cublas, gpu,
+                               scales)
             except Exception as exc:  # the row fails; the run goes on
                 _error_row(row, exc)
             if auto_note:
@@ -342,22 +345,50 @@ CUBLAS_AT = {
     "3xtf32": "cuBLAS fp32 (TF32 off): the precision 3xtf32 stands in for",
     "bf16": "cuBLAS bf16 operands and output, fp32 accumulation",
     "fp16": "cuBLAS fp16 operands and output, fp32 accumulation",
+    "fp8": "cuBLAS fp8 (torch._scaled_mm, e4m3 with per-tensor scales, bf16 output, fast "
+           "accumulation)",
 }
 
+# torch._scaled_mm's use_fast_accum for the fp8 baseline: True, like for like with the lab's fp8
+# kernels, which keep every product in wgmma's own accumulator over all of K (False: cuBLAS
+# promotes partial sums into fp32 registers every few k-steps, slower and more accurate)
+FP8_FAST_ACCUM = True
 
-def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None, gpu=None):
+
+def scaled_mm_launch(a, b, c, scales, fast_accum: bool = FP8_FAST_ACCUM):
+    """cuBLAS fp8 as torch exposes it: torch._scaled_mm takes A row-major and B column-major
+    (both K-major); an operand lying the other way is copied K-major inside the call, which is
+    what a caller who holds it so pays. C (bfloat16) is written through out=."""
+    import torch
+
+    sa, sb = scales
+
+    def launch():
+        x = a if a.stride(1) == 1 else a.contiguous()
+        y = b if b.stride(0) == 1 else b.t().contiguous().t()
+        torch._scaled_mm(x, y, scale_a=sa, scale_b=sb, out_dtype=c.dtype,
+                         use_fast_accum=fast_accum, out=c)
+    return launch
+
+
+def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None, gpu=None, scales=None):
     """The shape's cuBLAS row, and its launch (None if it failed) for the adjacent baselines."""
     import torch
+
+    from lab.operands import OUT_DTYPE_NAMES
 
     precision = base["precision"]
     row = Row(stage="cublas", backend="cublas", cublas_timing=plan.cublas_timing,
               detail=CUBLAS_AT[precision], **base)
     try:
-        c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)
-
-        def launch():  # the switches are process-wide: set them on every call
-            _cublas_mode(precision)
-            torch.matmul(a, b, out=c)
+        c = torch.empty((a.shape[0], b.shape[1]), device=a.device,
+                        dtype=getattr(torch, OUT_DTYPE_NAMES[precision]))
+        if scales is not None:
+            launch = scaled_mm_launch(a, b, c, scales)
+        else:
+            def launch():  # the switches are process-wide: set them on every call
+                _cublas_mode(precision)
+                torch.matmul(a, b, out=c)
         _check_and_time(row, launch, a, b, c, ref, plan, host, gpu=gpu)
         if plan.api and row.status == "pass":  # torch.matmul's own CPU time per call
             row.api_us = _cpu_us(launch, max(10, min(API_CPU_CALLS, int(200 / row.median_ms))))
@@ -366,13 +397,22 @@ def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None, gpu=None):
     return row, (launch if row.status == "pass" else None)
 
 
+def _scale_kwargs(scales) -> dict:
+    """prepare()'s and lab.matmul's keywords for fp8's scales (none for other precisions)."""
+    return {} if scales is None else dict(scale_a=scales[0], scale_b=scales[1])
+
+
 def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, host,
-               cublas=None, gpu=None) -> None:
+               cublas=None, gpu=None, scales=None) -> None:
     import torch
 
+    from lab.operands import OUT_DTYPE_NAMES
+
     module = variant.stage.module(backend)
-    c = torch.empty((a.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)
-    launch = module.prepare(a, b, c, precision=row.precision, **variant.params_for(backend))
+    c = torch.empty((a.shape[0], b.shape[1]), device=a.device,
+                    dtype=getattr(torch, OUT_DTYPE_NAMES[row.precision]))
+    launch = module.prepare(a, b, c, precision=row.precision, **variant.params_for(backend),
+                            **_scale_kwargs(scales))
     row.set_resources(launch.resources)
     row.setup_ms = launch.setup_ms
     if plan.mode == "cpu":
@@ -386,7 +426,7 @@ def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, 
                                                         row.smem_dynamic or 0)
     _check_and_time(row, launch, a, b, c, ref, plan, host, cublas, gpu)
     if plan.api and row.status == "pass":
-        _time_api(row, variant, backend, a, b, c, plan, launch)
+        _time_api(row, variant, backend, a, b, c, plan, launch, scales)
 
 
 API_CPU_CALLS = 50  # lab.matmul calls whose CPU time is averaged (no wait between them)
@@ -410,7 +450,8 @@ def _cpu_us(fn, calls: int = API_CPU_CALLS) -> float:
     return us
 
 
-def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan, launch) -> None:
+def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan, launch,
+              scales=None) -> None:
     """--api: the row's computation as a user calls it, lab.matmul(a, b, out=c, ...) with the
     row's stage, backend, precision and parameters. Its C must equal the prepared launch's (the
     same kernel on the same inputs); then `api_ms` is its median GPU-visible time (L2 flushed,
@@ -429,7 +470,7 @@ def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan, lau
 
     def call():
         lab.matmul(a, b, stage=variant.stage.name, backend=backend, out=c,
-                   precision=row.precision, **params)
+                   precision=row.precision, **params, **_scale_kwargs(scales))
 
     c.fill_(float("nan"))
     call()
@@ -442,8 +483,8 @@ def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan, lau
     # no more calls than fit in about 0.2 s of GPU time (the loop queues them all), at least 10
     row.api_us = _cpu_us(call, max(10, min(API_CPU_CALLS, int(200 / max(row.api_ms, 1e-3)))))
     module = variant.stage.module(backend)
-    row.prepare_us = _cpu_us(lambda: module.prepare(a, b, c, precision=row.precision, **params),
-                             PREPARE_CALLS)
+    row.prepare_us = _cpu_us(lambda: module.prepare(a, b, c, precision=row.precision, **params,
+                                                    **_scale_kwargs(scales)), PREPARE_CALLS)
 
 
 def _apply_check(row: Row, result: chk.CheckResult) -> bool:

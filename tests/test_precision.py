@@ -104,6 +104,8 @@ def test_the_api_takes_the_precision_from_the_dtype_or_by_name():
     with pytest.raises(LabError, match=r"computes in fp32, not tf32"):
         matmul(a.float(), b.float(), stage="naive", backend="triton", precision="tf32")
     with pytest.raises(LabError, match="unknown precision"):
+        matmul(a.float(), b.float(), stage="tiled", backend="triton", precision="fp4")
+    with pytest.raises(LabError, match=r"computes in .*, not fp8"):
         matmul(a.float(), b.float(), stage="tiled", backend="triton", precision="fp8")
     with pytest.raises(LabError, match="takes bfloat16 tensors, but A is float32"):
         matmul(a.float(), b.float(), stage="tiled", backend="triton", precision="bf16")

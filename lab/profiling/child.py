@@ -30,25 +30,28 @@ def run_target(args, shape) -> int:
 
     from lab import check as chk
     from lab.ncu import NVTX_RANGE
-    from lab.operands import DTYPE_NAMES
+    from lab.operands import OUT_DTYPE_NAMES
 
     if not torch.cuda.is_available():
         raise LabError("the profiling target launches kernels and needs a CUDA GPU, but torch "
                        "sees none")
     M, N, K = shape
     precision = args.precision
-    dtype = getattr(torch, DTYPE_NAMES[precision])  # C in the operands' dtype, as lab.compare
-    a, b = chk.make_inputs(M, N, K, args.seed, "cuda", dtype=dtype)
-    c = torch.empty((M, N), device="cuda", dtype=dtype)
+    # the operands as lab.compare makes them (fp8: e4m3 with per-tensor scales), C in the
+    # precision's output dtype
+    a, b, scales = chk.inputs_for(precision, M, N, K, args.seed, "cuda")
+    c = torch.empty((M, N), device="cuda", dtype=getattr(torch, OUT_DTYPE_NAMES[precision]))
     kernel_only = None  # a stage's Prepared may offer its kernel without per-call copies
     if args.target == "cublas":
-        from lab.run import _cublas_mode
+        from lab.run import _cublas_mode, scaled_mm_launch
 
         label = "cublas"
 
         def launch():  # as lab.compare's cuBLAS row: TF32 allowed for tf32 only
             _cublas_mode(precision)
             torch.matmul(a, b, out=c)
+        if scales is not None:  # fp8: torch._scaled_mm, as lab.compare's cuBLAS row
+            launch = scaled_mm_launch(a, b, c, scales)
     else:
         from lab.stages import parse_variants
 
@@ -57,8 +60,10 @@ def run_target(args, shape) -> int:
             raise LabError("the profiling target takes exactly one stage variant")
         variant = variants[0]
         label = variant.label
+        given = {} if scales is None else dict(scale_a=scales[0], scale_b=scales[1])
         launch = variant.stage.module(args.target).prepare(a, b, c, precision=precision,
-                                                           **variant.params_for(args.target))
+                                                           **variant.params_for(args.target),
+                                                           **given)
         kernel_only = launch.kernel_only
     for _ in range(args.warmup):
         launch()
@@ -72,7 +77,7 @@ def run_target(args, shape) -> int:
         pop()
     torch.cuda.synchronize()
     if args.check:
-        result = chk.check(launch, c, chk.reference(a, b), K, precision)
+        result = chk.check(launch, c, chk.reference(a, b, scales), K, precision)
         if not result.passed:
             print(f"{CHECK_FAILED}: {label} {args.target} {precision} {shape}: {result.reason}",
                   file=sys.stderr)

@@ -31,7 +31,7 @@ def triton_launch(variant, shape, precision: str = "fp32") -> dict:
     triton_kernels._common.dot_meta)."""
     import torch
 
-    from lab.operands import DTYPE_NAMES, TRITON, describe
+    from lab.operands import DTYPE_NAMES, OUT_DTYPE_NAMES, SCALED, TRITON, describe
 
     from lab.toolchain.triton import recording
 
@@ -43,10 +43,12 @@ def triton_launch(variant, shape, precision: str = "fp32") -> dict:
     dtype = getattr(torch, DTYPE_NAMES[precision])
     a = torch.empty((M, K), device=device, dtype=dtype)
     b = torch.empty((K, N), device=device, dtype=dtype)
-    c = torch.empty((M, N), device=device, dtype=dtype)
+    c = torch.empty((M, N), device=device, dtype=getattr(torch, OUT_DTYPE_NAMES[precision]))
+    scales = (tuple(torch.ones(1, device=device) for _ in range(2)) if precision in SCALED
+              else None)
     # the stage's own part of prepare (meta tensors cannot pass the shared device check)
     with recording() as calls:
-        module.prepare.inner(describe(a, b, c, TRITON, precision), **params)
+        module.prepare.inner(describe(a, b, c, TRITON, precision, scales), **params)
     launched = [call for call in calls if call[0].fn.__name__ == main]
     if not launched:
         raise LabError(f"triton_kernels.{variant.stage.name}.prepare launched no {main} (the first "

@@ -43,19 +43,22 @@ class GpuBench:
         import torch
 
         from lab import check as chk
-        from lab.operands import DTYPE_NAMES
+        from lab.operands import OUT_DTYPE_NAMES
 
         self.module = stage.module(backend)
         self.K, self.precision = K, precision
-        dtype = getattr(torch, DTYPE_NAMES.get(precision, "float32"))
-        self.a, self.b = chk.make_inputs(M, N, K, seed, "cuda", dtype=dtype, layout=layout)
-        self.ref = chk.reference(self.a, self.b)
-        self.c = torch.empty((M, N), device="cuda", dtype=dtype)
+        # fp8: e4m3 operands with per-tensor scales (self.scales), as lab.compare makes them
+        self.a, self.b, self.scales = chk.inputs_for(precision, M, N, K, seed, "cuda", layout)
+        self.ref = chk.reference(self.a, self.b, self.scales)
+        self.c = torch.empty((M, N), device="cuda",
+                             dtype=getattr(torch, OUT_DTYPE_NAMES.get(precision, "float32")))
 
     def launch(self, params: dict):
         # fp32 is what float32 operands mean; other precisions are named (tf32, 3xtf32 take
         # float32 operands too)
         named = {} if self.precision == "fp32" else {"precision": self.precision}
+        if self.scales is not None:
+            named.update(scale_a=self.scales[0], scale_b=self.scales[1])
         return self.module.prepare(self.a, self.b, self.c, **named, **params)
 
     def check(self, launch):
