@@ -157,3 +157,93 @@ def test_all_runs_the_stages_that_offer_a_precision_and_skips_the_rest():
     assert "naive cuda bf16" in plan.unsupported()
     assert plan.n_rows == sum(1 for s in STAGES for b in ("cuda", "triton")
                               if "bf16" in s.precisions_for(b))
+
+
+# ------------------------------------------------------------------------------ fp8
+
+
+def test_fp8_inputs_are_e4m3_with_per_tensor_scales_and_the_reference_applies_them():
+    a, b, (sa, sb) = chk.inputs_for("fp8", 48, 40, 64, 5, "cpu", "tt")
+    assert a.dtype == b.dtype == torch.float8_e4m3fn
+    assert a.stride() == (1, 48) and b.stride() == (1, 64)  # both stored transposed
+    assert sa.dtype == sb.dtype == torch.float32 and sa.numel() == sb.numel() == 1
+    # the scale maps the largest magnitude to e4m3's largest value
+    assert a.float().abs().max().item() == chk.E4M3_MAX
+    ref = chk.reference(a, b, (sa, sb))
+    plain = a.double() @ b.double()
+    assert torch.allclose(ref, plain * sa.item() * sb.item())
+    # the scaled product is the float32 inputs' product to within e4m3's rounding
+    a32, b32 = chk.make_inputs(48, 40, 64, 5, "cpu")
+    rel = ((ref - a32.double() @ b32.double()).norm() / ref.norm()).item()
+    assert 1e-3 < rel < 0.1
+
+
+def test_cublas_fp8_launch_in_every_layout_passes_the_fp8_check():
+    """lab.compare's cuBLAS fp8 row (torch._scaled_mm, which runs on the CPU too): the K-major
+    copies it makes for the layouts _scaled_mm does not take give the same C."""
+    from lab.run import scaled_mm_launch
+
+    for layout in ("nn", "nt", "tn", "tt"):
+        a, b, scales = chk.inputs_for("fp8", 40, 48, 96, 6, "cpu", layout)
+        c = torch.empty((40, 48), dtype=torch.bfloat16)
+        launch = scaled_mm_launch(a, b, c, scales)
+        result = chk.check(launch, c, chk.reference(a, b, scales), 96, "fp8")
+        assert result.passed, (layout, result.reason)
+        # a scale left out is a wrong answer the check sees
+        wrong = scaled_mm_launch(a, b, c, (scales[0], torch.ones(1)))
+        assert not chk.check(wrong, c, chk.reference(a, b, scales), 96, "fp8").passed
+
+
+def test_fp8_scales_are_checked_in_one_sentence():
+    from lab.operands import scales_for
+
+    a = torch.zeros((4, 4), dtype=torch.float8_e4m3fn)
+    where = "stage persistent (cuda)"
+    one = scales_for(a, "fp8", None, 0.5, where)
+    assert one[0].item() == 1.0 and one[1].item() == 0.5 and one[1].dtype == torch.float32
+    bad = [(torch.ones(2), "one float32 value"), (torch.ones(1, dtype=torch.float64),
+                                                  "one float32 value"),
+           ("2", "a number or a one-element float32 tensor"), (float("inf"), "finite")]
+    for value, words in bad:
+        with pytest.raises(LabError, match=words) as exc:
+            scales_for(a, "fp8", value, None, where)
+        assert "\n" not in str(exc.value)
+    with pytest.raises(LabError, match="fp8's per-tensor scales, and this call computes in bf16"):
+        x, y = chk.make_inputs(8, 8, 8, 0, "cpu", dtype=torch.bfloat16)
+        matmul(x, y, stage="tiled", backend="triton", scale_a=2.0)
+
+
+def test_fp8_operands_with_a_c_that_is_not_bfloat16_are_refused():
+    from lab.operands import TRITON, check_operands
+
+    a = torch.zeros((4, 8), dtype=torch.float8_e4m3fn)
+    b = torch.zeros((8, 4), dtype=torch.float8_e4m3fn)
+    needs = TRITON.__class__(blas=False, dtypes=("float8_e4m3fn",), out="bfloat16")
+    check_operands(a, b, torch.empty((4, 4), dtype=torch.bfloat16), "x", needs, "any")
+    with pytest.raises(LabError, match="writes a bfloat16 C from float8_e4m3fn operands, but C "
+                                       r"\(out\) is float8_e4m3fn"):
+        check_operands(a, b, torch.empty((4, 4), dtype=torch.float8_e4m3fn), "x", needs, "any")
+    with pytest.raises(LabError, match="A is float8_e4m3fn and B is bfloat16"):
+        check_operands(a, b.to(torch.bfloat16), torch.empty((4, 4), dtype=torch.bfloat16), "x",
+                       needs, "any")
+
+
+def test_a_plan_replays_the_callers_scale_tensors_and_keys_scale_numbers():
+    """lab/plan.py: scale tensors a launch passes are swapped for the next call's; a scale given
+    as a number is part of the signature (its tensor is the plan's own)."""
+    from lab import plan as plans
+    from lab.contract import Prepared
+
+    seen = []
+    a, b, c = torch.zeros(2, 3), torch.zeros(3, 4), torch.zeros(2, 4)
+    sa, sb = torch.ones(1), torch.full((1,), 2.0)
+    launch = Prepared.of_steps([(lambda *args: seen.append(args), (a, b, c, sa, sb))])
+    plan = plans.make_plan(launch, None, {}, a, b, c, "x", (sa, sb))
+    a2, b2, c2, sa2, sb2 = (t.clone() for t in (a, b, c, sa, sb))
+    plan(a2, b2, c2, (sa2, sb2))
+    assert all(x is y for x, y in zip(seen[-1], (a2, b2, c2, sa2, sb2)))
+    key1 = plans.signature(a, b, c, "s", "triton", "fp8", {}, (0.5, None))
+    key2 = plans.signature(a, b, c, "s", "triton", "fp8", {}, (0.25, None))
+    key3 = plans.signature(a, b, c, "s", "triton", "fp8", {}, (sa, None))
+    assert len({key1, key2, key3}) == 3
+    assert plans.signature(a, b, c, "s", "triton", "fp8", {}, ("x", None)) is None
