@@ -9,8 +9,8 @@ Each check runs the launcher's `launch(problem, precision, group, config)` for t
 (the module's DEFAULTS with the given KEY=V over it; a key the module does not know goes to
 NVRTC as a define) and compares C with float64 of the inputs (lab.check.compare). Each timing is
 lab.timing.bench_adjacent: the launch and torch.matmul at the same precision (tf32: TF32
-allowed) interleaved, L2 flushed. Needs an sm_90 GPU. One line per row on stdout; --out DIR
-also writes probe.csv.
+allowed; fp8: torch._scaled_mm as lab.compare's cuBLAS row) interleaved, L2 flushed. Needs an
+sm_90 GPU. One line per row on stdout; --out DIR also writes probe.csv.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import sys
 import traceback
 from pathlib import Path
 
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "3xtf32": "float32"}
 
 
 def parse_size(text: str) -> tuple[int, int, int]:
@@ -52,7 +51,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from lab.check import compare, make_inputs, reference
+    from lab.check import compare, inputs_for, reference
+    from lab.operands import OUT_DTYPE_NAMES
+    from lab.run import scaled_mm_launch
     from lab.timing import bench_adjacent
 
     mod = importlib.import_module(f"cuda_kernels.{args.stage}")
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     for prec in args.precisions.split(","):
-        dtype = getattr(torch, DTYPES[prec])
+        dtype = getattr(torch, OUT_DTYPE_NAMES[prec])  # C's
         for cfg in configs:
             full = {**mod.STAGE.defaults_for(prec), **cfg}
             label = ",".join(f"{k}={v}" for k, v in full.items())
@@ -76,14 +77,15 @@ def main(argv=None) -> int:
                 for layout in args.layouts.split(","):
                     if timed and layout not in args.timed_layouts.split(","):
                         continue
-                    a, b = make_inputs(M, N, K, 0, "cuda", dtype, layout)
+                    a, b, scales = inputs_for(prec, M, N, K, 0, "cuda", layout)
+                    given = {} if scales is None else dict(scale_a=scales[0], scale_b=scales[1])
                     c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
                     try:
-                        first = mod.prepare(a, b, c, precision=prec)
+                        first = mod.prepare(a, b, c, precision=prec, **given)
                         launch = mod.launch(first.problem, prec, 8, full)
                         launch()
                         torch.cuda.synchronize()
-                        res = compare(c.float(), reference(a, b), K, prec)
+                        res = compare(c.float(), reference(a, b, scales), K, prec)
                     except Exception as e:  # a probe row fails, the rest go on
                         record(stage=args.stage, prec=prec, cfg=label, M=M, N=N, K=K,
                                layout=layout, status="error", detail=repr(e)[:300])
@@ -96,7 +98,9 @@ def main(argv=None) -> int:
                     if timed and res.passed:
                         torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
                         cb = torch.empty_like(c)
-                        t, base = bench_adjacent(launch, lambda: torch.matmul(a, b, out=cb))
+                        blas = (scaled_mm_launch(a, b, cb, scales) if scales is not None
+                                else lambda: torch.matmul(a, b, out=cb))
+                        t, base = bench_adjacent(launch, blas)
                         torch.backends.cuda.matmul.allow_tf32 = False
                         tflops = 2 * M * N * K / t.median_ms / 1e9
                         row.update(ms=f"{t.median_ms:.4f}", cublas_ms=f"{base.median_ms:.4f}",
