@@ -8,20 +8,27 @@ Their prepare() is called directly (the registry entries come with the stages' C
 
 CPU (the Triton interpreter, which emulates tensor descriptors and checks their 16-byte rules):
 every precision x layout at odd shapes (33x17x9, K not a multiple of BLOCK_K) and at one with no
-copy, C row-major, column-major (a descriptor of C^T), strided and unaligned (the masked store);
-the persistent loop with more tiles than programs; which operand a descriptor reads where it lies
-and which is copied in every call (unaligned lines or base, no unit stride, kmajor), and that the
+copy (fp8 included: the interpreter runs tl.dot on two float8e4nv tiles, decoding them to fp16 and
+multiplying in fp32, so fp8 is checked here against the scaled float64 reference, and each element
+of C lies within one bf16 ulp of it; kmajor=0 reads an fp8 operand in any layout there), C
+row-major, column-major (a descriptor of C^T), strided and unaligned (the masked store); the
+persistent loop with more tiles than programs; which operand a descriptor reads where it lies and
+which is copied in every call (unaligned lines or base, no unit stride, kmajor), and that the
 copies and the GEMM replay through lab.matmul's plans on new tensors; the automatic values, the
-fallbacks and every refusal in one sentence; the scratch allocator; the sm_90 refusal; OFFSET64
-for a C past 2^31 elements. Compiled for sm_90 without a GPU (FakeDriver, in a child process
-without the interpreter): the PTX holds TMA loads and stores (cp.async.bulk.tensor), device-side
-tensormaps and wgmma, no mma.sync; a TF32 operand that is not K-major costs a shared-memory round
-trip (ttg.local_load) that kmajor removes; the shared memory each launcher estimates bounds the
-compiled kernel's.
+fallbacks and every refusal in one sentence; the scratch allocator; the sm_90 refusal; OFFSET64 for
+a C past 2^31 elements. Compiled for sm_90 without a GPU (FakeDriver, in a child process without
+the interpreter): the PTX holds TMA loads and stores (cp.async.bulk.tensor), device-side tensormaps
+and wgmma, no mma.sync; a TF32 operand that is not K-major costs a shared-memory round trip
+(ttg.local_load) that kmajor removes, and so does an fp8 one; fp8 is
+wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 with Triton's default max_num_imprecise_acc
+(2^30: no partial sums moved out of wgmma's accumulator) and two scalar loads (the scales); the
+shared memory each launcher estimates bounds the compiled kernel's.
 
 GPU (marked `gpu`; sm_90): bf16 at 1025^3 and 7919x6007x3001 (both operands copied, C stored
-masked) against torch.matmul, every precision x layout at 512^3, and two calls of one signature
-through lab.plan (what lab.matmul does) and, once the stages are registered, lab.matmul itself.
+masked) against torch.matmul, fp8 at the same sizes against the scaled reference, every precision x
+layout at 512^3 (fp8: lab.check.make_scaled_inputs and the scaled reference, the scales passed to
+prepare()), and two calls of one signature through lab.plan (what lab.matmul does) and, once the
+stages are registered, lab.matmul itself.
 """
 
 from __future__ import annotations
@@ -45,11 +52,17 @@ from triton_kernels import persistent, tma_wgmma
 
 MODULES = {"tma_wgmma": tma_wgmma, "persistent": persistent}
 STAGES = tuple(MODULES)
-PRECISIONS = ("bf16", "fp16", "tf32", "3xtf32")
+PRECISIONS = ("bf16", "fp16", "tf32", "3xtf32", "fp8")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
-         "3xtf32": torch.float32}
+         "3xtf32": torch.float32, "fp8": torch.float8_e4m3fn}
+OUT = {**DTYPE, "fp8": torch.bfloat16}  # C's dtype: fp8's is bfloat16
 LAYOUTS = ("nn", "nt", "tn", "tt")
 SMALL = {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 16}  # interpreter-sized tiles
+
+
+def _small(precision):
+    """SMALL, with fp8's smallest k-step (32, an fp8 wgmma's k) in fp8."""
+    return {**SMALL, "BLOCK_K": 32} if precision == "fp8" else SMALL
 
 
 def _one_sentence(text: str) -> None:
@@ -60,8 +73,19 @@ def _inputs(M, N, K, precision, layout, device="cpu", seed=1):
     return chk.make_inputs(M, N, K, seed, device, dtype=DTYPE[precision], layout=layout)
 
 
-def _check(launch, c, a, b, precision):
-    result = chk.check(launch, c, chk.reference(a, b), a.shape[1], precision)
+def _operands(M, N, K, precision, layout, device="cpu", seed=1):
+    """(a, b, scales): `precision`'s operands (lab.check.inputs_for: the same values as _inputs,
+    and fp8's e4m3 A and B with their per-tensor scales; scales None in the other precisions)."""
+    return chk.inputs_for(precision, M, N, K, seed, device, layout)
+
+
+def _scale_kwargs(scales) -> dict:
+    """prepare()'s scale_a and scale_b for fp8's scales (nothing for None)."""
+    return {} if scales is None else {"scale_a": scales[0], "scale_b": scales[1]}
+
+
+def _check(launch, c, a, b, precision, scales=None):
+    result = chk.check(launch, c, chk.reference(a, b, scales), a.shape[1], precision)
     assert result.passed, result.reason
 
 
@@ -75,22 +99,53 @@ def _check(launch, c, a, b, precision):
 def test_every_precision_and_layout_at_odd_shapes(stage, precision, layout):
     """33x17x9: no line of A or B is a multiple of 16 bytes long in any dtype, so both are copied;
     64x48x72 (K a multiple of none of the k-steps, 16, 32 and 64: its last k-step is partly past
-    K, where the descriptor reads zeros) read where they lie, except what kmajor copies in TF32;
-    both with small tiles, then the registry's defaults on the second shape."""
+    K, where the descriptor reads zeros; in fp8 64x48x80, 80 one-byte elements being the shortest
+    16-byte line past 64, a multiple of neither 32 nor 128) read where they lie, except what kmajor
+    copies in TF32 and fp8; both with small tiles, then the registry's defaults on the second
+    shape. fp8: e4m3 operands with their scales, a bf16 C, against the scaled reference."""
     m = MODULES[stage]
-    for (M, N, K), params in (((33, 17, 9), SMALL), ((64, 48, 72), SMALL), ((64, 48, 72), {})):
-        a, b = _inputs(M, N, K, precision, layout)
-        c = torch.empty(M, N, dtype=DTYPE[precision])
-        launch = m.prepare(a, b, c, precision=precision, **params)
-        _check(launch, c, a, b, precision)
+    K2 = 80 if precision == "fp8" else 72
+    small = _small(precision)
+    for (M, N, K), params in (((33, 17, 9), small), ((64, 48, K2), small), ((64, 48, K2), {})):
+        a, b, scales = _operands(M, N, K, precision, layout)
+        c = torch.empty(M, N, dtype=OUT[precision])
+        launch = m.prepare(a, b, c, precision=precision, **_scale_kwargs(scales), **params)
+        _check(launch, c, a, b, precision, scales)
         if (M, N, K) == (33, 17, 9):
             assert launch.realigned == ("A", "B")
         elif precision in ("bf16", "fp16"):  # 16-bit: any layout is read as it is
             assert launch.realigned == ()
-        else:  # TF32: an M-major A (tn, tt) and an N-major B (nn, tn) are copied K-major
+        else:  # TF32, fp8: an M-major A (tn, tt) and an N-major B (nn, tn) are copied K-major
             want = tuple(n for n, copied in (("A", layout[0] == "t"), ("B", layout[1] == "n"))
                          if copied)
             assert launch.realigned == want
+
+
+@cpu_only
+@pytest.mark.parametrize("stage", STAGES)
+def test_fp8_is_the_scaled_product_rounded_once_to_bf16(stage):
+    """fp8 in every layout, read where it lies (kmajor=0: the interpreter takes an M-major or
+    N-major e4m3 tile as Triton's round trip does on the GPU), with the scales given as tensors
+    and as numbers: each element of C is scale_a * scale_b * (A @ B) rounded once to bf16, within
+    one bf16 ulp (2^-7 of it) of the float64 value plus fp32's accumulation error (one ulp, not
+    half: the interpreter's fp32 -> bf16 conversion truncates, where the GPU's cvt.rn rounds to
+    nearest); scales left out are 1."""
+    m = MODULES[stage]
+    M, N, K = 64, 48, 80
+    for layout in LAYOUTS:
+        a, b, (sa, sb) = _operands(M, N, K, "fp8", layout)
+        for scale_a, scale_b in ((sa, sb), (0.25, 3.0), (None, None)):
+            c = torch.empty(M, N, dtype=torch.bfloat16)
+            launch = m.prepare(a, b, c, precision="fp8", kmajor=0, scale_a=scale_a,
+                               scale_b=scale_b, **_small("fp8"))
+            assert launch.realigned == ()
+            launch()
+            s = float(1.0 if scale_a is None else scale_a) * float(1.0 if scale_b is None
+                                                                   else scale_b)
+            ref = chk.reference(a, b) * s
+            sums = (a.double().abs() @ b.double().abs()) * abs(s)
+            bound = ref.abs() * 2.0**-7 + (K + 4) * 2.0**-23 * sums
+            assert ((c.double() - ref).abs() <= bound).all(), (layout, scale_a, scale_b)
 
 
 @cpu_only
@@ -249,19 +304,22 @@ def test_a_plan_replays_the_copies_and_the_kernel_on_new_tensors(stage):
     replayed with the next call's tensors, including a transposed view (C^T = ...)."""
     m = MODULES[stage]
     M, N, K = 33, 40, 24
-    for precision, layout in (("bf16", "nt"), ("tf32", "tn"), ("fp16", "tt")):
-        a1, b1 = _inputs(M, N, K, precision, layout, seed=1)
-        c1 = torch.empty(M, N, dtype=DTYPE[precision])
-        kwargs = dict(precision=precision, **SMALL)
-        launch = m.prepare(a1, b1, c1, **kwargs)
-        plan = plans.make_plan(launch, m.prepare, kwargs, a1, b1, c1, stage)
+    for precision, layout in (("bf16", "nt"), ("tf32", "tn"), ("fp16", "tt"), ("fp8", "nn")):
+        a1, b1, s1 = _operands(M, N, K, precision, layout, seed=1)
+        c1 = torch.empty(M, N, dtype=OUT[precision])
+        kwargs = dict(precision=precision, **_small(precision))
+        launch = m.prepare(a1, b1, c1, **kwargs, **_scale_kwargs(s1))
+        plan = plans.make_plan(launch, m.prepare, kwargs, a1, b1, c1, stage,
+                               scales=s1 or (None, None))
         assert plan.replay is not None, "a plan that prepares on every call"
-        _check(launch, c1, a1, b1, precision)
-        a2, b2 = _inputs(M, N, K, precision, layout, seed=2)
-        c2 = torch.full((M, N), float("nan"), dtype=DTYPE[precision])
-        plan(a2, b2, c2)
-        result = chk.compare(c2, chk.reference(a2, b2), K, precision)
-        assert result.passed, result.reason
+        _check(launch, c1, a1, b1, precision, s1)
+        a2, b2, s2 = _operands(M, N, K, precision, layout, seed=2)
+        if s2 is not None:  # fp8: the next call's scales are what it multiplies by
+            s2 = (s2[0] * 4, s2[1])
+        c2 = torch.full((M, N), float("nan"), dtype=OUT[precision])
+        plan(a2, b2, c2, s2 or (None, None))
+        result = chk.compare(c2, chk.reference(a2, b2, s2), K, precision)
+        assert result.passed, (precision, result.reason)
 
 
 # ------------------------------------------------------------------ parameters
@@ -273,6 +331,7 @@ def test_the_automatic_values_per_precision_and_shape():
         (tma_wgmma, "tf32"): (256, 32, 4, 1, 1), (tma_wgmma, "3xtf32"): (128, 64, 3, 1, 0),
         (persistent, "bf16"): (256, 64, 3, 0, 0), (persistent, "tf32"): (256, 32, 3, 1, 1),
         (persistent, "3xtf32"): (128, 32, 4, 1, 0),
+        (tma_wgmma, "fp8"): (256, 128, 4, 1, 0), (persistent, "fp8"): (256, 128, 3, 1, 0),
     }
     for (m, precision), want in cases.items():
         r = m.OFFER.resolve({}, 4096, 4096, 4096, precision, 132)
@@ -287,6 +346,11 @@ def test_the_automatic_values_per_precision_and_shape():
         # 256 accumulators per thread with 4 warps: the automatic tile narrows
         assert m.OFFER.resolve({"num_warps": 4}, 4096, 4096, 4096, "bf16", 132)["BLOCK_N"] == 128
         assert m.OFFER.kernel_names({}, "bf16")[1] == "realign_copy_kernel"
+    # fp8: 128-byte k-steps of 1-byte elements, C's staging tile in bf16 (2 bytes an element)
+    r = persistent.OFFER.resolve({}, 4096, 4096, 4096, "fp8", 132)
+    assert persistent.smem_bytes(r, "fp8") == 3 * 384 * 128 + 128 * 256 * 2 == 212_992
+    r = tma_wgmma.OFFER.resolve({}, 4096, 4096, 4096, "fp8", 132)
+    assert tma_wgmma.smem_bytes(r, "fp8") == 4 * 384 * 128 == 196_608
     # persistent, 4 stages in bf16: the ring and C's whole tile do not fit; half of it does
     r = persistent.OFFER.resolve({"num_stages": 4}, 4096, 4096, 4096, "bf16", 132)
     assert (r["BLOCK_N"], r["subtile"]) == (256, 1)
@@ -312,6 +376,10 @@ def test_every_refusal_is_one_sentence():
         for precision in PRECISIONS:  # a refusal names the precision it was checked in
             with pytest.raises(LabError, match=precision):
                 m.OFFER.validate({"BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 5}, precision)
+        with pytest.raises(LabError, match="fp8 wgmma's k of 32") as info:  # wgmma k32 in fp8
+            m.OFFER.validate({"BLOCK_K": 16}, "fp8")
+        _one_sentence(str(info.value))
+        assert m.OFFER.check({"BLOCK_K": 16}, "bf16") is None
     with pytest.raises(LabError, match="flatten"):
         persistent.OFFER.validate({"flatten": 3}, "bf16")
 
@@ -412,7 +480,8 @@ from triton.runtime import driver
 from lab.operands import TRITON, describe
 from lab.toolchain.triton import FakeDriver, recording
 from triton_kernels import persistent, tma_wgmma
-DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "3xtf32": torch.float32}
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "3xtf32": torch.float32,
+      "fp8": torch.float8_e4m3fn}
 out = []
 for case in json.loads(sys.argv[1]):
     stage, precision, layout, params = case
@@ -422,9 +491,12 @@ for case in json.loads(sys.argv[1]):
     a = torch.empty((M, K) if layout[0] == "n" else (K, M), device="meta", dtype=dt)
     b = torch.empty((K, N) if layout[1] == "n" else (N, K), device="meta", dtype=dt)
     a, b = (a if layout[0] == "n" else a.t()), (b if layout[1] == "n" else b.t())
-    c = torch.empty((M, N), device="meta", dtype=dt)
+    c = torch.empty((M, N), device="meta", dtype=torch.bfloat16 if precision == "fp8" else dt)
+    scales = None  # fp8's: two one-element float32 tensors
+    if precision == "fp8":
+        scales = (torch.empty(1, device="meta"), torch.empty(1, device="meta"))
     with recording() as calls:
-        m.prepare.inner(describe(a, b, c, TRITON, precision), **params)
+        m.prepare.inner(describe(a, b, c, TRITON, precision, scales), **params)
     kernel, grid, args, meta = [x for x in calls if x[0].fn.__name__.startswith("matmul")][-1]
     previous = driver._active
     driver.set_active(FakeDriver(GPUTarget("cuda", 90, 32)))
@@ -444,7 +516,9 @@ for case in json.loads(sys.argv[1]):
         "mma_sync": ptx.count("mma.sync"), "ld_global": len(re.findall(r"ld\.global", ptx)),
         "local_load": ttgir.count("ttg.local_load"), "shared": compiled.metadata.shared,
         "estimate": m.smem_bytes(config, precision), "grid": grid,
-        "scratch": compiled.metadata.global_scratch_size, "trans": trans})
+        "scratch": compiled.metadata.global_scratch_size, "trans": trans,
+        "ops": sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.[\w.]+", ptx))),
+        "imprecise": sorted({int(x) for x in re.findall(r"maxNumImpreciseAcc = (\d+)", ttgir)})})
 print(json.dumps(out))
 """
 
@@ -454,6 +528,8 @@ COMPILED = [
     ("tma_wgmma", "3xtf32", "nt", {}),
     ("persistent", "bf16", "tn", {}), ("persistent", "tf32", "nt", {}),
     ("persistent", "bf16", "nn", {"num_stages": 4}), ("persistent", "fp16", "nn", {"flatten": 0}),
+    ("persistent", "fp8", "nt", {}), ("persistent", "fp8", "nn", {"kmajor": 0}),
+    ("tma_wgmma", "fp8", "tn", {}),
 ]
 
 
@@ -482,23 +558,27 @@ def test_compiled_for_sm90_the_kernel_is_tma_and_wgmma(compiled_sm90, i):
     assert f["tma_load"] > 0 and f["tma_store"] > 0, f  # cp.async.bulk.tensor both ways
     assert f["tensormap"] > 0 and f["scratch"] > 0, f  # descriptors built on the device
     assert f["wgmma"] > 0 and f["mma_sync"] == 0, f
-    assert f["ld_global"] == 0, f  # no operand comes through plain loads
+    # no operand comes through plain loads; fp8's two scales do (scalar loads, once per program)
+    assert f["ld_global"] == (2 if precision == "fp8" else 0), f
     assert f["shared"] <= common.SMEM_LIMIT, f
     assert f["shared"] <= f["estimate"] + 1024, f  # the launcher's estimate bounds it
     if stage == "persistent":
         assert f["grid"] == [132], f  # one program per SM (the SM count of an H100 SXM)
     # wgmma reads a 16-bit operand in whichever orientation the descriptor delivered it, through
-    # its transpose bits: A M-major (t) sets imm-trans-a, B N-major (n) imm-trans-b. A TF32
-    # wgmma has no such bits (PTX allows them for 16-bit types only): both operands reach it
+    # its transpose bits: A M-major (t) sets imm-trans-a, B N-major (n) imm-trans-b. A TF32 or
+    # fp8 wgmma has no such bits (PTX allows them for 16-bit types only): both operands reach it
     # K-major, by kmajor's copy or by Triton's round trip below
     if precision in ("bf16", "fp16"):
         assert f["trans"] == [[int(layout[0] == "t"), int(layout[1] == "n")]], f
     else:
         assert f["trans"] == [], f
-    # TF32 with an N-major B left as it is: the B tile goes through registers and back to
+    # TF32 or fp8 with an N-major B left as it is: the B tile goes through registers and back to
     # shared memory K-major before each wgmma (the header's account); kmajor's copy removes it
-    round_trip = precision in ("tf32",) and params.get("kmajor") == 0
+    round_trip = precision in ("tf32", "fp8") and params.get("kmajor") == 0
     assert (f["local_load"] > 0) == round_trip or precision == "3xtf32", f
+    if precision == "fp8":  # e4m3 x e4m3 into fp32, the whole K in wgmma's accumulator
+        assert f["ops"] == ["wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3"], f
+        assert f["imprecise"] == [2**30], f
 
 
 def test_the_sweep_script_refuses_a_malformed_request_before_any_gpu_work():
@@ -563,12 +643,30 @@ def test_bf16_against_torch_at_odd_sizes(stage, shape):
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_every_precision_and_layout_at_512(stage, precision, layout):
+    """fp8: lab.check.make_scaled_inputs' e4m3 operands, their scales passed to prepare(), a bf16
+    C, against the scaled float64 reference."""
     _need_sm90()
-    a, b = _inputs(512, 512, 512, precision, layout, device="cuda")
-    c = torch.empty(512, 512, device="cuda", dtype=DTYPE[precision])
+    a, b, scales = _operands(512, 512, 512, precision, layout, device="cuda")
+    c = torch.empty(512, 512, device="cuda", dtype=OUT[precision])
     if layout == "tt":
-        c = torch.empty(512, 512, device="cuda", dtype=DTYPE[precision]).t()
-    _check(MODULES[stage].prepare(a, b, c, precision=precision), c, a, b, precision)
+        c = torch.empty(512, 512, device="cuda", dtype=OUT[precision]).t()
+    launch = MODULES[stage].prepare(a, b, c, precision=precision, **_scale_kwargs(scales))
+    _check(launch, c, a, b, precision, scales)
+
+
+@gpu
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("shape", [(1025, 1025, 1025), (7919, 6007, 3001)])
+def test_fp8_at_odd_sizes(stage, shape):
+    """e4m3 lines of 1025 and 3001 bytes: both operands copied (K-major buffers); C's bf16 lines
+    (2050 and 12014 bytes) are not multiples of 16 bytes either, so C is stored masked."""
+    _need_sm90()
+    M, N, K = shape
+    a, b, scales = _operands(M, N, K, "fp8", "nn", device="cuda")
+    c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    launch = MODULES[stage].prepare(a, b, c, precision="fp8", **_scale_kwargs(scales))
+    _check(launch, c, a, b, "fp8", scales)
+    assert launch.realigned == ("A", "B") and not launch.layout["C_DESC"]
 
 
 @gpu
@@ -579,21 +677,23 @@ def test_two_calls_of_one_signature_through_a_plan(stage):
     _need_sm90()
     m = MODULES[stage]
     for precision, (M, N, K) in (("bf16", (1024, 1024, 1024)), ("bf16", (515, 333, 259)),
-                                 ("tf32", (512, 384, 256))):
+                                 ("tf32", (512, 384, 256)), ("fp8", (1024, 1024, 1024)),
+                                 ("fp8", (515, 333, 259))):
         kwargs = dict(precision=precision)
-        a1, b1 = _inputs(M, N, K, precision, "nn", "cuda", seed=1)
-        c1 = torch.empty(M, N, device="cuda", dtype=DTYPE[precision])
-        launch = m.prepare(a1, b1, c1, **kwargs)
-        plan = plans.make_plan(launch, m.prepare, kwargs, a1, b1, c1, stage)
+        a1, b1, s1 = _operands(M, N, K, precision, "nn", "cuda", seed=1)
+        c1 = torch.empty(M, N, device="cuda", dtype=OUT[precision])
+        launch = m.prepare(a1, b1, c1, **kwargs, **_scale_kwargs(s1))
+        plan = plans.make_plan(launch, m.prepare, kwargs, a1, b1, c1, stage,
+                               scales=s1 or (None, None))
         assert plan.replay is not None
-        _check(launch, c1, a1, b1, precision)
+        _check(launch, c1, a1, b1, precision, s1)
         for seed in (2, 3):
-            a2, b2 = _inputs(M, N, K, precision, "nn", "cuda", seed=seed)
-            c2 = torch.full((M, N), float("nan"), device="cuda", dtype=DTYPE[precision])
-            plan(a2, b2, c2)
+            a2, b2, s2 = _operands(M, N, K, precision, "nn", "cuda", seed=seed)
+            c2 = torch.full((M, N), float("nan"), device="cuda", dtype=OUT[precision])
+            plan(a2, b2, c2, s2 or (None, None))
             torch.cuda.synchronize()
-            result = chk.compare(c2, chk.reference(a2, b2), K, precision)
-            assert result.passed, result.reason
+            result = chk.compare(c2, chk.reference(a2, b2, s2), K, precision)
+            assert result.passed, (precision, result.reason)
 
 
 @gpu

@@ -4,16 +4,20 @@ a producer partition issuing TMA loads into an mbarrier ring, consumer warpgroup
 Its prepare() is called directly (the registry entry comes with the stage's CUDA half), as
 `prepare(a, b, c, precision=..., **params)`.
 
-CPU: Gluon kernels do not run under the Triton interpreter, so there are no numbers here; CPU
-tensors get one sentence. The launch a prepare() would make is recorded with meta tensors
-(lab.toolchain.triton.recording): which operand is copied in every call (kmajor in tf32, unaligned
-lines) and how C is stored; the automatic values, the fallbacks and every refusal in one
-sentence; the sm_90 refusal. Compiled for sm_90 without a GPU (FakeDriver, in a child process
-without the interpreter): the kernel is warp-specialized (num_warps + 4 warps, setmaxnreg.dec to
-the producer's 24 registers and .inc for the consumers), its TMA loads lie in the producer's code
-and its wgmma in the consumers', C leaves by TMA store or masked store, and the shared memory
-the launcher estimates bounds the compiled kernel's. GPU (marked `gpu`; sm_90): every precision
-x layout against torch.matmul at odd sizes, C in every form, and two calls through lab.plan.
+CPU: Gluon kernels do not run under the Triton interpreter, so there are no numbers here (fp8's
+neither); CPU tensors get one sentence. The launch a prepare() would make is recorded with meta
+tensors (lab.toolchain.triton.recording): which operand is copied in every call (kmajor in tf32 and
+fp8, unaligned lines) and how C is stored; the automatic values, the fallbacks and every refusal in
+one sentence (kmajor=0 in tf32 and fp8, a k-step under 32 in fp8); the sm_90 refusal. Compiled for
+sm_90 without a GPU (FakeDriver, in a child process without the interpreter): the kernel is
+warp-specialized (num_warps + 4 warps, setmaxnreg.dec to the producer's 24 registers and .inc for
+the consumers), its TMA loads lie in the producer's code and its wgmma in the consumers', C leaves
+by TMA store or masked store, and the shared memory the launcher estimates bounds the compiled
+kernel's; fp8 is wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 with max_num_imprecise_acc
+at Triton's default (2^30) and two scalar loads of the scales. GPU (marked `gpu`; sm_90): every
+precision x layout against the float64 reference at odd sizes (fp8: lab.check.make_scaled_inputs,
+the scales passed to prepare(), the scaled reference), C in every form, and two calls through
+lab.plan.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from lab.toolchain.triton import recording
 from triton_kernels import _common as common
 from triton_kernels import warp_specialized as ws
 
-PRECISIONS = ("bf16", "fp16", "tf32")
-DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
+PRECISIONS = ("bf16", "fp16", "tf32", "fp8")
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
+         "fp8": torch.float8_e4m3fn}
+OUT = {**DTYPE, "fp8": torch.bfloat16}  # C's dtype: fp8's is bfloat16
 LAYOUTS = ("nn", "nt", "tn", "tt")
 
 
@@ -42,14 +48,17 @@ def _one_sentence(text: str) -> None:
 
 
 def _meta(M, N, K, precision, layout, c_form="row"):
-    dt = DTYPE[precision]
+    dt, ct = DTYPE[precision], OUT[precision]
     a = torch.empty((M, K) if layout[0] == "n" else (K, M), device="meta", dtype=dt)
     b = torch.empty((K, N) if layout[1] == "n" else (N, K), device="meta", dtype=dt)
     a, b = (a if layout[0] == "n" else a.t()), (b if layout[1] == "n" else b.t())
-    c = {"row": lambda: torch.empty((M, N), device="meta", dtype=dt),
-         "col": lambda: torch.empty((N, M), device="meta", dtype=dt).t(),
-         "strided": lambda: torch.empty((M, 2 * N), device="meta", dtype=dt)[:, ::2]}[c_form]()
-    return describe(a, b, c, TRITON, precision)
+    c = {"row": lambda: torch.empty((M, N), device="meta", dtype=ct),
+         "col": lambda: torch.empty((N, M), device="meta", dtype=ct).t(),
+         "strided": lambda: torch.empty((M, 2 * N), device="meta", dtype=ct)[:, ::2]}[c_form]()
+    scales = None  # fp8's: two one-element float32 tensors
+    if precision == "fp8":
+        scales = (torch.empty(1, device="meta"), torch.empty(1, device="meta"))
+    return describe(a, b, c, TRITON, precision, scales)
 
 
 def _recorded(p, **params):
@@ -69,6 +78,11 @@ def test_cpu_tensors_are_refused_in_one_sentence():
     with pytest.raises(LabError, match="Gluon kernel.*interpreter.*sm_90 GPU") as e:
         ws.prepare(a, b, torch.empty(64, 48), precision="tf32")
     _one_sentence(str(e.value))
+    a8, b8, sa, sb = chk.make_scaled_inputs(64, 48, 32, 1, "cpu")
+    with pytest.raises(LabError, match="Gluon kernel.*interpreter.*sm_90 GPU") as e:
+        ws.prepare(a8, b8, torch.empty(64, 48, dtype=torch.bfloat16), precision="fp8",
+                   scale_a=sa, scale_b=sb)
+    _one_sentence(str(e.value))
 
 
 def test_a_gpu_other_than_sm_90_is_refused_in_one_sentence(monkeypatch):
@@ -82,16 +96,17 @@ def test_a_gpu_other_than_sm_90_is_refused_in_one_sentence(monkeypatch):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_which_operands_are_copied_and_how_each_is_read(layout):
     """bf16/fp16: any layout read where it lies (a column-major operand through its transpose's
-    descriptor); tf32: an M-major A and an N-major B copied K-major in every call (kmajor), so
-    the kernel always sees A row-major and B column-major."""
+    descriptor); tf32 and fp8: an M-major A and an N-major B copied K-major in every call
+    (kmajor), so the kernel always sees A row-major and B column-major. fp8's scales are the
+    kernel's two arguments after C's strides."""
     for precision in PRECISIONS:
         p = _meta(512, 384, 256, precision, layout)
         with recording() as calls:
             launch = ws.prepare.inner(p)
         launch_copies = launch.realigned
-        (_, grid, _, meta), = calls
+        (_, grid, args, meta), = calls
         assert grid == (4 * 3,), grid  # 128 x 128 tiles: 128 x 256 would give 8 for 132 SMs
-        if precision == "tf32":
+        if precision in ("tf32", "fp8"):
             want = tuple(n for n, copied in (("A", layout[0] == "t"), ("B", layout[1] == "n"))
                          if copied)
             assert launch_copies == want, (precision, layout)
@@ -101,6 +116,8 @@ def test_which_operands_are_copied_and_how_each_is_read(layout):
             assert (meta["A_T"], meta["B_T"]) == (layout[0] == "t", layout[1] == "t")
         assert meta["num_warps"] == 8 and meta["PRODUCER_WARPS"] == 1
         assert meta["C_DESC"] and not meta["C_T"]
+        scales = p.scales if precision == "fp8" else (None, None)  # the tensors themselves
+        assert all(x is y for x, y in zip(args[11:13], scales, strict=True)), args
 
 
 def test_unaligned_operands_are_copied_and_an_unaligned_c_is_stored_masked():
@@ -126,13 +143,16 @@ def test_unaligned_operands_are_copied_and_an_unaligned_c_is_stored_masked():
 
 def test_the_automatic_values_per_precision_and_shape():
     for precision, want in (("bf16", (256, 64, 4, 0)), ("fp16", (256, 64, 4, 0)),
-                            ("tf32", (256, 32, 4, 1))):
+                            ("tf32", (256, 32, 4, 1)), ("fp8", (256, 128, 4, 1))):
         r = ws.OFFER.resolve({}, 4096, 4096, 4096, precision, 132)
         assert tuple(r[k] for k in ("BLOCK_N", "BLOCK_K", "num_stages", "kmajor")) == want
         assert ws.OFFER.check({}, precision) is None
         assert ws.OFFER.show(r) == (f"BLOCK_M=128,BLOCK_N=256,BLOCK_K={want[1]},GROUP_M=8,"
                                     f"num_warps=8,num_stages=4,kmajor={want[3]}")
         assert ws.smem_bytes(r, precision) <= common.SMEM_LIMIT
+    # fp8: the ring of 128-byte k-steps is the larger; C's staging tile is bf16
+    r = ws.OFFER.resolve({}, 4096, 4096, 4096, "fp8", 132)
+    assert ws.smem_bytes(r, "fp8") == 4 * 384 * 128 + ws.BARRIER_BYTES
     # fewer 128 x 256 tiles than SMs: 128 columns (1025^3: 45 tiles for 132 SMs)
     assert ws.OFFER.resolve({}, 1025, 1025, 1025, "bf16", 132)["BLOCK_N"] == 128
     assert ws.OFFER.resolve({"BLOCK_N": 256}, 1025, 1025, 1025, "bf16", 132)["BLOCK_N"] == 256
@@ -151,6 +171,7 @@ def test_every_refusal_is_one_sentence():
         ({"num_warps": 4, "BLOCK_M": 256}, "bf16", "at most 32 rows per consumer warp"),
         ({"GROUP_M": 0}, "bf16", "GROUP_M"), ({"num_stages": 1}, "bf16", "never be refilled"),
         ({"kmajor": 2}, "bf16", "kmajor must be"), ({"kmajor": 0}, "tf32", "K-major only"),
+        ({"kmajor": 0}, "fp8", "K-major only"), ({"BLOCK_K": 16}, "fp8", "fp8 wgmma's k of 32"),
         ({"subtile": 1}, "bf16", "no parameter subtile"),
         ({"BLOCK_M": 256, "BLOCK_N": 256}, "bf16", "256 fp32 accumulators"),
         ({"BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 5}, "fp16", "KiB of shared memory"),
@@ -177,22 +198,27 @@ from triton.runtime import driver
 from lab.operands import TRITON, describe
 from lab.toolchain.triton import FakeDriver, recording
 from triton_kernels import warp_specialized as ws
-DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
+      "fp8": torch.float8_e4m3fn}
 out = []
 for precision, layout, c_form, params in json.loads(sys.argv[1]):
     M = N = K = 4096
     dt = DT[precision]
+    ct = torch.bfloat16 if precision == "fp8" else dt  # C's dtype
     a = torch.empty((M, K) if layout[0] == "n" else (K, M), device="meta", dtype=dt)
     b = torch.empty((K, N) if layout[1] == "n" else (N, K), device="meta", dtype=dt)
     a, b = (a if layout[0] == "n" else a.t()), (b if layout[1] == "n" else b.t())
-    c = {"row": lambda: torch.empty((M, N), device="meta", dtype=dt),
-         "col": lambda: torch.empty((N, M), device="meta", dtype=dt).t(),
-         "strided": lambda: torch.empty((M, 2 * N), device="meta", dtype=dt)[:, ::2],
+    c = {"row": lambda: torch.empty((M, N), device="meta", dtype=ct),
+         "col": lambda: torch.empty((N, M), device="meta", dtype=ct).t(),
+         "strided": lambda: torch.empty((M, 2 * N), device="meta", dtype=ct)[:, ::2],
          # unit column stride, lines 4098 bytes apart (masked), 2^31 elements apart (OFFSET64)
          "offset64": lambda: torch.empty((M, 2 ** 31 // (M - 1) + 1), device="meta",
-                                         dtype=dt)[:, :N]}[c_form]()
+                                         dtype=ct)[:, :N]}[c_form]()
+    scales = None  # fp8's: two one-element float32 tensors
+    if precision == "fp8":
+        scales = (torch.empty(1, device="meta"), torch.empty(1, device="meta"))
     with recording() as calls:
-        ws.prepare.inner(describe(a, b, c, TRITON, precision), **params)
+        ws.prepare.inner(describe(a, b, c, TRITON, precision, scales), **params)
     (kernel, grid, args, meta), = calls
     assert meta["OFFSET64"] == (c_form == "offset64")
     previous = driver._active
@@ -219,7 +245,10 @@ for precision, layout, c_form, params in json.loads(sys.argv[1]):
         "st_global": ptx.count("st.global"), "ld_global": ptx.count("ld.global"),
         "shared": compiled.metadata.shared,
         "estimate": ws.smem_bytes(ws.resolve_config(precision, params, M=M, N=N), precision),
-        "num_warps": meta["num_warps"]})
+        "num_warps": meta["num_warps"],
+        "ops": sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.[\w.]+", ptx))),
+        "imprecise": sorted({int(x) for x in re.findall(r"maxNumImpreciseAcc = (\d+)",
+                                                        compiled.asm["ttgir"])})})
 print(json.dumps(out))
 """
 
@@ -227,7 +256,7 @@ COMPILED = [
     ("bf16", "nn", "row", {}), ("fp16", "tt", "col", {}), ("tf32", "nn", "row", {}),
     ("bf16", "nt", "strided", {"BLOCK_M": 64, "BLOCK_N": 128}),
     ("bf16", "tn", "row", {"num_warps": 4, "num_stages": 3}),
-    ("fp16", "nn", "offset64", {}),
+    ("fp16", "nn", "offset64", {}), ("fp8", "nt", "row", {}), ("fp8", "tn", "strided", {}),
 ]
 
 
@@ -249,7 +278,7 @@ def compiled_sm90():
                          ids=["-".join([p, lay, c] + [f"{k}={v}" for k, v in x.items()])
                               for p, lay, c, x in COMPILED])
 def test_compiled_for_sm90_the_kernel_is_warp_specialized(compiled_sm90, i):
-    c_form = COMPILED[i][2]
+    precision, c_form = COMPILED[i][0], COMPILED[i][2]
     f = compiled_sm90[i]
     # the consumers' warps and one producer warp, rounded up to a warpgroup
     assert f["warps"] == f["num_warps"] + 4, f
@@ -262,7 +291,11 @@ def test_compiled_for_sm90_the_kernel_is_warp_specialized(compiled_sm90, i):
     assert f["tma_load"] and f["wgmma"] and f["mma_sync"] == 0, f
     assert min(f["tma_load"]) > f["dec_line"] > max(f["wgmma"]), f
     assert f["expect_tx"] > 0, f  # the producer arms each full barrier with the tiles' bytes
-    assert f["ld_global"] == 0, f  # no operand comes through plain loads
+    # no operand comes through plain loads; fp8's two scales do (scalar loads)
+    assert f["ld_global"] == (2 if precision == "fp8" else 0), f
+    if precision == "fp8":  # e4m3 x e4m3 into fp32, the whole K in wgmma's accumulator
+        assert f["ops"] == ["wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3"], f
+        assert f["imprecise"] == [2**30], f
     if c_form in ("strided", "offset64"):
         assert f["tma_store"] == 0 and f["st_global"] > 0, f
     else:
@@ -283,11 +316,17 @@ def _need_sm90():
 
 
 def _inputs(M, N, K, precision, layout, seed=1):
-    return chk.make_inputs(M, N, K, seed, "cuda", dtype=DTYPE[precision], layout=layout)
+    """(a, b, scales) on the GPU: lab.check.inputs_for (fp8: e4m3 operands and their per-tensor
+    scales; scales None in the other precisions)."""
+    return chk.inputs_for(precision, M, N, K, seed, "cuda", layout)
 
 
-def _check(launch, c, a, b, precision):
-    result = chk.check(launch, c, chk.reference(a, b), a.shape[1], precision)
+def _scale_kwargs(scales) -> dict:
+    return {} if scales is None else {"scale_a": scales[0], "scale_b": scales[1]}
+
+
+def _check(launch, c, a, b, precision, scales=None):
+    result = chk.check(launch, c, chk.reference(a, b, scales), a.shape[1], precision)
     assert result.passed, result.reason
 
 
@@ -304,16 +343,17 @@ def test_every_precision_and_layout_at_odd_and_round_sizes(precision, layout):
              ((520, 264, 200), {"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 2}),
              ((520, 264, 200), {"num_warps": 4, "BLOCK_N": 128})]
     for (M, N, K), params in cases:
-        a, b = _inputs(M, N, K, precision, layout)
-        c = torch.empty(M, N, device="cuda", dtype=DTYPE[precision])
-        _check(ws.prepare(a, b, c, precision=precision, **params), c, a, b, precision)
+        a, b, scales = _inputs(M, N, K, precision, layout)
+        c = torch.empty(M, N, device="cuda", dtype=OUT[precision])
+        launch = ws.prepare(a, b, c, precision=precision, **_scale_kwargs(scales), **params)
+        _check(launch, c, a, b, precision, scales)
 
 
 @gpu
 def test_bf16_at_7919x6007x3001_against_torch():
     _need_sm90()
     M, N, K = 7919, 6007, 3001
-    a, b = _inputs(M, N, K, "bf16", "nn")
+    a, b, _ = _inputs(M, N, K, "bf16", "nn")
     c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     launch = ws.prepare(a, b, c, precision="bf16")
     _check(launch, c, a, b, "bf16")
@@ -329,7 +369,7 @@ def test_c_in_every_form():
     # M = 304: a column-major C's lines (608 bytes) start on 16-byte boundaries, so its
     # transpose has a descriptor
     M, N, K = 304, 200, 136
-    a, b = _inputs(M, N, K, "fp16", "nt")
+    a, b, _ = _inputs(M, N, K, "fp16", "nt")
     forms = {
         "row": (torch.empty(M, N, device="cuda", dtype=torch.float16), (True, False)),
         "col": (torch.empty(N, M, device="cuda", dtype=torch.float16).t(), (True, True)),
@@ -348,18 +388,20 @@ def test_two_calls_of_one_signature_through_a_plan():
     the new tensors, the scratch allocator found, the copies redone."""
     _need_sm90()
     for precision, (M, N, K) in (("bf16", (1024, 1024, 1024)), ("bf16", (515, 333, 259)),
-                                 ("tf32", (512, 384, 256))):
+                                 ("tf32", (512, 384, 256)), ("fp8", (1024, 1024, 1024)),
+                                 ("fp8", (515, 333, 259))):
         kwargs = {"precision": precision}
-        a1, b1 = _inputs(M, N, K, precision, "nn", seed=1)
-        c1 = torch.empty(M, N, device="cuda", dtype=DTYPE[precision])
-        launch = ws.prepare(a1, b1, c1, **kwargs)
-        plan = plans.make_plan(launch, ws.prepare, kwargs, a1, b1, c1, "warp_specialized")
+        a1, b1, s1 = _inputs(M, N, K, precision, "nn", seed=1)
+        c1 = torch.empty(M, N, device="cuda", dtype=OUT[precision])
+        launch = ws.prepare(a1, b1, c1, **kwargs, **_scale_kwargs(s1))
+        plan = plans.make_plan(launch, ws.prepare, kwargs, a1, b1, c1, "warp_specialized",
+                               scales=s1 or (None, None))
         assert plan.replay is not None
-        _check(launch, c1, a1, b1, precision)
+        _check(launch, c1, a1, b1, precision, s1)
         for seed in (2, 3):
-            a2, b2 = _inputs(M, N, K, precision, "nn", seed=seed)
-            c2 = torch.full((M, N), float("nan"), device="cuda", dtype=DTYPE[precision])
-            plan(a2, b2, c2)
+            a2, b2, s2 = _inputs(M, N, K, precision, "nn", seed=seed)
+            c2 = torch.full((M, N), float("nan"), device="cuda", dtype=OUT[precision])
+            plan(a2, b2, c2, s2 or (None, None))
             torch.cuda.synchronize()
-            result = chk.compare(c2, chk.reference(a2, b2), K, precision)
-            assert result.passed, result.reason
+            result = chk.compare(c2, chk.reference(a2, b2, s2), K, precision)
+            assert result.passed, (precision, result.reason)

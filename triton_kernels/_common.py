@@ -2,7 +2,7 @@
 register-tiling stages' block tile, the pieces of kernel code several stages repeat (the
 @triton.jit helpers below), the TMA twins' (tma_wgmma, persistent) descriptors and scratch
 allocator, and the tile rules and launcher code that those two and warp_specialized's Gluon twin
-share (TmaTwin, the last section).
+share (TmaTwin, the last section), fp8's per-tensor scales included (scale_args, scale_product).
 
 Launching a @triton.jit kernel as a Prepared (compiled once up front, so that the timed call only
 launches) is the toolchain's: lab/toolchain/triton.py, re-exported here for the stages.
@@ -35,10 +35,15 @@ toolchain.kernels_imported(os.environ.get("TRITON_INTERPRET") == "1")
 
 # tl.dot's input_precision for each of the lab's precisions (lab/stages.py PRECISIONS): fp32
 # operands as IEEE fp32, TF32, or 3xTF32 ("tf32x3": the operands split into a TF32 high part and
-# a TF32 residual, three products); bf16/fp16 operands go to the tensor cores as they are (the
-# argument only applies to fp32 operands). The accumulator is fp32 in every case.
+# a TF32 residual, three products); bf16/fp16 and fp8 (e4m3, tl.float8e4nv) operands go to the
+# tensor cores as they are (the argument only applies to fp32 operands). The accumulator is fp32
+# in every case. fp8 (the TMA twins only, which apply its scales): tl.dot of two float8e4nv
+# tiles on sm_90 is wgmma ...f32.e4m3.e4m3, and its max_num_imprecise_acc, left at Triton's
+# default (2^30 on sm_90, the compile option max_num_imprecise_acc_default), keeps the whole sum
+# in wgmma's own fp32 accumulator: Triton never adds partial sums into a second fp32 register
+# set every few k-steps (a smaller max_num_imprecise_acc would).
 DOT_PRECISION = {"fp32": "ieee", "tf32": "tf32", "3xtf32": "tf32x3", "bf16": "ieee",
-                 "fp16": "ieee"}
+                 "fp16": "ieee", "fp8": "ieee"}
 # The precisions a Triton twin gains by passing DOT_PRECISION to tl.dot (and loading the operands
 # in their own dtype): the twins whose registry entry offers them.
 TL_DOT_PRECISIONS = ("fp32", "tf32", "3xtf32", "bf16", "fp16")
@@ -50,7 +55,9 @@ def dot_meta(kernel, p) -> dict:
     UPCAST: the Triton interpreter multiplies bf16 tiles as raw 16-bit integers (a relative error
     of ~1e9 in Triton 3.9's interpreter), so under the interpreter bf16 tiles are converted to fp32
     before tl.dot. The products of two bf16 values are exact in fp32, so this computes what the
-    tensor cores compute (fp32 products, fp32 accumulation); compiled kernels never upcast."""
+    tensor cores compute (fp32 products, fp32 accumulation); compiled kernels never upcast. fp8
+    needs no upcast: the interpreter's tl.dot decodes float8 tiles to fp16 itself (exactly) and
+    multiplies them in fp32."""
     precision = getattr(p, "precision", "fp32")
     return {"INPUT_PRECISION": DOT_PRECISION[precision],
             "UPCAST": interpreted(kernel) and precision == "bf16"}
@@ -303,6 +310,27 @@ def tile_product(a, b, acc, USE_DOT: tl.constexpr, INPUT_PRECISION: tl.constexpr
     return acc
 
 
+# ------------------------------------------- fp8's per-tensor scales (the TMA twins' kernels)
+
+
+def scale_args(p) -> tuple:
+    """(scale_a, scale_b): the two kernel arguments of fp8's per-tensor scales for problem p, the
+    one-element float32 tensors themselves (lab/operands.py Problem.scales; lab/plan.py finds them
+    in a launch's arguments and swaps them on a replay), or (None, None) in the other precisions,
+    where Triton makes the arguments constexprs that the kernel never reads (its `if scale_a_ptr
+    is not None` is decided at compile time), so those kernels compile to what they were before
+    fp8."""
+    return tuple(p.scales) if getattr(p, "scales", None) is not None else (None, None)
+
+
+@triton.jit
+def scale_product(scale_a_ptr, scale_b_ptr):
+    """scale_a * scale_b in fp32: fp8's two per-tensor scales, two scalar loads. A kernel calls it
+    once per program, under `if scale_a_ptr is not None` (None: not fp8, scale_args), and
+    multiplies its fp32 accumulator by it before the one rounding to C's dtype."""
+    return tl.load(scale_a_ptr) * tl.load(scale_b_ptr)
+
+
 # -------------------------------------- TMA tensor descriptors (the tma_wgmma and persistent twins)
 #
 # A descriptor is built on the device (tl.make_tensor_descriptor), from the kernel's plain
@@ -467,7 +495,15 @@ def with_tma_scratch(launch):
 
 # ---------------- the TMA twins' tile and launcher (tma_wgmma, persistent, warp_specialized)
 
-TMA_ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}  # operand (and C) bytes
+TMA_ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}  # A's and B's bytes
+# C's bytes (its staging tile for the TMA store): the operands' except fp8, whose C is bfloat16
+# (lab/operands.py OUT_DTYPE_NAMES)
+TMA_C_BYTES = {**TMA_ELEM_BYTES, "fp8": 2}
+# precisions whose operands wgmma reads K-major only (its transpose bits exist for 16-bit types):
+# kmajor's automatic value is on for them, and a kernel with no transposing round trip
+# (warp_specialized's Gluon twin) refuses kmajor=0
+KMAJOR_ONLY = ("tf32", "3xtf32", "fp8")
+FP8_MIN_BLOCK_K = 32  # an fp8 wgmma's k (tl.dot refuses a smaller k-tile of 8-bit operands)
 AUTO_SWITCH = -1  # a -1/0/1 parameter's automatic value (kmajor, subtile)
 ZERO_AUTOMATIC = ("BLOCK_N", "BLOCK_K", "num_stages")  # 0 is their automatic value
 
@@ -504,6 +540,9 @@ def tma_fit_refusal(precision: str, c: dict, smem: int) -> str | None:
     """Why a concrete tile `c` (no automatic values left) needing `smem` bytes of shared memory
     cannot compile in `precision`, in words that follow the configuration, or None."""
     per_thread = c["BLOCK_M"] * c["BLOCK_N"] // (32 * c["num_warps"])
+    if precision == "fp8" and c["BLOCK_K"] < FP8_MIN_BLOCK_K:
+        return (f"has a k-step of {c['BLOCK_K']}, below fp8 wgmma's k of {FP8_MIN_BLOCK_K}; "
+                f"raise BLOCK_K")
     if per_thread > 128:
         return (f"gives each thread {per_thread} fp32 accumulators, more than the 128 that fit in "
                 f"its registers; raise num_warps or lower BLOCK_M/BLOCK_N")
@@ -576,8 +615,9 @@ class TmaSetup:
     """What TmaTwin.setup() gives a twin's prepare() to launch with: the configuration that runs,
     the problem its kernel reads (q: the buffers in place of the operands copied in every call),
     those copies and their setup time, the layout constexprs (A_T, B_T, C_DESC, C_T), the kernel's
-    argument list (a, b, c, M, N, K, lda, ldb, ldc, stride_cm, stride_cn), the GPU's SM count and
-    the number of BLOCK_M x BLOCK_N tiles of C."""
+    argument list (a, b, c, M, N, K, lda, ldb, ldc, stride_cm, stride_cn, scale_a, scale_b: fp8's
+    scale tensors, None in the other precisions, scale_args), the GPU's SM count and the number of
+    BLOCK_M x BLOCK_N tiles of C."""
 
     config: dict
     q: object
@@ -681,7 +721,8 @@ class TmaTwin:
         """prepare()'s setup on problem p (lab/operands.py, with p.precision): the GPU refused
         in one sentence unless it is an sm_90 one, the configuration resolved for the shape on
         sm_count(device) SMs (the stage module's own function), and a buffer for each operand a
-        descriptor cannot read, or (kmajor) that is not K-major (triton_kernels/_realign.py)."""
+        descriptor cannot read, or (kmajor) that is not K-major (triton_kernels/_realign.py); fp8's
+        scale tensors go to the kernel as its last two tensor arguments (scale_args)."""
         from triton_kernels._realign import tma_layout, tma_operands
 
         device = p.c.tensor.device
@@ -694,7 +735,8 @@ class TmaTwin:
         config = self.config(p.precision, params, M=p.M, N=p.N, sms=sms)
         q, copies, setup_ms = tma_operands(p, bool(config["kmajor"]))
         (lda, ldb, ldc), layout = tma_layout(q)
-        args = (q.a.tensor, q.b.tensor, q.c.tensor, q.M, q.N, q.K, lda, ldb, ldc, q.c.s0, q.c.s1)
+        args = (q.a.tensor, q.b.tensor, q.c.tensor, q.M, q.N, q.K, lda, ldb, ldc, q.c.s0, q.c.s1,
+                *scale_args(q))
         tiles = cdiv(q.M, config["BLOCK_M"]) * cdiv(q.N, config["BLOCK_N"])
         return TmaSetup(config, q, copies, setup_ms, layout, args, sms, tiles)
 

@@ -231,10 +231,11 @@ def tma_lines(op, transposed_first: bool = False) -> tuple[bool, int] | None:
 def tma_operands(p, kmajor: bool):
     """prepare()'s setup for the TMA twins: (problem, copies, setup_ms). Each A or B that no
     descriptor reads where it lies (tma_lines) -- or, with `kmajor`, that is not K-major (A
-    column-major, B row-major: TF32 wgmma reads its shared operands K-major only) -- gets a zeroed
-    buffer (realign_buffer: K-major with kmajor, else in the operand's own layout), allocated here,
-    outside the timing (setup_ms; None when nothing is copied). The problem points at the buffers;
-    copies, {name: (buffer view, user tensor)}, are what with_copies runs in every call."""
+    column-major, B row-major: TF32 and fp8 wgmma read their shared operands K-major only; an fp8
+    buffer's lines are multiples of 16 one-byte elements) -- gets a zeroed buffer (realign_buffer:
+    K-major with kmajor, else in the operand's own layout), allocated here, outside the timing
+    (setup_ms; None when nothing is copied). The problem points at the buffers; copies, {name:
+    (buffer view, user tensor)}, are what with_copies runs in every call."""
     buffers, copies, clock = {}, {}, None
     for attr, k_major_transposed in (("a", False), ("b", True)):
         op = getattr(p, attr)

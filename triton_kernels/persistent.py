@@ -1,6 +1,6 @@
 """Stage persistent, Triton twin: one program per SM walks the output tiles, loading through TMA
-descriptors, with one tile's C store overlapped with the next tile's loads, in tf32, 3xtf32, bf16
-and fp16.
+descriptors, with one tile's C store overlapped with the next tile's loads, in tf32, 3xtf32, bf16,
+fp16 and fp8.
 
 The tile's work is stage tma_wgmma's (triton_kernels/tma_wgmma.py: descriptor loads into a
 swizzled shared-memory ring, tl.dot on two shared-memory tiles as wgmma, C through a TMA store, or
@@ -62,9 +62,15 @@ waited for (until its shared-memory tile has been read) before the loop goes on.
 
 TF32, operand layouts and operands a descriptor cannot read (kmajor; the copies in every call,
 timed): exactly as stage tma_wgmma's twin (its header; triton_kernels/_realign.py tma_operands).
+fp8 (e4m3 A and B, per-tensor scales, a bf16 C) as well: wgmma ...m64n256k32.f32.e4m3.e4m3 from
+the ring, the whole K in wgmma's fp32 accumulator (Triton's default max_num_imprecise_acc on
+sm_90), kmajor on (an M-major A or N-major B would go through registers before each wgmma, as in
+tf32); here scale_a * scale_b is loaded once per program, before the tile loop, and multiplies
+each tile's accumulator before its one rounding to bf16.
 64-bit offsets: descriptors need none; the masked store of a C no descriptor describes takes
 OFFSET64. GPUs: sm_90 only (H100, H200); prepare() refuses another GPU in one sentence. Under the
-Triton interpreter (CPU tensors) the loop runs as written, to check the numbers.
+Triton interpreter (CPU tensors) the loop runs as written, to check the numbers (fp8 included:
+the interpreter's tl.dot decodes float8 tiles to fp16 and multiplies them in fp32, exactly).
 
 Knobs: BLOCK_M (128), BLOCK_N (0), BLOCK_K (0), GROUP_M (8), num_warps (8), num_stages (0), kmajor
 (-1), subtile (-1), flatten (True). The automatic values (AUTO, per precision; resolve()), chosen
@@ -73,10 +79,12 @@ so that the ring and C's staging tile fit in 227 KiB together:
     bf16, fp16  256       64 (128 bytes)     3            0        0         212,992 bytes
     tf32        256       32 (128 bytes)     3            1        1         212,992 bytes
     3xtf32      128       32 (128 bytes)     4            1        0         196,608 bytes
+    fp8         256       128 (128 bytes)    3            1        0         212,992 bytes
 (the tutorial's tile and depth for 16-bit types; a fourth stage fits only with subtile, 229,376
-bytes). An automatic BLOCK_N is 128 where 256 would give fewer tiles than the GPU has SMs, and
-where the automatic values do not fit beside explicit ones (num_stages=4 in bf16) they take the
-first of FALLBACKS that does (subtile on; then BLOCK_N 128; then 3 stages).
+bytes; fp8 has 16-bit's ring in bytes and a bf16 C, so the same figures: 213,016 bytes compiled for
+sm_90, not yet measured). An automatic BLOCK_N is 128 where 256 would give fewer tiles than the GPU
+has SMs, and where the automatic values do not fit beside explicit ones (num_stages=4 in bf16) they
+take the first of FALLBACKS that does (subtile on; then BLOCK_N 128; then 3 stages).
 """
 
 import triton
@@ -85,7 +93,7 @@ import triton.language as tl
 from lab.operands import entry
 from lab.roofline import sm_count
 from triton_kernels import _common as common
-from triton_kernels._common import TMA_ELEM_BYTES, TmaTwin, dot_meta, offsets_meta
+from triton_kernels._common import TMA_C_BYTES, TMA_ELEM_BYTES, TmaTwin, dot_meta, offsets_meta
 
 STAGE = "persistent"
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor",
@@ -98,6 +106,7 @@ AUTO = {
     "fp16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 3, "kmajor": 0, "subtile": 0},
     "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 3, "kmajor": 1, "subtile": 1},
     "3xtf32": {"BLOCK_N": 128, "BLOCK_K": 32, "num_stages": 4, "kmajor": 1, "subtile": 0},
+    "fp8": {"BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 3, "kmajor": 1, "subtile": 0},
 }
 FALLBACKS = ({"subtile": 1}, {"subtile": 1, "BLOCK_N": 128},
              {"subtile": 1, "BLOCK_N": 128, "num_stages": 3})
@@ -105,6 +114,7 @@ FALLBACKS = ({"subtile": 1}, {"subtile": 1, "BLOCK_N": 128},
 
 @triton.jit
 def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_cm, stride_cn,
+                             scale_a_ptr, scale_b_ptr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                              GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_T: tl.constexpr,
                              B_T: tl.constexpr, C_DESC: tl.constexpr, C_T: tl.constexpr,
@@ -120,6 +130,8 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride
     b_desc = common.tma_descriptor(b_ptr, K, N, ldb, BLOCK_K, BLOCK_N, B_T)
     if C_DESC:
         c_desc = common.c_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, C_T, SUBTILE)
+    if scale_a_ptr is not None:  # fp8: scale_a * scale_b, loaded once per program
+        scale = common.scale_product(scale_a_ptr, scale_b_ptr)
     # The epilogue counts its tiles on a counter of its own, as Triton's tutorial 09 does, so
     # that the flattened loop's pipeline never needs one value both in the loads it issues
     # ahead (the next tile's) and in the store it finishes (this tile's).
@@ -136,6 +148,8 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride
             acc = common.tile_product(a, b, acc, True, INPUT_PRECISION, UPCAST)
         tile_c += NUM_SMS
         pid_m, pid_n = common.grouped_block(tile_c, grid_m, grid_n, GROUP_M)
+        if scale_a_ptr is not None:  # fp8: C = scale_a * scale_b * (A @ B), scaled in fp32
+            acc = acc * scale
         c = acc.to(c_ptr.dtype.element_ty)  # C in its own dtype: the fp32 accumulator rounded
         if C_DESC:
             common.tma_store_c(c_desc, c, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N, C_T,
@@ -152,7 +166,8 @@ def smem_bytes(c: dict, precision: str) -> int:
     213,016 bytes; 4 stages with subtile 229,408)."""
     es = TMA_ELEM_BYTES[precision]
     ring = c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * es
-    return ring + c["BLOCK_M"] * c["BLOCK_N"] * es // (2 if c["subtile"] else 1)
+    staging = c["BLOCK_M"] * c["BLOCK_N"] * TMA_C_BYTES[precision]  # fp8's C is bf16
+    return ring + staging // (2 if c["subtile"] else 1)
 
 
 def _param_refusal(given: dict) -> str | None:

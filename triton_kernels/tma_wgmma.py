@@ -1,5 +1,5 @@
 """Stage tma_wgmma, Triton twin: TMA loads into swizzled shared memory, an mbarrier pipeline, and
-wgmma with both operands in shared memory, in tf32, 3xtf32, bf16 and fp16.
+wgmma with both operands in shared memory, in tf32, 3xtf32, bf16, fp16 and fp8.
 
 CUDA stage: cuda_kernels/tma_wgmma.cu (tensor maps encoded on the host, one thread issuing every
 TMA copy, a full/empty mbarrier pair per ring slot, wgmma reading A and B from shared memory).
@@ -42,10 +42,10 @@ What Triton does for you that the CUDA stage does by hand:
 - the swizzle. Triton picks each tile's shared layout (an NVMMA layout: a 128-byte swizzle for
   128-byte lines), writes it into the descriptor for the TMA unit and into wgmma's matrix
   descriptors; the CUDA stage fixes SWIZZLE_128B in both places itself.
-- wgmma. tl.dot on two shared-memory tiles becomes wgmma.mma_async m64nNk16 (k8 for TF32) with
-  both operands from shared memory, wgmma.fence / commit_group / wait_group around it, one group
-  left in flight across the loop's back edge; a column-major operand (a transposed descriptor,
-  _common.tma_load's .T) is read with wgmma's transpose bit in 16-bit types.
+- wgmma. tl.dot on two shared-memory tiles becomes wgmma.mma_async m64nNk16 (k8 for TF32, k32 for
+  fp8) with both operands from shared memory, wgmma.fence / commit_group / wait_group around it,
+  one group left in flight across the loop's back edge; a column-major operand (a transposed
+  descriptor, _common.tma_load's .T) is read with wgmma's transpose bit in 16-bit types.
 - the epilogue: the accumulator goes to shared memory and out with one TMA store
   (cp.async.bulk.tensor global.shared, bulk_group commit/wait), clipped at C's edges; subtile=1
   splits it into two stores of BLOCK_M x BLOCK_N/2 (tl.split of the accumulator, a renaming of
@@ -81,6 +81,24 @@ also splits in registers: 68% of cuBLAS fp32's speed with an N-major B, 162% wit
 4096^3 (for TF32: 20% of cuBLAS TF32 and 71%; triton_kernels/wgmma.py). This stage's own figures,
 with kmajor=0 beside them, come from the GPU run (scripts/experiments/hopper_triton_sweep.py).
 
+fp8 (float8 e4m3 A and B with per-tensor scales, a bfloat16 C: C = scale_a * scale_b * (A @ B)).
+The tiles are loaded as they are, 1-byte elements (128 bytes of k: BLOCK_K = 128), and tl.dot
+of two float8e4nv tiles is wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 with both
+operands in shared memory (Triton 3.9 compiled for sm_90 without a GPU; a k-step of at least 32,
+wgmma's k for 8-bit types, so BLOCK_K 16 is refused in fp8). Triton leaves tl.dot's
+max_num_imprecise_acc at its sm_90 default (2^30: maxNumImpreciseAcc in the TTGIR), so the whole
+sum over K stays in wgmma's own fp32 accumulator; Triton adds no partial sums into a second fp32
+register set (a smaller value would make it do so every that many k). The two scales, one-element
+fp32 tensors, are the kernel's scale_a_ptr and scale_b_ptr arguments (None in the other
+precisions, which then compile to the PTX they had before fp8): loaded before the loop, their
+product multiplies the fp32 accumulator, which is then rounded once to bf16 (C's staging tile is
+bf16, 2 bytes an element: smem_bytes). Layout: wgmma reads 8-bit operands K-major only, like
+32-bit ones, and given an M-major A or an N-major B in fp8 (kmajor=0) Triton does what it does in
+tf32 (the tile read into registers and written back K-major before each wgmma, that operand's ring
+one slot shallower: the TTGIR), so kmajor's automatic value is on in fp8 and such an operand is
+copied K-major in every call, timed (realign_copy_kernel). Which costs less on the H100, the
+copy or the round trip, has not been measured.
+
 Operands a descriptor cannot read. A descriptor needs a unit last stride, a base address and a
 line stride that are multiples of 16 bytes. A row-major operand is read as it is, a column-major
 one through a descriptor of its transpose (block BLOCK_K x BLOCK_M for A, BLOCK_N x BLOCK_K for
@@ -96,7 +114,8 @@ elements need nothing else; the masked store of a C no descriptor describes take
 GPUs: sm_90 only (H100, H200): prepare() refuses another GPU in one sentence. Under the Triton
 interpreter (CPU tensors, TRITON_INTERPRET=1) the descriptors are emulated, with the same 16-byte
 rules checked, to check the numbers (TF32 and 3xTF32 computed in fp32 there, bf16 upcast:
-_common.dot_meta).
+_common.dot_meta; fp8 tiles decoded to fp16 by the interpreter's tl.dot and multiplied in fp32,
+exactly, with the scales applied as on the GPU).
 
 Knobs: BLOCK_M (128), BLOCK_N (0), BLOCK_K (0), GROUP_M (8), num_warps (8), num_stages (0),
 kmajor (-1), subtile (-1). The automatic values (AUTO, per precision; resolve()):
@@ -104,12 +123,14 @@ kmajor (-1), subtile (-1). The automatic values (AUTO, per precision; resolve())
     bf16, fp16  256       64 (128 bytes)        4            0        0
     tf32        256       32 (128 bytes)        4            1        1
     3xtf32      128       64 (256 bytes)        3            1        0
+    fp8         256       128 (128 bytes)       4            1        0
 the tile, k-step and depth are the tuned rows of stage wgmma's twin, which loads the same tiles
 another way (its search on the H100, triton_kernels/wgmma.py), until this stage's own sweep
-replaces them; subtile is on where a whole C tile would not fit (tf32). An automatic BLOCK_N is
-128 where 256 would give fewer tiles than the GPU has SMs (1025^3: 45 tiles for 132 SMs), and
-where the automatic values do not fit beside explicit ones (num_warps=4: 256 accumulators per
-thread) they take FALLBACKS' (BLOCK_N 128, 3 stages).
+replaces them (fp8, which that twin does not offer: bf16's tile and bytes of k, a ring of 196,608
+bytes, 196,640 compiled for sm_90; not yet measured); subtile is on where a whole C tile would not
+fit (tf32). An automatic BLOCK_N is 128 where 256 would give fewer tiles than the GPU has SMs
+(1025^3: 45 tiles for 132 SMs), and where the automatic values do not fit beside explicit ones
+(num_warps=4: 256 accumulators per thread) they take FALLBACKS' (BLOCK_N 128, 3 stages).
 """
 
 import triton
@@ -118,7 +139,7 @@ import triton.language as tl
 from lab.operands import entry
 from lab.roofline import sm_count
 from triton_kernels import _common as common
-from triton_kernels._common import TMA_ELEM_BYTES, TmaTwin, dot_meta, offsets_meta
+from triton_kernels._common import TMA_C_BYTES, TMA_ELEM_BYTES, TmaTwin, dot_meta, offsets_meta
 
 STAGE = "tma_wgmma"
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor",
@@ -131,12 +152,14 @@ AUTO = {
     "fp16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor": 0, "subtile": 0},
     "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 4, "kmajor": 1, "subtile": 1},
     "3xtf32": {"BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 3, "kmajor": 1, "subtile": 0},
+    "fp8": {"BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 4, "kmajor": 1, "subtile": 0},
 }
 FALLBACKS = ({"BLOCK_N": 128, "num_stages": 3},)
 
 
 @triton.jit
 def matmul_tma_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_cm, stride_cn,
+                            scale_a_ptr, scale_b_ptr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
                             C_DESC: tl.constexpr, C_T: tl.constexpr, SUBTILE: tl.constexpr,
@@ -149,12 +172,16 @@ def matmul_tma_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_
     # A is M x K and B is K x N; a column-major one (A_T, B_T) is described as its transpose
     a_desc = common.tma_descriptor(a_ptr, M, K, lda, BLOCK_M, BLOCK_K, A_T)
     b_desc = common.tma_descriptor(b_ptr, K, N, ldb, BLOCK_K, BLOCK_N, B_T)
+    if scale_a_ptr is not None:  # fp8: scale_a * scale_b, loaded before the loop
+        scale = common.scale_product(scale_a_ptr, scale_b_ptr)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # A plain loop over k-steps; num_stages makes Triton pipeline its TMA loads (the header)
     for k0 in range(0, K, BLOCK_K):
         a = common.tma_load(a_desc, m0, k0, A_T)
         b = common.tma_load(b_desc, k0, n0, B_T)
         acc = common.tile_product(a, b, acc, True, INPUT_PRECISION, UPCAST)
+    if scale_a_ptr is not None:  # fp8: C = scale_a * scale_b * (A @ B), scaled in fp32
+        acc = acc * scale
     c = acc.to(c_ptr.dtype.element_ty)  # C in its own dtype: the fp32 accumulator rounded
     if C_DESC:  # through shared memory and one TMA store (two: SUBTILE)
         c_desc = common.c_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, C_T, SUBTILE)
@@ -174,7 +201,8 @@ def smem_bytes(c: dict, precision: str) -> int:
     bytes with or without it)."""
     es = TMA_ELEM_BYTES[precision]
     ring = c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * es
-    staging = c["BLOCK_M"] * c["BLOCK_N"] * es // (2 if c["subtile"] else 1)
+    # C's staging tile in C's dtype (fp8's is bf16)
+    staging = c["BLOCK_M"] * c["BLOCK_N"] * TMA_C_BYTES[precision] // (2 if c["subtile"] else 1)
     return ring + staging if precision == "tf32" and not c["subtile"] else max(ring, staging)
 
 

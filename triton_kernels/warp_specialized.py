@@ -1,7 +1,7 @@
 """Stage warp_specialized, Triton twin, written in Gluon (triton.experimental.gluon, Triton 3.6):
 a producer partition that only issues TMA loads into an mbarrier ring, a consumer partition of
 two warpgroups that only issues wgmma, registers moved from the first to the second
-(setmaxnreg), in tf32, bf16 and fp16.
+(setmaxnreg), in tf32, bf16, fp16 and fp8.
 
 CUDA stage: cuda_kernels/warp_specialized.cu (warpgroup 0 the producer, one thread of it issuing
 every TMA copy into a 4-slot ring with a full/empty mbarrier pair per slot; CONSUMERS = 2
@@ -65,18 +65,29 @@ What Gluon still did for us:
   emits setmaxnreg in each partition, and runs the code after the partitions (C's store) in the
   consumers' warps;
 - the swizzle, written into the descriptors and into wgmma's matrix descriptors alike;
-- wgmma's instruction sequence (wgmma.fence, m64nNk16 or k8 for TF32, commit_group, wait_group).
-What it does not do here: a 3xTF32 product (warpgroup_mma takes tf32 or the 16-bit types; the
+- wgmma's instruction sequence (wgmma.fence, m64nNk16, k8 for TF32 or k32 for fp8, commit_group,
+  wait_group).
+What it does not do here: a 3xTF32 product (warpgroup_mma takes tf32, the 16-bit types or fp8; the
 split into a head and a tail is tl.dot's, so 3xtf32 is not offered), a tensormap prefetch, or
 keeping descriptors made on the host (as tma_wgmma's twin: lab.matmul's plans replay plain
 tensors). Gluon kernels do not run under the Triton interpreter: prepare() on CPU tensors is
 refused in one sentence, and the numbers are checked on the GPU only.
 
-TF32 and the layout of the operands (kmajor): wgmma reads 32-bit shared operands K-major only, and
-this kernel has no round trip through registers to transpose a tile (Triton writes one for
-tl.dot); so in tf32 every operand that is not K-major (a column-major A, a row-major B) is copied
-K-major in every call, timed (kmajor, on for tf32: 0 is refused there), as tma_wgmma's twin does
-by default. In bf16 and fp16 any layout is read as it lies (kmajor 0), or copied (kmajor 1).
+TF32, fp8 and the layout of the operands (kmajor): wgmma reads 32-bit and 8-bit shared operands
+K-major only, and this kernel has no round trip through registers to transpose a tile (Triton
+writes one for tl.dot); so in tf32 and fp8 every operand that is not K-major (a column-major A, a
+row-major B) is copied K-major in every call, timed (kmajor, on for tf32 and fp8: 0 is refused
+there), as tma_wgmma's twin does by default. In bf16 and fp16 any layout is read as it lies
+(kmajor 0), or copied (kmajor 1).
+
+fp8 (e4m3 A and B with per-tensor scales, a bf16 C = scale_a * scale_b * (A @ B)): warpgroup_mma
+on two float8e4nv tiles is wgmma ...m64n256k32.f32.e4m3.e4m3 (an instruction k of 32:
+instr_shape's 256 // 8), and its max_num_imprecise_acc, left at the sm_90 default (2^30, as
+tl.dot's), keeps the whole K in wgmma's fp32 accumulator. The scales (scale_a_ptr, scale_b_ptr:
+one-element fp32 tensors; None in the other precisions, which compile as before) are loaded by
+the consumers after the partitions, and their product multiplies the accumulator before its one
+rounding to bf16; C's staging tile is bf16 (smem_bytes).
+
 Operands a descriptor cannot read (lines or base off 16 bytes, no unit stride) are copied in every
 call, timed, into aligned buffers, and a C no descriptor describes is written by a masked store
 (with OFFSET64 past 2^31 elements): triton_kernels/_realign.py tma_operands / tma_layout, as in
@@ -90,10 +101,12 @@ precision; resolve()):
     precision   BLOCK_N   BLOCK_K          num_stages   kmajor
     bf16, fp16  256       64 (128 bytes)   4            0
     tf32        256       32 (128 bytes)   4            1
+    fp8         256       128 (128 bytes)  4            1
 the CUDA stage's tile and ring (BM 128 = 2 consumer warpgroups, BN 256, 4 slots of 128-byte
-k-steps), until this stage's own sweep (scripts/experiments/hopper_triton_sweep.py) replaces them.
-An automatic BLOCK_N is 128 where 256 would give fewer tiles than the GPU has SMs, and where the
-automatic values do not fit beside explicit ones they take FALLBACKS' (BLOCK_N 128, 3 stages).
+k-steps; fp8's ring 196,608 bytes, 196,788 compiled for sm_90 with the barriers), until this
+stage's own sweep (scripts/experiments/hopper_triton_sweep.py) replaces them. An automatic BLOCK_N
+is 128 where 256 would give fewer tiles than the GPU has SMs, and where the automatic values do not
+fit beside explicit ones they take FALLBACKS' (BLOCK_N 128, 3 stages).
 """
 
 from triton.experimental import gluon
@@ -104,7 +117,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from lab.operands import entry
 from lab.roofline import sm_count
 from triton_kernels import _common as common
-from triton_kernels._common import TMA_ELEM_BYTES, TmaTwin, offsets_meta
+from triton_kernels._common import (KMAJOR_ONLY, TMA_C_BYTES, TMA_ELEM_BYTES, TmaTwin,
+                                    offsets_meta)
 
 STAGE = "warp_specialized"
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor")
@@ -115,6 +129,7 @@ AUTO = {
     "bf16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor": 0},
     "fp16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 4, "kmajor": 0},
     "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 4, "kmajor": 1},
+    "fp8": {"BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 4, "kmajor": 1},
 }
 FALLBACKS = ({"BLOCK_N": 128, "num_stages": 3},)
 PRODUCER_WARPS = 1  # one warp issues the TMA copies (Triton rounds the kernel to warpgroups)
@@ -206,7 +221,8 @@ def _consumers(a_ring, b_ring, full, empty, K, BLOCK_M: gl.constexpr, BLOCK_N: g
 
 @gluon.jit
 def matmul_warp_specialized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_cm,
-                                   stride_cn, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                                   stride_cn, scale_a_ptr, scale_b_ptr, BLOCK_M: gl.constexpr,
+                                   BLOCK_N: gl.constexpr,
                                    BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
                                    A_T: gl.constexpr, B_T: gl.constexpr, C_DESC: gl.constexpr,
                                    C_T: gl.constexpr, STAGES: gl.constexpr,
@@ -236,7 +252,10 @@ def matmul_warp_specialized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, 
         (_producer, (a_desc, b_desc, a_ring, b_ring, full, empty, m0, n0, K, BLOCK_K, A_T, B_T,
                      STAGES)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
-    # C, by the consumers' warps, in its own dtype
+    # C, by the consumers' warps, in its own dtype (fp8: scaled by scale_a * scale_b in fp32
+    # first; None in the other precisions, where this is decided at compile time)
+    if scale_a_ptr is not None:
+        acc = acc * (gl.load(scale_a_ptr) * gl.load(scale_b_ptr))
     c = acc.to(c_ptr.dtype.element_ty)
     if C_DESC:  # through a staging tile (in the ring's memory, now free) and one TMA store
         c_desc = _descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, C_T)
@@ -265,7 +284,8 @@ def smem_bytes(c: dict, precision: str) -> int:
     larger (it shares the ring's memory), and the barriers."""
     es = TMA_ELEM_BYTES[precision]
     ring = c["num_stages"] * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * es
-    return max(ring, c["BLOCK_M"] * c["BLOCK_N"] * es) + BARRIER_BYTES
+    staging = c["BLOCK_M"] * c["BLOCK_N"] * TMA_C_BYTES[precision]  # fp8's C is bf16
+    return max(ring, staging) + BARRIER_BYTES
 
 
 def _param_refusal(given: dict) -> str | None:
@@ -281,9 +301,10 @@ def _param_refusal(given: dict) -> str | None:
 
 
 def _precision_refusal(c: dict, precision: str) -> str | None:
-    if precision == "tf32" and c["kmajor"] == 0:
-        return ("reads tf32 operands K-major only (wgmma's rule for 32-bit operands, and this "
-                "kernel has no transposing round trip): kmajor must be -1 or 1 in tf32")
+    if precision in KMAJOR_ONLY and c["kmajor"] == 0:
+        return (f"reads {precision} operands K-major only (wgmma's rule for operands other than "
+                f"16-bit ones, and this kernel has no transposing round trip): kmajor must be -1 "
+                f"or 1 in {precision}")
     return None
 
 
