@@ -14,7 +14,7 @@ refuses left out with its sentence. For every stage x precision x size x layout 
 prepare() (compiling), one checked call (lab.check: float64 reference, NaN-poisoned C), then
 lab.timing.bench_adjacent: the prepared call (its copies included, as every call pays them) and
 torch.matmul at the same precision (tf32: TF32 allowed; 3xtf32 against cuBLAS fp32, which it
-stands in for) interleaved, L2 flushed before every repetition. Needs an sm_90 GPU.
+stands in for; fp8: torch._scaled_mm, as lab.compare's cuBLAS row) interleaved, L2 flushed before every repetition. Needs an sm_90 GPU.
 
 One line per row on stdout, as it is measured (a time limit or a crash keeps what came before);
 --out DIR also writes sweep.csv. A row that fails its check is printed and not timed.
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-DTYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "3xtf32": "float32"}
+PRECISIONS = ("bf16", "fp16", "tf32", "3xtf32", "fp8")
 # The grid swept around the automatic row; a combination validate() refuses (a ring or tile that
 # does not fit, too many accumulators per thread) is reported and skipped.
 # BLOCK_K is given in bytes of k per line (128 or 256: 64 or 128 bf16/fp16, 32 or 64 fp32).
@@ -40,7 +40,7 @@ GRID = {
     "persistent": {"BLOCK_N": (128, 256), "BLOCK_K": (128, 256), "num_stages": (2, 3, 4),
                    "num_warps": (8,), "subtile": (0, 1)},
 }
-ELEM_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "3xtf32": 4}
+ELEM_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "3xtf32": 4, "fp8": 1}
 EXTRA = {  # a few points off the grid: one warpgroup per 64 rows x 128 columns, wider groups
     "tma_wgmma": ({"BLOCK_N": 128, "num_warps": 4, "num_stages": 4},
                   {"GROUP_M": 16}, {"GROUP_M": 4}),
@@ -103,15 +103,17 @@ def main(argv=None) -> int:
     stages = args.stages.split(",")
     precisions = args.precisions.split(",")
     for prec in precisions:
-        if prec not in DTYPES:
-            raise SystemExit(f"error: precisions are {', '.join(DTYPES)}, not {prec!r}")
+        if prec not in PRECISIONS:
+            raise SystemExit(f"error: precisions are {', '.join(PRECISIONS)}, not {prec!r}")
     plans = {(s, prec): configurations(s, args.configs, not args.no_grid, prec)
              for s in stages for prec in precisions}
 
     import torch
 
-    from lab.check import check, reference
+    from lab.check import check, inputs_for, reference
     from lab.errors import LabError
+    from lab.operands import OUT_DTYPE_NAMES
+    from lab.run import scaled_mm_launch
     from lab.timing import bench_adjacent
 
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
@@ -126,17 +128,14 @@ def main(argv=None) -> int:
 
     layouts = args.layouts.split(",")
     for prec, (M, N, K), layout in itertools.product(precisions, sizes, layouts):
-        dtype = getattr(torch, DTYPES[prec])
-        gen = torch.Generator(device="cuda").manual_seed(M + N + K)
-        a = torch.randn(M, K, device="cuda", generator=gen).to(dtype)
-        b = torch.randn(K, N, device="cuda", generator=gen).to(dtype)
-        if layout[0] == "t":
-            a = a.t().contiguous().t()
-        if layout[1] == "t":
-            b = b.t().contiguous().t()
-        c = torch.empty(M, N, device="cuda", dtype=dtype)
-        ref = reference(a, b)
+        # fp8: e4m3 operands with per-tensor scales, C bf16, cuBLAS through torch._scaled_mm
+        a, b, scales = inputs_for(prec, M, N, K, M + N + K, "cuda", layout)
+        given = {} if scales is None else dict(scale_a=scales[0], scale_b=scales[1])
+        c = torch.empty(M, N, device="cuda", dtype=getattr(torch, OUT_DTYPE_NAMES[prec]))
+        ref = reference(a, b, scales)
         ref_c = torch.empty_like(c)
+        blas = (scaled_mm_launch(a, b, ref_c, scales) if scales is not None
+                else lambda a=a, b=b, out=ref_c: torch.matmul(a, b, out=out))
         torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"  # 3xtf32: against cuBLAS fp32
         first = (M, N, K) == sizes[0] and layout == layouts[0]
         for stage in stages:
@@ -153,7 +152,7 @@ def main(argv=None) -> int:
                     continue
                 try:
                     t0 = time.monotonic()
-                    launch = mod.prepare(a, b, c, precision=prec, **config)
+                    launch = mod.prepare(a, b, c, precision=prec, **config, **given)
                     prepare_s = time.monotonic() - t0
                     result = check(launch, c, ref, K, prec)
                 except LabError as exc:
@@ -163,8 +162,7 @@ def main(argv=None) -> int:
                 if not result.passed:
                     record(**base, config=shown, status="fail", reason=result.reason)
                     continue
-                fn_t, base_t = bench_adjacent(
-                    launch, lambda a=a, b=b, out=ref_c: torch.matmul(a, b, out=out))
+                fn_t, base_t = bench_adjacent(launch, blas)
                 res = launch.resources or {}
                 record(**base, config=shown, status="ok", ms=f"{fn_t.median_ms:.4f}",
                        p20=f"{fn_t.p20_ms:.4f}", p80=f"{fn_t.p80_ms:.4f}",
