@@ -11,9 +11,17 @@ boxes of cuda_kernels/tma_tiles.cuh):
         that is row-major (layouts nn, tn, tt) is copied K-major first, in every call, inside the
         timed call (a row-major A buffer, a column-major B buffer): the row's time is the copy
         plus the kernel, as a caller who holds the operand that way pays.
+    fp8 (float8 e4m3): wgmma reads 8-bit operands K-major only too, so the kernel reads layout
+        nt and the others are copied as tf32's (torch's copy_). A k-tile is one 128-byte line,
+        128 elements (k-steps of 32): the slots, boxes and swizzle are bf16's byte for byte. C is
+        bfloat16 (C_BYTES: its stores, its map's 64-column box and the TMA-store test are bf16's),
+        and the kernel takes Problem.scales, (scale_a, scale_b), as two more pointer arguments
+        after ldc: C = scale_a * scale_b * (A @ B), the scales read on the GPU and multiplied into
+        the fp32 accumulators once, before the bf16 rounding.
     Any precision: a map needs the operand's base address and leading dimension on 16-byte
-        boundaries; an operand whose lines are not (a bf16 matrix of 3001 columns) is copied into
-        a buffer whose lines are, in the same orientation, in every call, timed likewise.
+        boundaries (fp8: K a multiple of 16 for K-major lines); an operand whose lines are not (a
+        bf16 matrix of 3001 columns) is copied into a buffer whose lines are, in the same
+        orientation, in every call, timed likewise.
 C is row-major (lab/operands.py turns a column-major C into C^T = B^T A^T) with any ldc; the
 kernels' stores use 64-bit offsets and TMA's coordinates are per dimension, so an operand past
 2^31 elements needs no other build.
@@ -34,9 +42,11 @@ from lab.operands import entry
 from lab.roofline import DEFAULT_SMS, sm_count
 from lab.toolchain.tma import MapSpec, max_active_clusters, tma_launcher
 
-PRECISIONS = ("bf16", "fp16", "tf32")  # every TMA stage's; 3xtf32 where a stage says `split`
-DEFINES = {"tf32": "PREC_TF32", "3xtf32": "PREC_3XTF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16"}
-ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
+PRECISIONS = ("bf16", "fp16", "tf32", "fp8")  # every TMA stage's; 3xtf32 where a stage says `split`
+DEFINES = {"tf32": "PREC_TF32", "3xtf32": "PREC_3XTF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16",
+           "fp8": "PREC_FP8"}
+ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}  # A's and B's
+C_BYTES = {**ELEM_BYTES, "fp8": 2}  # C's element: the operands', but fp8's C is bfloat16
 ARCH = "sm_90a"
 SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
 
@@ -157,7 +167,7 @@ class HopperStage:
         """Every knob concrete. An automatic CLUSTER follows how C is stored (with_cluster):
         `store`, or, not given, whether a contiguous M x N C has 16-byte lines."""
         if store is None:
-            store = self.tma_store and (N * ELEM_BYTES.get(precision, 4)) % LINE_ALIGN == 0
+            store = self.tma_store and (N * C_BYTES.get(precision, 4)) % LINE_ALIGN == 0
         c = self.with_cluster(self.config(precision, **params), bool(store))
         return {**params, **c, "group": params.get("group", 8)}
 
@@ -243,9 +253,11 @@ class HopperStage:
         specs = map_specs(w["a"], w["b"], M, N, p.K, 64 * c[self.warpgroups], c["BN"] // cl,
                           ELEM_BYTES[precision])
         if store:  # C's map: {128 bytes of columns, 64 rows} boxes, as store_acc_tma writes them
-            specs += (MapSpec(2, (p.N, p.M), ldc_map, (128 // ELEM_BYTES[precision], 64)),)
+            specs += (MapSpec(2, (p.N, p.M), ldc_map, (128 // C_BYTES[precision], 64)),)
         args = (w["a"][0], w["b"][0], p.c.tensor, np.int32(M), np.int32(N),
                 np.int32(p.K), np.int64(p.c.ld))
+        if p.scales is not None:  # fp8: scale_a, scale_b (the tensors: a plan swaps them)
+            args += tuple(p.scales)
         kernel = tma_launcher(b, grid, block, args, smem, specs, cl)
         res = resources(b, grid, block, smem)
         names = tuple(name for name, _, _ in w["copies"])
@@ -286,7 +298,7 @@ def kernel_layout(layout: str, precision: str, regs: bool = False) -> str:
     16-bit types read every layout as it lies. TF32 reads B K-major only: without `regs` both
     operands K-major (nt; the others copied); with `regs` (A through registers, which may be
     M-major) nt as it lies, tt as it lies, nn as C^T = B^T A^T (whose B^T is M-major: tt), and tn
-    with B copied K-major (tt). 3xtf32 reads both K-major."""
+    with B copied K-major (tt). 3xtf32 and fp8 read both K-major."""
     if ELEM_BYTES[precision] == 2:
         return layout
     if regs and precision == "tf32":
@@ -319,11 +331,12 @@ def plan(p, regs: bool = False) -> dict:
     """The copies to run first in every call, (name, dst, src), and what the kernel reads: for A
     and B the tensor, whether it is read column-major (A: M-major, B: K-major) and its leading
     dimension; `swap` where the kernel computes C^T = B^T A^T (its A the user's B^T, its B the
-    user's A^T, its D C^T). 16-bit operands are read the way they lie; tf32 reads B K-major, and A
-    K-major or, with `regs` (tf32 only), either way (kernel_layout); where B lies N-major and A
-    K-major (nn) the operands swap roles instead of B being copied. An operand the maps cannot
-    read as planned (another orientation, lines off 16-byte boundaries, no unit stride) is copied
-    into an aligned buffer of the orientation read (cuda_kernels/_build.py's aligned_buffer)."""
+    user's A^T, its D C^T). 16-bit operands are read the way they lie; 3xtf32 and fp8 read both
+    K-major; tf32 reads B K-major, and A K-major or, with `regs` (tf32 only), either way
+    (kernel_layout); where B lies N-major and A K-major (nn) the operands swap roles instead of B
+    being copied. An operand the maps cannot read as planned (another orientation, lines off
+    16-byte boundaries, no unit stride) is copied into an aligned buffer of the orientation read
+    (cuda_kernels/_build.py's aligned_buffer)."""
     es = ELEM_BYTES[p.precision]
     regs = regs and p.precision == "tf32"
     a, b, swap = ("A", p.a.tensor), ("B", p.b.tensor), False
@@ -350,8 +363,9 @@ def plan(p, regs: bool = False) -> dict:
 
 def copy_step(dst, src):
     """One copy of plan()'s as a step of the launch: an fp32 operand turned the other way round
-    (tf32's K-major copy) through transpose.cu's tiled transpose, anything else with torch's
-    copy_ (which moves a transposed fp32 view at about a third of the bandwidth)."""
+    (tf32's K-major copy) through transpose.cu's tiled transpose, anything else (fp8's K-major
+    copy too) with torch's copy_ (which moves a transposed fp32 view at about a third of the
+    bandwidth)."""
     import numpy as np
     import torch
 

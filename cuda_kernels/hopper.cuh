@@ -11,14 +11,26 @@ typedef unsigned long long u64;
 #error "this kernel needs sm_90a (Hopper's wgmma and TMA): compile with -arch=sm_90a"
 #endif
 
-// The element of A, B and C in the precision the including file defines: the bits of a
-// bfloat16 / float16 (PREC_BF16, PREC_FP16), else fp32 (TF32 and 3xTF32 read fp32 operands).
+// The element of A and B in the precision the including file defines: the bits of a
+// bfloat16 / float16 (PREC_BF16, PREC_FP16) or of a float8 e4m3 (PREC_FP8), else fp32 (TF32 and
+// 3xTF32 read fp32 operands). C's element (c_elem_t, C_ELEM bytes) is the operands' except in fp8,
+// whose C is bfloat16.
 #if defined(PREC_BF16) || defined(PREC_FP16)
 typedef unsigned short elem_t;  // the bits of a bfloat16 / float16
 #define ELEM 2
+#elif defined(PREC_FP8)
+typedef unsigned char elem_t;  // the bits of a float8 e4m3
+#define ELEM 1
 #else
 typedef float elem_t;
 #define ELEM 4
+#endif
+#if defined(PREC_FP8)
+typedef unsigned short c_elem_t;  // the bits of a bfloat16
+#define C_ELEM 2
+#else
+typedef elem_t c_elem_t;
+#define C_ELEM ELEM
 #endif
 
 // A TMA tensor map (CUtensorMap): 128 opaque bytes the host encodes with the driver's

@@ -33,7 +33,11 @@
 // slot of iteration it-1 once wgmma.wait_group 1 says its wgmma finished, and the last slot of a
 // tile after wgmma.wait_group 0, before the tile's stores.
 //
-// Precision: as tma_wgmma.cu (bf16, fp16: any layout; tf32: both operands K-major).
+// Precision: as tma_wgmma.cu. bf16, fp16: any layout. tf32: B K-major, A either way (M-major
+// through registers: A_REGS). fp8: float8 e4m3 operands K-major only (layout nt; the launcher
+// copies the others) and a bfloat16 C (bf16's 64-column TMA-store chunks); the accumulators are
+// multiplied by scale_a * scale_b (one-element float32 tensors passed after ldc, read once by
+// each consumer thread after its setmaxnreg) before the bf16 rounding.
 
 #ifndef CONSUMERS
 #define CONSUMERS 2
@@ -61,9 +65,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if TMA_STORE
                       const __grid_constant__ TensorMap tma_c,
 #else
-                      elem_t* __restrict__ C,
+                      c_elem_t* __restrict__ C,
 #endif
-                      int M, int N, int K, long long ldc) {
+                      int M, int N, int K, long long ldc
+#if defined(PREC_FP8)
+                      , const float* __restrict__ scale_a, const float* __restrict__ scale_b
+#endif
+                      ) {
     extern __shared__ unsigned char smem_raw[];
     // full[0..STAGES), empty[STAGES..2 STAGES), 3xTF32's ready[2 STAGES..3 STAGES)
     __shared__ alignas(8) u64 bars[(2 + SPLIT) * STAGES];
@@ -130,6 +138,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         setmaxnreg_inc<CONSUMER_REGS>();
         WALK;
         const int cw = wg - 1;  // this consumer's warpgroup: rows 64 cw .. of each tile
+#if defined(PREC_FP8)
+        const float scale = *scale_a * *scale_b;  // C = scale_a * scale_b * (A @ B)
+#endif
         // a slot is free once the consumers of every block its loads land in have released it
         auto release = [&](int s) {
             if (lane != 0) return;
@@ -187,6 +198,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #pragma unroll
             for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
+#if defined(PREC_FP8)
+            scale_acc(acc, scale);
+#endif
 #if C_TRANS
             store_acc_t(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
 #elif TMA_STORE

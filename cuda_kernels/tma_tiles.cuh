@@ -3,10 +3,18 @@
 // loads of one k-tile, the wgmma of one k-step with both operands' descriptors, and the
 // epilogue's stores. Include it after the stage's defaults (PREC_*, WGS, BN, STAGES, GROUP) and
 // before the kernel; tma_wgmma.cu's header describes the tiles and boxes.
+//
+// fp8 (PREC_FP8): float8 e4m3 operands, one byte each, read K-major only (8-bit wgmma has no
+// transpose bits: layout nt, the launcher copies the others), so a k-tile's line of 128 bytes is
+// 128 elements of K and a k-step of 32 is 32 bytes, as bf16's 16: the slots, boxes, swizzle and
+// descriptors are bf16's byte for byte. C is bfloat16 (C_ELEM = 2 bytes: the epilogue's stores
+// are bf16's); the kernel multiplies the fp32 accumulators by scale_a * scale_b (scale_acc)
+// before rounding them to bf16.
 #pragma once
 
 // The stages' defaults (each 0 of the launchers' parameters means these; cuda_kernels/_tma.py).
-#if !defined(PREC_TF32) && !defined(PREC_3XTF32) && !defined(PREC_BF16) && !defined(PREC_FP16)
+#if !defined(PREC_TF32) && !defined(PREC_3XTF32) && !defined(PREC_BF16) && !defined(PREC_FP16) && \
+    !defined(PREC_FP8)
 #define PREC_BF16 1
 #endif
 // 3xTF32 (the kernels with a producer warpgroup, whose idle warps split B: warp_specialized.cu,
@@ -60,6 +68,9 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
 #if ELEM == 4 && !B_KMAJOR
 #error "TF32 wgmma reads a shared B K-major only: build layout nt or tt (the launcher copies the others)"
 #endif
+#if ELEM == 1 && !(A_KMAJOR && B_KMAJOR)
+#error "fp8 wgmma reads shared operands K-major only: build layout nt (the launcher copies the others)"
+#endif
 #if A_REGS && (SPLIT || !defined(A_REGS_LOOP))
 #error "TF32 with an M-major A (layout tt) needs a kernel with A_REGS_LOOP (persistent.cu); 3xTF32 reads A K-major"
 #endif
@@ -69,7 +80,7 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
 
 constexpr int BM = 64 * WGS;
 constexpr int BK = 128 / ELEM;            // elements of K per tile: one 128-byte line
-constexpr int KSTEP = ELEM == 4 ? 8 : 16;  // elements of K per wgmma
+constexpr int KSTEP = 32 / ELEM;           // elements of K per wgmma: 32 bytes (8, 16, 32)
 constexpr int NSTEP = BK / KSTEP;          // wgmma per tile and warpgroup (4)
 constexpr int A_BYTES = BM * 128;          // BM x BK, either way round
 constexpr int B_BYTES = BN * 128;
@@ -92,6 +103,8 @@ __device__ __forceinline__ void mma_step(float* d, u64 a, u64 b) {
 #define WG_CALL(n) wgmma_ss_tf32_n##n(d, a, b, 1)
 #elif defined(PREC_BF16)
 #define WG_CALL(n) wgmma_ss_bf16_n##n<!A_KMAJOR, !B_KMAJOR>(d, a, b, 1)
+#elif defined(PREC_FP8)
+#define WG_CALL(n) wgmma_ss_e4m3_n##n(d, a, b, 1)
 #else
 #define WG_CALL(n) wgmma_ss_f16_n##n<!A_KMAJOR, !B_KMAJOR>(d, a, b, 1)
 #endif
@@ -279,27 +292,37 @@ __device__ __forceinline__ void tile_of(int t, int grid_m, int grid_n, int& bm, 
     bn = in_group / rows;
 }
 
+#if defined(PREC_FP8)
+// fp8's per-tensor scales: C = scale_a * scale_b * (A @ B). Each consumer thread reads the two
+// one-element float32 tensors once (before its first tile's k-loop) and multiplies its fp32
+// accumulators by their product here, before store_acc / store_acc_tma round them to bf16.
+__device__ __forceinline__ void scale_acc(float* acc, float scale) {
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) acc[i] *= scale;
+}
+#endif
+
 // A warpgroup's 64 x BN accumulators into C (row-major, ldc), rows from m0 (its first row) and
 // columns from n0, where they fall inside M x N. `warp` is the warp's index in its warpgroup.
-__device__ __forceinline__ void store_acc(const float* acc, elem_t* __restrict__ C, int M, int N,
+__device__ __forceinline__ void store_acc(const float* acc, c_elem_t* __restrict__ C, int M, int N,
                                           long long ldc, int m0, int n0, int warp, int lane) {
     // Accumulator 4 j + {0, 1, 2, 3} of a thread: D(r, c), D(r, c+1), D(r+8, c), D(r+8, c+1) with
     // r = 16 (warp % 4) + lane / 4 in its warpgroup's 64 rows and c = 8 j + 2 (lane % 4) (A_REGS:
     // r = 16 (warp % 4) + 2 (lane / 4), and r + 1 for r + 8).
     const int r = m0 + 16 * warp + ROW_MUL * (lane >> 2);
     const int cbase = n0 + 2 * (lane & 3);
-    // a pair of adjacent elements is one aligned 2 x ELEM-byte store where C's base and ldc allow
-    const bool pairs = (reinterpret_cast<u64>(C) % (2 * ELEM)) == 0 && ldc % 2 == 0;
+    // a pair of adjacent elements is one aligned 2 x C_ELEM-byte store where C's base and ldc allow
+    const bool pairs = (reinterpret_cast<u64>(C) % (2 * C_ELEM)) == 0 && ldc % 2 == 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int row = r + ROW_STEP * h;
         if (row >= M) continue;
-        elem_t* line = C + row * ldc;
+        c_elem_t* line = C + row * ldc;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
             const int c = cbase + 8 * j;
             const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
-#if ELEM == 4
+#if C_ELEM == 4
             if (pairs && c + 1 < N) {
                 *reinterpret_cast<float2*>(line + c) = make_float2(x, y);
             } else {
@@ -307,10 +330,10 @@ __device__ __forceinline__ void store_acc(const float* acc, elem_t* __restrict__
                 if (c + 1 < N) line[c + 1] = y;
             }
 #else
-#if defined(PREC_BF16)
-            const u32 v = pack_bf16(x, y);
-#else
+#if defined(PREC_FP16)
             const u32 v = pack_f16(x, y);
+#else  // bf16, and fp8's bf16 C
+            const u32 v = pack_bf16(x, y);
 #endif
             if (pairs && c + 1 < N) {
                 *reinterpret_cast<u32*>(line + c) = v;
@@ -326,14 +349,15 @@ __device__ __forceinline__ void store_acc(const float* acc, elem_t* __restrict__
 // ------------------------------------------------------------------------------ TMA store of C
 // The epilogue through shared memory: a warpgroup writes its 64 x BN accumulators, rounded to C's
 // type, into a 128-byte-swizzled staging chunk of 64 rows x 128 bytes (64 bf16/fp16 or 32 fp32
-// columns) with st.shared (the swizzle spreads a warp's eight rows over distinct banks), and one
-// thread stores the chunk with a TMA store (cp.async.bulk.tensor), which clips rows and columns
-// beyond M and N. Two 8 KiB staging buffers per warpgroup alternate: a buffer is written again
-// only after the TMA store of two chunks before has read it (bulk wait_group.read 1, then the
-// warpgroup's named barrier). The warpgroup's first warp issues the stores and waits (one lane
-// of it, elected: hopper.cuh's tma_store_2d_warp). The stores then leave the SM while the warpgroup goes on to the
-// next chunk and the next tile's wgmma, instead of 64 scattered 4-byte global stores per thread.
-constexpr int C_COLS = 128 / ELEM;              // columns of C in one staging chunk
+// columns; fp8's C is bf16: C_ELEM) with st.shared (the swizzle spreads a warp's eight rows over
+// distinct banks), and one thread stores the chunk with a TMA store (cp.async.bulk.tensor), which
+// clips rows and columns beyond M and N. Two 8 KiB staging buffers per warpgroup alternate: a
+// buffer is written again only after the TMA store of two chunks before has read it (bulk
+// wait_group.read 1, then the warpgroup's named barrier). The warpgroup's first warp issues the
+// stores and waits (one lane of it, elected: hopper.cuh's tma_store_2d_warp). The stores then
+// leave the SM while the warpgroup goes on to the next chunk and the next tile's wgmma, instead of
+// 64 scattered 4-byte global stores per thread.
+constexpr int C_COLS = 128 / C_ELEM;            // columns of C in one staging chunk
 constexpr int C_CHUNKS = BN / C_COLS;           // chunks per warpgroup tile
 constexpr int C_STAGE_BYTES = 2 * 64 * 128;     // a warpgroup's two staging buffers
 
@@ -354,17 +378,17 @@ __device__ __forceinline__ void store_acc_tma(const float* acc, const TensorMap*
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int row = r + ROW_STEP * h;
-                const u32 byte = c * ELEM;
+                const u32 byte = c * C_ELEM;
                 const u32 at = buf + row * 128 + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
                 const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
-#if ELEM == 4
+#if C_ELEM == 4
                 asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(x), "f"(y)
                              : "memory");
-#elif defined(PREC_BF16)
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(pack_bf16(x, y))
-                             : "memory");
-#else
+#elif defined(PREC_FP16)
                 asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(pack_f16(x, y))
+                             : "memory");
+#else  // bf16, and fp8's bf16 C
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(pack_bf16(x, y))
                              : "memory");
 #endif
             }

@@ -44,7 +44,10 @@
 //
 // Precision: PREC_BF16, PREC_FP16 (16-bit inputs and output, fp32 accumulation), PREC_TF32 (fp32
 // inputs and output; the tensor core reads the operands as TF32, ignoring the low 13 bits of
-// each: truncation, as in wgmma.cu's B operand).
+// each: truncation, as in wgmma.cu's B operand), PREC_FP8 (float8 e4m3 inputs, K-major only as
+// TF32: layout nt, the launcher copies the others; k-steps of 32, BK = 128; C is bfloat16,
+// C = scale_a * scale_b * (A @ B): the two per-tensor scales, one-element float32 tensors passed
+// after ldc, read once and multiplied into the fp32 accumulators before the bf16 rounding).
 // Build defines (0 in the launcher: these defaults, in tma_tiles.cuh): WGS 2, BN 256, STAGES 4,
 // GROUP 8.
 
@@ -54,7 +57,11 @@ constexpr int THREADS = 128 * WGS;
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     matmul_tma_wgmma(const __grid_constant__ TensorMap tma_a, const __grid_constant__ TensorMap tma_b,
-                     elem_t* __restrict__ C, int M, int N, int K, long long ldc) {
+                     c_elem_t* __restrict__ C, int M, int N, int K, long long ldc
+#if defined(PREC_FP8)
+                     , const float* __restrict__ scale_a, const float* __restrict__ scale_b
+#endif
+                     ) {
     extern __shared__ unsigned char smem_raw[];
     __shared__ alignas(8) u64 bars[2 * STAGES];  // full[0..STAGES), empty[STAGES..2 STAGES)
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -73,6 +80,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             load_tile(&tma_a, &tma_b, ring + s * SLOT, full0 + 8 * s, s, m0, n0);
     }
 
+#if defined(PREC_FP8)
+    const float scale = *scale_a * *scale_b;
+#endif
     float acc[ACC];
 #pragma unroll
     for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
@@ -95,6 +105,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     wg_wait<0>();
 #pragma unroll
     for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
+#if defined(PREC_FP8)
+    scale_acc(acc, scale);
+#endif
 
     store_acc(acc, C, M, N, ldc, m0 + 64 * wg, n0, warp & 3, lane);
 }

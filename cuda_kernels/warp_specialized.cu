@@ -26,9 +26,10 @@
 // full[kt % STAGES], issues its wgmma, lets one group stay in flight (wgmma.wait_group 1) and
 // releases tile kt-1's slot; after the loop it releases the last one.
 //
-// Precision: as tma_wgmma.cu (bf16, fp16: any layout; tf32: both operands K-major), and 3xTF32
-// (both operands K-major): the producer's three idle warps split each B tile into TF32 heads and
-// tails, the consumers split A in registers (tma_tiles.cuh's split3x).
+// Precision: as tma_wgmma.cu (bf16, fp16: any layout; tf32 and fp8: both operands K-major; fp8's
+// bfloat16 C scaled by scale_a * scale_b, read by each consumer thread after its setmaxnreg), and
+// 3xTF32 (both operands K-major): the producer's three idle warps split each B tile into TF32
+// heads and tails, the consumers split A in registers (tma_tiles.cuh's split3x).
 
 #ifndef CONSUMERS
 #define CONSUMERS 2
@@ -40,8 +41,12 @@ constexpr int THREADS = 128 * (CONSUMERS + 1);
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     matmul_warp_specialized(const __grid_constant__ TensorMap tma_a,
-                            const __grid_constant__ TensorMap tma_b, elem_t* __restrict__ C, int M,
-                            int N, int K, long long ldc) {
+                            const __grid_constant__ TensorMap tma_b, c_elem_t* __restrict__ C, int M,
+                            int N, int K, long long ldc
+#if defined(PREC_FP8)
+                            , const float* __restrict__ scale_a, const float* __restrict__ scale_b
+#endif
+                            ) {
     extern __shared__ unsigned char smem_raw[];
     // full[0..STAGES), empty[STAGES..2 STAGES), 3xTF32's ready[2 STAGES..3 STAGES)
     __shared__ alignas(8) u64 bars[(2 + SPLIT) * STAGES];
@@ -81,6 +86,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 
     setmaxnreg_inc<CONSUMER_REGS>();
     const int cw = wg - 1;  // this consumer's warpgroup: rows m0 + 64 cw ..
+#if defined(PREC_FP8)
+    const float scale = *scale_a * *scale_b;
+#endif
     float acc[ACC];
 #if SPLIT  // 3xTF32: tma_tiles.cuh's split3x
     mma_tile_loop_3x(acc, ring, ready0, 0, KT, cw, warp, lane, [&](int s) {
@@ -101,5 +109,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #pragma unroll
     for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
+#if defined(PREC_FP8)
+    scale_acc(acc, scale);
+#endif
     store_acc(acc, C, M, N, ldc, m0 + 64 * cw, n0, warp, lane);
 }

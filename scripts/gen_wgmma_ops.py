@@ -21,6 +21,9 @@ SS_HEADER = KERNELS / "wgmma_ss_ops.cuh"
 
 # (name in the function, PTX type, k per instruction, takes imm-trans-b)
 TYPES = (("tf32", "tf32", 8, False), ("bf16", "bf16", 16, True), ("f16", "f16", 16, True))
+# the TMA stages' shared-operand wrappers add fp8 (e4m3 x e4m3, k = 32 one-byte elements: 32
+# bytes of K, as bf16's 16): like TF32, 8-bit types have no transpose bits (both K-major)
+SS_TYPES = TYPES + (("e4m3", "e4m3", 32, False),)
 WIDTHS = (64, 128, 192, 256)
 
 
@@ -64,8 +67,8 @@ def render() -> str:
 
 def ss_wrapper(name: str, ptx: str, k: int, trans: bool, n: int) -> str:
     """Both operands from shared memory (descriptors a and b). 16-bit types take the transpose
-    immediates as template arguments (TA = 1: A is M-major, TB = 1: B is N-major); TF32 has no
-    such bits: both operands K-major."""
+    immediates as template arguments (TA = 1: A is M-major, TB = 1: B is N-major); TF32 and e4m3
+    have no such bits: both operands K-major."""
     nd = n // 2
     d_list = ", ".join(f"%{i}" for i in range(nd))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
@@ -100,7 +103,7 @@ def render_ss() -> str:
         "#pragma once",
         "",
     ]
-    for name, ptx, k, trans in TYPES:
+    for name, ptx, k, trans in SS_TYPES:
         for n in WIDTHS:
             parts.append(ss_wrapper(name, ptx, k, trans, n))
             parts.append("")

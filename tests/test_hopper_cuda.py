@@ -2,18 +2,23 @@
 shared launcher cuda_kernels/_tma.py and the TMA launch of lab/toolchain/tma.py.
 
 CPU: every stage x precision x layout compiles for sm_90a through the stage's OFFER.compile with
-no spills, and its SASS holds HGMMA (wgmma) and UTMALDG (TMA loads); the warp-specialized kernels
-also move registers between warpgroups (setmaxnreg: USETMAXREG); the generated wrappers match
-their generator; the parameters' checks give one sentence each (a ring over 227 KiB named with
-its size); geometry: one block per tile, or min(tiles, SMs) for persistent, with the producer's
-warpgroup counted; plan(): which operand is copied (tf32 needs both K-major; unaligned lines are
-copied in the same orientation) and the tensor maps' dims, strides and boxes; prepare() refuses
-a GPU that is not sm_90 (the architecture mocked).
+no spills, and its SASS holds HGMMA (wgmma; fp8's e4m3 wgmma is QGMMA ... .E4M3.E4M3) and UTMALDG
+(TMA loads); the warp-specialized kernels also move registers between warpgroups (setmaxnreg:
+USETMAXREG); the generated wrappers match their generator; the parameters' checks give one
+sentence each (a ring over 227 KiB named with its size); geometry: one block per tile, or
+min(tiles, SMs) for persistent, with the producer's warpgroup counted; plan(): which operand is
+copied (tf32 and fp8 need both K-major; unaligned lines are copied in the same orientation) and
+the tensor maps' dims, strides and boxes; fp8's launch (tma_launcher mocked): its bf16 C map's
+64-column box and the scales as the last two kernel arguments; prepare() refuses a GPU that is
+not sm_90 (the architecture mocked).
 
 GPU (marked `gpu`; sm_90 only): every stage x precision x layout at edge sizes (M, N, K not
-multiples of the tiles), views with offset starts and wide rows, a column-major C, odd leading
-dimensions (the aligned copy in the call), operands that change between calls of one Prepared
-(the tensor maps follow the tensors through lab.matmul's plans), and K of one element.
+multiples of the tiles; fp8 with e4m3 operands and per-tensor scales, lab.check's
+make_scaled_inputs, checked against the scaled reference), views with offset starts and wide
+rows, a column-major C, odd leading dimensions (the aligned copy in the call), operands that
+change between calls of one Prepared (the tensor maps follow the tensors through lab.matmul's
+plans; fp8's scales too, read on the GPU in every call), fp8 over many tiles and in clusters,
+and K of one element.
 """
 
 from __future__ import annotations
@@ -29,12 +34,13 @@ import torch
 from helpers import LAYOUTS, ROOT
 from lab import check as chk
 from lab.errors import LabError
-from lab.operands import CUDA, describe
+from lab.operands import CUDA, OUT_DTYPE_NAMES, describe
 from lab.toolchain.sass import sass
 
 STAGES = ("tma_wgmma", "warp_specialized", "persistent")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
-         "3xtf32": torch.float32}
+         "3xtf32": torch.float32, "fp8": torch.float8_e4m3fn}
+OUT = {p: getattr(torch, OUT_DTYPE_NAMES[p]) for p in DTYPE}  # C's dtype (fp8: bfloat16)
 
 
 def _mod(stage):
@@ -64,9 +70,11 @@ def test_builds_compile_without_spills_and_issue_hgmma_and_tma(stage, precision,
     build, (grid, block, smem) = _mod(stage).OFFER.compile({}, 1000, 1000, 1000, layout, precision)
     assert build.spill_stores == 0 and build.spill_loads == 0, build.log
     text = sass(build)
-    width = {"bf16": "64x256x16", "fp16": "64x256x16", "tf32": "64x256x8",
-             "3xtf32": "64x128x8"}[precision]
-    assert re.search(rf"HGMMA\.{width}\.F32", text), "no HGMMA of the tile's shape in the SASS"
+    # fp8's wgmma (e4m3 x e4m3, k = 32) is QGMMA in the SASS, the others HGMMA
+    mma = {"bf16": r"HGMMA\.64x256x16\.F32\.BF16", "fp16": r"HGMMA\.64x256x16\.F32",
+           "tf32": r"HGMMA\.64x256x8\.F32\.TF32", "3xtf32": r"HGMMA\.64x128x8\.F32\.TF32",
+           "fp8": r"QGMMA\.64x256x32\.F32\.E4M3\.E4M3"}[precision]
+    assert re.search(mma, text), "no wgmma of the tile's shape and type in the SASS"
     assert "UTMALDG.2D" in text, "no TMA load in the SASS"
     assert ("USETMAXREG" in text) == (stage != "tma_wgmma")
     assert smem <= 227 * 1024
@@ -107,6 +115,29 @@ def test_tf32_builds_read_both_operands_k_major():
 
 
 @pytest.mark.parametrize("stage", STAGES)
+def test_fp8_builds_read_both_operands_k_major_and_scale_c(stage):
+    """8-bit wgmma has no transpose bits: every layout's fp8 build is the nt one (the others are
+    copied), with a k-step of 32 bytes like bf16's (the same slots: bf16's shared memory and grid),
+    four QGMMA per k-tile of 128, the two scales loaded once (LDG) and C rounded to bf16
+    (F2FP.BF16), no spills."""
+    m = _mod(stage)
+    assert "fp8" in m.OFFER.precisions
+    _, bf16_geometry = m.OFFER.compile({}, 4096, 4096, 4096, "nt", "bf16")
+    for layout in LAYOUTS:
+        b, geometry = m.OFFER.compile({}, 4096, 4096, 4096, layout, "fp8")
+        options = " ".join(b.options)
+        assert "-DPREC_FP8=1" in options
+        assert "-DTRANS_A=0" in options and "-DTRANS_B=1" in options
+        assert b.spill_stores == 0 and b.spill_loads == 0, b.log
+        assert geometry == bf16_geometry
+    text = sass(b)
+    assert len(re.findall(r"QGMMA\.64x256x32\.F32\.E4M3\.E4M3 R\d+, gdesc", text)) % 4 == 0
+    assert "HGMMA" not in text
+    assert len(re.findall(r"LDG\.E\S*", text)) == 2, "scale_a and scale_b: one load each"
+    assert "F2FP.BF16" in text
+
+
+@pytest.mark.parametrize("stage", STAGES)
 def test_geometry(stage):
     m = _mod(stage)
     _, (grid, block, smem) = m.OFFER.compile({}, 4096, 4096, 4096, "nn", "bf16")
@@ -143,8 +174,9 @@ def _problem(M, N, K, layout, precision, lda_pad=0):
 
     a = mat(M, K, layout[0] == "t", lda_pad)
     b = mat(K, N, layout[1] == "t", 0)
-    c = torch.empty(M, N, dtype=dt)
-    return describe(a, b, c, CUDA, precision)
+    c = torch.empty(M, N, dtype=OUT[precision])
+    scales = (torch.full((1,), 0.5), torch.full((1,), 3.0)) if precision == "fp8" else None
+    return describe(a, b, c, CUDA, precision, scales)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -167,6 +199,66 @@ def test_plan_copies_only_what_tma_cannot_read(layout):
     assert [n for n, _, _ in w["copies"]] == ["A"]
     t, col, ld = w["a"]
     assert col == (layout[0] == "t") and ld % 8 == 0 and t.data_ptr() % 16 == 0
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_fp8_plan_copies_operands_that_are_not_k_major(layout):
+    """fp8 reads both operands K-major (as 3xtf32; persistent's register-A is tf32's only): an A
+    that is column-major and a B that is row-major are copied, nt copies nothing; a K-major line
+    of fp8 needs K % 16 == 0 (16 bytes), else it is copied in its own orientation."""
+    from cuda_kernels._tma import plan
+
+    for regs in (False, True):
+        w = plan(_problem(64, 96, 64, layout, "fp8"), regs=regs)
+        assert [n for n, _, _ in w["copies"]] == [n for n, want, have in (("A", "n", layout[0]),
+                                                                          ("B", "t", layout[1]))
+                                                  if want != have]
+        assert w["layout"] == "nt" and w["swap"] is False
+        for name, dst, src in w["copies"]:
+            assert dst.dtype == torch.float8_e4m3fn and dst.shape == src.shape
+        (ta, a_col, lda), (tb, b_col, ldb) = w["a"], w["b"]
+        assert (a_col, b_col, lda, ldb) == (False, True, 64, 64)
+    w = plan(_problem(64, 96, 40, "nt", "fp8"))  # 40-byte lines: copied into 48-byte ones
+    assert [n for n, _, _ in w["copies"]] == ["A", "B"] and w["a"][2] == w["b"][2] == 48
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_fp8_launch_stores_a_bf16_c_and_passes_the_scales(stage, monkeypatch):
+    """fp8's launch (the kernel launch mocked, no GPU): A's and B's maps have bf16's 128-byte
+    boxes, 128 e4m3 elements of K; C's map (persistent's TMA stores) has bf16's 64-column box; the
+    two scale tensors are the kernel's last arguments, after ldc, as the tensors themselves (a
+    plan swaps them); a tn problem copies both operands K-major first."""
+    import numpy as np
+
+    import cuda_kernels._tma as tma
+
+    seen = {}
+
+    class Fake:
+        step = (lambda *args: None, ())
+
+    def fake_launcher(build, grid, block, args, smem, specs, cluster):
+        seen.update(build=build, args=args, specs=specs, cluster=cluster)
+        return Fake()
+
+    monkeypatch.setattr(tma, "tma_launcher", fake_launcher)
+    m = _mod(stage)
+    p = _problem(256, 512, 256, "tn", "fp8")
+    out = m.STAGE.launch(p, "fp8", c=m.STAGE.config("fp8"))
+    assert out.extra["copies"] == ("A", "B") and len(out.steps) == 3
+    assert "-DPREC_FP8=1" in " ".join(seen["build"].options)
+    args, specs = seen["args"], {s.arg: s for s in seen["specs"]}
+    assert args[7] is p.scales[0] and args[8] is p.scales[1] and len(args) == 9
+    assert isinstance(args[6], np.int64)  # ldc, before them
+    assert specs[0].box == (128, 128) and specs[0].dims == (256, 256)  # K-major A: {K, M}
+    assert specs[1].box == (128, 256 // seen["cluster"]) and specs[1].dims == (256, 512)
+    if stage == "persistent":
+        assert out.extra["tma_store"] and specs[2].box == (64, 64)  # bf16 C: 128-byte chunks
+        assert specs[2].dims == (512, 256) and specs[2].stride == 512
+    else:
+        assert 2 not in specs and args[2] is p.c.tensor
+    # the bf16 build's C map: the same box (its ELEM_BYTES is C's)
+    assert tma.C_BYTES["fp8"] == tma.C_BYTES["bf16"] == 2 and tma.ELEM_BYTES["fp8"] == 1
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -237,11 +329,19 @@ needs_hopper = pytest.mark.skipif(
 
 
 def _operands(M, N, K, layout, precision, seed=0):
-    return chk.make_inputs(M, N, K, seed, "cuda", DTYPE[precision], layout)
+    """A and B of `precision` (fp8: e4m3, lab.check.make_scaled_inputs) and prepare()'s scale
+    arguments ({} but fp8's scale_a and scale_b)."""
+    if precision == "fp8":
+        a, b, sa, sb = chk.make_scaled_inputs(M, N, K, seed, "cuda", layout)
+        return a, b, {"scale_a": sa, "scale_b": sb}
+    a, b = chk.make_inputs(M, N, K, seed, "cuda", DTYPE[precision], layout)
+    return a, b, {}
 
 
-def _check(c, a, b, precision):
-    res = chk.compare(c.float(), chk.reference(a, b), a.shape[1], precision)
+def _check(c, a, b, precision, scales=None):
+    """C against the float64 reference (times scale_a * scale_b: `scales`, _operands' dict)."""
+    s = (scales["scale_a"], scales["scale_b"]) if scales else None
+    res = chk.compare(c.float(), chk.reference(a, b, s), a.shape[1], precision)
     assert res.passed, res.reason
 
 
@@ -252,10 +352,10 @@ def _check(c, a, b, precision):
 def test_every_layout_at_edge_sizes(stage, layout, precision):
     m = _mod(stage)
     for M, N, K in ((333, 257, 129), (129, 520, 1000), (64, 8, 8), (1, 1, 1)):
-        a, b = _operands(M, N, K, layout, precision)
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=DTYPE[precision])
-        m.prepare(a, b, c, precision=precision)()
-        _check(c, a, b, precision)
+        a, b, scales = _operands(M, N, K, layout, precision)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=OUT[precision])
+        m.prepare(a, b, c, precision=precision, **scales)()
+        _check(c, a, b, precision, scales)
 
 
 @gpu
@@ -269,16 +369,20 @@ def test_views_odd_leading_dimensions_and_column_major_c(stage):
     c = torch.full((129, 297), float("nan"), device="cuda").bfloat16().t()  # column-major C
     m.prepare(a, b, c, precision="bf16")()
     _check(c, a, b, "bf16")
-    # tf32 (persistent: nn as C^T = B^T A^T, tt with A through registers) into a column-major C
-    # and into a row-major C with an odd leading dimension
-    for layout in LAYOUTS:
-        a, b = _operands(300, 129, 257, layout, "tf32")
-        for c in (torch.full((129, 300), float("nan"), device="cuda").t(),
-                  torch.full((300, 135), float("nan"), device="cuda")[:, 3:132]):
-            m.prepare(a, b, c, precision="tf32")()
-            _check(c, a, b, "tf32")
+    # tf32 (persistent: nn as C^T = B^T A^T, tt with A through registers) and fp8 (both operands
+    # K-major: copied where they are not, and K = 257 bytes per line: copied where they are) into
+    # a column-major C (C^T = B^T A^T, the scales the same) and into a row-major C with an odd
+    # leading dimension (lines off 16-byte boundaries: direct stores)
+    for precision in ("tf32", "fp8"):
+        for layout in LAYOUTS:
+            a, b, scales = _operands(300, 129, 257, layout, precision)
+            dt = OUT[precision]
+            for c in (torch.full((129, 300), float("nan"), device="cuda", dtype=dt).t(),
+                      torch.full((300, 135), float("nan"), device="cuda", dtype=dt)[:, 3:132]):
+                m.prepare(a, b, c, precision=precision, **scales)()
+                _check(c, a, b, precision, scales)
     for M, N, K in ((7919 // 8, 6007 // 8, 3001), (1, 1000, 3001)):
-        a, b = _operands(M, N, K, "nn", "bf16")
+        a, b, _ = _operands(M, N, K, "nn", "bf16")
         c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         m.prepare(a, b, c, precision="bf16")()
         _check(c, a, b, "bf16")
@@ -291,15 +395,29 @@ def test_lab_matmul_replays_on_new_tensors(stage):
     import lab
 
     for i in range(3):  # new tensors each call: the maps follow their addresses
-        a, b = _operands(300, 200, 100, "nn", "bf16", seed=i)
+        a, b, _ = _operands(300, 200, 100, "nn", "bf16", seed=i)
         c = lab.matmul(a, b, stage=stage, backend="cuda")
         _check(c, a, b, "bf16")
-    a, b = _operands(300, 200, 100, "nn", "bf16", seed=7)
+    a, b, _ = _operands(300, 200, 100, "nn", "bf16", seed=7)
     out = torch.empty(300, 200, device="cuda", dtype=torch.bfloat16)
     for i in range(2):  # the same tensors, new values
         a.copy_(torch.randn_like(a.float()).bfloat16())
         lab.matmul(a, b, stage=stage, backend="cuda", out=out)
         _check(out, a, b, "bf16")
+    # fp8: new operands and new scale tensors each call (nt: no copy; tn: both copied in the
+    # call), then the same tensors with new scale values (read on the GPU in every call, not baked
+    # into the plan)
+    for layout in ("nt", "tn"):
+        for i in range(3):
+            a, b, scales = _operands(300, 200, 96, layout, "fp8", seed=i)
+            c = lab.matmul(a, b, stage=stage, backend="cuda", **scales)
+            assert c.dtype == torch.bfloat16
+            _check(c, a, b, "fp8", scales)
+        out = torch.empty(300, 200, device="cuda", dtype=torch.bfloat16)
+        for factor in (2.0, 0.25):
+            scales["scale_a"].mul_(factor)
+            lab.matmul(a, b, stage=stage, backend="cuda", out=out, **scales)
+            _check(out, a, b, "fp8", scales)
 
 
 @gpu
@@ -314,7 +432,7 @@ def test_3xtf32_is_as_accurate_as_cublas_fp32_over_many_tiles(stage):
     before, matmul.allow_tf32 = matmul.allow_tf32, False
     try:
         for M, N, K, layout in ((2048, 2048, 4000, "nt"), (1100, 2200, 1000, "nn")):
-            a, b = _operands(M, N, K, layout, "3xtf32")
+            a, b, _ = _operands(M, N, K, layout, "3xtf32")
             c = torch.full((M, N), float("nan"), device="cuda")
             m.prepare(a, b, c, precision="3xtf32")()
             ref = chk.reference(a, b)
@@ -324,3 +442,24 @@ def test_3xtf32_is_as_accurate_as_cublas_fp32_over_many_tiles(stage):
             assert ours.rel_err <= cublas.rel_err, (M, N, K, ours.rel_err, cublas.rel_err)
     finally:
         matmul.allow_tf32 = before
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("stage", STAGES)
+def test_fp8_over_many_tiles_and_in_clusters(stage):
+    """fp8 where a persistent block walks several tiles (4096 x 2048: 256 tiles of 128 x 256 on
+    132 SMs) with and without clusters sharing B (CLUSTER=2: each block multicasts half of the
+    K-major B tile), narrower tiles, a C whose 2002-byte lines take direct stores, and a K that
+    leaves a last partial k-tile (K = 1040: 8 k-tiles of 128 and 16 more): within fp8's check of
+    the scaled float64 reference."""
+    m = _mod(stage)
+    rows = [({}, 4096, 2048, 1040), ({"BN": 128}, 1000, 1001, 4096), ({"BN": 192}, 2048, 2048, 512)]
+    if stage == "persistent":
+        rows += [({"CLUSTER": 2}, 4096, 2048, 1040), ({"CLUSTER": 2, "BN": 128}, 1000, 1001, 512)]
+    for params, M, N, K in rows:
+        for layout in ("nt", "nn"):
+            a, b, scales = _operands(M, N, K, layout, "fp8", seed=M + N)
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            m.prepare(a, b, c, precision="fp8", **params, **scales)()
+            _check(c, a, b, "fp8", scales)

@@ -55,9 +55,13 @@ def encode(tensor, spec: MapSpec):
     driver = _driver()
     import torch
 
+    # 1-byte elements (fp8's float8 e4m3) as UINT8: TMA only moves the bytes, wgmma reads them as
+    # e4m3
     names = {torch.bfloat16: "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
              torch.float16: "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
-             torch.float32: "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
+             torch.float32: "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+             torch.float8_e4m3fn: "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+             torch.uint8: "CU_TENSOR_MAP_DATA_TYPE_UINT8"}
     es = tensor.element_size()
     dtype = getattr(driver.CUtensorMapDataType, names[tensor.dtype])
     ptr = tensor.data_ptr()
