@@ -91,10 +91,11 @@ class HopperStage:
         per cluster was as fast or faster at every shape tried (4096^3 99.9-100.6% of cuBLAS against
         98.5%, 8192^3 103.0-104.6% against 102.2-102.6%, 1025^3 89.8% against 81.2%), and with
         C stored from registers clusters of two were (7919x6007x3001 318.7% against 250.6%). A B tile
-        narrower than 128 columns cannot be split in two multicast loads: one block."""
+        that does not split into two multicast loads of whole 64-column boxes (BN 64, 192: an
+        N-major B is loaded in boxes 64 columns wide) takes one block."""
         if c.get("CLUSTER", 1) != 0:
             return c
-        return {**c, "CLUSTER": 1 if store or c["BN"] < 128 else 2}
+        return {**c, "CLUSTER": 1 if store or c["BN"] % 128 else 2}
 
     def __post_init__(self):
         object.__setattr__(self, "knobs", tuple(self.choices))
@@ -150,10 +151,10 @@ class HopperStage:
             raise LabError(f"{where}: group must be a positive integer")
         c = self.config(precision, **params)
         cl = self.cluster_of(c)
-        if cl > 1 and c["BN"] < 64 * cl:
+        if cl > 1 and c["BN"] % (64 * cl):
             raise LabError(f"{where}: a cluster of {cl} blocks splits each B tile into {cl} "
-                           f"multicast loads of at least 64 columns, so BN must be at least "
-                           f"{64 * cl}")
+                           f"multicast loads of whole 64-column boxes, so BN must be a multiple "
+                           f"of {64 * cl}")
         need = self.smem_bytes(c, precision=precision)
         if need > SMEM_PER_BLOCK:
             tails = f" + {c['BN']} of B's tails" if precision == "3xtf32" else ""

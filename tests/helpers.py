@@ -35,7 +35,10 @@ cpu_only = pytest.mark.skipif(HAS_GPU, reason="CPU-mode test (GPU present)")
 # The precision tables, from the lab's own declarations (lab/stages.py's PRECISIONS,
 # lab/operands.py's DTYPE_NAMES): the tensor-core precisions, each precision's operand dtype and
 # its element size in bytes.
-TC_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32")
+# (TC_PRECISIONS: those of the mma and wgmma stages; fp8, whose e4m3 operands wgmma reads from
+# TMA tiles only, is the TMA stages' alone: FP8_STAGES)
+TC_PRECISIONS = tuple(p for p in PRECISIONS if p not in ("fp32", "fp8"))
+FP8_STAGES = ("tma_wgmma", "warp_specialized", "persistent")
 DTYPE = {p: getattr(torch, DTYPE_NAMES[p]) for p in PRECISIONS}
 ES = {p: DTYPE[p].itemsize for p in PRECISIONS}
 

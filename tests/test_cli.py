@@ -56,7 +56,9 @@ def test_list_shows_every_stage():
 
 
 @pytest.mark.parametrize("args,words", stage_option_errors("--sizes") + [
-    (["--stage", "tiled", "--precision", "fp8"], "unknown precision fp8"),
+    (["--stage", "tiled", "--precision", "fp4"], "unknown precision fp4"),
+    (["--stage", "tiled", "--precision", "fp8"], "stage tiled computes in none of the precisions "
+                                                  "asked for (fp8)"),
     (["--stage", "tiled", "--layout", "nx"], "unknown layout nx"),
     (["--stage", "tiled", "--layout", ","], "unknown layout"),
     (["--stage", "tiled", "--sizes", ""], "--sizes is empty"),

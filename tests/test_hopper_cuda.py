@@ -164,6 +164,21 @@ def test_parameter_checks_are_one_sentence(stage):
     m.OFFER.validate({wg: 1, "BN": 128, "STAGES": 8}, "bf16")  # 8 x 24 KiB: fits
 
 
+def test_a_cluster_takes_whole_64_column_boxes_of_b():
+    """persistent with BN 192: the automatic CLUSTER is 1 even where C is stored from registers
+    (two blocks would multicast 96 columns each, and an N-major B is loaded in 64-column boxes);
+    CLUSTER=2 with it is refused in one sentence."""
+    m = _mod("persistent")
+    c = m.STAGE.resolve({"BN": 192}, 1000, 1001, 512, "bf16", 132, store=False)
+    assert c["CLUSTER"] == 1
+    assert m.STAGE.resolve({"BN": 256}, 1000, 1001, 512, "bf16", 132, store=False)["CLUSTER"] == 2
+    build, _ = m.OFFER.compile({"BN": 192}, 1000, 1001, 512, "nn", "bf16")  # compiles
+    assert build is not None
+    with pytest.raises(LabError, match="BN must be a multiple of 128") as e:
+        m.OFFER.validate({"BN": 192, "CLUSTER": 2}, "bf16")
+    _one_sentence(str(e.value))
+
+
 def _problem(M, N, K, layout, precision, lda_pad=0):
     dt = DTYPE[precision]
 
