@@ -1,5 +1,5 @@
 """Launcher for cuda_kernels/persistent.cu: warp_specialized's producer and consumers in one
-resident block per SM that walks the output tiles (sm_90a), in bf16, fp16, tf32 and 3xtf32.
+resident block per SM that walks the output tiles (sm_90a), in bf16, fp16, tf32, 3xtf32 and fp8.
 
 The operand plan, the tensor maps and the launch are cuda_kernels/_tma.py's.
 

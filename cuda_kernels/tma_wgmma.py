@@ -1,5 +1,5 @@
 """Launcher for cuda_kernels/tma_wgmma.cu: TMA loads, an mbarrier ring, and wgmma with both
-operands in shared memory (sm_90a), in bf16, fp16 and tf32.
+operands in shared memory (sm_90a), in bf16, fp16, tf32 and fp8.
 
 The operand plan (which layouts run as they are, which are copied in the call), the tensor maps
 and the launch are cuda_kernels/_tma.py's, shared with warp_specialized and persistent.

@@ -1,6 +1,6 @@
 """Launcher for cuda_kernels/warp_specialized.cu: tma_wgmma's tiles with one producer warpgroup
-issuing the TMA loads and CONSUMERS warpgroups issuing wgmma (sm_90a), in bf16, fp16, tf32 and
-3xtf32 (whose B tiles the producer's other three warps split into TF32 heads and tails).
+issuing the TMA loads and CONSUMERS warpgroups issuing wgmma (sm_90a), in bf16, fp16, tf32,
+3xtf32 (whose B tiles the producer's other three warps split into TF32 heads and tails) and fp8.
 
 The operand plan, the tensor maps and the launch are cuda_kernels/_tma.py's.
 
