@@ -363,17 +363,18 @@ def plan(p, regs: bool = False) -> dict:
 
 
 def copy_step(dst, src):
-    """One copy of plan()'s as a step of the launch: an fp32 operand turned the other way round
-    (tf32's K-major copy) through transpose.cu's tiled transpose, anything else (fp8's K-major
-    copy too) with torch's copy_ (which moves a transposed fp32 view at about a third of the
-    bandwidth)."""
+    """One copy of plan()'s as a step of the launch: an fp32 or e4m3 operand turned the other way
+    round (tf32's and fp8's K-major copy) through transpose.cu's tiled transposes, anything else
+    with torch's copy_ (which moves a transposed fp32 view at about a third of the bandwidth, and
+    a transposed e4m3 view of 4096 x 4096 in 0.116 ms on an H100, a tenth of it)."""
     import numpy as np
     import torch
 
     def unit(t, dim):  # stride 1 along dim (a dimension of one element has any stride)
         return t.shape[dim] <= 1 or t.stride(dim) == 1
 
-    if src.dtype == torch.float32 and src.dim() == 2 and min(src.shape) > 1:
+    kernel = {torch.float32: "transpose_f32", torch.float8_e4m3fn: "transpose_u8"}.get(src.dtype)
+    if kernel and src.dim() == 2 and min(src.shape) > 1:
         # src with unit stride along its columns and dst along its rows: dst^T's storage is src's
         # transpose (and the other way round)
         for s_dim in (1, 0):
@@ -383,7 +384,7 @@ def copy_step(dst, src):
                 lds, ldd = src.stride(d_dim), dst.stride(s_dim)
                 src_rows = src if s_dim == 1 else src.t()
                 dst_rows = dst.t() if s_dim == 1 else dst
-                b = compile_kernel("transpose.cu", "transpose_f32", {})
+                b = compile_kernel("transpose.cu", kernel, {})
                 grid = (cdiv(C, 32), cdiv(R, 32), 1)
                 k = launcher(b, grid, (32, 8, 1), (src_rows, dst_rows, np.int32(R), np.int32(C),
                                                    np.int64(lds), np.int64(ldd)))

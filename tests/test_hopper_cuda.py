@@ -216,6 +216,18 @@ def test_plan_copies_only_what_tma_cannot_read(layout):
     assert col == (layout[0] == "t") and ld % 8 == 0 and t.data_ptr() % 16 == 0
 
 
+def test_the_k_major_copies_compile_for_fp32_and_bytes():
+    """transpose.cu: tf32's copy (transpose_f32) and fp8's (transpose_u8, one byte an element)
+    compile without spills (the GPU tests of fp8 in nn, tn and tt run transpose_u8)."""
+    from cuda_kernels._build import compile_kernel, resources
+
+    for name, elem in (("transpose_f32", 4), ("transpose_u8", 1)):
+        b = compile_kernel("transpose.cu", name, {})
+        r = resources(b, (1, 1, 1), (32, 8, 1), 0)
+        assert r["spill_bytes"] == 0, (name, r)
+        assert r["smem_static"] == 32 * 33 * elem, (name, r)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_fp8_plan_copies_operands_that_are_not_k_major(layout):
     """fp8 reads both operands K-major (as 3xtf32; persistent's register-A is tf32's only): an A
