@@ -357,18 +357,41 @@ FP8_FAST_ACCUM = True
 
 def scaled_mm_launch(a, b, c, scales, fast_accum: bool = FP8_FAST_ACCUM):
     """cuBLAS fp8 as torch exposes it: torch._scaled_mm takes A row-major and B column-major
-    (both K-major); an operand lying the other way is copied K-major inside the call, which is
-    what a caller who holds it so pays. C (bfloat16) is written through out=."""
+    (both K-major), K and N multiples of 16 and 16-byte aligned lines. An operand lying the other
+    way is copied K-major inside the call; where K or N is not a multiple of 16 (or a line is off
+    16 bytes), A and B are copied into zero-padded K-major buffers and C is computed into a padded
+    buffer and copied back, also inside the call: what a caller who holds the operands so pays
+    (the lab's fp8 kernels pay their own copies likewise). The buffers are made once, here."""
     import torch
 
     sa, sb = scales
+    M, K = a.shape
+    N = b.shape[1]
+    kp, np_ = -(-K // 16) * 16, -(-N // 16) * 16
 
-    def launch():
-        x = a if a.stride(1) == 1 else a.contiguous()
-        y = b if b.stride(0) == 1 else b.t().contiguous().t()
-        torch._scaled_mm(x, y, scale_a=sa, scale_b=sb, out_dtype=c.dtype,
-                         use_fast_accum=fast_accum, out=c)
-    return launch
+    def aligned(t, ld):
+        return t.data_ptr() % 16 == 0 and ld % 16 == 0
+
+    fits = (kp == K and np_ == N and (a.stride(1) != 1 or aligned(a, a.stride(0)))
+            and (b.stride(0) != 1 or aligned(b, b.stride(1))) and c.is_contiguous())
+    if fits:
+        def launch():
+            x = a if a.stride(1) == 1 else a.contiguous()
+            y = b if b.stride(0) == 1 else b.t().contiguous().t()
+            torch._scaled_mm(x, y, scale_a=sa, scale_b=sb, out_dtype=c.dtype,
+                             use_fast_accum=fast_accum, out=c)
+        return launch
+    ap = torch.zeros((M, kp), dtype=a.dtype, device=a.device)
+    bp = torch.zeros((np_, kp), dtype=b.dtype, device=b.device).t()
+    cp = torch.empty((M, np_), dtype=c.dtype, device=c.device)
+
+    def padded():
+        ap[:, :K].copy_(a)
+        bp[:K, :N].copy_(b)
+        torch._scaled_mm(ap, bp, scale_a=sa, scale_b=sb, out_dtype=c.dtype,
+                         use_fast_accum=fast_accum, out=cp)
+        c.copy_(cp[:, :N])
+    return padded
 
 
 def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None, gpu=None, scales=None):

@@ -189,6 +189,12 @@ def test_cublas_fp8_launch_in_every_layout_passes_the_fp8_check():
         launch = scaled_mm_launch(a, b, c, scales)
         result = chk.check(launch, c, chk.reference(a, b, scales), 96, "fp8")
         assert result.passed, (layout, result.reason)
+        # K and N that are not multiples of 16 (which _scaled_mm refuses on a GPU): padded copies
+        a2, b2, s2 = chk.inputs_for("fp8", 33, 17, 45, 7, "cpu", layout)
+        c2 = torch.empty((33, 17), dtype=torch.bfloat16)
+        result = chk.check(scaled_mm_launch(a2, b2, c2, s2), c2, chk.reference(a2, b2, s2), 45,
+                           "fp8")
+        assert result.passed, (layout, result.reason)
         # a scale left out is a wrong answer the check sees
         wrong = scaled_mm_launch(a, b, c, (scales[0], torch.ones(1)))
         assert not chk.check(wrong, c, chk.reference(a, b, scales), 96, "fp8").passed
