@@ -385,9 +385,12 @@ def copy_step(dst, src):
                 src_rows = src if s_dim == 1 else src.t()
                 dst_rows = dst.t() if s_dim == 1 else dst
                 b = compile_kernel("transpose.cu", kernel, {})
-                grid = (cdiv(C, 32), cdiv(R, 32), 1)
-                k = launcher(b, grid, (32, 8, 1), (src_rows, dst_rows, np.int32(R), np.int32(C),
-                                                   np.int64(lds), np.int64(ldd)))
+                # transpose_f32: 32 x 32 tiles, 32 x 8 threads; transpose_u8: 64 x 64 bytes,
+                # 16 x 16 threads (transpose.cu)
+                tile, block = (32, (32, 8, 1)) if kernel == "transpose_f32" else (64, (16, 16, 1))
+                grid = (cdiv(C, tile), cdiv(R, tile), 1)
+                k = launcher(b, grid, block, (src_rows, dst_rows, np.int32(R), np.int32(C),
+                                              np.int64(lds), np.int64(ldd)))
                 return k.step
     return (torch.Tensor.copy_, (dst, src))
 

@@ -40,10 +40,57 @@ extern "C" __global__ void __launch_bounds__(TT * TR)
     transpose_tile(src, dst, R, C, lds, ldd);
 }
 
-// fp8's operands (e4m3, one byte; wgmma reads them K-major only): the same tile of bytes, a warp
-// reading and writing 32 consecutive bytes of a line (one 32-byte sector each)
-extern "C" __global__ void __launch_bounds__(TT * TR)
+// fp8's operands (e4m3, one byte; wgmma reads them K-major only): a byte a thread would make a
+// warp read 32 bytes of a line per instruction (about 1 TB/s on an H100), so bytes move four at a
+// time. A block of 16 x 16 threads takes a 64 x 64-byte tile: each thread loads a 32-bit word of
+// four rows (a half-warp reads 64 consecutive bytes of a line), the tile goes to shared memory,
+// each thread reads back the words of four consecutive rows at one word column, transposes that
+// 4 x 4-byte block in registers (__byte_perm) and stores four words, one into each of four dst
+// lines (again 64 consecutive bytes per half-warp). Rows of the tile are padded by one word. A
+// tile at the edge, or lines not 4-byte aligned, is moved a byte at a time.
+#define TB 64  // the byte tile's edge
+
+extern "C" __global__ void __launch_bounds__(256)
     transpose_u8(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst, int R,
                  int C, long long lds, long long ldd) {
-    transpose_tile(src, dst, R, C, lds, ldd);
+    __shared__ unsigned int tile[TB][TB / 4 + 1];
+    const int c0 = blockIdx.x * TB, r0 = blockIdx.y * TB;
+    const int tx = threadIdx.x, ty = threadIdx.y;  // 16 x 16
+    const bool words = r0 + TB <= R && c0 + TB <= C && lds % 4 == 0 && ldd % 4 == 0 &&
+                       reinterpret_cast<unsigned long long>(src) % 4 == 0 &&
+                       reinterpret_cast<unsigned long long>(dst) % 4 == 0;
+    if (words) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {  // rows ty, ty + 16, ...; word column tx
+            const int r = ty + 16 * i;
+            tile[r][tx] = *reinterpret_cast<const unsigned int*>(src + (r0 + r) * lds + c0 + 4 * tx);
+        }
+        __syncthreads();
+        // rows 4 tx .. 4 tx + 3 at word column ty: bytes (4 tx + i, 4 ty + j)
+        unsigned int w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = tile[4 * tx + i][ty];
+        // out[j] = bytes j of w[0..3]: dst line c0 + 4 ty + j, bytes r0 + 4 tx ..
+        const unsigned int lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
+        const unsigned int lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
+        const unsigned int out[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
+                                     __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            *reinterpret_cast<unsigned int*>(dst + (c0 + 4 * ty + j) * ldd + r0 + 4 * tx) = out[j];
+        return;
+    }
+    // the edge: a byte at a time, through the same tile seen as bytes
+    unsigned char* bytes = reinterpret_cast<unsigned char*>(&tile[0][0]);
+    constexpr int LINE = 4 * (TB / 4 + 1);
+    const int t = ty * 16 + tx;
+    for (int k = t; k < TB * TB; k += 256) {
+        const int r = k / TB, c = k % TB;
+        if (r0 + r < R && c0 + c < C) bytes[r * LINE + c] = src[(r0 + r) * lds + c0 + c];
+    }
+    __syncthreads();
+    for (int k = t; k < TB * TB; k += 256) {
+        const int c = k / TB, r = k % TB;
+        if (r0 + r < R && c0 + c < C) dst[(c0 + c) * ldd + r0 + r] = bytes[r * LINE + c];
+    }
 }

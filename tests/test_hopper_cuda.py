@@ -221,11 +221,12 @@ def test_the_k_major_copies_compile_for_fp32_and_bytes():
     compile without spills (the GPU tests of fp8 in nn, tn and tt run transpose_u8)."""
     from cuda_kernels._build import compile_kernel, resources
 
-    for name, elem in (("transpose_f32", 4), ("transpose_u8", 1)):
+    for name, smem, block in (("transpose_f32", 32 * 33 * 4, (32, 8, 1)),
+                              ("transpose_u8", 64 * 17 * 4, (16, 16, 1))):
         b = compile_kernel("transpose.cu", name, {})
-        r = resources(b, (1, 1, 1), (32, 8, 1), 0)
+        r = resources(b, (1, 1, 1), block, 0)
         assert r["spill_bytes"] == 0, (name, r)
-        assert r["smem_static"] == 32 * 33 * elem, (name, r)
+        assert r["smem_static"] == smem, (name, r)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -490,3 +491,28 @@ def test_fp8_over_many_tiles_and_in_clusters(stage):
             c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             m.prepare(a, b, c, precision="fp8", **params, **scales)()
             _check(c, a, b, "fp8", scales)
+
+
+@gpu
+@needs_hopper
+def test_the_k_major_copies_transpose_exactly():
+    """copy_step's transposes (transpose.cu) against torch: e4m3 bytes through transpose_u8's
+    word path (whole 64 x 64 tiles, 4-byte aligned lines) and its byte path (edge tiles, odd
+    leading dimensions, an offset start), and fp32 through transpose_f32."""
+    from cuda_kernels._tma import copy_step
+
+    def run(step):
+        fn, args = step
+        fn(*args)
+
+    for dtype in (torch.float8_e4m3fn, torch.float32):
+        for rows, cols, pad, offset in ((256, 192, 0, 0), (1000, 77, 3, 1), (64, 4096, 0, 0),
+                                        (130, 129, 5, 3)):
+            raw = torch.randn(cols, rows + pad + offset, device="cuda").to(dtype)
+            src = raw[:, offset:offset + rows].t()  # rows x cols, column-major, ld rows+pad+offset
+            dst = torch.empty(rows, cols, device="cuda", dtype=dtype)  # row-major
+            run(copy_step(dst, src))
+            torch.cuda.synchronize()
+            assert torch.equal(dst.view(torch.uint8) if dtype != torch.float32 else dst,
+                               src.contiguous().view(torch.uint8) if dtype != torch.float32
+                               else src.contiguous()), (dtype, rows, cols, pad, offset)
