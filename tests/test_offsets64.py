@@ -16,8 +16,9 @@ runs the 32-bit build, which must stay the kernel measured in results/.
 (d) The CUDA emulator (tests/cuda_emulator.py) runs OFFSET64=1 builds of several stages correctly.
 (e) Every Triton twin with OFFSET64 on computes a small problem correctly under the interpreter.
 (f) GPU: every stage x backend computes 2048x1x1048576 and 47000x47000x2 (fp32; 3xtf32 on float32
-    tensors and bf16 for the tensor-core stages mma and wgmma) against a float64 reference computed
-    in chunks, and a normal shape still runs the 32-bit build. Run alone (two 8-9 GB operands):
+    tensors and bf16 for the tensor-core stages mma and wgmma, and also tf32 and fp8 for the TMA
+    stages) against a float64 reference computed in chunks, and a normal shape still runs the
+    32-bit build. Run alone (two 8-9 GB operands):
         python -m pytest -q -m gpu tests/test_offsets64.py
 """
 
@@ -509,9 +510,16 @@ def test_the_two_shapes_fit_every_stage_grid(shape):
 
 # ------------------------------------------------------------------ (f) on the GPU
 
+# the TMA stages also in tf32 (persistent's nn: C^T = B^T A^T stored from registers) and fp8
+# (e4m3 operands with scales, a bf16 C)
 GPU_CASES = [(s.name, b, p) for s in STAGES for b in BACKENDS
-             for p in (("3xtf32", "bf16") if s.name in TC | TMA_STAGES else ("fp32",))
+             for p in (("3xtf32", "bf16") + (("tf32", "fp8") if s.name in TMA_STAGES else ())
+                       if s.name in TC | TMA_STAGES else ("fp32",))
              if p in s.precisions_for(b)]
+
+
+def _operand_dtype(precision: str):
+    return {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}.get(precision, torch.float32)
 
 
 def _sample(n: int, count: int, seed: int) -> torch.Tensor:
@@ -523,8 +531,9 @@ def _sample(n: int, count: int, seed: int) -> torch.Tensor:
 
 @pytest.fixture(scope="module",
                 params=[("mv", torch.float32), ("mv", torch.bfloat16), ("wide_c", torch.float32),
-                        ("wide_c", torch.bfloat16)],
-                ids=["mv-fp32", "mv-bf16", "wide_c-fp32", "wide_c-bf16"])
+                        ("wide_c", torch.bfloat16), ("mv", torch.float8_e4m3fn),
+                        ("wide_c", torch.float8_e4m3fn)],
+                ids=["mv-fp32", "mv-bf16", "wide_c-fp32", "wide_c-bf16", "mv-fp8", "wide_c-fp8"])
 def big(request):
     """The operands of one shape and dtype on the GPU, and the float64 reference of what is
     checked: every row of the matrix-vector product (in chunks of 128 rows: 1 GiB of float64),
@@ -533,15 +542,20 @@ def big(request):
         pytest.skip("needs a CUDA GPU")
     name, dtype = request.param
     M, N, K = MV if name == "mv" else WIDE_C
-    a, b = chk.make_inputs(M, N, K, seed=2024, device="cuda", dtype=dtype)
+    scales, factor = None, 1.0
+    if dtype == torch.float8_e4m3fn:  # e4m3 with per-tensor scales (lab.check)
+        a, b, sa, sb = chk.make_scaled_inputs(M, N, K, 2024, "cuda")
+        scales, factor = (sa, sb), sa.item() * sb.item()
+    else:
+        a, b = chk.make_inputs(M, N, K, seed=2024, device="cuda", dtype=dtype)
     if name == "mv":
-        ref = torch.cat([a[i:i + 128].double() @ b.double() for i in range(0, M, 128)])
-        yield dict(name=name, shape=(M, N, K), a=a, b=b, ref=ref)
+        ref = torch.cat([a[i:i + 128].double() @ b.double() for i in range(0, M, 128)]) * factor
+        yield dict(name=name, shape=(M, N, K), a=a, b=b, ref=ref, scales=scales)
     else:
         rows, cols = _sample(M, 60, 1), _sample(N, 60, 2)
-        yield dict(name=name, shape=(M, N, K), a=a, b=b, rows=rows, cols=cols,
-                   ref_rows=a[rows].double() @ b.double(),
-                   ref_cols=a.double() @ b[:, cols].double())
+        yield dict(name=name, shape=(M, N, K), a=a, b=b, rows=rows, cols=cols, scales=scales,
+                   ref_rows=a[rows].double() @ b.double() * factor,
+                   ref_cols=a.double() @ b[:, cols].double() * factor)
     del a, b
     torch.cuda.empty_cache()
 
@@ -550,14 +564,17 @@ def big(request):
 @pytest.mark.parametrize("stage,backend,precision", GPU_CASES,
                          ids=[f"{s}-{b}-{p}" for s, b, p in GPU_CASES])
 def test_past_2_31_elements_on_the_gpu(big, stage, backend, precision):
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    dtype = _operand_dtype(precision)
     if big["a"].dtype != dtype:
         pytest.skip("another dtype's operands")
     st = get_stage(stage)
     M, N, K = big["shape"]
     params = Variant(st, st.defaults()).params_for(backend)
-    c = torch.empty((M, N), device="cuda", dtype=dtype)
-    launch = st.module(backend).prepare(big["a"], big["b"], c, precision=precision, **params)
+    c = torch.empty((M, N), device="cuda",
+                    dtype=torch.bfloat16 if precision == "fp8" else dtype)
+    scales = {} if big["scales"] is None else dict(zip(("scale_a", "scale_b"), big["scales"]))
+    launch = st.module(backend).prepare(big["a"], big["b"], c, precision=precision, **params,
+                                        **scales)
     assert launch.problem.offsets64
     if backend == "cuda" and stage not in NO_OFFSET64_BUILD:
         assert "-DOFFSET64=1" in launch.build.options
@@ -581,13 +598,14 @@ def test_past_2_31_elements_on_the_gpu(big, stage, backend, precision):
 def test_a_normal_shape_runs_the_32_bit_build(stage, backend, precision):
     st = get_stage(stage)
     M, N, K = 1025, 1000, 257
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    a, b = chk.make_inputs(M, N, K, seed=7, device="cuda", dtype=dtype)
-    c = torch.empty((M, N), device="cuda", dtype=dtype)
+    a, b, scales = chk.inputs_for(precision, M, N, K, 7, "cuda")
+    c = torch.empty((M, N), device="cuda",
+                    dtype=torch.bfloat16 if precision == "fp8" else a.dtype)
     params = Variant(st, st.defaults()).params_for(backend)
-    launch = st.module(backend).prepare(a, b, c, precision=precision, **params)
+    given = {} if scales is None else dict(zip(("scale_a", "scale_b"), scales))
+    launch = st.module(backend).prepare(a, b, c, precision=precision, **params, **given)
     assert not launch.problem.offsets64
     if backend == "cuda":
         assert not any("OFFSET64" in o for o in launch.build.options)
-    result = chk.check(launch, c, chk.reference(a, b), K, precision)
+    result = chk.check(launch, c, chk.reference(a, b, scales), K, precision)
     assert result.passed, f"{stage} {backend} {precision}: {result.reason}"
