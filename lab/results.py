@@ -260,6 +260,12 @@ PRECISION_WORDS = {"fp32": ("fp32", "fp32"), "tf32": ("TF32", "tf32"),
                    "3xtf32": ("3xTF32", "3xtf32"), "bf16": ("bf16", "bf16-and-fp16"),
                    "fp16": ("fp16", "bf16-and-fp16"), "fp8": ("fp8", "fp8")}
 BACKEND_WORDS = {"cuda": "CUDA", "triton": "Triton"}
+# what a reader must know to read a precision's summary line (the canonical run is layout nn)
+PRECISION_NOTES = {
+    "fp8": (" cuBLAS fp8 (`torch._scaled_mm`) takes B column-major only, so its `nn` row includes "
+            "torch's copy of B; kernel against kernel, in `nt`, see "
+            "[docs/stages/persistent.md]({persistent})."),
+}
 
 
 def summary(root: Path = RESULTS) -> dict:
@@ -297,7 +303,9 @@ def summary_lines(root: Path = RESULTS, here: str = "README.md") -> list[str]:
         if other is not None:
             line += (f"; the fastest {BACKEND_WORDS[other['backend']]} kernel is "
                      f"`{other['stage']}`, {other['pct_cublas']:.1f}%")
-        lines.append(line + ".")
+        note = PRECISION_NOTES.get(p, "").format(
+            persistent=_rel("docs/stages/persistent.md", here))
+        lines.append(line + "." + note)
     pairs = s["pairs"]
     cuda_wins = [(st, p) for st, p, c, t in pairs if c < t]
     triton_wins = [(st, p) for st, p, c, t in pairs if t < c]
@@ -356,13 +364,14 @@ def caption(root: Path = RESULTS, here: str = "README.md") -> str:
             f"Triton kernel (orange) as {g('% of cuBLAS', 'percent-of-cublas')} timed beside it "
             f"at the same precision ({g('3xTF32', '3xtf32')} against cuBLAS fp32). Top: "
             f"{g('fp32', 'fp32')} on the CUDA cores; below: the other precisions (bf16, fp16, "
-            f"TF32 and 3xTF32, computed on the {g('tensor cores', 'tensor-cores')} by the stages "
+            f"TF32, 3xTF32 and {g('fp8', 'fp8')}, computed on the "
+            f"{g('tensor cores', 'tensor-cores')} by the stages "
             f"built for them), which only {_tensor_core_offers()} offer (\"no CUDA\": that stage has "
             f"no CUDA kernel in that precision). "
             f"Black diamonds: the kernels of siboehm/SGEMM_CUDA on the same GPU model "
             f"({g('what they are', 'sgemm-cuda')}). Each bar is one row of "
             f"[`{run}`]({run}) (`python -m lab.compare --stage all --precision "
-            f"fp32,tf32,3xtf32,bf16,fp16` at 1024^3, 1025^3, 2048^3 and 4096^3, {when}, commit "
+            f"fp32,tf32,3xtf32,bf16,fp16,fp8` at 1024^3, 1025^3, 2048^3 and 4096^3, {when}, commit "
             f"{commit}), drawn by `python -m lab.results`.*")
 
 
