@@ -119,13 +119,9 @@ class HopperStage:
         d = self.defaults_for(precision)
         return {k: params.get(k) or d[k] for k in self.knobs}
 
-    def tile_rows(self, c: dict) -> int:
-        """BM: 64 rows per computing warpgroup, or 64 where each owns its tiles (PINGPONG)."""
-        return 64 if c.get("PINGPONG") else 64 * c[self.warpgroups]
-
     def slot_lines(self, c: dict, precision: str | None = None) -> int:
         """128-byte lines per ring slot: A's BM and B's BN, and 3xtf32's B tails (BN more)."""
-        return self.tile_rows(c) + c["BN"] * (2 if precision == "3xtf32" else 1)
+        return 64 * c[self.warpgroups] + c["BN"] * (2 if precision == "3xtf32" else 1)
 
     def smem_bytes(self, c: dict, tma_store: bool | None = None,
                    precision: str | None = None) -> int:
@@ -206,7 +202,7 @@ class HopperStage:
         c = c or self.defaults_for(precision)
         wgs, cl = c[self.warpgroups], self.cluster_of(c)
         # a cluster takes `cl` tiles down M with the same columns
-        tiles = cdiv(M, self.tile_rows(c) * cl) * cdiv(N, c["BN"])
+        tiles = cdiv(M, 64 * wgs * cl) * cdiv(N, c["BN"])
         resident = clusters if clusters is not None else sms // cl
         blocks = cl * (min(tiles, resident) if self.persistent else tiles)
         return ((blocks, 1, 1), (128 * (wgs + self.producer), 1, 1),
@@ -255,7 +251,7 @@ class HopperStage:
             clusters = max_active_clusters(b, block, smem, cl)
         grid, block, smem = self.geometry(M, N, c, sm_count(p.c.tensor.device), clusters,
                                           store, precision)
-        specs = map_specs(w["a"], w["b"], M, N, p.K, self.tile_rows(c), c["BN"] // cl,
+        specs = map_specs(w["a"], w["b"], M, N, p.K, 64 * c[self.warpgroups], c["BN"] // cl,
                           ELEM_BYTES[precision])
         if store:  # C's map: {128 bytes of columns, 64 rows} boxes, as store_acc_tma writes them
             specs += (MapSpec(2, (p.N, p.M), ldc_map, (128 // C_BYTES[precision], 64)),)

@@ -124,11 +124,6 @@ __device__ __forceinline__ void fence_async_smem() {
 __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// The other side of a named barrier: count this thread's arrival and go on (the waiting side
-// calls named_barrier with the same id and the total count).
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-    asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // ------------------------------------------------------------------------------ clusters
 // A cluster's blocks run at once on neighbouring SMs and can reach each other's shared memory:

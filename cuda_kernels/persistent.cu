@@ -51,9 +51,6 @@
 #ifndef TMA_STORE
 #define TMA_STORE 1
 #endif
-#ifndef WG_DEPTH
-#define WG_DEPTH 1
-#endif
 
 #define A_REGS_LOOP 1  // this kernel takes TF32 with an M-major A through registers (A_REGS)
 #include "tma_tiles.cuh"
@@ -102,11 +99,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // one arrival per consumer warp of every block whose loads land here (init_ring's fence
     // covers the ready barriers too)
 #if TMA_STORE
-    if (threadIdx.x == 0)
-        init_ring(&tma_a, &tma_b, full0, empty0, 4 * (PINGPONG ? 1 : CONSUMERS) * CLUSTER, &tma_c);
+    if (threadIdx.x == 0) init_ring(&tma_a, &tma_b, full0, empty0, 4 * CONSUMERS * CLUSTER, &tma_c);
 #else
-    if (threadIdx.x == 0)
-        init_ring(&tma_a, &tma_b, full0, empty0, 4 * (PINGPONG ? 1 : CONSUMERS) * CLUSTER);
+    if (threadIdx.x == 0) init_ring(&tma_a, &tma_b, full0, empty0, 4 * CONSUMERS * CLUSTER);
 #endif
     if (CLUSTER > 1)
         cluster_sync();
@@ -157,52 +152,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
         };
         float acc[ACC];
-#if PINGPONG
-#if SPLIT || A_REGS || CONSUMERS != 2
-#error "PINGPONG: two consumer warpgroups, 16-bit or fp8 operands"
-#endif
-        // Ping-pong: the block's tiles j = 0, 1, 2, ... go to warpgroup j % 2, each a whole
-        // 64 x BN tile; tile j's k-tiles are ring iterations j KT .. j KT + KT - 1. The two take
-        // turns on the tensor cores: a warpgroup starts its tile's wgmma only once the other has
-        // waited on its own tile's last slot (named barrier 3 + cw), so that one stores its C
-        // while the other multiplies, and a warpgroup never waits on a slot's barrier more than
-        // one phase ahead.
-        {
-            const int mine = first < tiles ? (tiles - first + stride - 1) / stride : 0;
-            for (int j = cw; j < mine; j += 2) {
-                const int t = first + j * stride;
-                int bm, bn;
-                tile_of(t, grid_m, grid_n, bm, bn);
-                if (j > 0) named_barrier(3 + cw, 256);  // the other's turn is over
-                int it = j * KT;
-#pragma unroll
-                for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
-                for (int kt = 0; kt < KT; ++kt, ++it) {
-                    const int s = it % STAGES;
-                    mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-                    mma_tile(acc, ring + s * SLOT, 0);
-                    wg_wait<WG_DEPTH>();
-                    if (kt >= WG_DEPTH) release((it - WG_DEPTH) % STAGES);
-                }
-                if (j + 1 < mine) named_barrier_arrive(3 + (1 - cw), 256);  // its turn
-                wg_wait<0>();
-#pragma unroll
-                for (int d = WG_DEPTH; d >= 1; --d)
-                    if (KT >= d) release((it - d) % STAGES);
-#pragma unroll
-                for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
-#if defined(PREC_FP8)
-                scale_acc(acc, scale);
-#endif
-#if TMA_STORE
-                store_acc_tma(acc, &tma_c, ring + STAGES * SLOT + cw * C_STAGE_BYTES,
-                              (bm * CLUSTER + rank) * BM, bn * BN, warp, lane, 1 + cw);
-#else
-                store_acc(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM, bn * BN, warp, lane);
-#endif
-            }
-        }
-#else
 #if A_REGS
         u32 fa[2][NSTEP][4];
 #endif
@@ -241,13 +190,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 const u32 slot = ring + s * SLOT;
                 mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
                 mma_tile(acc, slot, cw);
-                wg_wait<WG_DEPTH>();  // iteration it-1's wgmma are done: release its slot
-                if (kt >= WG_DEPTH) release((it - WG_DEPTH) % STAGES);
+                wg_wait<1>();  // iteration it-1's wgmma are done: release its slot
+                if (kt > 0) release((it - 1) % STAGES);
             }
             wg_wait<0>();
-#pragma unroll
-            for (int d = WG_DEPTH; d >= 1; --d)  // the tile's last slots
-                if (KT >= d) release((it - d) % STAGES);
+            release((it - 1) % STAGES);  // the tile's last slot
 #endif
 #pragma unroll
             for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
@@ -263,7 +210,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             store_acc(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
 #endif
         }
-#endif  // PINGPONG
 #if TMA_STORE
         if (warp == 0) bulk_wait_all_warp();  // C's last stores done before the block exits
 #endif

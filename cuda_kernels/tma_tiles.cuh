@@ -78,11 +78,7 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
 #include "wgmma_ops.cuh"  // A from registers
 #endif
 
-// PINGPONG (persistent.cu): each consumer warpgroup owns whole 64-row tiles, the two taking turns
-#ifndef PINGPONG
-#define PINGPONG 0
-#endif
-constexpr int BM = 64 * (PINGPONG ? 1 : WGS);
+constexpr int BM = 64 * WGS;
 constexpr int BK = 128 / ELEM;            // elements of K per tile: one 128-byte line
 constexpr int KSTEP = 32 / ELEM;           // elements of K per wgmma: 32 bytes (8, 16, 32)
 constexpr int NSTEP = BK / KSTEP;          // wgmma per tile and warpgroup (4)
