@@ -269,11 +269,20 @@ def test_fp8_launch_stores_a_bf16_c_and_passes_the_scales(stage, monkeypatch):
         seen.update(build=build, args=args, specs=specs, cluster=cluster)
         return Fake()
 
+    copies = []
+
+    def fake_copy_launcher(build, grid, block, args):  # copy_step's transposes
+        copies.append((build.kernel, block))
+        return Fake()
+
     monkeypatch.setattr(tma, "tma_launcher", fake_launcher)
+    monkeypatch.setattr(tma, "launcher", fake_copy_launcher)
     m = _mod(stage)
     p = _problem(256, 512, 256, "tn", "fp8")
     out = m.STAGE.launch(p, "fp8", c=m.STAGE.config("fp8"))
     assert out.extra["copies"] == ("A", "B") and len(out.steps) == 3
+    # both K-major copies are transpose.cu's byte transpose (16 x 16 threads), not torch's copy_
+    assert copies == [("transpose_u8", (16, 16, 1))] * 2
     assert "-DPREC_FP8=1" in " ".join(seen["build"].options)
     args, specs = seen["args"], {s.arg: s for s in seen["specs"]}
     assert args[7] is p.scales[0] and args[8] is p.scales[1] and len(args) == 9

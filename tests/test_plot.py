@@ -227,7 +227,7 @@ def test_sweep_of_several_precisions_has_fp32_across_the_top_and_one_axis_captio
     fig = figs([FULL])["sweep"]
     titles = [ax.get_title() for ax in fig.axes]
     assert titles[0] == "fp32" and set(titles[1:]) == {
-        "tf32", "3xtf32 (cuBLAS fp32 for reference)", "bf16", "fp16"}
+        "tf32", "3xtf32 (cuBLAS fp32 for reference)", "bf16", "fp16", "fp8"}
     top, rest = fig.axes[0], fig.axes[1:]
     assert top.get_position().width > 2 * rest[0].get_position().width
     ys = {round(ax.get_position().y0, 3) for ax in rest}
@@ -340,9 +340,9 @@ def test_ladder_of_several_precisions_is_every_stage_at_4096_a_panel_per_precisi
     titles = [ax.get_title() for ax in fig.axes]
     assert titles == ["fp32 on CUDA cores: % of cuBLAS fp32", "tf32: % of cuBLAS tf32",
                       "3xtf32: % of cuBLAS fp32", "bf16: % of cuBLAS bf16",
-                      "fp16: % of cuBLAS fp16"]
+                      "fp16: % of cuBLAS fp16", "fp8: % of cuBLAS fp8"]
     assert "4096³" in title(fig) and GPU in title(fig) and "2026-11-26" in title(fig)
-    for ax, prec in zip(fig.axes, ["fp32", "tf32", "3xtf32", "bf16", "fp16"]):
+    for ax, prec in zip(fig.axes, ["fp32", "tf32", "3xtf32", "bf16", "fp16", "fp8"]):
         part = rows[rows.precision == prec]
         heights = bars(ax)
         assert heights == pytest.approx({f"{s}/{b}": p for s, b, p in

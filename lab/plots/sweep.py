@@ -43,10 +43,11 @@ def sweep_figure(results: Results):
     labels = [size_label(*k) for k in sizes]
     rotate = len(sizes) > 5 or max(len(t) for t in labels) > 6
     # fp32 (the long CUDA-core ladder, most lines) gets a row of its own when other precisions
-    # are drawn too; the others share rows of up to four, and their y axis
+    # are drawn too; the others share rows of up to five (the tensor-core precisions), and their
+    # y axis
     wide = [k for k in panels if k[0] in ("fp32", "")] if len(panels) > 1 else []
     rest = [k for k in panels if k not in wide]
-    ncols = max(1, min(4 if wide else 3, len(rest)))
+    ncols = max(1, min(5 if wide else 3, len(rest)))
     nrows = math.ceil(len(rest) / ncols)
     fig = new_figure((12, 5.0 * len(wide) + 4.2 * nrows + 1.4) if len(panels) > 1 else (10, 6))
     grid = fig.add_gridspec(len(wide) + nrows, ncols,
