@@ -298,6 +298,41 @@ def test_fp8_launch_stores_a_bf16_c_and_passes_the_scales(stage, monkeypatch):
     assert tma.C_BYTES["fp8"] == tma.C_BYTES["bf16"] == 2 and tma.ELEM_BYTES["fp8"] == 1
 
 
+def test_a_c_with_lines_off_16_bytes_goes_through_an_aligned_buffer(monkeypatch):
+    """persistent (TMA stores of C): a bf16 C of 1001 columns (2002-byte lines, which no tensor
+    map can write) is computed into an aligned buffer through TMA stores and copied into C as the
+    launch's last step; tma_wgmma, without TMA stores, writes such a C directly."""
+    import cuda_kernels._tma as tma
+
+    seen = {}
+
+    class Fake:
+        step = (lambda *args: None, ())
+
+    def fake_launcher(build, grid, block, args, smem, specs, cluster):
+        seen.update(args=args, specs={s.arg: s for s in specs}, cluster=cluster)
+        return Fake()
+
+    monkeypatch.setattr(tma, "tma_launcher", fake_launcher)
+    p = _problem(300, 1001, 256, "nn", "bf16")
+    out = _mod("persistent").STAGE.launch(p, "bf16", c=_mod("persistent").STAGE.config("bf16"))
+    assert out.extra["c_buffer"] and out.extra["tma_store"] and seen["cluster"] == 1
+    buf = seen["args"][2]
+    assert buf is not p.c.tensor and buf.shape == (300, 1001) and buf.stride(0) % 8 == 0
+    assert seen["args"][6] == buf.stride(0)  # ldc: the buffer's
+    assert seen["specs"][2].stride == buf.stride(0) and seen["specs"][2].dims == (1001, 300)
+    run, args = out.steps[-1]
+    assert run is torch.Tensor.copy_ and args[0] is p.c.tensor and args[1] is buf
+    # an aligned C: no buffer
+    p = _problem(300, 1024, 256, "nn", "bf16")
+    out = _mod("persistent").STAGE.launch(p, "bf16", c=_mod("persistent").STAGE.config("bf16"))
+    assert not out.extra["c_buffer"] and seen["args"][2] is p.c.tensor and len(out.steps) == 1
+    # tma_wgmma stores from registers: C as it is
+    p = _problem(300, 1001, 256, "nn", "bf16")
+    out = _mod("tma_wgmma").STAGE.launch(p, "bf16", c=_mod("tma_wgmma").STAGE.config("bf16"))
+    assert not out.extra["c_buffer"] and seen["args"][2] is p.c.tensor and 2 not in seen["specs"]
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_tf32_with_a_through_registers_copies_only_tn(layout):
     """persistent's tf32 (tf32_regs): B is read K-major, A either way (registers where it lies
