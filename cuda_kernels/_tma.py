@@ -85,12 +85,15 @@ class HopperStage:
 
     @staticmethod
     def with_cluster(c: dict, store: bool) -> dict:
-        """`c` with an automatic CLUSTER (0) made concrete: 1 where C goes out through TMA stores,
-        2 where it is stored from registers. Measured on an H100 in bf16 (docs/stages/
-        persistent.md, results/2026-11-26-h100/persistent-cluster.csv): with TMA stores one block
-        per cluster was as fast or faster at every shape tried (4096^3 99.9-100.6% of cuBLAS against
-        98.5%, 8192^3 103.0-104.6% against 102.2-102.6%, 1025^3 89.8% against 81.2%), and with
-        C stored from registers clusters of two were (7919x6007x3001 318.7% against 250.6%). A B tile
+        """`c` with an automatic CLUSTER (0) made concrete: 1 where C goes out through TMA stores
+        straight into C (`store`), 2 where it is stored from registers or through an aligned
+        buffer. Measured on an H100 in bf16 (docs/stages/persistent.md,
+        results/2026-11-26-h100/persistent-cluster.csv): with TMA stores one block per cluster was
+        as fast or faster at every shape tried (4096^3 99.9-100.6% of cuBLAS against 98.5%, 8192^3
+        103.0-104.6% against 102.2-102.6%, 1025^3 89.8% against 81.2%), and with C stored from
+        registers clusters of two were (7919x6007x3001 318.7% against 250.6%); through the buffer,
+        at 7919x6007x3001 (persistent-odd-c.csv), two were too (bf16 nn 354.5% against 272.0%,
+        tf32 194.2% against 138.4%, fp8 alike). A B tile
         that does not split into two multicast loads of whole 64-column boxes (BN 64, 192: an
         N-major B is loaded in boxes 64 columns wide) takes one block."""
         if c.get("CLUSTER", 1) != 0:
@@ -166,10 +169,10 @@ class HopperStage:
     def resolve(self, params, M: int, N: int, K: int, precision: str, sms: int,
                 store: bool | None = None) -> dict:
         """Every knob concrete. An automatic CLUSTER follows how C is stored (with_cluster):
-        `store`, or, not given, whether the stage stores C through TMA (a C whose lines are off
-        16 bytes too, through an aligned buffer: launch())."""
+        `store` (TMA stores straight into C), or, not given, whether a contiguous M x N C has
+        16-byte lines (a C without them goes through an aligned buffer: launch())."""
         if store is None:
-            store = self.tma_store
+            store = self.tma_store and (N * C_BYTES.get(precision, 4)) % LINE_ALIGN == 0
         c = self.with_cluster(self.config(precision, **params), bool(store))
         return {**params, **c, "group": params.get("group", 8)}
 
@@ -254,7 +257,9 @@ class HopperStage:
             ldc_map = line_ld(c_buf, False)
         c_out = user_c if c_buf is None else c_buf
         store = ldc_map is not None and bool(c.get("TMA_STORE", 1))
-        c = self.with_cluster(c, store)
+        # the automatic CLUSTER: 1 for TMA stores straight into C, 2 through the buffer (there
+        # the operands are copied too, and clusters of two measured faster: with_cluster)
+        c = self.with_cluster(c, store and c_buf is None)
         b = self.build(precision, w["layout"], group, c, store, c_trans=swap)
         cl = self.cluster_of(c)
         clusters = None
