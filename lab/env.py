@@ -43,6 +43,12 @@ def _nvidia_smi() -> dict[str, str]:
                      "power_limit_w", "temperature_c"], values))
 
 
+def _flag(text: str | None) -> bool | None:
+    """LAB_DIRTY's value: 1/true/yes -> True, 0/false/no -> False, unset or other -> None."""
+    value = (text or "").strip().lower()
+    return True if value in ("1", "true", "yes") else False if value in ("0", "false", "no") else None
+
+
 def collect(mode: str, seed: int) -> dict[str, object]:
     import torch
 
@@ -61,7 +67,10 @@ def collect(mode: str, seed: int) -> dict[str, object]:
         # A copy of the tree (as on a remote GPU machine) may have no .git, or a .git whose HEAD
         # is not the code that runs: LAB_COMMIT, when set, names the code and wins.
         "commit": os.environ.get("LAB_COMMIT") or _git("rev-parse", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        # whether tracked files differ from that commit; with LAB_COMMIT the copy's own .git (if
+        # any) says nothing about it, so LAB_DIRTY=0/1 says it, else it is unknown (None)
+        "dirty": (_flag(os.environ.get("LAB_DIRTY")) if os.environ.get("LAB_COMMIT")
+                  else bool(_git("status", "--porcelain", "--untracked-files=no"))),
     }
     try:
         from cuda.bindings import nvrtc

@@ -482,7 +482,8 @@ def results_readme(root: Path = RESULTS) -> str:
         "random seed, and `commit`, the code that ran. The GPU machine receives a copy of the "
         "source without its "
         "git history, so `commit` is the label its command was given (`LAB_COMMIT`) and `dirty` "
-        "is always false there: read them as labels, not as proof of the code state (see also "
+        "what `LAB_DIRTY` said (null where it said nothing; files written before 2026-11-29 say "
+        "false): read them as labels, not as proof of the code state (see also "
         "\"Files corrected after they were made\", below).",
         f"- **Comparing files.** `pct_cublas` compares a kernel with cuBLAS at the same "
         f"precision timed beside it in the same run, so percentages can be compared across "

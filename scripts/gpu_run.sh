@@ -4,7 +4,7 @@
 #   bash scripts/gpu_run.sh "<stages>" "<sizes>" [extra lab.compare args]
 # Writes everything under $OUT (or ./out): pytest log, compare log, CSV + env JSON.
 # The device's copy of the tree has no .git: put the commit into the command you send, e.g.
-#   LAB_COMMIT=<output of `git rev-parse --short HEAD` here> bash scripts/gpu_run.sh ...
+#   LAB_COMMIT=<output of `git rev-parse --short HEAD` here> LAB_DIRTY=0 bash scripts/gpu_run.sh ...
 # so that the .env.json beside the CSV names the code that ran.
 set -uo pipefail
 OUT=${OUT:-out}

@@ -233,3 +233,20 @@ def test_every_results_folder_has_an_index_with_every_file():
         for f in folder.iterdir():
             if f.name != "README.md":
                 assert f"]({f.name})" in index, f
+
+
+@pytest.mark.parametrize("dirty,expected", [(None, None), ("0", False), ("1", True), ("?", None)])
+def test_a_labelled_commit_takes_its_dirty_flag_from_lab_dirty(monkeypatch, dirty, expected):
+    """On a GPU machine the tree is a copy: LAB_COMMIT names the code, and whether it had
+    uncommitted changes is LAB_DIRTY's word (unknown, None, where it says nothing), never the
+    copy's own git status."""
+    import lab.env
+
+    monkeypatch.setenv("LAB_COMMIT", "abc1234")
+    if dirty is None:
+        monkeypatch.delenv("LAB_DIRTY", raising=False)
+    else:
+        monkeypatch.setenv("LAB_DIRTY", dirty)
+    monkeypatch.setattr(lab.env, "_git", lambda *args: " M lab/env.py")  # a copy that looks dirty
+    env = lab.env.collect("cpu", 0)
+    assert env["commit"] == "abc1234" and env["dirty"] is expected
