@@ -42,7 +42,7 @@ import torch
 from helpers import LAYOUTS, ROOT, cpu_only, lab_env, run_lab, stage_params
 from lab import check as chk
 from lab.errors import CompileError, LabError
-from lab.operands import CUDA, describe
+from lab.operands import CUDA, Operand, describe
 from lab.stages import get_stage, parse_variants
 from mma_defaults_helpers import DTYPE, PRECISIONS, count_ops, sass_mix
 
@@ -450,10 +450,11 @@ def test_the_profilers_kernel_filter_names_the_kernel_prepare_launches():
     assert kernel_filter(variant, "cuda", "bf16") == "matmul_wgmma"
     build, _ = _wg().OFFER.compile(_params(), 256, 256, 256, "nn", "bf16")
     assert build.kernel == "matmul_wgmma"
+    # the copy into 16-byte lines may run before it (an operand such lines cannot hold)
     assert _triton().OFFER.kernel_names(_params(backend="triton"), "bf16") == \
-        ("matmul_wgmma_kernel",)
+        ("matmul_wgmma_kernel", "realign_copy_kernel")
     assert _triton().OFFER.kernel_names(_params(backend="triton"), "3xtf32") == \
-        ("matmul_wgmma_kernel", "transpose_kernel")  # kmajor_b copies B K-major first
+        ("matmul_wgmma_kernel", "transpose_kernel", "realign_copy_kernel")  # kmajor_b: B K-major
 
 
 @cpu_only
@@ -476,9 +477,12 @@ def test_triton_kmajor_b_copies_an_n_major_b_inside_every_call(precision):
     a, b = chk.make_inputs(40, 24, 56, 1, "cpu", dtype=DTYPE[precision])
     c = torch.empty((40, 24), dtype=DTYPE[precision])
     launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True, regs_mn=0)
-    assert not launch.setup_ms  # nothing is done ahead, outside the timing
+    # ahead, outside the timing, only the buffer is made (zeroed: its lines padded to 16
+    # elements), and every call refills it, so a plan may replay it
+    assert launch.setup_ms is not None and launch.setup_reusable
     q = launch.kernel_problem  # the problem the kernel ran on
     assert q.b.col_major and q.b.tensor.data_ptr() != b.data_ptr()
+    assert q.b.ld % 16 == 0 and q.b.ld >= 56
     assert launch.kernel_only is not None
     assert chk.check(launch, c, chk.reference(a, b), 56, precision).passed
     # the copy is part of the call: a B changed after prepare() is what the next call multiplies
@@ -499,6 +503,55 @@ def test_triton_kmajor_b_copies_an_n_major_b_inside_every_call(precision):
         launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=True, regs_mn=0)
         result = chk.check(launch, c, chk.reference(a, b), K, precision)
         assert result.passed, (M, N, K, result.reason)
+
+
+@cpu_only
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_triton_twin_copies_operands_without_16_byte_lines_into_padded_ones(precision):
+    """An A or B whose lines cannot be read 16 bytes at a time (a length along them that is not a
+    whole number of 16 bytes, or a row stride that is not) is copied in every call into a
+    zero-padded buffer of 16-byte lines in its own layout (launch.realigned), and the kernel reads
+    that with 16-byte hints; operands with 16-byte lines are read where they are."""
+    dt = DTYPE[precision]
+    vec = 16 // torch.empty(0, dtype=dt).element_size()
+    for layout in LAYOUTS:
+        for M, N, K in ((37, 45, 51), (40, 24, 3 * vec + 1), (1, 40, 19)):
+            a, b = chk.make_inputs(M, N, K, M + K, "cpu", dtype=dt, layout=layout)
+            c = torch.full((M, N), float("nan"), dtype=dt)
+            launch = _triton().prepare(a, b, c, precision=precision, regs_mn=0, kmajor_b=0)
+            result = chk.check(launch, c, chk.reference(a, b), K, precision)
+            assert result.passed, (layout, M, N, K, result.reason)
+            # the lines (contiguous operands: as long as they are apart) run along the unit
+            # stride: A's along K (row-major) or M, B's along N (row-major) or K
+            ops = [Operand.of("A", a), Operand.of("B", b)]
+            lengths = [op.rows if op.col_major else op.cols for op in ops]
+            want = tuple(op.name for op, n in zip(ops, lengths) if n % vec and n >= vec)
+            assert launch.realigned == want, (layout, M, N, K)
+            kp = launch.kernel_problem
+            for op, user in zip((kp.a, kp.b), ops):
+                if op.name in want:  # 16-byte lines, in the operand's own layout
+                    assert op.ld % 16 == 0 and op.tensor.data_ptr() % 16 == 0
+                    assert op.row_major == user.row_major
+    # the copy is part of the call: an operand changed after prepare() is what is multiplied
+    a, b = chk.make_inputs(37, 45, 51, 3, "cpu", dtype=dt)
+    c = torch.empty((37, 45), dtype=dt)
+    launch = _triton().prepare(a, b, c, precision=precision)
+    a.mul_(-1.5)
+    assert chk.check(launch, c, chk.reference(a, b), 51, precision).passed
+    # a row stride off 16 bytes (a slice), and an unaligned base, are copied too
+    a0, b = chk.make_inputs(40, 32, 48, 4, "cpu", dtype=dt)
+    a = torch.zeros((40, 49), dtype=dt)[:, 1:]
+    a.copy_(a0)
+    launch = _triton().prepare(a, b, torch.empty((40, 32), dtype=dt), precision=precision,
+                               regs_mn=0, kmajor_b=0)
+    assert launch.realigned == ("A",)
+    # lab.matmul's plan replays the copies on new tensors of the same signature
+    import lab
+
+    for seed in (5, 6):
+        a, b = chk.make_inputs(37, 45, 51, seed, "cpu", dtype=dt)
+        got = lab.matmul(a, b, stage=STAGE, backend="triton", precision=precision)
+        assert chk.compare(got.float(), chk.reference(a, b), 51, precision).passed
 
 
 def test_triton_validate_refuses_a_parameter_it_does_not_take():
@@ -704,6 +757,24 @@ def test_triton_twin_kmajor_b_on_the_gpu(precision):
         launch = _triton().prepare(a, b, c, precision=precision, kmajor_b=kmajor, regs_mn=0)
         result = chk.check(launch, c, chk.reference(a, b), 1000, precision)
         assert result.passed, (kmajor, result.reason)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_triton_twin_at_odd_leading_dimensions_on_the_gpu(precision):
+    """Operands copied into zero-padded 16-byte lines (the kernel's masks run to the padded
+    length along them, constant per 16 bytes: wrong there, they would show as wrong elements)
+    in every layout, at sizes with no 16-byte line, a column and a row, and NaN-poisoned C."""
+    _hopper()
+    dt = DTYPE[precision]
+    for layout in LAYOUTS:
+        for M, N, K in ((333, 257, 129), (989, 750, 3001), (1, 1000, 3001), (257, 1, 1000),
+                        (130, 261, 9)):
+            a, b = chk.make_inputs(M, N, K, M + N, "cuda", dtype=dt, layout=layout)
+            c = torch.empty((M, N), dtype=dt, device="cuda")
+            launch = _triton().prepare(a, b, c, precision=precision)
+            result = chk.check(launch, c, chk.reference(a, b), K, precision)
+            assert result.passed, (layout, M, N, K, launch.realigned, result.reason)
 
 
 @pytest.mark.gpu

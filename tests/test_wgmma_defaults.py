@@ -26,6 +26,7 @@ from lab.errors import LabError
 from lab.stages import get_stage, parse_variants
 from mma_defaults_helpers import (CACHE, DTYPE, GPU, PRECISIONS, as_stage, cached_entries,
                                   cpu_only, one_sentence, run_lab)
+from triton_kernels.mma import vector_flags
 
 STAGE = "wgmma"
 
@@ -126,7 +127,7 @@ def test_the_shape_rule_compares_the_grid_with_the_sm_count():
 def test_the_launch_reports_the_resolved_configuration(precision):
     mma = _mma()
     bn, bk, stages, kmajor = EXPECTED[precision]
-    a, b, c = _operands(33, 40, 17, precision)
+    a, b, c = _operands(33, 40, 24, precision)  # 16-byte lines: nothing copied into new ones
     launch = mma.prepare(a, b, c, precision=precision, **_params())
     want = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": 8,
             "num_stages": stages, "kmajor_b": kmajor, "regs_mn": REGS[precision]}
@@ -184,7 +185,8 @@ def test_explicit_values_override_the_automatic_ones(precision):
     a, b, c = _operands(70, 45, 33, precision)
     launch = mma.prepare(a, b, c, precision=precision, **params)
     assert launch.config == explicit
-    assert launch.kernel_problem.b.tensor.data_ptr() == b.data_ptr()  # kmajor_b=0: B as given
+    # kmajor_b=0: B stays N-major (its lines of 45 elements are copied into 16-byte lines)
+    assert launch.kernel_problem.b.row_major and launch.realigned == ("A", "B")
     assert chk.check(launch, c, chk.reference(a, b), 33, precision).passed
     # kmajor_b=1 copies B in bf16/fp16 too (and in tf32 with regs_mn off); BLOCK_N=256 on a
     # tiny problem stays 256
@@ -296,10 +298,19 @@ def test_new_defaults_are_correct_in_every_precision(precision, layout, shape):
     launch = _mma().prepare(a, b, c, precision=precision, **_params())
     result = chk.check(launch, c, chk.reference(a, b), K, precision)
     assert result.passed, (precision, layout, shape, result.reason)
-    copied = launch.kernel_only is not None  # the call runs a copy before the kernel
+    kmajor = precision == "3xtf32" and layout == "nn"
     # 3xtf32 copies an N-major B K-major; a K-major B (nt) is left alone; tf32 multiplies an
-    # N-major B from registers (regs_mn) and bf16/fp16 read it as it is: neither copies
-    assert copied == (precision == "3xtf32" and layout == "nn")
+    # N-major B from registers (regs_mn) and bf16/fp16 read it as it is: neither transposes
+    assert launch.kernel_problem.b.col_major == (kmajor or precision == "tf32" or layout == "nt")
+    # every operand the kernel reads has 16-byte lines: the user's, or a zero-padded copy made
+    # in the call (launch.realigned; kmajor_b's K-major copy is one such buffer itself)
+    kp, vec = launch.kernel_problem, 16 // a.element_size()
+    hints = vector_flags(kp)
+    for name, op in (("A", kp.a), ("B", kp.b)):
+        assert (hints[f"VEC_{name}"] or name in launch.realigned or (kmajor and name == "B")
+                or (op.rows if op.col_major else op.cols) < vec), (name, op)
+    copied = launch.kernel_only is not None  # the call runs a copy before the kernel
+    assert copied == (kmajor or bool(launch.realigned))
 
 
 # -------------------------------------------------- the cache, the tuner's space, dry run

@@ -231,6 +231,30 @@ def k_masks(k0, rk, K_A, K_B, CONST_A: tl.constexpr, CONST_B: tl.constexpr, VEC:
 
 
 @triton.jit
+def padded_bounds(rm, rn, M, N, K, in_m, in_n, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
+                  PAD_A: tl.constexpr, PAD_B: tl.constexpr, VEC: tl.constexpr):
+    """(a_in_m, b_in_n, k_a, k_b): each operand's own bounds for load_k_step. Without PAD they are
+    C's masks (in_m, in_n) and K. PAD_A / PAD_B: the operand is a realign buffer
+    (triton_kernels/_realign.py) whose padding past its contiguous dimension holds zeros, so along
+    that dimension its mask runs to the size rounded up to VEC: constant per VEC elements (one
+    16-byte access) whatever the size; what it reads there is zero, what the mask would have filled
+    in. rm, rn: the program's rows and columns of C (grouped_ranges)."""
+    a_in_m = in_m
+    b_in_n = in_n
+    k_a = K
+    k_b = K
+    if PAD_A and VEC_A == "t":  # a column-major A: rows up to M rounded up to VEC
+        a_in_m = tl.max_constancy(rm[:, None] < tl.cdiv(M, VEC) * VEC, [VEC, 1])
+    if PAD_A and VEC_A == "n":  # a row-major A: k up to K rounded up to VEC
+        k_a = tl.cdiv(K, VEC) * VEC
+    if PAD_B and VEC_B == "n":  # a row-major B: columns up to N rounded up to VEC
+        b_in_n = tl.max_constancy(rn[None, :] < tl.cdiv(N, VEC) * VEC, [1, VEC])
+    if PAD_B and VEC_B == "t":  # a column-major B: k up to K rounded up to VEC
+        k_b = tl.cdiv(K, VEC) * VEC
+    return a_in_m, b_in_n, k_a, k_b
+
+
+@triton.jit
 def grouped_ranges(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                    GROUP_M: tl.constexpr):
     """(rm, rn, rk): this program's rows and columns of C in the grouped order (common.cuh's
@@ -260,16 +284,18 @@ def operand_pointers(a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak, stride_bk, 
 def grouped_tile(a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
                  stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  GROUP_M: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
-                 VEC_C: tl.constexpr, VEC: tl.constexpr):
+                 VEC_C: tl.constexpr, VEC: tl.constexpr, PAD_A: tl.constexpr = False,
+                 PAD_B: tl.constexpr = False):
     """(rk, a_ptrs, b_ptrs, c_m, c_n, in_m, in_n): the whole prologue of the tensor-core twins,
     grouped_ranges, then operand_pointers, then C's edge masks, constant per VEC elements where
-    a flag promises M (N) is a multiple of VEC along a column-major A or C (a row-major B or C)."""
+    a flag promises M (N) is a multiple of VEC along a column-major A or C (a row-major B or C).
+    A realign buffer's flag (PAD_A / PAD_B) promises only its own lines: padded_bounds."""
     rm, rn, rk = grouped_ranges(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     a_ptrs, b_ptrs, c_m, c_n = operand_pointers(a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak,
                                                 stride_bk, stride_bn, stride_cm, stride_cn,
                                                 VEC_A, VEC_B, VEC_C, VEC)
-    in_m, in_n = edge_masks(rm, rn, M, N, VEC_A == "t" or VEC_C == "t",
-                            VEC_B == "n" or VEC_C == "n", VEC)
+    in_m, in_n = edge_masks(rm, rn, M, N, (VEC_A == "t" and not PAD_A) or VEC_C == "t",
+                            (VEC_B == "n" and not PAD_B) or VEC_C == "n", VEC)
     return rk, a_ptrs, b_ptrs, c_m, c_n, in_m, in_n
 
 

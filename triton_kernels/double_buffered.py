@@ -109,23 +109,10 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
     # M % 4 == 0 (N % 4 == 0) where a flag says so: that mask is constant per float4
     in_m, in_n = common.edge_masks(rm, rn, M, N, (VEC_A == "t" and not PAD_A) or VEC_C == "t",
                                    (VEC_B == "n" and not PAD_B) or VEC_C == "n", 4)
-    # realign (PAD_A / PAD_B: the operand is prepare()'s buffer, whose padding past the operand's
-    # contiguous dimension is zero): along that dimension the operand's own mask runs to the size
-    # rounded up to a multiple of 4, so that it is constant per float4 whatever the size; the
-    # padding read there is zero, what the mask would have filled in. Without PAD they are C's
-    # masks and K.
-    a_in_m = in_m
-    b_in_n = in_n
-    k_a = K
-    k_b = K
-    if PAD_A and VEC_A == "t":  # a realigned column-major A: rows up to M rounded up to 4
-        a_in_m = tl.max_constancy(rm[:, None] < tl.cdiv(M, 4) * 4, [4, 1])
-    if PAD_A and VEC_A == "n":  # a realigned row-major A: k up to K rounded up to 4
-        k_a = tl.cdiv(K, 4) * 4
-    if PAD_B and VEC_B == "n":  # a realigned row-major B: columns up to N rounded up to 4
-        b_in_n = tl.max_constancy(rn[None, :] < tl.cdiv(N, 4) * 4, [1, 4])
-    if PAD_B and VEC_B == "t":  # a realigned column-major B: k up to K rounded up to 4
-        k_b = tl.cdiv(K, 4) * 4
+    # realign (PAD_A / PAD_B): each operand's own bounds, rounded up to a float4 along a buffer's
+    # contiguous dimension (its padding is zero); without PAD, C's masks and K
+    a_in_m, b_in_n, k_a, k_b = common.padded_bounds(rm, rn, M, N, K, in_m, in_n, VEC_A, VEC_B,
+                                                    PAD_A, PAD_B, 4)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # Written as a plain loop: with num_stages > 1 the compiler pipelines it (module docstring).

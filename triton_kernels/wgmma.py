@@ -107,8 +107,18 @@ instruction Triton picks (wgmma, its default on sm_90), and the choices that ins
 rules call for: kmajor_b (a K-major copy of B) and regs_mn (the operand that is not K-major from
 registers), with per-precision automatic values tuned on the H100. Bottleneck it attacks (as the
 CUDA stage): mma.sync's rate and its fragment loads.
-Layouts: all six strides (problem_args); nothing is copied unless kmajor_b asks for it (by
-default in 3xtf32 for an N-major B, and in tf32 for layout tn).
+Layouts: all six strides (problem_args). Two copies may run in the call, before the kernel, both
+timed: kmajor_b's K-major copy of an N-major B (by default in 3xtf32, and in tf32 for layout tn),
+and the copy of an A or B whose lines 16-byte loads cannot read (_realign below: a row stride or a
+length along the lines that is not a whole number of 16 bytes, such as a bf16 matrix of 3001
+columns, or no unit stride) into a zero-padded buffer of 16-byte lines in its own layout
+(triton_kernels/_realign.py realign_buffer, made once in prepare(); kmajor_b's buffer has such
+lines too). The kernel reads such a buffer with 16-byte hints and, along its lines, up to the
+length rounded up to 16 bytes (PAD_A / PAD_B, _common.padded_bounds): its loads become 16-byte
+cp.async into the pipeline's ring. Without the copy Triton 3.6 loads an operand with no 16-byte
+hint one 2-byte element at a time (ld.global.b16 in the PTX for bf16) and does not pipeline it:
+on an NVIDIA H200 the twin ran bf16 7919 x 6007 x 3001 at 15.9-68.7% of cuBLAS's own fallback
+(docs/stages/wgmma.md).
 Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs in grouped order (GROUP_M).
 """
 
@@ -119,11 +129,12 @@ import triton.language as tl
 
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
-from lab.operands import entry
+from lab.operands import entry, timer
 from lab.roofline import DEFAULT_SMS, sm_count
 from triton_kernels import _common as common
 from triton_kernels._common import (SMEM_LIMIT, cdiv, dot_meta, launcher, offsets_meta,
                                     problem_args)
+from triton_kernels._realign import realign_buffer, realign_flags, with_copies
 from triton_kernels.mma import vector_flags  # the alignment hints, as stage mma's twin
 
 ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
@@ -160,14 +171,22 @@ def matmul_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
                         VEC: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
                         VEC_C: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                         UPCAST: tl.constexpr, REGS_A: tl.constexpr = 0,
-                        RS_WAIT: tl.constexpr = False, OFFSET64: tl.constexpr = False):
+                        RS_WAIT: tl.constexpr = False, OFFSET64: tl.constexpr = False,
+                        PAD_A: tl.constexpr = False, PAD_B: tl.constexpr = False):
     if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     # as matmul_mma_kernel's (triton_kernels/mma.py): order, hinted pointers, masks
     rk, a_ptrs, b_ptrs, c_m, c_n, in_m, in_n = common.grouped_tile(
         a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC_A, VEC_B, VEC_C, VEC)
+        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC_A, VEC_B, VEC_C, VEC, PAD_A, PAD_B)
+    # an operand in a zero-padded buffer (PAD_A / PAD_B: prepare()'s copy of an operand whose
+    # lines 16-byte loads cannot read) is read up to its size rounded up to VEC along its lines
+    a_in_m, b_in_n, k_a, k_b = in_m, in_n, K, K
+    if PAD_A or PAD_B:
+        rm, rn, _ = common.grouped_ranges(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+        a_in_m, b_in_n, k_a, k_b = common.padded_bounds(rm, rn, M, N, K, in_m, in_n, VEC_A,
+                                                        VEC_B, PAD_A, PAD_B, VEC)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # A plain loop; num_stages > 1 makes the compiler pipeline it (double_buffered's twin).
@@ -180,8 +199,8 @@ def matmul_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
             # gave one wrong element of C in 4096^3 on the H100). Nothing uses the result.
             tl.inline_asm_elementwise("wgmma.wait_group.sync.aligned 0;\n\tmov.b32 $0, $1;",
                                       "=r,r", [rk], dtype=tl.int32, is_pure=False, pack=1)
-        # K % VEC == 0 where A is row-major or B column-major
-        a, b = common.load_k_step(a_ptrs, b_ptrs, k0, rk, K, K, in_m, in_n, EVEN_K,
+        # K % VEC == 0 where A is row-major or B column-major (or k_a, k_b rounded up: PAD_*)
+        a, b = common.load_k_step(a_ptrs, b_ptrs, k0, rk, k_a, k_b, a_in_m, b_in_n, EVEN_K,
                                   VEC_A == "n", VEC_B == "t", VEC)
         if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)
             a, b = a.to(tl.float32), b.to(tl.float32)
@@ -365,23 +384,42 @@ def config_text(config: dict) -> str:
 
 
 def _kmajor(p):
-    """If B is N-major: (the Problem with B pointed at a K-major buffer (B^T contiguous, allocated
-    here), the copy that fills it from B, for the timed call to run before the kernel); else
-    (p, None)."""
-    import torch
-
-    from lab.operands import Operand
-
+    """If B is N-major: (the Problem with B pointed at a K-major buffer (B^T contiguous, its lines
+    rounded up to 16 elements and zero-padded: _realign.realign_buffer, allocated here), the
+    copy that fills it from B, for the timed call to run before the kernel); else (p, None)."""
     if not (p.b.row_major and p.b.cols > 1):
         return p, None
     b = p.b.tensor
-    bt = torch.empty((b.shape[1], b.shape[0]), dtype=b.dtype, device=b.device)  # N x K
+    buf = realign_buffer(p.b, col_major=True)  # K x N, K-major
+    bt = buf.tensor.t()  # N x K, row-major: what the transpose writes
     K, N = b.shape
     grid = (cdiv(K, TRANSPOSE_TILE) * cdiv(N, TRANSPOSE_TILE),)
     copy = launcher(transpose_kernel, grid, (b, bt, K, N, b.stride(0), b.stride(1), bt.stride(0),
                                              bt.stride(1)), TILE=TRANSPOSE_TILE,
                     **offsets_meta(p), num_warps=4)
-    return replace(p, b=Operand.of("B", bt.t())), copy
+    return replace(p, b=buf), copy
+
+
+def _realign(p, padded: frozenset):
+    """(the Problem with each A or B that 16-byte loads cannot read (vector_flags gives it no
+    hint: lines off 16 bytes, a length along them that is not a whole number of 16 bytes, or no
+    unit stride) pointed at a zeroed buffer of 16-byte lines in its own layout (realign_buffer,
+    allocated here), {name: (buffer view, user tensor)}: the copies every call makes before the
+    kernel (with_copies)). `padded` names the operands that are such buffers already (kmajor_b's
+    copy). A line shorter than 16 bytes (B of a matrix-vector product) is left as it is: a
+    16-byte load could not help it."""
+    vec = 16 // p.a.tensor.element_size()
+    hints = vector_flags(p)
+    copies, buffers = {}, {}
+    for attr in ("a", "b"):
+        op = getattr(p, attr)
+        along = op.rows if op.col_major else op.cols  # realign_buffer's lines run along this
+        if op.name in padded or hints[f"VEC_{op.name}"] or along < vec:
+            continue
+        buf = realign_buffer(op)
+        copies[op.name] = (buf.tensor, op.tensor)
+        buffers[attr] = buf
+    return replace(p, **buffers), copies
 
 
 def _round_how(device) -> int:
@@ -449,10 +487,11 @@ def _validate(params, precision: str | None = None) -> None:
 
 
 def kernels(params, precision: str) -> tuple[str, ...]:
-    """The kernels one launch may run: the GEMM, and the K-major copy of B where kmajor_b is on
-    (for an N-major B)."""
+    """The kernels one launch may run: the GEMM, the K-major copy of B where kmajor_b is on (for
+    an N-major B), and the copy of an operand whose lines 16-byte loads cannot read."""
     r = resolve(precision, **params)
-    return ("matmul_wgmma_kernel",) + (("transpose_kernel",) if r["kmajor_b"] else ())
+    return (("matmul_wgmma_kernel",) + (("transpose_kernel",) if r["kmajor_b"] else ())
+            + ("realign_copy_kernel",))
 
 
 OFFER = Offer("wgmma", "triton", precisions=tuple(ELEM_BYTES), kernels=kernels,
@@ -477,8 +516,12 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0, GROUP_M: 
               "GROUP_M": GROUP_M, "num_warps": num_warps, "num_stages": r["num_stages"],
               "kmajor_b": r["kmajor_b"], "regs_mn": r["regs_mn"]}
     copy_b, swap, regs_a = plan(p, config)
+    clock = timer(p.c.tensor.is_cuda)  # setup: the buffers, allocated and zeroed once
     q, transpose_b = _kmajor(p) if copy_b else (p, None)
     q = _swapped(q) if swap else q
+    padded = frozenset(("B",) if transpose_b is not None else ())
+    q, copies = _realign(q, padded)
+    setup_ms = clock.stop() if (copies or padded) else None
     if swap and q.M != p.M:  # the shape rule counts the swapped kernel's programs
         r = resolve(precision, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, kmajor_b,
                     M=q.M, N=q.N, sms=sm_count(p.c.tensor.device), regs_mn=regs_mn)
@@ -488,15 +531,21 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0, GROUP_M: 
     grid = (cdiv(q.M, bm) * cdiv(q.N, bn),)
     launch = launcher(matmul_wgmma_kernel, grid, (*problem_args(q),), BLOCK_M=bm,
                       BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, EVEN_K=q.K % bk == 0,
-                      **vector_flags(q), **dot_meta(matmul_wgmma_kernel, q),
+                      # a buffer's hint is on, and PAD_* for its zero padding (_realign.py)
+                      **{**vector_flags(q), **realign_flags(q, {*copies, *padded})},
+                      **dot_meta(matmul_wgmma_kernel, q),
                       REGS_A=_round_how(q.a.tensor.device) if regs_a else ROUND_NONE,
                       RS_WAIT=regs_a and _rs_wait(q.a.tensor.device), **offsets_meta(q),
                       num_warps=num_warps, num_stages=config["num_stages"])
     # the row's `params` column is the configuration that ran (Row.set_resources copies it)
     resources = {**(launch.resources or {}), "params": config_text(config)}
+    launch = with_copies(Prepared.of_steps([launch], resources=resources, config=config),
+                         copies, setup_ms if transpose_b is None else None, q)
     if transpose_b is None:
-        return Prepared.of_steps([launch], resources=resources, config=config, kernel_problem=q)
-    # the copy is part of the timed call (cuBLAS gets no such help); kernel_only: the kernel
-    # alone, for a profiler
-    return Prepared.of_steps([transpose_b, launch], resources=resources, kernel_only=launch,
-                             config=config, kernel_problem=q)
+        return launch
+    # the copies are part of the timed call (cuBLAS gets no such help); kernel_only: the kernel
+    # alone, for a profiler; the buffers are zeroed once and refilled by every call
+    return Prepared.of_steps([transpose_b, launch], resources=resources,
+                             kernel_only=launch.kernel_only or launch, config=config,
+                             kernel_problem=q, setup_ms=setup_ms, setup_reusable=True,
+                             realigned=launch.realigned)
