@@ -545,6 +545,12 @@ def test_triton_twin_copies_operands_without_16_byte_lines_into_padded_ones(prec
     launch = _triton().prepare(a, b, torch.empty((40, 32), dtype=dt), precision=precision,
                                regs_mn=0, kmajor_b=0)
     assert launch.realigned == ("A",)
+    # a long K (65 k-steps, the last one element deep): A's lines read to their padded length
+    a, b = chk.make_inputs(16, 16, 4097, 12, "cpu", dtype=dt)
+    c = torch.empty((16, 16), dtype=dt)
+    launch = _triton().prepare(a, b, c, precision=precision, regs_mn=0, kmajor_b=0)
+    assert launch.realigned == ("A",)
+    assert chk.check(launch, c, chk.reference(a, b), 4097, precision).passed
     # lab.matmul's plan replays the copies on new tensors of the same signature
     import lab
 
@@ -775,6 +781,34 @@ def test_triton_twin_at_odd_leading_dimensions_on_the_gpu(precision):
             launch = _triton().prepare(a, b, c, precision=precision)
             result = chk.check(launch, c, chk.reference(a, b), K, precision)
             assert result.passed, (layout, M, N, K, launch.realigned, result.reason)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+def test_triton_twin_copies_views_and_a_long_k_on_the_gpu(precision):
+    """The copy into 16-byte lines from views (an offset start, rows far apart, a transposed
+    slice) and over K = 131,073 (2,049 k-steps, the last one element deep, read up to the padded
+    length of A's lines)."""
+    _hopper()
+    dt = DTYPE[precision]
+    big = torch.randn(700, 900, device="cuda").to(dt)
+    a = big[3:300, 5:262]  # offset start, rows 900 apart: 297 x 257
+    b = torch.randn(3001, 257, device="cuda").to(dt)[:257, :129]  # rows 257 apart
+    c = torch.empty((297, 129), dtype=dt, device="cuda")
+    launch = _triton().prepare(a, b, c, precision=precision)
+    result = chk.check(launch, c, chk.reference(a, b), 257, precision)
+    assert result.passed, result.reason
+    bt = torch.randn(129, 3001, device="cuda").to(dt)[:, :257].t()  # column-major, 3001 apart
+    result = chk.check(_triton().prepare(a, bt, c, precision=precision), c,
+                       chk.reference(a, bt), 257, precision)
+    assert result.passed, result.reason
+    M, N, K = 128, 256, 131073
+    a, b = chk.make_inputs(M, N, K, 12, "cuda", dtype=dt)
+    c = torch.empty((M, N), dtype=dt, device="cuda")
+    launch = _triton().prepare(a, b, c, precision=precision)
+    assert "A" in launch.realigned or "B" in launch.realigned
+    result = chk.check(launch, c, chk.reference(a, b), K, precision)
+    assert result.passed, result.reason
 
 
 @pytest.mark.gpu
