@@ -92,8 +92,9 @@ class HopperStage:
         as fast or faster at every shape tried (4096^3 99.9-100.6% of cuBLAS against 98.5%, 8192^3
         103.0-104.6% against 102.2-102.6%, 1025^3 89.8% against 81.2%), and with C stored from
         registers clusters of two were (7919x6007x3001 318.7% against 250.6%); through the buffer,
-        at 7919x6007x3001 (persistent-odd-c.csv), two were too (bf16 nn 354.5% against 272.0%,
-        tf32 194.2% against 138.4%, fp8 alike). A B tile
+        at 7919x6007x3001 on an H200 (results/2026-11-29-h200/persistent-odd-c.csv), two were
+        too (bf16 nn 0.619-0.623 ms against 0.715 ms, tf32 1.136-1.143 ms against 1.474-1.482 ms,
+        fp8 and bf16 nt within 1%). A B tile
         that does not split into two multicast loads of whole 64-column boxes (BN 64, 192: an
         N-major B is loaded in boxes 64 columns wide) takes one block."""
         if c.get("CLUSTER", 1) != 0:
