@@ -132,3 +132,19 @@ def device_arch_of(p) -> str | None:
     return f"sm_{major}{minor}"
 
 
+
+
+# ------------------------------------------------------------------------------ lesson and variant
+# A stage's cuda_kernels/<stage>.cu is its lesson: the stage's idea written out for one case, row-
+# major A and B (layout nn), lines that start on 16-byte boundaries and offsets that fit 32 bits
+# (docs/ARCHITECTURE.md, "Lessons and variants"). Every other problem runs the same kernel written
+# for every layout, alignment and size, cuda_kernels/variants/<stage>.cu, which a reader can skip.
+def lesson_case(layout: str = "nn", offsets64: bool = False, *aligned: bool) -> bool:
+    """True where the lesson kernel computes the problem: layout nn, 32-bit offsets, and every
+    operand named by `aligned` (the float4 stages' vec_a / vec_b / vec_c) 16-byte aligned."""
+    return layout == "nn" and not offsets64 and all(aligned)
+
+
+def stage_source(stage: str, lesson: bool) -> str:
+    """The file (relative to cuda_kernels/) a stage's build compiles: its lesson or its variant."""
+    return f"{stage}.cu" if lesson else f"variants/{stage}.cu"
