@@ -11,6 +11,7 @@ import sys
 # description fits one line of 80 columns beside the names
 COMMANDS = (
     ("lab.compare", "check and time the stages next to cuBLAS (start here)"),
+    ("lab.lesson", "a stage's kernels as a diff from the stage it builds on"),
     ("lab.autotune", "search a stage's parameters on a GPU; --dry-run needs none"),
     ("lab.profile", "Nsight Compute counters per kernel; --sass, --ptx need no GPU"),
     ("lab.doctor", "what this machine can do: versions, NVRTC, ncu, clocks"),

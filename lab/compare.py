@@ -186,7 +186,7 @@ def _main(argv: list[str] | None) -> int:
                 layouts=parse_layouts(args.layout),
                 repeat=args.repeat, cublas_timing=args.cublas_timing)
     validate(plan)  # say what is wrong before printing anything else (execute() checks again)
-    from lab.run import cpu_skips
+    from lab.run import SIZE_SKIP, cpu_skips
 
     from rich.console import Console
     from rich.markup import escape
@@ -221,6 +221,12 @@ def _main(argv: list[str] | None) -> int:
     for r in shown:  # which configuration each stage:auto row ran (or, in CPU mode, compiled)
         if r.stage.endswith(":auto") and r.status in report.OK_STATUSES:
             say(auto_note(r))
+    # why a row was skipped, once per reason (rows too large for the interpreter: said above)
+    reasons = dict.fromkeys(f"{r.stage} ({r.backend}) is skipped: {r.detail}" for r in shown
+                            if r.status == "skipped" and r.detail
+                            and not r.detail.startswith(SIZE_SKIP))
+    for reason in reasons:
+        say(reason)
     if args.repeat > 1 and mode == "cpu":
         say(f"--repeat {args.repeat} is for timed GPU runs; CPU mode times nothing, so each "
             f"row shows once")

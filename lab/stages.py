@@ -85,6 +85,9 @@ class Stage:
     # the published SGEMM ladder's kernel that corresponds to this stage: its % of cuBLAS fp32
     # (PUBLISHED_LABEL says whose and when), or None where it has none
     published: float | None = None
+    # the stage whose lesson this one changes (lab.lesson prints the diff from it): None for the
+    # previous entry of STAGES, "" for none (the start of the ladder)
+    builds_on: str | None = None
 
     def module(self, backend: str) -> ModuleType:
         """The launcher module of this stage for a backend (cuda_kernels.<name> / triton_kernels.<name>)."""
@@ -263,6 +266,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "naive",
         "one thread per C element, threadIdx.x walking rows: uncoalesced A reads and C writes",
+        builds_on="",
         published=1.0,
         params=(*SWITCHES, num_warps()),
     ),
@@ -415,6 +419,7 @@ STAGES: tuple[Stage, ...] = (
         "thin products (matrix-vector): no tiles, A streamed once with 16-byte loads into "
         "registers, B reused across a thread's rows, sums by warp shuffles; split-K with a "
         "fixed-order sum where the rows cannot fill the GPU (any N runs, a wide one slowly)",
+        builds_on="coalesced",  # a side branch: one output per thread again, no tiles
         params=(
             Param("ncol", 0, (0, 1, 2, 4, 8),
                   "columns of C per block (0 = the power of two at or above N, at most 8)",
@@ -451,6 +456,7 @@ STAGES: tuple[Stage, ...] = (
         "tensor cores: each warp's tile is mma.sync instructions (m16n8k16 bf16/fp16, m16n8k8 "
         "TF32, 3xTF32 as three TF32 products) fed by ldmatrix from XOR-swizzled shared memory "
         "and a cp.async ring",
+        builds_on="double_buffered",  # the cp.async ring; gemv is a side branch
         params=(
             Param("BM", 0, (0, 64, 128, 256),
                   "block tile rows (0: per precision, 256 for tf32/bf16/fp16, 128 for 3xtf32; "

@@ -95,6 +95,15 @@ def test_cpu_mode_compiles_cuda_at_any_size_and_skips_large_triton_rows(tmp_path
     assert "skipped" in r.stdout
     # progress when stderr is not a terminal: one line per finished row
     assert "tiled                    triton  nn 17x33x65: pass" in r.stderr
+    assert "is skipped:" not in r.stdout  # the size's reason is said once, above the table
+
+
+@cpu_only
+def test_cpu_mode_says_why_a_gpu_only_kernel_is_skipped():
+    r = run("--stage", "warp_specialized", "--backend", "triton", "--precision", "bf16",
+            "--sizes", "64")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "warp_specialized (triton) is skipped: a GPU-only kernel" in " ".join(r.stdout.split())
 
 
 @cpu_only

@@ -1,7 +1,9 @@
 """The import graph of lab/, cuda_kernels/ and triton_kernels/, read from the source (ast): every
 `import` and `from ... import`, at module level or inside a function, is an edge.
 
-- No circle among lab modules: a command (lab.autotune, lab.compare, lab.run, lab.profile) may
+- No circle among lab modules, nor among cuda_kernels/'s or triton_kernels/'s; a stage's launcher
+  imports only the launchers of stages before it in the registry (reuse points down the ladder).
+- A command (lab.autotune, lab.compare, lab.run, lab.profile) may
   import a lower module, never one that imports it back.
 - Kernel modules import from lab only the shared base a launcher needs (BASE), and the base
   imports nothing above itself: dependencies point one way, commands -> harness -> registry ->
@@ -134,6 +136,24 @@ def test_no_circle_among_lab_modules():
     lab = {m: {t for t in ts if t.split(".")[0] == "lab"} for m, ts in GRAPH.items()
            if m.split(".")[0] == "lab"}
     assert circles(lab) == []
+
+
+def test_no_circle_among_kernel_modules():
+    for pkg in ("cuda_kernels", "triton_kernels"):
+        sub = {m: {t for t in ts if t.split(".")[0] == pkg} for m, ts in GRAPH.items()
+               if m.split(".")[0] == pkg}
+        assert circles(sub) == [], pkg
+
+
+def test_a_stage_launcher_reuses_only_stages_below_it():
+    """Reuse points down the ladder: a stage's launcher imports only earlier stages' modules."""
+    from lab.stages import STAGES
+
+    order = {s.name: i for i, s in enumerate(STAGES)}
+    up = sorted((m, t) for m, ts in GRAPH.items() for t in ts
+                if m.partition(".")[2] in order and t.partition(".")[2] in order
+                and order[t.partition(".")[2]] >= order[m.partition(".")[2]])
+    assert up == []
 
 
 def test_kernel_modules_import_only_the_shared_base_of_lab():
