@@ -44,11 +44,12 @@ from cuda_kernels._build import (aligned_buffer, cdiv, compile_kernel, device_ar
                                  lines_aligned, resources)
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
+from lab.precisions import elem_bytes
 from lab.operands import Operand, entry
 
 PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
 DEFINES = {"tf32": "PREC_TF32", "3xtf32": "PREC_3XTF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16"}
-ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
+ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/precisions.py
 ARCH = "sm_90a"
 SOURCE, KERNEL = "wgmma.cu", "matmul_wgmma"
 SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit

@@ -64,21 +64,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# Unit roundoff of the accumulation's inputs and the floor of the threshold, per precision.
-# Unit roundoff of the operands as the multiplier sees them (documentation, and the floors below).
-UNIT_ROUNDOFF = {"fp32": 2.0**-24, "tf32": 2.0**-11, "3xtf32": 2.0**-22, "bf16": 2.0**-8,
-                 "fp16": 2.0**-11, "fp8": 2.0**-4}
+from lab import precisions
+
+# Per precision, from its record (lab/precisions.py, where each figure's measurement is cited):
+# the unit roundoff of the operands as the multiplier sees them (documentation, and the floors),
+UNIT_ROUNDOFF = {r.name: r.unit_roundoff for r in precisions.RECORDS}
 ACCUMULATE_U = 2.0**-24  # every precision accumulates in fp32 ...
-# ... except that Hopper's fp8 wgmma keeps fewer bits of its running sum: measured on an H100
-# (results/2026-11-26-h100/fp8-accuracy.csv, cuBLAS fp8 with fast accumulation and the lab's
-# kernels alike) its error grows like 2.8e-5 * sqrt(K), about 2^-15 per addition; the threshold
-# takes 2^-14
-ACCUMULATE_U_OF = {"fp8": 2.0**-14, "tf32": 2.0**-17}
-# tf32 likewise: every TMA stage's kernel (CUDA and Triton, wgmma summing k-steps in order) gave
-# rel_err 3.07e-3 on the 2048 x 1 x 1,048,576 product on an H100 (tests/test_offsets64.py), where
-# the operands' TF32 rounding alone gives about 4e-4: about 3e-6 * sqrt(K) beside it, 2^-18.4
-# per addition; the threshold takes 2^-17, which leaves fp32's floor in place up to K ~ 17,000
-FLOOR = {"fp32": 1e-5, "tf32": 2e-3, "3xtf32": 1e-5, "bf16": 2e-2, "fp16": 1e-2, "fp8": 2e-2}
+# ... except where the tensor cores keep fewer bits of the running sum (fp8, and tf32 at long K
+# on wgmma, measured on an H100)
+ACCUMULATE_U_OF = {r.name: r.accumulate_u for r in precisions.RECORDS
+                   if r.accumulate_u != ACCUMULATE_U}
+# and the threshold's K-independent floor
+FLOOR = {r.name: r.floor for r in precisions.RECORDS}
 RANDOM_WALK_FACTOR = 2.0  # tol = max(floor, factor * u * sqrt(K))
 ELEMENT_FACTOR = 8.0  # an element may be off by this many tol(K) * rms(ref)
 # Kept for callers that want the K-independent floor of a precision.

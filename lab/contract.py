@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from lab.errors import LabError
+from lab.precisions import NAMES
 
 # precision names (lab/stages.py explains each); a launcher offers a subset
-PRECISIONS = ("fp32", "tf32", "3xtf32", "bf16", "fp16", "fp8")
+PRECISIONS = NAMES  # lab/precisions.py: one record per precision
 
 
 def _accept(params: Mapping, precision: str) -> None:

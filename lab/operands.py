@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from lab.contract import Offer, Prepared
+from lab import precisions as _precisions
 from lab.errors import LabError
 
 INDEX_LIMIT = 2**31 - 1  # the largest 32-bit signed int: offsets of the 32-bit build, strides
@@ -55,18 +56,17 @@ INDEX_MARGIN = 256  # rows/columns past the edge an edge tile may form an addres
 # the largest M, N or K: a tile's index past the edge (below the size plus INDEX_MARGIN) must stay
 # a 32-bit int, in both builds (sizes are 32-bit kernel arguments)
 SIZE_LIMIT = INDEX_LIMIT - INDEX_MARGIN
+# Read off the precision records (lab/precisions.py):
 # precision -> torch dtype name of A and B (the accumulation is fp32 in every precision)
-DTYPE_NAMES = {"fp32": "float32", "tf32": "float32", "3xtf32": "float32", "bf16": "bfloat16",
-               "fp16": "float16", "fp8": "float8_e4m3fn"}
+DTYPE_NAMES = {r.name: r.dtype for r in _precisions.RECORDS}
 # precision -> torch dtype name of C: the operands' dtype, as torch.matmul writes it, except fp8,
 # whose C is bfloat16 (as torch._scaled_mm's out_dtype=torch.bfloat16 writes it; an e4m3 C would
 # keep 3 bits of each result)
-OUT_DTYPE_NAMES = {**DTYPE_NAMES, "fp8": "bfloat16"}
+OUT_DTYPE_NAMES = {r.name: r.c_dtype for r in _precisions.RECORDS}
 # the precision a dtype means when none is named (float32 tensors: IEEE fp32)
-PRECISION_OF_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16",
-                      "float8_e4m3fn": "fp8"}
+PRECISION_OF_DTYPE = {dt: _precisions.of_dtype(dt) for dt in dict.fromkeys(DTYPE_NAMES.values())}
 # precisions whose operands come with per-tensor scales: C = scale_a * scale_b * (A @ B)
-SCALED = ("fp8",)
+SCALED = _precisions.where(scaled=True)
 
 
 def dtypes_of(stage, backend: str | None = None) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab import precisions
 from lab.cli import ArgumentParser, guarded
 from lab.errors import LabError
 from lab.plot import distinct
@@ -253,19 +254,14 @@ def _stages(df) -> list[str]:
 
 
 def _base(precision: str) -> str:
-    return "fp32" if precision in ("fp32", "3xtf32") else precision
+    return precisions.get(precision).baseline
 
 
-PRECISION_WORDS = {"fp32": ("fp32", "fp32"), "tf32": ("TF32", "tf32"),
-                   "3xtf32": ("3xTF32", "3xtf32"), "bf16": ("bf16", "bf16-and-fp16"),
-                   "fp16": ("fp16", "bf16-and-fp16"), "fp8": ("fp8", "fp8")}
+# how the pages write each precision and its glossary entry; what a reader must know to read a
+# precision's summary line (the canonical run is layout nn): the precision records
+PRECISION_WORDS = {r.name: (r.word, r.glossary) for r in precisions.RECORDS}
 BACKEND_WORDS = {"cuda": "CUDA", "triton": "Triton"}
-# what a reader must know to read a precision's summary line (the canonical run is layout nn)
-PRECISION_NOTES = {
-    "fp8": (" cuBLAS fp8 (`torch._scaled_mm`) takes B column-major only, so its `nn` row includes "
-            "torch's copy of B; kernel against kernel, in `nt`, see "
-            "[docs/stages/persistent.md]({persistent})."),
-}
+PRECISION_NOTES = {r.name: r.note for r in precisions.RECORDS if r.note}
 
 
 def summary(root: Path = RESULTS) -> dict:

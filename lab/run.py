@@ -18,6 +18,8 @@ from typing import Callable
 from lab import check as chk
 from lab.axes import LAYOUTS
 from lab.errors import LabError
+from lab.precisions import RECORDS as PRECISION_RECORDS
+from lab.precisions import get as get_precision
 from lab.report import Row
 from lab.shapes import Shape
 from lab.stages import Variant
@@ -332,7 +334,7 @@ def _cublas_mode(precision: str) -> None:
     import torch
 
     matmul = torch.backends.cuda.matmul
-    tf32 = precision == "tf32"
+    tf32 = get_precision(precision).cublas_tf32
     if hasattr(matmul, "fp32_precision"):
         matmul.fp32_precision = "tf32" if tf32 else "ieee"
     else:  # pragma: no cover - older torch
@@ -343,16 +345,8 @@ def _cublas_mode(precision: str) -> None:
             setattr(matmul, flag, False)
 
 
-# What the cuBLAS row of each precision runs (its detail).
-CUBLAS_AT = {
-    "fp32": "cuBLAS fp32, TF32 off",
-    "tf32": "cuBLAS with TF32 allowed",
-    "3xtf32": "cuBLAS fp32 (TF32 off): the precision 3xtf32 stands in for",
-    "bf16": "cuBLAS bf16 operands and output, fp32 accumulation",
-    "fp16": "cuBLAS fp16 operands and output, fp32 accumulation",
-    "fp8": "cuBLAS fp8 (torch._scaled_mm, e4m3 with per-tensor scales, bf16 output, fast "
-           "accumulation)",
-}
+# What the cuBLAS row of each precision runs (its detail): the precision records' words.
+CUBLAS_AT = {r.name: r.cublas for r in PRECISION_RECORDS}
 
 # torch._scaled_mm's use_fast_accum for the fp8 baseline: True, like for like with the lab's fp8
 # kernels, which keep every product in wgmma's own accumulator over all of K (False: cuBLAS

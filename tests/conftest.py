@@ -25,7 +25,7 @@ if not HAS_GPU:
 FAST_FILES = frozenset({
     "test_registry.py", "test_harness.py", "test_table.py", "test_check_k.py",
     "test_docs_words.py", "test_occupancy.py", "test_conditions.py", "test_precision.py",
-    "test_plot.py", "test_build_cache.py", "test_lesson.py",
+    "test_plot.py", "test_build_cache.py", "test_lesson.py", "test_precisions.py",
 })
 
 

@@ -28,10 +28,11 @@ pytestmark = pytest.mark.fast
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("lab", "cuda_kernels", "triton_kernels")
 # What a launcher (cuda_kernels/*, triton_kernels/*) may import from lab: the errors, the
-# launcher contract, the operand check and description, the roofline's figures, the split-K
+# launcher contract, the precision records, the operand check and description, the roofline's
+# figures, the split-K
 # arithmetic (lab/splitk.py, shared with the tuner's seeds), and the build and launch tools
 # (lab/toolchain/).
-BASE = ("lab.errors", "lab.contract", "lab.operands", "lab.roofline", "lab.splitk", "lab.toolchain",
+BASE = ("lab.errors", "lab.precisions", "lab.contract", "lab.operands", "lab.roofline", "lab.splitk", "lab.toolchain",
         "lab.toolchain.nvrtc", "lab.toolchain.cache", "lab.toolchain.sass", "lab.toolchain.ptx",
         "lab.toolchain.triton", "lab.toolchain.tma")
 COMMANDS = ("lab.autotune", "lab.compare", "lab.run", "lab.profile")

@@ -57,6 +57,7 @@ import triton.language as tl
 
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
+from lab.precisions import elem_bytes
 from lab.operands import entry, timer
 from lab.roofline import DEFAULT_SMS, sm_count
 from lab.splitk import AUTO, SPLITS, allowed_splits, nearest_split
@@ -65,7 +66,7 @@ from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
 from triton_kernels.warptiling import REDUCE_BLOCK, splitk_reduce_kernel
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-ELEM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+ELEM_BYTES = elem_bytes("fp32", "bf16", "fp16")  # sizes from lab/precisions.py
 TILE_LOADS = 4  # 16-byte loads of A per thread per k-step in the automatic tile
 MAX_NCOL = 8  # BLOCK_N = 0: at most 8 columns
 ROWS_KMAJOR = 4  # BLOCK_M = 0 for a row-major A

@@ -62,12 +62,13 @@ from triton.runtime.jit import JITFunction
 
 from lab.contract import Offer
 from lab.errors import LabError
+from lab.precisions import elem_bytes
 from lab.operands import entry
 from triton_kernels import _common as common
 from triton_kernels._common import (SMEM_LIMIT, cdiv, dot_meta, launcher, offsets_meta,
                                     problem_args)
 
-ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
+ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/precisions.py
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
 DEFAULTS = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 0, "GROUP_M": 8, "num_warps": 8,
             "num_stages": 3}

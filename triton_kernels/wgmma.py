@@ -129,6 +129,7 @@ import triton.language as tl
 
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
+from lab.precisions import elem_bytes
 from lab.operands import entry, timer
 from lab.roofline import DEFAULT_SMS, sm_count
 from triton_kernels import _common as common
@@ -137,7 +138,7 @@ from triton_kernels._common import (SMEM_LIMIT, cdiv, dot_meta, launcher, offset
 from triton_kernels._realign import realign_buffer, realign_flags, with_copies
 from triton_kernels.mma import vector_flags  # the alignment hints, as stage mma's twin
 
-ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2}
+ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/precisions.py
 
 # How round_tf32 rounds (the kernel's REGS_A): 0 not at all (A goes to the tensor cores from shared
 # memory); 1 bit arithmetic (the Triton interpreter, which has no inline PTX); 2 cvt.rna.tf32.f32

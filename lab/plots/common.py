@@ -259,7 +259,9 @@ def precision_order(precisions) -> list:
 
 def baseline_of(precision: str) -> str:
     """The cuBLAS precision a row of this precision is compared with (3xtf32: fp32)."""
-    return "fp32" if precision in ("3xtf32", "fp32", "") else precision
+    from lab.precisions import BY_NAME
+
+    return BY_NAME[precision].baseline if precision in BY_NAME else precision or "fp32"
 
 
 def place_labels(ax, points: list[tuple[float, float, str]], fontsize=FONTSIZE - 1,

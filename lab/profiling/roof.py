@@ -9,10 +9,13 @@ from lab.errors import LabError
 
 def roof_label(precision: str) -> str:
     """What the compute roof of `precision` is: the FP32 SIMT pipe, or the tensor cores."""
-    if precision == "fp32":
+    from lab.precisions import get
+
+    r = get(precision)
+    if not r.tensor_cores:
         return "FP32 SIMT"
-    if precision == "3xtf32":
-        return "3xtf32 (TF32 tensor-core peak / 3)"
+    if r.products > 1:
+        return f"{precision} ({get(r.peak_units).word} tensor-core peak / {r.products})"
     return f"{precision} tensor-core"
 
 

@@ -79,7 +79,9 @@ class GpuBench:
         from lab.timing import bench
 
         matmul = torch.backends.cuda.matmul
-        tf32 = self.precision == "tf32"  # 3xtf32 stands in for fp32, and is compared with it
+        from lab.precisions import get
+
+        tf32 = get(self.precision).cublas_tf32  # 3xtf32 stands in for fp32, compared with it
         if hasattr(matmul, "fp32_precision"):
             matmul.fp32_precision = "tf32" if tf32 else "ieee"
         else:  # pragma: no cover - older torch
