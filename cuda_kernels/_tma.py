@@ -38,14 +38,13 @@ from cuda_kernels._build import (LINE_ALIGN, aligned_buffer, cdiv, compile_kerne
                                  launcher, resources)
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
-from lab.precisions import c_bytes, elem_bytes
+from lab.precisions import c_bytes, cuda_defines, elem_bytes
 from lab.operands import entry
 from lab.roofline import DEFAULT_SMS, sm_count
 from lab.toolchain.tma import MapSpec, max_active_clusters, tma_launcher
 
 PRECISIONS = ("bf16", "fp16", "tf32", "fp8")  # every TMA stage's; 3xtf32 where a stage says `split`
-DEFINES = {"tf32": "PREC_TF32", "3xtf32": "PREC_3XTF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16",
-           "fp8": "PREC_FP8"}
+DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16", "fp8")  # lab/precisions.py
 # A's and B's element, and C's (the operands', but fp8's C is bfloat16): lab/precisions.py
 ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16", "fp8")
 C_BYTES = c_bytes(*ELEM_BYTES)

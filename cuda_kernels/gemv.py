@@ -48,14 +48,14 @@ from __future__ import annotations
 from cuda_kernels._build import cdiv, compile_kernel, first_min_blocks, launcher, resources
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
-from lab.precisions import elem_bytes
+from lab.precisions import cuda_defines, elem_bytes
 from lab.operands import entry, timer
 from lab.roofline import DEFAULT_SMS, sm_count
 from lab.splitk import AUTO, SPLITS, allowed_splits, nearest_split
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 ELEM_BYTES = elem_bytes("fp32", "bf16", "fp16")  # sizes from lab/precisions.py
-PREC_DEFINES = {"fp32": {}, "bf16": {"PREC_BF16": 1}, "fp16": {"PREC_FP16": 1}}
+PREC_DEFINES = {p: {d: 1} if d else {} for p, d in cuda_defines("fp32", "bf16", "fp16").items()}
 MAX_NCOL = 8
 ROWS_FOR_NCOL = {1: 4, 2: 4, 4: 2, 8: 1}  # rows = 0: at most 8 accumulators per thread
 MAX_ACC = 32  # rows * ncol accumulators per thread that validate() lets through

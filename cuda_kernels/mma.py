@@ -89,12 +89,12 @@ them as launch.config and, as text, in launch.resources["params"] (the row's `pa
 from cuda_kernels._build import cdiv, first_min_blocks, spill_free_build, stage_launcher
 from lab.contract import Offer
 from lab.errors import LabError
-from lab.precisions import elem_bytes
+from lab.precisions import cuda_defines, elem_bytes
 from lab.operands import entry
 from lab.roofline import DEFAULT_SMS, sm_count
 
 PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
-DEFINES = {"tf32": "PREC_TF32", "3xtf32": "PREC_3XTF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16"}
+DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16")  # lab/precisions.py
 ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/precisions.py
 KSTEP = {"tf32": 8, "3xtf32": 8, "bf16": 16, "fp16": 16}
 DEFAULT_PRECISION = "3xtf32"

@@ -44,11 +44,11 @@ from cuda_kernels._build import (aligned_buffer, cdiv, compile_kernel, device_ar
                                  lines_aligned, resources)
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
-from lab.precisions import elem_bytes
+from lab.precisions import cuda_defines, elem_bytes
 from lab.operands import Operand, entry
 
 PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
-DEFINES = {"tf32": "PREC_TF32", "3xtf32": "PREC_3XTF32", "bf16": "PREC_BF16", "fp16": "PREC_FP16"}
+DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16")  # lab/precisions.py
 ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/precisions.py
 ARCH = "sm_90a"
 SOURCE, KERNEL = "wgmma.cu", "matmul_wgmma"

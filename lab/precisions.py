@@ -144,3 +144,9 @@ def elem_bytes(*names: str) -> dict[str, int]:
 def c_bytes(*names: str) -> dict[str, int]:
     """{precision: bytes of one element of C} for the precisions named."""
     return {n: get(n).c_bytes for n in names}
+
+
+def cuda_defines(*names: str) -> dict[str, str]:
+    """{precision: the define its tensor-core CUDA build takes} for the precisions named (a
+    launcher's own list; fp32 builds take none)."""
+    return {n: get(n).cuda_define for n in names}

@@ -75,6 +75,9 @@ def test_launchers_take_element_sizes_from_the_records():
     for table in (_tma.ELEM_BYTES, gemv.ELEM_BYTES, mma.ELEM_BYTES, wgmma.ELEM_BYTES):
         assert table == precisions.elem_bytes(*table)
     assert _tma.C_BYTES == precisions.c_bytes(*_tma.C_BYTES)
+    for table in (_tma.DEFINES, mma.DEFINES, wgmma.DEFINES):
+        assert table == precisions.cuda_defines(*table)
+    assert gemv.PREC_DEFINES["fp32"] == {} and gemv.PREC_DEFINES["bf16"] == {"PREC_BF16": 1}
 
 
 # ------------------------------------------------------------------------ (c) no second home
