@@ -50,7 +50,7 @@ def load(path: str | Path) -> dict[Key, float | None]:
     CSV. Where two rows share a key, the first one counts."""
     import pandas as pd
 
-    from lab.report import read_csv
+    from lab.csvfile import read_csv
 
     path = Path(path)
     if not path.exists():

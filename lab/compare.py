@@ -191,7 +191,7 @@ def _main(argv: list[str] | None) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from lab import report
+    from lab import csvfile, report, table
 
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
@@ -213,7 +213,7 @@ def _main(argv: list[str] | None) -> int:
     report.finalize(rows)
     matched = base_mod.apply(rows, baseline) if baseline is not None else 0
     shown = report.summarize_repeats(rows) if args.repeat > 1 else rows
-    report.render(shown, mode, console, wide=args.wide, spread=args.repeat > 1)
+    table.render(shown, mode, console, wide=args.wide, spread=args.repeat > 1)
 
     def say(text: str) -> None:  # a note under the table, wrapped at spaces to the terminal
         console.print(escape(wrap(text, subsequent="  ")), highlight=False, soft_wrap=True)
@@ -230,13 +230,13 @@ def _main(argv: list[str] | None) -> int:
     if args.repeat > 1 and mode == "cpu":
         say(f"--repeat {args.repeat} is for timed GPU runs; CPU mode times nothing, so each "
             f"row shows once")
-    conditions = report.conditions_line(rows)
+    conditions = table.conditions_line(rows)
     if conditions:
         say(conditions)
     if csv_paths:
         from lab import env
 
-        csv_path, env_path = report.write_csv(rows, csv_paths[0], env.collect(mode, args.seed))
+        csv_path, env_path = csvfile.write_csv(rows, csv_paths[0], env.collect(mode, args.seed))
         console.print(f"wrote {csv_path} and {env_path}")
     if plotter is not None:
         import contextlib

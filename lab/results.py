@@ -225,7 +225,7 @@ def _glossary(term: str, anchor: str, here: str) -> str:
 
 def canonical_rows(root: Path = RESULTS):
     """The canonical run's passing stage rows (not cuBLAS), layout nn."""
-    from lab.report import read_csv
+    from lab.csvfile import read_csv
 
     path = root / CANONICAL_RUN
     if not path.is_file():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lab.report import read_csv  # noqa: E402
+from lab.csvfile import read_csv  # noqa: E402
 
 
 def spreads(path):

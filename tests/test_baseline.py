@@ -14,10 +14,12 @@ import pytest
 from rich.console import Console
 
 from helpers import ROOT, cpu_only, lab_env, run_lab
-from lab import baseline, report
+from lab import baseline, report, table
+from lab.csvfile import read_csv, write_csv
 from lab.errors import LabError
-from lab.report import Row, read_csv, render, write_csv
+from lab.report import Row
 from lab.shapes import PRESETS, Shape, parse_sizes
+from lab.table import render
 
 RESULTS = ROOT / "results" / "2026-11-22-h100"
 
@@ -94,16 +96,16 @@ def test_committed_results_load_and_match_themselves():
 def test_vs_base_column_only_when_a_row_has_it_and_the_table_still_fits_80():
     rows = report.finalize(old_rows() + [
         timed("blocktile_2d:BM=64,BN=64,TM=4,TN=4", "cuda", 4096, 4096, 4096, 3.9)])
-    assert "vs base" not in report.columns(rows, "gpu")
+    assert "vs base" not in table.columns(rows, "gpu")
     for r, pct in zip(rows, (3.1, -12.0, 150.0, None, -99.9)):
         r.vs_baseline_pct = pct
-    assert "vs base" in report.columns(rows, "gpu")
+    assert "vs base" in table.columns(rows, "gpu")
     console = Console(width=80, record=True, file=io.StringIO())
     render(rows, "gpu", console)
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
     assert "+3.1%" in text and "-12.0%" in text and "+150.0%" in text
-    assert "vs base" not in report.columns(rows, "cpu")  # CPU mode shows no time column
+    assert "vs base" not in table.columns(rows, "cpu")  # CPU mode shows no time column
 
 
 # ------------------------------------------------------- the CLI on a "GPU run" made of rows

@@ -8,8 +8,8 @@ from rich.console import Console
 
 from helpers import run_lab
 from lab import clocks, peaks
-from lab.report import (Row, baseline_within_noise, columns, conditions_line, finalize, render,
-                        summarize_repeats, within_noise)
+from lab.report import Row, baseline_within_noise, finalize, summarize_repeats, within_noise
+from lab.table import columns, conditions_line, render
 from lab.timing import bench_adjacent, quantiles
 
 
@@ -228,7 +228,7 @@ def test_cpu_mode_rows_have_empty_condition_columns(tmp_path):
     proc = run_lab("lab.compare", "--stage", "tiled", "--sizes", "32", "--repeat", "2", "--csv",
                    out, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    from lab.report import read_csv
+    from lab.csvfile import read_csv
 
     df = read_csv(out)
     assert len(df) == 4 and sorted(df["repeat"].tolist()) == [0, 0, 1, 1]

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from lab import check as chk
+from lab.csvfile import to_frame, write_csv
 from lab.errors import LabError
-from lab.report import Row, finalize, gflops, pct_of, to_frame, write_csv
+from lab.report import Row, finalize, gflops, pct_of
 from lab.shapes import Shape, parse_sizes
 from lab.timing import quantiles
 

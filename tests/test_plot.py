@@ -13,7 +13,7 @@ import pytest
 
 from helpers import ROOT, run_lab
 from lab import plot
-from lab.report import read_csv
+from lab.csvfile import read_csv
 from lab.stages import STAGES
 
 RUN = ROOT / "results" / "2026-11-22-h100"

@@ -14,7 +14,7 @@ import pytest
 from helpers import ROOT, run_lab
 from lab import results
 from lab.errors import LabError
-from lab.report import read_csv
+from lab.csvfile import read_csv
 from lab.stages import STAGES
 
 RESULTS = ROOT / "results"

@@ -13,8 +13,10 @@ import pytest
 from rich.console import Console
 
 from helpers import ROOT
-from lab import report
-from lab.report import INT_COLUMNS, Row, finalize, read_csv, render, to_frame, write_csv
+from lab import report, table
+from lab.csvfile import INT_COLUMNS, read_csv, to_frame, write_csv
+from lab.report import Row, finalize
+from lab.table import render
 
 H100_CSV = ROOT / "results" / "2026-11-22-h100" / "08-final-all.csv"
 LONG = "blocktile_2d:BM=64,BN=64,TM=4,TN=4"  # a real variant label, longer than its column
@@ -78,7 +80,7 @@ def headers(text: str) -> str:
 
 def cells_whole(text: str, row: Row, cols: list[str]) -> bool:
     """The row's cells from `backend` on appear whole and in order on one line."""
-    tokens = [report._COLUMNS[c][0](row) for c in cols[cols.index("backend"):]]
+    tokens = [table._COLUMNS[c][0](row) for c in cols[cols.index("backend"):]]
     return re.search(r"\s+".join(re.escape(t) for t in tokens), text) is not None
 
 
@@ -92,7 +94,7 @@ def test_narrow_gpu_table_fits_80_columns_with_every_required_cell_whole():
     rows = gpu_rows()
     text = rendered(rows, "gpu")
     assert_fits(text, 80)
-    cols = report.columns(rows, "gpu")
+    cols = table.columns(rows, "gpu")
     assert cols == ["stage", "backend", "size", "median ms", "TFLOPS", "% cuBLAS", "rel err",
                     "status"]
     for r in rows:
@@ -108,7 +110,7 @@ def test_cpu_table_fits_80_columns_and_shows_no_time():
     rows = cpu_rows()
     text = rendered(rows, "cpu")
     assert_fits(text, 80)
-    cols = report.columns(rows, "cpu")
+    cols = table.columns(rows, "cpu")
     assert not {"median ms", "TFLOPS", "% cuBLAS", "setup ms", "e2e ms"} & set(cols)
     assert cols[:5] == ["stage", "backend", "size", "rel err", "status"]
     for r in rows:
@@ -117,7 +119,7 @@ def test_cpu_table_fits_80_columns_and_shows_no_time():
     assert " ms" not in head and "FLOPS" not in head and "setup" not in head
     assert "0.41" not in text  # setup_ms measured on the CPU is not printed
     # wide CPU tables add resources and occupancy, still no time
-    wide = report.columns(rows, "cpu", wide=True)
+    wide = table.columns(rows, "cpu", wide=True)
     assert {"occ %", "limited by", "blk/SM"} <= set(wide) and "setup ms" not in wide
 
 
@@ -139,15 +141,15 @@ def test_console_width_comes_from_COLUMNS(monkeypatch):
 def allowed_tokens(rows, mode, wide) -> set[str]:
     """Every whitespace-separated word the table may print whole: header words, the pieces a cell
     may wrap into (after ':' ',' '+' ...), the title's and the captions' words."""
-    cols = report.columns(rows, mode, wide)
+    cols = table.columns(rows, mode, wide)
     words = {w for c in cols for w in c.split()}
     for r in rows:
         for c in cols:
-            pieces = report._pieces(report._COLUMNS[c][0](r), report._BREAKS.get(c, ""))
+            pieces = table._pieces(table._COLUMNS[c][0](r), table._BREAKS.get(c, ""))
             for i in range(len(pieces)):  # a wrapped line holds one or more whole pieces
                 for j in range(i + 1, len(pieces) + 1):
                     words.update("".join(pieces[i:j]).split())
-    words.update(report._title(rows, mode).split())
+    words.update(table._title(rows, mode).split())
     words.update(("~ = the difference is within the row's noise (docs/TRUST.md); --wide adds the "
                   "resource and clock columns; every column: docs/COLUMNS.md (continued)").split())
     return words
@@ -164,7 +166,7 @@ def test_wide_table_at_80_columns_cuts_no_number_header_or_name(mode):
     body = [line for line in text.splitlines() if not line.lstrip().startswith("─")]
     allowed = allowed_tokens(rows, mode, wide=True)
     allowed |= {w for r in rows if r.status not in report.OK_STATUSES
-                for w in f"{r.status} {r.stage} {r.backend} {r.layout} {report._size(r)}: "
+                for w in f"{r.status} {r.stage} {r.backend} {r.layout} {table._size(r)}: "
                          f"{r.detail}".split()}
     cut = [w for line in body for w in line.split() if w not in allowed]
     assert not cut, cut
@@ -173,7 +175,7 @@ def test_wide_table_at_80_columns_cuts_no_number_header_or_name(mode):
     for part in tables:  # each table names its rows: stage, backend, size
         head = next(line for line in part.splitlines() if "backend" in line)
         assert "stage" in head and "size" in head
-    for col in report.columns(rows, mode, wide=True):  # every column is in one of the tables
+    for col in table.columns(rows, mode, wide=True):  # every column is in one of the tables
         assert all(w in text.split() for w in col.split()), col
 
 
@@ -181,9 +183,9 @@ def test_a_table_that_fits_is_not_split():
     rows = cpu_rows()
     assert "(continued)" not in rendered(rows, "cpu", 80)
     assert "(continued)" not in rendered(rows, "cpu", 250, wide=True)
-    cols = report.columns(rows, "cpu", wide=True)
-    cells = [[report._COLUMNS[c][0](r) for c in cols] for r in rows]
-    groups = report.split_columns(cols, cells, 80)
+    cols = table.columns(rows, "cpu", wide=True)
+    cells = [[table._COLUMNS[c][0](r) for c in cols] for r in rows]
+    groups = table.split_columns(cols, cells, 80)
     assert len(groups) == 2 and all(g[:3] == [0, 1, 2] for g in groups)  # stage, backend, size
     rest = [i for g in groups for i in g[3:]]
     assert rest == list(range(3, len(cols)))  # every other column once, in order
@@ -196,10 +198,10 @@ def test_wide_adds_resource_columns_and_narrow_has_none():
         assert col in wide and col not in narrow
     assert "setup ms" in wide  # tiled_padded rows have it
     # occupancy and its limiter are separate cells: "56" then "registers", never "56 registers"
-    cols = report.columns(rows, "gpu", wide=True)
+    cols = table.columns(rows, "gpu", wide=True)
     assert cols.index("limited by") == cols.index("occ %") + 1
     r = next(r for r in rows if r.occupancy_limiter == "registers")
-    assert report._COLUMNS["occ %"][0](r) == f"{100 * r.occupancy:.0f}"
+    assert table._COLUMNS["occ %"][0](r) == f"{100 * r.occupancy:.0f}"
 
 
 def test_precision_and_layout_columns_only_when_rows_differ():
@@ -251,5 +253,5 @@ def test_columns_md_explains_every_field_and_table_column():
     text = (ROOT / "docs" / "COLUMNS.md").read_text()
     missing = [f.name for f in fields(Row) if f"`{f.name}`" not in text]
     assert not missing, f"docs/COLUMNS.md does not explain {missing}"
-    missing = [h for h in report._COLUMNS if f"`{h}`" not in text]
+    missing = [h for h in table._COLUMNS if f"`{h}`" not in text]
     assert not missing, f"docs/COLUMNS.md does not explain the table columns {missing}"

@@ -585,7 +585,7 @@ def test_the_triton_twin_computes_the_split_it_chose(capsys, monkeypatch, tmp_pa
     the sum; C is correct, the ordered sum of its 4 slabs, and the `params` column (the launch's
     resources, and lab.compare's CSV row for both backends) says splitk=4."""
     from lab.compare import main
-    from lab.report import read_csv
+    from lab.csvfile import read_csv
 
     M, N, K = 32, 32, 4096
     a, b = chk.make_inputs(M, N, K, seed=4, device="cpu")

@@ -61,7 +61,7 @@ def read_source(path) -> Source:
     """One CSV: a lab.compare results file or a lab.profile file; LabError for anything else."""
     import pandas as pd
 
-    from lab.report import read_csv
+    from lab.csvfile import read_csv
 
     path = Path(path)
     if not path.exists():

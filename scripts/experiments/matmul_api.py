@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from lab.report import read_csv  # noqa: E402
+from lab.csvfile import read_csv  # noqa: E402
 
 
 def compare_command(csv: Path, extra: list[str]) -> list[str]:
@@ -42,7 +42,7 @@ def _f(x, fmt: str) -> str:
 
 
 def table(df) -> list[str]:
-    """The table's lines from lab.compare's CSV (lab.report.read_csv's DataFrame)."""
+    """The table's lines from lab.compare's CSV (lab.csvfile.read_csv's DataFrame)."""
     def col(r, name):
         return getattr(r, name, None)
 

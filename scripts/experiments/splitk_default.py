@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from lab.report import read_csv  # noqa: E402
+from lab.csvfile import read_csv  # noqa: E402
 
 SIZES = "320x192x786432,256x256x524288,4096,1025"
 
