@@ -136,17 +136,6 @@ def wide_strides(stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_c
 
 
 @triton.jit
-def column_blocks_fastest(grid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """(rm, rn): the rows and columns of C of this program's BLOCK_M x BLOCK_N block in a 1-D
-    grid whose column-blocks come fastest (pid % grid_n is the column-block, pid // grid_n the
-    row-block: the order of the former 2-D grid (grid_n, grid_m))."""
-    pid = tl.program_id(0)
-    rn = (pid % grid_n) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rm = (pid // grid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
-    return rm, rn
-
-
-@triton.jit
 def grouped_block(pid, grid_m, grid_n, GROUP_M: tl.constexpr):
     """(pid_m, pid_n) of program pid in grouped order (common.cuh's block_tile, Triton's tutorial
     order): GROUP_M block-rows walked column by column, so that the programs resident at one
@@ -313,13 +302,6 @@ def load_k_step(a_ptrs, b_ptrs, k0, rk, K_A, K_B, a_in_m, b_in_n, EVEN_K: tl.con
         a = tl.load(a_ptrs, mask=a_in_m & in_k_a, other=0.0)
         b = tl.load(b_ptrs, mask=in_k_b & b_in_n, other=0.0)
     return a, b
-
-
-@triton.jit
-def masked_tile(ptr, r0, r1, n0, n1, stride0, stride1):
-    """The tile of an operand at rows r0 and columns r1, zero where r0 >= n0 or r1 >= n1."""
-    return tl.load(ptr + r0[:, None] * stride0 + r1[None, :] * stride1,
-                   mask=(r0[:, None] < n0) & (r1[None, :] < n1), other=0.0)
 
 
 @triton.jit

@@ -55,7 +55,10 @@ def matmul_blocktile_1d_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_a
     if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
-    rm, rn = common.column_blocks_fastest(tl.cdiv(N, BLOCK_N), BLOCK_M, BLOCK_N)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    rn = (pid % grid_n) * BLOCK_N + tl.arange(0, BLOCK_N)  # column-blocks fastest
+    rm = (pid // grid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
     rk = tl.arange(0, BLOCK_K)
     # Pointers walk K like the CUDA kernel's a_ptr/b_ptr: the row/column part is computed once.
     a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak

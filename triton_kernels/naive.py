@@ -40,15 +40,15 @@ def matmul_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     grid_m = tl.cdiv(M, BLOCK)
     pid = tl.program_id(0)
-    rows = (pid % grid_m) * BLOCK + tl.arange(0, BLOCK)  # row-blocks fastest, as blockIdx.x
-    cols = (pid // grid_m) * BLOCK + tl.arange(0, BLOCK)
-    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)  # acc[j, i] = C[rows[i], cols[j]]: transposed
+    rm = (pid % grid_m) * BLOCK + tl.arange(0, BLOCK)  # row-blocks fastest, as blockIdx.x
+    rn = (pid // grid_m) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)  # acc[j, i] = C[rm[i], rn[j]]: transposed
     for k in range(0, K):
-        a = tl.load(a_ptr + rows * stride_am + k * stride_ak, mask=rows < M, other=0.0)  # A[rows, k]
-        b = tl.load(b_ptr + k * stride_bk + cols * stride_bn, mask=cols < N, other=0.0)  # B[k, cols]
+        a = tl.load(a_ptr + rm * stride_am + k * stride_ak, mask=rm < M, other=0.0)  # A[rm, k]
+        b = tl.load(b_ptr + k * stride_bk + rn * stride_bn, mask=rn < N, other=0.0)  # B[k, rn]
         acc += b[:, None] * a[None, :]  # each thread multiplies the operands of its own elements
-    tl.store(c_ptr + rows[None, :] * stride_cm + cols[:, None] * stride_cn, acc,
-             mask=(rows[None, :] < M) & (cols[:, None] < N))
+    tl.store(c_ptr + rm[None, :] * stride_cm + rn[:, None] * stride_cn, acc,
+             mask=(rm[None, :] < M) & (rn[:, None] < N))
 
 
 OFFER = Offer("naive", "triton", kernels=("matmul_naive_kernel",))

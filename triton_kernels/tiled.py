@@ -45,15 +45,24 @@ def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
     if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
-    rm, rn = common.column_blocks_fastest(tl.cdiv(N, TILE), TILE, TILE)
+    grid_n = tl.cdiv(N, TILE)
+    pid = tl.program_id(0)
+    rn = (pid % grid_n) * TILE + tl.arange(0, TILE)  # column-blocks fastest
+    rm = (pid // grid_n) * TILE + tl.arange(0, TILE)
     rk = tl.arange(0, TILE)
     acc = tl.zeros((TILE, TILE), dtype=tl.float32)
     for k0 in range(0, K, TILE):  # one TILE x TILE tile of A and of B per k-step, zero-filled
         ka = k0 + rk
-        a = common.masked_tile(a_ptr, rm, ka, M, K, stride_am, stride_ak)
-        b = common.masked_tile(b_ptr, ka, rn, K, N, stride_bk, stride_bn)
-        # tl.dot, or tile 8's broadcast multiply and sum
-        acc = common.tile_product(a, b, acc, USE_DOT, INPUT_PRECISION, UPCAST)
+        a = tl.load(a_ptr + rm[:, None] * stride_am + ka[None, :] * stride_ak,
+                    mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + ka[:, None] * stride_bk + rn[None, :] * stride_bn,
+                    mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
+        if USE_DOT:
+            if UPCAST:  # the interpreter's bf16 dot is wrong (_common.dot_meta)
+                a, b = a.to(tl.float32), b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        else:  # tile 8, under tl.dot's 16: a broadcast multiply and sum on the CUDA cores
+            acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 

@@ -45,14 +45,20 @@ def matmul_tiled_padded_kernel(a_ptr, b_ptr, c_ptr, Mp, Np, Kp, stride_am, strid
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     # Mp, Np, Kp are multiples of TILE: no load or store needs a mask.
-    rm, rn = common.column_blocks_fastest(Np // TILE, TILE, TILE)
+    grid_n = Np // TILE
+    pid = tl.program_id(0)
+    rn = (pid % grid_n) * TILE + tl.arange(0, TILE)  # column-blocks fastest
+    rm = (pid // grid_n) * TILE + tl.arange(0, TILE)
     rk = tl.arange(0, TILE)
     acc = tl.zeros((TILE, TILE), dtype=tl.float32)
-    for k0 in range(0, Kp, TILE):
+    for k0 in range(0, Kp, TILE):  # one TILE x TILE tile of A and of B per k-step, no mask
         ka = k0 + rk
         a = tl.load(a_ptr + rm[:, None] * stride_am + ka[None, :] * stride_ak)
         b = tl.load(b_ptr + ka[:, None] * stride_bk + rn[None, :] * stride_bn)
-        acc = common.tile_product(a, b, acc, USE_DOT, "ieee", False)  # tl.dot, or tile 8's sum
+        if USE_DOT:
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        else:  # tile 8, under tl.dot's 16: a broadcast multiply and sum on the CUDA cores
+            acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc)
 
 

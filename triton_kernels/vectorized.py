@@ -70,29 +70,50 @@ def matmul_vectorized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
     grid_n = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
-    # Offsets of this program's rows and columns: runs of BLOCK consecutive values starting at a
-    # multiple of BLOCK (Triton infers this from pid * BLOCK + arange; block_range says it).
-    rn = common.block_range(pid % grid_n, BLOCK_N)  # column-blocks fastest
-    rm = common.block_range(pid // grid_n, BLOCK_M)
-    rk = tl.max_contiguous(tl.arange(0, BLOCK_K), BLOCK_K)
+    rn = (pid % grid_n) * BLOCK_N + tl.arange(0, BLOCK_N)  # column-blocks fastest
+    rm = (pid // grid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, BLOCK_K)
+    # rm, rn, rk: runs of BLOCK consecutive values starting at a multiple of BLOCK (Triton infers
+    # this from pid * BLOCK + arange; said explicitly)
+    rn = tl.max_contiguous(tl.multiple_of(rn, BLOCK_N), BLOCK_N)
+    rm = tl.max_contiguous(tl.multiple_of(rm, BLOCK_M), BLOCK_M)
+    rk = tl.max_contiguous(rk, BLOCK_K)
     # Each operand's offsets along its two dimensions. The one whose stride is 1 is the contiguous
     # run (rk, rn or rm itself once the constant 1 is folded); the other starts each line.
+    a_m, a_k = rm * stride_am, rk * stride_ak
+    b_k, b_n = rk * stride_bk, rn * stride_bn
+    c_m, c_n = rm * stride_cm, rn * stride_cn
     # A flag "n" says every row of its operand starts on a 16-byte boundary (4 floats), "t" every
-    # column does (a transposed view): line_offsets gives that line's offsets the hint.
-    a_ptrs, b_ptrs, c_m, c_n = common.operand_pointers(
-        a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-        stride_cn, VEC_A, VEC_B, VEC_C, 4)
-    # Edge masks. A flag promises that the size along its operand's contiguous dimension is a
-    # multiple of 4, and the runs of rm, rn, rk start at multiples of 4: that dimension's mask is
-    # then constant per float4 (M % 4 == 0 for a column-major A or C, N % 4 for a row-major B, C).
-    in_m, in_n = common.edge_masks(rm, rn, M, N, VEC_A == "t" or VEC_C == "t",
-                                   VEC_B == "n" or VEC_C == "n", 4)
+    # column does (a transposed view): that line's offsets are multiples of 4.
+    a_m = tl.multiple_of(a_m, 4) if VEC_A == "n" else a_m
+    a_k = tl.multiple_of(a_k, 4) if VEC_A == "t" else a_k
+    b_k = tl.multiple_of(b_k, 4) if VEC_B == "n" else b_k
+    b_n = tl.multiple_of(b_n, 4) if VEC_B == "t" else b_n
+    c_m = tl.multiple_of(c_m, 4) if VEC_C == "n" else c_m
+    c_n = tl.multiple_of(c_n, 4) if VEC_C == "t" else c_n
+    a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
+    b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
+    # Edge masks. A flag also promises that the size along its operand's contiguous dimension is
+    # a multiple of 4, and the runs of rm, rn, rk start at multiples of 4: that dimension's mask
+    # is then constant per float4 (M % 4 == 0 for a column-major A or C, N % 4 for a row-major B
+    # or C; K % 4 for a row-major A or a column-major B, below).
+    in_m = rm[:, None] < M
+    in_n = rn[None, :] < N
+    in_m = tl.max_constancy(in_m, [4, 1]) if VEC_A == "t" or VEC_C == "t" else in_m
+    in_n = tl.max_constancy(in_n, [1, 4]) if VEC_B == "n" or VEC_C == "n" else in_n
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        # K % 4 == 0 where A is row-major or B column-major: constant per float4 of their lines
-        a, b = common.load_k_step(a_ptrs, b_ptrs, k0, rk, K, K, in_m, in_n, EVEN_K,
-                                  VEC_A == "n", VEC_B == "t", 4)
-        if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)
+        if EVEN_K:  # every k-step is full: only the M and N edges are masked
+            a = tl.load(a_ptrs, mask=in_m, other=0.0)
+            b = tl.load(b_ptrs, mask=in_n, other=0.0)
+        else:
+            in_k_a = k0 + rk[None, :] < K
+            in_k_b = k0 + rk[:, None] < K
+            in_k_a = tl.max_constancy(in_k_a, [1, 4]) if VEC_A == "n" else in_k_a
+            in_k_b = tl.max_constancy(in_k_b, [4, 1]) if VEC_B == "t" else in_k_b
+            a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
+            b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
+        if UPCAST:  # the interpreter's bf16 dot is wrong (_common.dot_meta)
             a, b = a.to(tl.float32), b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         a_ptrs += BLOCK_K * stride_ak
