@@ -198,3 +198,39 @@ def test_every_link_into_the_glossary_names_an_entry_it_has():
     for page in pages():
         for anchor in re.findall(r"GLOSSARY\.md#([\w-]+)", page.read_text(encoding="utf-8")):
             assert anchor in anchors, f"{page.relative_to(ROOT)}: #{anchor}"
+
+
+# anchor -> a word of the GPU or the profiler as a stage page uses it. A stage page that uses the
+# word links the entry (at its first use, by hand; this checks that the link is there).
+STAGE_TERMS = {
+    "sector": r"\bsectors?\b",
+    "wavefront": r"\bwavefronts?\b",
+    "broadcast": r"\bbroadcasts?\b",
+    "carveout": r"\bcarveouts?\b",
+    "lg-throttle": r"\blg_throttle\b",
+    "mio-throttle": r"\bmio_throttle\b",
+    "issue-slot": r"\bissue\s+slots?\b",
+    "epilogue": r"\bepilogues?\b",
+    "wave-quantization": r"\bwave[- ]quantization\b",
+    "warpgroup": r"\bwarpgroups?\b",
+    "ptxas": r"\bptxas\b",
+    "leading-dimension": r"\bleading\s+dimensions?\b",
+    "cp-async": r"\bcp\.async\b(?!\.bulk)",
+    "tensor-cores": r"\btensor[- ]cores?\b",
+    "wgmma": r"(?<![\w.])wgmma\b(?![.\w])",
+    "mbarrier": r"\bmbarriers?\b",
+    "swizzle": r"\bswizzl",
+    "occupancy": r"\boccupancy\b",
+    "split-k": r"\bsplit-K\b",
+    "cublas": r"\bcuBLAS\b",
+}
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "stages").glob("*.md")),
+                         ids=lambda p: p.name)
+def test_every_stage_page_links_the_glossary_words_it_uses(page):
+    text = page.read_text(encoding="utf-8")
+    assert set(STAGE_TERMS) <= glossary_anchors()
+    unlinked = [anchor for anchor, pattern in STAGE_TERMS.items()
+                if re.search(pattern, text) and f"GLOSSARY.md#{anchor})" not in text]
+    assert unlinked == [], f"{page.name} uses these words without a link to docs/GLOSSARY.md#..."
