@@ -45,7 +45,7 @@ What Triton does for you that the CUDA stage does by hand:
 - wgmma. tl.dot on two shared-memory tiles becomes wgmma.mma_async m64nNk16 (k8 for TF32, k32 for
   fp8) with both operands from shared memory, wgmma.fence / commit_group / wait_group around it,
   one group left in flight across the loop's back edge; a column-major operand (a transposed
-  descriptor, _common.tma_load's .T) is read with wgmma's transpose bit in 16-bit types.
+  descriptor, the loaded tile's .T) is read with wgmma's transpose bit in 16-bit types.
 - the epilogue: the accumulator goes to shared memory and out with one TMA store
   (cp.async.bulk.tensor global.shared, bulk_group commit/wait), clipped at C's edges; subtile=1
   splits it into two stores of BLOCK_M x BLOCK_N/2 (tl.split of the accumulator, a renaming of
@@ -109,7 +109,7 @@ same copy kernel as double_buffered's realign): the copy is what a caller holdin
 pays, as cuBLAS's slower kernel is what it pays there. launch.realigned names the operands copied.
 64-bit offsets: TMA's addresses are 64-bit and its coordinates per dimension, so A and B past 2^31
 elements need nothing else; the masked store of a C no descriptor describes takes OFFSET64
-(_common.masked_store).
+(its two strides made 64-bit).
 
 GPUs: sm_90 only (H100, H200): prepare() refuses another GPU in one sentence. Under the Triton
 interpreter (CPU tensors, TRITON_INTERPRET=1) the descriptors are emulated, with the same 16-byte
@@ -165,6 +165,7 @@ def matmul_tma_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_
                             C_DESC: tl.constexpr, C_T: tl.constexpr, SUBTILE: tl.constexpr,
                             INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                             OFFSET64: tl.constexpr = False):
+    # grouped order (warptiling's, _common.grouped_block)
     pid_m, pid_n = common.grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M),
                                         tl.cdiv(N, BLOCK_N), GROUP_M)
     m0 = pid_m * BLOCK_M
@@ -173,22 +174,42 @@ def matmul_tma_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_
     a_desc = common.tma_descriptor(a_ptr, M, K, lda, BLOCK_M, BLOCK_K, A_T)
     b_desc = common.tma_descriptor(b_ptr, K, N, ldb, BLOCK_K, BLOCK_N, B_T)
     if scale_a_ptr is not None:  # fp8: scale_a * scale_b, loaded before the loop
-        scale = common.scale_product(scale_a_ptr, scale_b_ptr)
+        scale = tl.load(scale_a_ptr) * tl.load(scale_b_ptr)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # A plain loop over k-steps; num_stages makes Triton pipeline its TMA loads (the header)
     for k0 in range(0, K, BLOCK_K):
-        a = common.tma_load(a_desc, m0, k0, A_T)
-        b = common.tma_load(b_desc, k0, n0, B_T)
-        acc = common.tile_product(a, b, acc, True, INPUT_PRECISION, UPCAST)
+        # one TMA load per tile: no pointers, no masks (zeros past the edges); a column-major
+        # operand's tile is loaded from its transpose and transposed back (.T: a view, which
+        # wgmma reads with its transpose bit in 16-bit types)
+        a = a_desc.load([k0, m0]).T if A_T else a_desc.load([m0, k0])
+        b = b_desc.load([n0, k0]).T if B_T else b_desc.load([k0, n0])
+        if UPCAST:  # the interpreter's bf16 dot is wrong (_common.dot_meta)
+            a, b = a.to(tl.float32), b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
     if scale_a_ptr is not None:  # fp8: C = scale_a * scale_b * (A @ B), scaled in fp32
         acc = acc * scale
     c = acc.to(c_ptr.dtype.element_ty)  # C in its own dtype: the fp32 accumulator rounded
-    if C_DESC:  # through shared memory and one TMA store (two: SUBTILE)
+    if C_DESC:  # through shared memory and one TMA store (clipped at C's edges)
         c_desc = common.c_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, C_T, SUBTILE)
-        common.tma_store_c(c_desc, c, m0, n0, BLOCK_M, BLOCK_N, C_T, SUBTILE)
-    else:
-        common.masked_store(c_ptr, c, m0, n0, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N,
-                            OFFSET64)
+        if SUBTILE:  # subtile: C's left and right halves (a renaming of registers), two stores
+            c, c1 = tl.split(tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+        if C_T:  # a column-major C, described as its transpose
+            c_desc.store([n0, m0], c.T)
+        else:
+            c_desc.store([m0, n0], c)
+        if SUBTILE:  # the right half, BLOCK_N / 2 columns on
+            if C_T:
+                c_desc.store([n0 + BLOCK_N // 2, m0], c1.T)
+            else:
+                c_desc.store([m0, n0 + BLOCK_N // 2], c1)
+    else:  # a C no descriptor can describe (its lines off 16 bytes): a masked store
+        if OFFSET64:  # tl.cast, not .to(): a stride of 1 arrives as a constant
+            stride_cm = tl.cast(stride_cm, tl.int64)
+            stride_cn = tl.cast(stride_cn, tl.int64)
+        rm = m0 + tl.arange(0, BLOCK_M)
+        rn = n0 + tl.arange(0, BLOCK_N)
+        tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, c,
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 def smem_bytes(c: dict, precision: str) -> int:

@@ -28,12 +28,13 @@ What this file adds over the vectorized twin (the "masks only on edges" GEMM):
   the pipeliner from using its unmasked cp.async path.
 - GROUP_M rasterization: programs walk GROUP_M tile-rows column by column (common.cuh's
   block_tile(), Triton's tutorial order), so resident programs share A and B tiles in L2.
-- Split-K (splitk = S > 1): the 1-D grid holds S copies of the tile grid; program pid works on
+- Split-K (splitk = S > 1; a path of its own: the file's last section, and in the GEMM kernel the
+  lines under `if SPLITK > 1`): the 1-D grid holds S copies of the tile grid; program pid works on
   tile pid % tiles and split pid // tiles, a contiguous range of k-tiles (sizes differing by at
   most one; empty when there are fewer k-tiles than splits, and then it stores zeros). Each split
   stores its partial tile into its slab of a workspace of S x M x N floats (allocated in prepare:
   setup), and splitk_reduce_kernel, a second small Triton kernel, sums the slabs in the fixed
-  order 0, 1, ..., S-1 into C: bitwise reproducible. The launch callable runs both.
+  order 0, 1, ..., S-1 into C: bitwise reproducible. splitk_launch runs both.
   splitk = 0 (the registry's default) is the split lab/splitk.py's auto_tile_and_split() chooses
   from M, N, K, the BLOCK_M x BLOCK_N tile and the GPU's SM count, the same function as the CUDA
   stage's (resolve(); S = 1 unless the tiles are fewer than the SMs and K is long, see its
@@ -85,8 +86,8 @@ MAX_ACC = 128  # accumulators per thread (BLOCK_M*BLOCK_N / threads) that fit in
 def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                              stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
                              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                             SPLITK: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
-                             VEC_C: tl.constexpr, EVEN_K: tl.constexpr,
+                             VEC_A: tl.constexpr, VEC_B: tl.constexpr, VEC_C: tl.constexpr,
+                             EVEN_K: tl.constexpr, SPLITK: tl.constexpr = 1,
                              PAD_A: tl.constexpr = False, PAD_B: tl.constexpr = False,
                              OFFSET64: tl.constexpr = False):
     if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
@@ -95,42 +96,49 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
-    split = 0
-    if SPLITK > 1:  # the split, then the tile within it
-        tiles = grid_m * grid_n
-        split = pid // tiles
-        pid = pid % tiles
-    # GROUP_M order (GROUP_M = 1: row-major order, pid_n = pid % grid_n).
-    pid_m, pid_n = common.grouped_block(pid, grid_m, grid_n, GROUP_M)
+    if SPLITK > 1:  # split-K (below): SPLITK copies of the tile grid, the split then the tile
+        split = pid // (grid_m * grid_n)
+        pid = pid % (grid_m * grid_n)
+    # GROUP_M order: GROUP_M block-rows walked column by column, so that the programs resident at
+    # one time share their rows of A and columns of B in L2 (common.cuh's block_tile; Triton's
+    # tutorial order; GROUP_M = 1 is the plain order, pid_n = pid % grid_n)
+    width = GROUP_M * grid_n
+    first_m = (pid // width) * GROUP_M
+    rows = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
 
-    # Rows and columns of this tile, wrapped at the edges of C (never out of bounds, so no masks
-    # in the loop; the wrapped rows and columns of the result are not stored).
-    # realign (PAD_A / PAD_B: the operand is prepare()'s buffer, zero past its contiguous
-    # dimension up to a multiple of 4 and beyond): a buffer read along m or n (a column-major A,
-    # a row-major B) wraps at M or N rounded up to 4, reading zeros in between, into rows and
-    # columns that are not stored either.
-    wrap_m = M
-    wrap_n = N
-    if PAD_A and VEC_A == "t":
-        wrap_m = tl.cdiv(M, 4) * 4
-    if PAD_B and VEC_B == "n":
-        wrap_n = tl.cdiv(N, 4) * 4
+    # The rows of A and columns of B this tile reads, wrapped at the edges of C: never out of
+    # bounds, so no masks in the loop (the wrapped rows and columns of the result are not stored).
+    # realign (PAD_A / PAD_B, the operand is prepare()'s buffer): one read along m or n (a
+    # column-major A, a row-major B) wraps at M or N rounded up to 4 instead, reading its zero
+    # padding in between.
+    wrap_m = tl.cdiv(M, 4) * 4 if PAD_A and VEC_A == "t" else M
+    wrap_n = tl.cdiv(N, 4) * 4 if PAD_B and VEC_B == "n" else N
     rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % wrap_m
     rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % wrap_n
     rk = tl.arange(0, BLOCK_K)
-    # Contiguity hints where an operand runs along m or n (a transposed A, a row-major B): the
-    # wrap happens at a multiple of 4 (vector_flags promises M % 4 == 0 or N % 4 == 0; PAD_*
-    # rounds it up), so rm and rn are made of aligned runs of 4 and the loads can be 128-bit.
-    if VEC_A == "t":
-        rm = tl.max_contiguous(tl.multiple_of(rm, 4), 4)
-    if VEC_B == "n":
-        rn = tl.max_contiguous(tl.multiple_of(rn, 4), 4)
-    # Each operand's offsets, with its flag's hint (a line of A or B starts on a 16-byte boundary)
-    a_m, a_k = common.line_offsets(rm, rk, stride_am, stride_ak, VEC_A, 4)
-    b_k, b_n = common.line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, 4)
+    # Where an operand runs along m or n (a transposed A, a row-major B) the wrap is at a multiple
+    # of 4 (the flag promises M % 4 == 0 or N % 4 == 0; PAD rounds it up): rm and rn are aligned
+    # runs of 4, and the loads can be 128-bit.
+    rm = tl.max_contiguous(tl.multiple_of(rm, 4), 4) if VEC_A == "t" else rm
+    rn = tl.max_contiguous(tl.multiple_of(rn, 4), 4) if VEC_B == "n" else rn
+    # Each operand's offsets along its two dimensions; a flag "n" ("t") says every row (column)
+    # of its operand starts on a 16-byte boundary: that line's offsets are multiples of 4.
+    a_m, a_k = rm * stride_am, rk * stride_ak
+    b_k, b_n = rk * stride_bk, rn * stride_bn
+    a_m = tl.multiple_of(a_m, 4) if VEC_A == "n" else a_m
+    a_k = tl.multiple_of(a_k, 4) if VEC_A == "t" else a_k
+    b_k = tl.multiple_of(b_k, 4) if VEC_B == "n" else b_k
+    b_n = tl.multiple_of(b_n, 4) if VEC_B == "t" else b_n
 
-    # This program's k-tiles [kt0, kt1); the full ones are [kt0, full), then at most one partial.
-    kt0, kt1, full = common.split_ktiles(K, split, BLOCK_K, SPLITK, EVEN_K)
+    # The k-tiles [kt0, kt1): all of K's (split-K: this split's share, SPLITK equal shares);
+    # the full ones are [kt0, full), then at most one partial (none with EVEN_K).
+    kt0 = 0
+    kt1 = tl.cdiv(K, BLOCK_K)
+    if SPLITK > 1:
+        kt0, kt1 = split * kt1 // SPLITK, (split + 1) * kt1 // SPLITK
+    full = kt1 if EVEN_K else tl.maximum(tl.minimum(kt1, K // BLOCK_K), kt0)
     a_ptrs = a_ptr + a_m[:, None] + (kt0 * BLOCK_K * stride_ak + a_k[None, :])
     b_ptrs = b_ptr + (kt0 * BLOCK_K * stride_bk + b_k[:, None]) + b_n[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -141,11 +149,11 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     if not EVEN_K:
-        if full < kt1:  # the ragged end of K (only in the program that owns the last k-tile)
+        if full < kt1:  # the ragged end of K (split-K: only in the split that owns it)
             k_left = K - full * BLOCK_K
             in_k_a = rk[None, :] < k_left
             in_k_b = rk[:, None] < k_left
-            # PAD: a buffer read along k (a row-major A, a column-major B) is masked up to K
+            # realign: a buffer read along k (a row-major A, a column-major B) is masked up to K
             # rounded up to 4 (zeros past K), so that the mask is constant per float4
             if PAD_A and VEC_A == "n":
                 in_k_a = tl.max_constancy(rk[None, :] < tl.cdiv(K, 4) * 4 - full * BLOCK_K,
@@ -157,49 +165,46 @@ def matmul_warptiling_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
             b = tl.load(b_ptrs, mask=in_k_b, other=0.0)
             acc = tl.dot(a, b, acc, input_precision="ieee")
 
-    cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # unwrapped: the store mask drops the wrap
-    cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    # VEC_C "t": M % 4 == 0, the mask is constant over each float4 of a column of C; "n": N % 4
-    in_m, in_n = common.edge_masks(cm, cn, M, N, VEC_C == "t", VEC_C == "n", 4)
+    # C's rows and columns, unwrapped: the store's masks drop the wrapped ones. VEC_C "t":
+    # M % 4 == 0, the mask is constant over each float4 of a column of C; "n": N % 4 == 0.
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    in_m = rm[:, None] < M
+    in_n = rn[None, :] < N
+    in_m = tl.max_constancy(in_m, [4, 1]) if VEC_C == "t" else in_m
+    in_n = tl.max_constancy(in_n, [1, 4]) if VEC_C == "n" else in_n
     mask = in_m & in_n
-    if SPLITK > 1:  # this split's slab of the workspace (row-major M x N, 64-bit slab offset)
-        if OFFSET64:  # a slab past 2^31 elements: 64-bit rows too
-            cm = cm.to(tl.int64)
-        w_ptrs = c_ptr + split.to(tl.int64) * M * N + cm[:, None] * N + cn[None, :]
-        tl.store(w_ptrs, acc, mask=mask)
+    if SPLITK > 1:  # split-K: this split's slab of the workspace (row-major M x N, below)
+        w_m = rm.to(tl.int64) if OFFSET64 else rm  # a slab past 2^31 elements: 64-bit rows too
+        tl.store(c_ptr + split.to(tl.int64) * M * N + w_m[:, None] * N + rn[None, :], acc,
+                 mask=mask)
     else:
-        c_m, c_n = common.line_offsets(cm, cn, stride_cm, stride_cn, VEC_C, 4)
+        c_m, c_n = rm * stride_cm, rn * stride_cn
+        c_m = tl.multiple_of(c_m, 4) if VEC_C == "n" else c_m
+        c_n = tl.multiple_of(c_n, 4) if VEC_C == "t" else c_n
         tl.store(c_ptr + c_m[:, None] + c_n[None, :], acc, mask=mask)
 
 
-@triton.jit
-def splitk_reduce_kernel(w_ptr, c_ptr, M, N, stride_cm, stride_cn, SPLITK: tl.constexpr,
-                         BLOCK: tl.constexpr):
-    """C = W[0] + W[1] + ... + W[SPLITK-1] (each W[s] M x N, row-major), summed in that order."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mn = tl.cast(M, tl.int64) * N  # (tl.cast: M == 1 arrives as a constant)
-    mask = offs < mn
-    acc = tl.load(w_ptr + offs, mask=mask, other=0.0)
-    for s in tl.static_range(1, SPLITK):  # a fixed order: the same bits every launch
-        acc += tl.load(w_ptr + s * mn + offs, mask=mask, other=0.0)
-    i = offs // N
-    j = offs % N
-    tl.store(c_ptr + i * stride_cm + j * stride_cn, acc, mask=mask)
+def smem_bytes(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_stages: int = 3,
+               **_) -> int:
+    """The pipeline's shared-memory ring: num_stages tiles of A and B (one at num_stages 0, 1)."""
+    return max(1, num_stages) * (BLOCK_M + BLOCK_N) * BLOCK_K * 4
 
 
 def validate(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_warps: int = 8,
              num_stages: int = 3, splitk: int = 1, **_) -> None:
     """Raise LabError (one sentence) for a combination Triton cannot compile well on an H100."""
-    where = (f"warptiling (Triton) with BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
-             f"num_warps={num_warps}, num_stages={num_stages}")
-    smem = max(1, num_stages) * (BLOCK_M + BLOCK_N) * BLOCK_K * 4
+    where = (f"warptiling (Triton) with BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, "
+             f"BLOCK_K={BLOCK_K}, num_warps={num_warps}, num_stages={num_stages}")
+    smem = smem_bytes(BLOCK_M, BLOCK_N, BLOCK_K, num_stages)
     if smem > SMEM_LIMIT:
         raise LabError(f"{where} needs about {smem // 1024} KiB of shared memory, more than an "
                        f"H100's 227 KiB; lower num_stages or BLOCK_K")
-    acc = BLOCK_M * BLOCK_N // (32 * num_warps)
-    if acc > MAX_ACC:
-        raise LabError(f"{where} gives each thread {acc} accumulators, more than the {MAX_ACC} "
-                       f"that fit in registers; raise num_warps or lower BLOCK_M or BLOCK_N")
+    per_thread = BLOCK_M * BLOCK_N // (32 * num_warps)
+    if per_thread > MAX_ACC:
+        raise LabError(f"{where} gives each thread {per_thread} accumulators, more than the "
+                       f"{MAX_ACC} that fit in registers; raise num_warps or lower BLOCK_M or "
+                       f"BLOCK_N")
     if splitk < 0:
         raise LabError(f"warptiling (Triton) with splitk={splitk}: splitk must be 0 (chosen "
                        f"from the shape) or 1 or more")
@@ -257,40 +262,60 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_
                           GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages,
                           realign=realign), p.M, p.N, p.K, p.precision,
                      sm_count(p.c.tensor.device))
-    # realign (triton_kernels/_realign.py): the buffers first (setup, untimed), so that the GEMM
-    # kernel's arguments are the buffers; the copies run once per call, before the kernel(s)
-    p, copies, realign_ms = realign_setup(p, realign)
-    out = with_copies(_launch(p, config["BLOCK_M"], config["BLOCK_N"], BLOCK_K, GROUP_M,
-                              config["num_warps"], num_stages, config["splitk"],
-                              realign_flags(p, copies)), copies, realign_ms, p)
-    out.resources = {**(out.resources or {}), "params": show(config)}
-    out.config = config
-    return out
-
-
-def _launch(p, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages, splitk, pads):
-    """The GEMM kernel's launch (splitk = 1), or the split-K GEMM then the reduction, on p's
-    operands (the realign buffers where there are any; `pads`: their VEC_* / PAD_* flags)."""
-    import torch
-
-    tiles = cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N)
-    meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-                SPLITK=splitk, EVEN_K=p.K % BLOCK_K == 0, **{**vector_flags(p), **pads},
-                **offsets_meta(p), num_warps=num_warps, num_stages=num_stages)
-    args = problem_args(p)
+    BLOCK_M, BLOCK_N, num_warps, splitk = (config[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps",
+                                                               "splitk"))
+    p, copies, setup_ms = realign_setup(p, realign)  # setup: the buffers, allocated and zeroed once
+    # a buffer's hint is on, and PAD_* for its zero padding (triton_kernels/_realign.py)
+    flags = {**vector_flags(p), **realign_flags(p, copies)}
+    grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N),)
+    meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, SPLITK=splitk,
+                EVEN_K=p.K % BLOCK_K == 0, **flags, **offsets_meta(p), num_warps=num_warps,
+                num_stages=num_stages)
     if splitk == 1:
-        return launcher(matmul_warptiling_kernel, (tiles,), args, **meta)
+        launch = launcher(matmul_warptiling_kernel, grid, (*problem_args(p),), **meta)
+    else:  # split-K (below): the partial tiles into a workspace, then their sum into C
+        launch = splitk_launch(p, grid, splitk, meta)
+    launch = with_copies(launch, copies, setup_ms, p)  # timed, every call: the copies, the kernels
+    launch.resources = {**(launch.resources or {}), "params": show(config)}
+    launch.config = config
+    return launch
 
+
+# ------------------------------------------------------------------ split-K (splitk = S > 1)
+# The grid holds S copies of the tile grid: matmul_warptiling_kernel with SPLITK = S computes
+# each split's share of the k-tiles and stores its partial tile into the split's slab of a
+# workspace of S x M x N floats (allocated in prepare: setup); splitk_reduce_kernel then sums the
+# slabs into C in a fixed order (bitwise reproducible). The launch runs both.
+
+
+@triton.jit
+def splitk_reduce_kernel(w_ptr, c_ptr, M, N, stride_cm, stride_cn, SPLITK: tl.constexpr,
+                         BLOCK: tl.constexpr):
+    """C = W[0] + W[1] + ... + W[SPLITK-1] (each W[s] M x N, row-major), summed in that order."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mn = tl.cast(M, tl.int64) * N  # (tl.cast: M == 1 arrives as a constant)
+    mask = offs < mn
+    acc = tl.load(w_ptr + offs, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLITK):  # a fixed order: the same bits every launch
+        acc += tl.load(w_ptr + s * mn + offs, mask=mask, other=0.0)
+    i = offs // N
+    j = offs % N
+    tl.store(c_ptr + i * stride_cm + j * stride_cn, acc, mask=mask)
+
+
+def splitk_launch(p, grid, splitk, meta):
+    """The split-K GEMM (`splitk` copies of `grid`, into the workspace) then the reduction, on p's
+    operands (the realign buffers where there are any)."""
     clock = timer(p.c.tensor.is_cuda)
-    work = torch.empty(splitk * p.M * p.N, dtype=torch.float32, device=p.c.tensor.device)
+    work = p.c.tensor.new_empty(splitk * p.M * p.N)  # fp32, as C
     setup_ms = clock.stop()
     # The reduction's launcher first: lab.profile captures the last launcher() call of a
     # prepare, and the kernel to profile is the GEMM.
     reduce = launcher(splitk_reduce_kernel, (cdiv(p.M * p.N, REDUCE_BLOCK),),
                       (work, p.c.tensor, p.M, p.N, p.c.s0, p.c.s1), SPLITK=splitk,
                       BLOCK=REDUCE_BLOCK, num_warps=4)
-    partials = launcher(matmul_warptiling_kernel, (splitk * tiles,),
-                        (args[0], args[1], work, *args[3:]), **meta)
+    a, b, _, *args = problem_args(p)
+    partials = launcher(matmul_warptiling_kernel, (splitk * grid[0],), (a, b, work, *args), **meta)
     # setup_reusable: the workspace is allocated once and every call rewrites all of it
     return Prepared.of_steps([partials, reduce], resources=partials.resources,
                              setup_ms=setup_ms, workspace=work, setup_reusable=True)
