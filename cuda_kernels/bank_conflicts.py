@@ -13,12 +13,15 @@ conflict-free):
   swizzle  no padding; column x of row k stored at x ^ ((k/4) * (128/BK));
   raw      no padding at all: 2-, 4-, 8-way conflicts at BK = 8, 16, 32 (a positive control).
 Everything else, including which float4 variant (VEC_A / VEC_B / VEC_C) a problem gets, is
-vectorized.py's rule.
+vectorized.py's rule, and so is the file: the lesson cuda_kernels/bank_conflicts.cu (layout nn,
+16-byte-aligned lines, 32-bit offsets; As is the one scattered tile there) for the lesson case,
+cuda_kernels/variants/bank_conflicts.cu (every layout, alignment and size; a transposed B is
+scattered too, into Bs) for every other problem.
 """
 
 from cuda_kernels import blocktile_2d, vectorized
-from cuda_kernels._build import (cdiv, cuda_offer, require_even_split, require_static_smem,
-                                 spill_free_build)
+from cuda_kernels._build import (cdiv, cuda_offer, lesson_case, require_even_split,
+                                 require_static_smem, spill_free_build, stage_source)
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -28,7 +31,8 @@ vector_flags = vectorized.vector_flags
 
 
 def tile_floats(width: int, BK: int, fix: str, scatter: bool, none_pad: int) -> int:
-    """Floats of one BK-row shared tile of `width`-float rows, as bank_conflicts.cu's Tile::SIZE."""
+    """Floats of one BK-row shared tile of `width`-float rows, as variants/bank_conflicts.cu's
+    Tile::SIZE (the lesson's AS_SIZE for As, BK * BN for Bs)."""
     ld = width + (none_pad if fix == "none" else 0)
     gpad = 128 // BK if fix == "pad" and scatter else 0
     return BK * ld + (BK // 4) * gpad
@@ -64,7 +68,9 @@ def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8,
     defines = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN, "GROUP": group,
                "FIX": FIXES[fix], "VEC_A": bool(vec_a), "VEC_B": bool(vec_b),
                "VEC_C": bool(vec_c)}
-    return spill_free_build("bank_conflicts.cu", "matmul_bank_conflicts", defines,
+    # the lesson (bank_conflicts.cu) for nn, aligned lines, 32-bit offsets; else the variant
+    source = stage_source("bank_conflicts", lesson_case(layout, offsets64, vec_a, vec_b, vec_c))
+    return spill_free_build(source, "matmul_bank_conflicts", defines,
                             blocktile_2d.first_blocks(BM, BN, TM, TN), fast_math=fast_math,
                             unroll=unroll, layout=layout, offsets64=offsets64)
 

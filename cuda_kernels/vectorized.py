@@ -4,21 +4,27 @@ Geometry: block (BM/TM)*(BN/TN) threads (1-D; 256 by default); 1-D grid of ceil(
 blocks ordered by block_tile() in common.cuh (group); static shared memory (BK*(BM+4) + BK*BN) * 4
 bytes (8.1 KiB by default; a transposed B pads the rows of Bs by 4 floats), no dynamic shared memory.
 
-The variant is chosen per call, from the shared description of the operands (prepare): the layout
-(Problem.layout: nn, nt, tn, tt; -DTRANS_A / -DTRANS_B) and which operands may use float4. A float4
-runs along an operand's contiguous dimension (a row of a row-major operand, a column of a
-transposed one: vectorized.cu, Layouts) and must be 16-byte aligned, so (vector_flags)
+The build is chosen per call, from the shared description of the operands (prepare): the layout
+(Problem.layout: nn, nt, tn, tt; -DTRANS_A / -DTRANS_B), which operands may use float4, and the
+offsets (Problem.offsets64). A float4 runs along an operand's contiguous dimension (a row of a
+row-major operand, a column of a transposed one: variants/vectorized.cu, Layouts) and must be
+16-byte aligned, so (vector_flags)
   VEC_A = 1 only if A's lines are 16-byte aligned: its data pointer and lda * 4 bytes are
           multiples of 16 (Operand.aligned); else the A chunks are read one float at a time;
   VEC_B = 1 likewise for B (ldb), VEC_C = 1 for C (ldc; C is always row-major), whose float4 are
           the stores.
-Each variant is its own compiled kernel (-DVEC_A / -DVEC_B / -DVEC_C), cached per process. build()
-without those arguments compiles the nn vector variant (what CPU mode reports and what 4096^3 runs).
+The lesson case (layout nn, all three aligned, 32-bit offsets) compiles the lesson,
+cuda_kernels/vectorized.cu; every other problem compiles cuda_kernels/variants/vectorized.cu, the
+same kernel for every layout, alignment and size (the lesson's build is the variant's nn aligned
+build instruction for instruction: tests/test_lessons_vectorized.py). Each build is its own compiled
+kernel (-DVEC_A / -DVEC_B / -DVEC_C: the lesson ignores them), cached per process. build() without
+those arguments compiles the lesson (what CPU mode reports and what 4096^3 runs).
 """
 
 from cuda_kernels import blocktile_2d
-from cuda_kernels._build import (cdiv, cuda_offer, require_even_split, require_static_smem,
-                                 spill_free_build, stage_launcher)
+from cuda_kernels._build import (cdiv, cuda_offer, lesson_case, require_even_split,
+                                 require_static_smem, spill_free_build, stage_launcher,
+                                 stage_source)
 from lab.operands import entry
 
 threads = blocktile_2d.threads
@@ -43,7 +49,9 @@ def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8, g
     validate(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
     defines = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN, "GROUP": group,
                "VEC_A": bool(vec_a), "VEC_B": bool(vec_b), "VEC_C": bool(vec_c)}
-    return spill_free_build("vectorized.cu", "matmul_vectorized", defines,
+    # the lesson (vectorized.cu) for nn, aligned lines, 32-bit offsets; else variants/vectorized.cu
+    source = stage_source("vectorized", lesson_case(layout, offsets64, vec_a, vec_b, vec_c))
+    return spill_free_build(source, "matmul_vectorized", defines,
                             blocktile_2d.first_blocks(BM, BN, TM, TN), fast_math=fast_math,
                             unroll=unroll, layout=layout, offsets64=offsets64)
 

@@ -337,7 +337,7 @@ def offsets_of(tmp_path_factory):
         pytest.skip("no C++ compiler (g++ or clang++)")
     root = tmp_path_factory.mktemp("bank_offsets")
     main = root / "offsets.cpp"
-    main.write_text(prelude() + '#include "bank_conflicts.cu"\n' + OFFSETS_MAIN)
+    main.write_text(prelude() + '#include "variants/bank_conflicts.cu"\n' + OFFSETS_MAIN)
 
     def one(i, case):
         cfg, fix, layout = case

@@ -1,3 +1,7 @@
+// Variant of ../bank_conflicts.cu for every layout (nn, nt, tn, tt), for lines that are not 16-byte
+// aligned (VEC_A / VEC_B / VEC_C = 0) and for operands past 2^31 elements (OFFSET64): the
+// launcher compiles it for every other problem. A reader can skip it: ../bank_conflicts.cu is
+// the lesson.
 // Stage: bank_conflicts. vectorized with the shared-memory layout of its transposing store chosen
 // so that no warp-wide shared access has a bank conflict, at every BK.
 //

@@ -1,3 +1,6 @@
+// Variant of ../vectorized.cu for every layout (nn, nt, tn, tt), for lines that are not 16-byte
+// aligned (VEC_A / VEC_B / VEC_C = 0) and for operands past 2^31 elements (OFFSET64): the
+// launcher compiles it for every other problem. A reader can skip it: ../vectorized.cu is the lesson.
 // Stage: vectorized. blocktile_2d with 128-bit (float4) memory access and a transposed A tile.
 //
 // Changed from blocktile_2d:
