@@ -2,15 +2,19 @@
 
 Geometry: block BM*BN/TM threads (1-D; 512 by default); 1-D grid of ceil(M/BM) * ceil(N/BN) blocks
 ordered by block_tile() in common.cuh (group); static shared memory (BM*BK + BK*BN) * 4 bytes
-(4 KiB by default; a transposed A or B pads its tile rows by 4 floats: blocktile_1d.cu, Layouts), no
-dynamic shared memory. Each operand layout (Problem.layout: nn, nt, tn, tt) is its own build.
+(4 KiB by default; a transposed A or B pads its tile rows by 4 floats: variants/blocktile_1d.cu,
+Layouts), no dynamic shared memory. Each operand layout (Problem.layout: nn, nt, tn, tt) is its own
+build: the lesson, blocktile_1d.cu, for row-major A and B with 32-bit offsets, and
+variants/blocktile_1d.cu (the same kernel for every layout and for operands past 2^31 elements)
+for every other problem (cuda_kernels/_build.py: lesson_case, stage_source).
 
 validate() rejects a parameter combination the kernel cannot run (too many or too few threads,
 tiles that do not split evenly over the threads) with one sentence, before anything is compiled.
 """
 
-from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, require_even_split,
-                                 require_static_smem, spill_free_build, stage_launcher)
+from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, lesson_case,
+                                 require_even_split, require_static_smem, spill_free_build,
+                                 stage_launcher, stage_source)
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -43,7 +47,8 @@ def build(BM: int = 64, BN: int = 64, BK: int = 8, TM: int = 8, group: int = 16,
           offsets64: bool = False, **_):
     validate(BM=BM, BN=BN, BK=BK, TM=TM)
     defines = {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "GROUP": group}
-    return spill_free_build("blocktile_1d.cu", "matmul_blocktile_1d", defines,
+    source = stage_source("blocktile_1d", lesson_case(layout, offsets64))  # lesson or variant
+    return spill_free_build(source, "matmul_blocktile_1d", defines,
                             first_min_blocks(threads(BM, BN, TM)), fast_math=fast_math,
                             unroll=unroll, layout=layout, offsets64=offsets64)
 

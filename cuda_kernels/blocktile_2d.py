@@ -2,16 +2,20 @@
 
 Geometry: block (BM/TM)*(BN/TN) threads (1-D; 256 by default); 1-D grid of ceil(M/BM) * ceil(N/BN)
 blocks ordered by block_tile() in common.cuh (group); static shared memory (BM*(BK+2) + BK*BN) * 4
-bytes (9 KiB by default; a transposed B pads the rows of Bs by 4 floats: blocktile_2d.cu, Layouts), no
-dynamic shared memory. Each operand layout (Problem.layout: nn, nt, tn, tt) is its own build.
+bytes (9 KiB by default; a transposed B pads the rows of Bs by 4 floats: variants/blocktile_2d.cu,
+Layouts), no dynamic shared memory. Each operand layout (Problem.layout: nn, nt, tn, tt) is its own
+build: the lesson, blocktile_2d.cu, for row-major A and B with 32-bit offsets, and
+variants/blocktile_2d.cu (the same kernel for every layout and for operands past 2^31 elements)
+for every other problem (cuda_kernels/_build.py: lesson_case, stage_source).
 
 validate() rejects a parameter combination the kernel cannot run with one sentence, before
 anything is compiled; vectorized.py reuses it (same thread mapping, plus float4 constraints).
 The register cap (__launch_bounds__' second argument) is chosen as in blocktile_1d.py.
 """
 
-from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, require_even_split,
-                                 require_static_smem, spill_free_build, stage_launcher)
+from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, lesson_case,
+                                 require_even_split, require_static_smem, spill_free_build,
+                                 stage_launcher, stage_source)
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -59,7 +63,8 @@ def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8, g
           fast_math: bool = False, unroll: bool = True, layout: str = "nn",
           offsets64: bool = False, **_):
     validate(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
-    return spill_free_build("blocktile_2d.cu", "matmul_blocktile_2d",
+    source = stage_source("blocktile_2d", lesson_case(layout, offsets64))  # lesson or variant
+    return spill_free_build(source, "matmul_blocktile_2d",
                             {"BM": BM, "BN": BN, "BK": BK, "TM": TM, "TN": TN, "GROUP": group},
                             first_blocks(BM, BN, TM, TN), fast_math=fast_math, unroll=unroll,
                             layout=layout, offsets64=offsets64)

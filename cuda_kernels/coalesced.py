@@ -2,15 +2,20 @@
 
 Geometry: block (32, rows) threads; 1-D grid of ceil(M/rows) * ceil(N/32) blocks, ordered by
 block_tile() in common.cuh (group = block-rows walked together, for L2 reuse).
+Source: build() compiles the lesson, coalesced.cu, for row-major A and B with 32-bit offsets, and
+variants/coalesced.cu (the same kernel for every layout and for operands past 2^31 elements) for
+every other problem (cuda_kernels/_build.py: lesson_case, stage_source).
 """
 
-from cuda_kernels._build import cdiv, compile_kernel, cuda_offer, stage_launcher
+from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, lesson_case, stage_launcher,
+                                 stage_source)
 from lab.operands import entry
 
 
 def build(rows: int = 32, group: int = 16, kunroll: int = 16, fast_math: bool = False,
           unroll: bool = True, layout: str = "nn", offsets64: bool = False, **_):
-    return compile_kernel("coalesced.cu", "matmul_coalesced",
+    source = stage_source("coalesced", lesson_case(layout, offsets64))  # lesson or variant
+    return compile_kernel(source, "matmul_coalesced",
                           {"ROWS": rows, "GROUP": group, "KUNROLL": kunroll},
                           fast_math=fast_math, unroll=unroll, layout=layout, offsets64=offsets64)
 

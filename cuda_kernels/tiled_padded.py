@@ -6,6 +6,9 @@ of KTILE = TILE * ktile; static shared 2*TILE*KTILE*4 bytes in the nn build. Par
 and group are tiled's (same defaults), so the only difference from tiled is the edge handling. The
 kernel takes the standard arguments (A, B, C, M, N, K, lda, ldb, ldc) but with the PADDED operands
 and sizes (Mp, Np, Kp).
+Source: build() compiles the lesson, tiled_padded.cu, for row-major A and B with 32-bit offsets,
+and variants/tiled_padded.cu (the same kernel for every layout and for operands past 2^31
+elements) for every other padded problem (cuda_kernels/_build.py: lesson_case, stage_source).
 
 prepare() pads once, outside the timed callable (`Padded`):
 - A is copied into a zero, row-major Mp x Kp tensor only if M or K is not a multiple already (else
@@ -23,8 +26,8 @@ had at prepare() time wherever they were padded (the harness never changes them 
 
 from __future__ import annotations
 
-from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, launcher, matmul_args,
-                                 resources)
+from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, launcher, lesson_case,
+                                 matmul_args, resources, stage_source)
 
 from lab.operands import Padded, entry
 
@@ -32,7 +35,8 @@ from lab.operands import Padded, entry
 def build(tile: int = 32, ktile: int = 2, group: int = 16, fast_math: bool = False,
           unroll: bool = True, layout: str = "nn", offsets64: bool = False, **_):
     """ktile is the K depth of a stage in units of TILE (1: square tiles), as in tiled."""
-    return compile_kernel("tiled_padded.cu", "matmul_tiled_padded",
+    source = stage_source("tiled_padded", lesson_case(layout, offsets64))  # lesson or variant
+    return compile_kernel(source, "matmul_tiled_padded",
                           {"TILE": tile, "KTILE": tile * ktile, "GROUP": group},
                           fast_math=fast_math, unroll=unroll, layout=layout, offsets64=offsets64)
 

@@ -3,14 +3,18 @@
 Geometry: block (cols, rows) threads (x walks columns); 1-D grid of ceil(M/rows) * ceil(N/cols)
 blocks ordered by block_tile() in common.cuh (group, tiled's default 16); static shared
 (rows*cols + cols*cols) * 4 bytes in the nn build (the transposed layouts pad the shared rows a
-little: tiled_rect.cu, Layouts). Parameters: rows in 4, 8, 16, 32 and cols in 16, 32,
+little: variants/tiled_rect.cu, Layouts). Parameters: rows in 4, 8, 16, 32 and cols in 16, 32,
 64 (defaults 8 x 32), with cols a multiple of rows (each thread loads cols/rows rows of the B tile)
 and 32 <= rows*cols <= 1024 threads; `validate` says so in one sentence before anything compiles.
+Source: build() compiles the lesson, tiled_rect.cu, for row-major A and B with 32-bit offsets, and
+variants/tiled_rect.cu (the same kernel for every layout and for operands past 2^31 elements) for
+every other problem (cuda_kernels/_build.py: lesson_case, stage_source).
 """
 
 from __future__ import annotations
 
-from cuda_kernels._build import cdiv, compile_kernel, cuda_offer, stage_launcher
+from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, lesson_case, stage_launcher,
+                                 stage_source)
 from lab.errors import LabError
 from lab.operands import entry
 
@@ -39,7 +43,8 @@ def validate(rows: int = 8, cols: int = 32, **_) -> None:
 def build(rows: int = 8, cols: int = 32, group: int = 16, fast_math: bool = False,
           unroll: bool = True, layout: str = "nn", offsets64: bool = False, **_):
     validate(rows, cols)
-    return compile_kernel("tiled_rect.cu", "matmul_tiled_rect",
+    source = stage_source("tiled_rect", lesson_case(layout, offsets64))  # lesson or variant
+    return compile_kernel(source, "matmul_tiled_rect",
                           {"TILE_ROWS": rows, "TILE_COLS": cols, "GROUP": group},
                           fast_math=fast_math, unroll=unroll, layout=layout, offsets64=offsets64)
 

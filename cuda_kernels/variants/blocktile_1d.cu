@@ -1,3 +1,6 @@
+// Variant of ../blocktile_1d.cu for every layout (nn, nt, tn, tt) and for operands past 2^31 elements
+// (OFFSET64): the launcher compiles it for every problem but the lesson case (nn, 32-bit offsets).
+// A reader can skip it: the lesson, ../blocktile_1d.cu, is the same kernel written out for nn.
 // Stage: blocktile_1d. 1-D register tiling: each thread computes TM results down one column of C.
 //
 // Changed from tiled: the block tile is no longer square and no longer one output per thread. A

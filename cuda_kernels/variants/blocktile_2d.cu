@@ -1,3 +1,6 @@
+// Variant of ../blocktile_2d.cu for every layout (nn, nt, tn, tt) and for operands past 2^31 elements
+// (OFFSET64): the launcher compiles it for every problem but the lesson case (nn, 32-bit offsets).
+// A reader can skip it: the lesson, ../blocktile_2d.cu, is the same kernel written out for nn.
 // Stage: blocktile_2d. 2-D register tiling: each thread computes a TM x TN tile of C (8 x 8).
 //
 // Changed from blocktile_1d: a thread no longer owns one column but TM rows x TN columns. Per k it

@@ -1,3 +1,6 @@
+// Variant of ../coalesced.cu for every layout (nn, nt, tn, tt) and for operands past 2^31 elements
+// (OFFSET64): the launcher compiles it for every problem but the lesson case (nn, 32-bit offsets).
+// A reader can skip it: the lesson, ../coalesced.cu, is the same kernel written out for nn.
 // Stage: coalesced. One thread per element of C, as in naive, with the thread mapping swapped.
 //
 // Changed from naive: threadIdx.x now walks COLUMNS of C. A warp (32 consecutive threadIdx.x, one

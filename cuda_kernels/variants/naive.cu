@@ -1,3 +1,6 @@
+// Variant of ../naive.cu for every layout (nn, nt, tn, tt) and for operands past 2^31 elements
+// (OFFSET64): the launcher compiles it for every problem but the lesson case (nn, 32-bit offsets).
+// A reader can skip it: the lesson, ../naive.cu, is the same kernel written out for nn.
 // Stage: naive. One thread computes one element of C, reading a row of A and a column of B.
 //
 // Changed from the previous stage: nothing; this is the starting point of the ladder.

@@ -1,3 +1,6 @@
+// Variant of ../tiled.cu for every layout (nn, nt, tn, tt) and for operands past 2^31 elements
+// (OFFSET64): the launcher compiles it for every problem but the lesson case (nn, 32-bit offsets).
+// A reader can skip it: the lesson, ../tiled.cu, is the same kernel written out for nn.
 // Stage: tiled. Shared-memory tiling with a TILE x TILE block (TILE 32 by default; 8 and 16 are
 // variants: --stage tiled:tile=16).
 //

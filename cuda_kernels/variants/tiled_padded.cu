@@ -1,3 +1,6 @@
+// Variant of ../tiled_padded.cu for every layout (nn, nt, tn, tt) and for operands past 2^31 elements
+// (OFFSET64): the launcher compiles it for every problem but the lesson case (nn, 32-bit offsets).
+// A reader can skip it: the lesson, ../tiled_padded.cu, is the same kernel written out for nn.
 // Stage: tiled_padded. The tiled kernel with every bounds check removed: the launcher pads A, B
 // and C with zeros to tile multiples once, before timing, so every tile is full.
 // TILE 32 by default; 8 and 16 are variants (--stage tiled_padded:tile=16).

@@ -1,3 +1,6 @@
+// Variant of ../tiled_rect.cu for every layout (nn, nt, tn, tt) and for operands past 2^31 elements
+// (OFFSET64): the launcher compiles it for every problem but the lesson case (nn, 32-bit offsets).
+// A reader can skip it: the lesson, ../tiled_rect.cu, is the same kernel written out for nn.
 // Stage: tiled_rect. Rectangular output tiles: a block of TILE_ROWS x TILE_COLS threads computes a
 // TILE_ROWS x TILE_COLS tile of C (8 x 32 = 256 threads by default; variants such as
 // --stage tiled_rect:rows=16,cols=32).
