@@ -240,6 +240,81 @@ __device__ __forceinline__ u32 tf32_tail(u32 x, u32 h) {
     return tf32_rn(__float_as_uint(__uint_as_float(x) - __uint_as_float(h)));
 }
 
+// 3xTF32 of tiny operands (TF32X3_SCALE; 0 builds the split as it was before, for before/after
+// runs). The kernels sum each pair of k-tiles (wgmma.cu: SUM_TILES of them) afresh in the tensor
+// core and add that sum to the accumulators in fp32, and each wgmma writes its sum back rounded
+// toward zero onto fp32's grid. Where the products are subnormal (operands near 1e-20: products
+// near 1e-40, below 2^-126), that grid is the fixed 2^-149, not 2^-23 of the sum: the fresh sums
+// keep a few bits and lose the rest toward zero, 24 times per pair of k-tiles (on an H200 at
+// 2048^3, U[0, 1) operands times 2^-66: 7.1e-6 relative error, cuBLAS fp32 6.0e-7). The operands
+// and their tails are normal there and nothing is flushed (no -ftz in the Hopper builds): only the
+// fresh sums sit below 2^-126.
+// The cure (wgmma.cu), where a k-tile's B is tiny (every |b| below 2^-24, tiny_bits, known to the
+// whole block: wgmma.cu's barrier after its split tells it): that k-tile is summed
+// afresh alone, and each warp multiplies its 16 rows of A by 2^k before the split (tf32x3_scale),
+// k lifting the largest |a| of those rows to about 2^-17 (exponent field SCALE_TO), so that the
+// fresh sum (times 2^k) is normal; the sum is added times 2^-k (one FFMA, as exact as the FADD it
+// replaces: part * 2^-k is exact before its one rounding). x * 2^k is exact (a scale up: no
+// underflow, subnormal x too; no overflow: a scaled |a| is below 2^-16 and |b| below 2^-24). Every
+// other k-tile takes the old path, bit for bit (k = 0, pairs). What stays: products below 2^-126
+// where |b| >= 2^-24 (|a| below about 2^-100), or where |a| is already above 2^-17 (|b| subnormal),
+// as in cuBLAS's own subnormal partial sums. Measured on an H200 (2048^3): those operands 7.1e-6 ->
+// 2.4e-7, randn times 2^-66 6.5e-6 -> 4.6e-7 (cuBLAS 2.2e-6: its C is subnormal); ordinary operands
+// give the same bits as before. Cost at 4096^3 (randn, old and new builds interleaved): wgmma
+// +4.5%; k-tiles of tiny B run 9-12% slower (summed alone). Per k-tile of ordinary operands
+// wgmma.cu issues about 27 more instructions (its OR of B' and the BAR.RED.AND that replaces its
+// BAR.SYNC). Not yet cured: warp_specialized and persistent (their producer's splitters would
+// pass the flag to the consumers through shared memory; that version measured right but
+// compute-sanitizer's racecheck reported the flag's write against the consumers' reads), and
+// mma.cu's 3xTF32 (a fresh sum per k-step), which loses the same way (4.6e-6 on those operands).
+#ifndef TF32X3_SCALE
+#define TF32X3_SCALE 1
+#endif
+constexpr int SCALE_TO = 110;
+// "Every |b| below 2^-24", tested as the OR of the elements' bits: its exponent field bounds every
+// element's from above (a test that may miss a tiny tile spread over many binades, never passes
+// one that is not tiny; Inf and NaN have every field bit). One LOP3 per 2 elements.
+constexpr u32 TINY_B_BITS = 0x33800000u;  // 2^-24
+__device__ __forceinline__ bool tiny_bits(u32 ored) { return (ored & 0x7f800000u) < TINY_B_BITS; }
+// a | b | c in one LOP3 (ptxas made a chain of two-input ORs of `o |= x | y | z | w`)
+__device__ __forceinline__ u32 or3(u32 a, u32 b, u32 c) {
+    u32 r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xfe;\n" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+// 2^k for -126 <= k <= 127, as its bits.
+__device__ __forceinline__ float exp2_int(int k) { return __uint_as_float(static_cast<u32>(127 + k) << 23); }
+// A warp's A fragments of one k-tile (raw fp32): where the k-tile's B is `tiny` (block-uniform),
+// k from the largest |a| of the warp's rows (15 FMNMX and one REDUX) and each fragment multiplied
+// by 2^k; else k = 0 and nothing else.
+template <int S>
+__device__ __forceinline__ int tf32x3_scale(u32 (&f)[S][4], bool tiny) {
+#if TF32X3_SCALE
+    if (!tiny) return 0;
+    float m[S];
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+        m[s] = fmaxf(fmaxf(fabsf(__uint_as_float(f[s][0])), fabsf(__uint_as_float(f[s][1]))),
+                     fmaxf(fabsf(__uint_as_float(f[s][2])), fabsf(__uint_as_float(f[s][3]))));
+#pragma unroll
+    for (int w = 1; w < S; w *= 2)
+#pragma unroll
+        for (int s = 0; s + w < S; s += 2 * w) m[s] = fmaxf(m[s], m[s + w]);
+    u32 mb;  // NaN is no maximum (fmaxf); all NaN, or Inf: field 255, k = 0; all zero: k = 0
+    asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;\n" : "=r"(mb) : "r"(__float_as_uint(m[0])));
+    const int k = mb == 0 ? 0 : max(SCALE_TO - max(static_cast<int>(mb >> 23), 1), 0);
+    if (k != 0) {
+        const float x = exp2_int(k);
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) f[s][r] = __float_as_uint(__uint_as_float(f[s][r]) * x);
+    }
+    return k;
+#else
+    return 0;
+#endif
+}
 // Two fp32 values to a pair of bf16 / fp16 bits (x in the low half), rounded to nearest.
 __device__ __forceinline__ u32 pack_bf16(float x, float y) {
     u32 r;

@@ -50,7 +50,9 @@
 // lies in shared memory, which ignores its low 13 bits: truncation), PREC_3XTF32 (both
 // split into a TF32 head and tail, Inf and NaN into the head +-1 and the tail x (tf32_head);
 // three wgmma per step into a fresh sum added to the accumulator
-// in fp32 every SUM_TILES tiles; SUM_TILES=0 leaves the whole sum to the tensor core, whose
+// in fp32 every SUM_TILES tiles, and every tile where B' is tiny, A' then scaled by 2^k per warp so
+// that subnormal products do not lose the fresh sum's bits (hopper.cuh's tf32x3_scale; not with
+// SUM_TILES=0); SUM_TILES=0 leaves the whole sum to the tensor core, whose
 // accumulation loses accuracy over K: 2.9e-5 at 4096^3), PREC_BF16, PREC_FP16 (16-bit inputs and
 // output, fp32 accumulation).
 
@@ -240,8 +242,8 @@ struct MCopier {
 
 // 3xTF32, in place over this thread's own chunks of a landed B' tile (its cp.async writes are
 // visible to it after cp.async.wait_group): the TF32 head over each element, the tail to the tail
-// tile.
-__device__ __forceinline__ void prepare_b(u32 slot) {
+// tile. Returns whether every |b| of them is below 2^-24 (hopper.cuh's tiny_bits).
+__device__ __forceinline__ bool prepare_b(u32 slot) {
 #if SPLIT
     constexpr int CHUNKS = BN * 8, PER = (CHUNKS + THREADS - 1) / THREADS;
     // All of this thread's loads go out before the first split, so their latencies overlap.
@@ -256,9 +258,13 @@ __device__ __forceinline__ void prepare_b(u32 slot) {
                          : "=r"(x[i][0]), "=r"(x[i][1]), "=r"(x[i][2]), "=r"(x[i][3])
                          : "r"(slot + off[i]));
     }
+    u32 o = 0;
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
         if (CHUNKS % THREADS != 0 && threadIdx.x + i * THREADS >= CHUNKS) break;
+#if TF32X3_SCALE
+        o = or3(or3(o, x[i][0], x[i][1]), x[i][2], x[i][3]);
+#endif
         u32 h[4], t[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -270,6 +276,9 @@ __device__ __forceinline__ void prepare_b(u32 slot) {
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + B_BYTES + off[i]),
                      "r"(t[0]), "r"(t[1]), "r"(t[2]), "r"(t[3]));
     }
+    return tiny_bits(o);
+#else
+    return false;
 #endif
 }
 
@@ -393,17 +402,30 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
         cp_commit();
     };
+    // 3xTF32 with fresh sums, of the tile prepared last: whether its B' is tiny (every |b| below
+    // 2^-24, the block's answer from the barrier after the split) and the warp's scale 2^k of its
+    // A' (hopper.cuh's tf32x3_scale); its sum is added times 2^-k.
+    int kl = 0;
+    bool tl = false;
     // Tile kt's operands ready in shared memory and registers: its copy landed, B' split (3xTF32),
-    // the barrier, A' fragments loaded (and rounded or split).
+    // the barrier, A' fragments loaded (and rounded, or scaled and split).
     auto prep = [&](int kt, u32(&f)[NSTEP][4], u32(&lo)[NSTEP][4]) {
         const u32 slot = smem + (kt % STAGES) * SLOT;
         cp_wait<AHEAD - 1>();
-        prepare_b(slot);
+        const bool small = prepare_b(slot);
         fence_async_smem();
+#if FRESH && TF32X3_SCALE
+        tl = __syncthreads_and(small);  // the same barrier, and every thread's answer
+#else
+        (void)small;
         __syncthreads();
+#endif
         if (LOAD_FIRST) load_frags(slot + A_AT, row0, f);  // its latency overlaps the refill
         if (COPY_AT == 0) refill(kt);
         if (!LOAD_FIRST) load_frags(slot + A_AT, row0, f);
+#if FRESH
+        kl = tf32x3_scale(f, tl);
+#endif
 #pragma unroll
         for (int s = 0; s < NSTEP; ++s)
 #pragma unroll
@@ -444,21 +466,40 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #if FRESH
     // 3xTF32 with fresh sums: tile kt+1 is prepared while tile kt's wgmma run, and only then does
-    // the warpgroup wait for them (draining its wgmma) and add the fresh sum in fp32. The wgmma
-    // pipe idles for that wait and add, not for the next tile's copy wait, split and loads.
+    // the warpgroup wait for them (draining its wgmma) and add the fresh sum in fp32, times 2^-k.
+    // The wgmma pipe idles for that wait and add, not for the next tile's copy wait, split and
+    // loads. With SUM_TILES=2, a pair of which either tile's B' is tiny is summed tile by tile.
+    int ks = 0;          // the warp's k of the tiles summed in `part`
+    bool alone = false;  // the pair's first tile was summed alone: the second starts afresh
+    auto add_part = [&]() {
+        const float down = exp2_int(-ks);
+#pragma unroll
+        for (int i = 0; i < ACC; ++i) {
+            reg_fence(part[i]);
+            acc[i] = TF32X3_SCALE ? fmaf(part[i], down, acc[i]) : acc[i] + part[i];
+        }
+    };
     auto step = [&](int kt, int par) {
         const bool first = kt % SUM_TILES == 0;
         const bool last = kt % SUM_TILES == SUM_TILES - 1 || kt == KT - 1;
-        issue(kt, part, first, frag[par], tails[par]);
+        const bool tiny = tl;  // tile kt's
+        ks = kl;
+        issue(kt, part, first || alone, frag[par], tails[par]);
         if (COPY_AT == 2) refill(kt);
         if (kt + 1 < KT) prep(kt + 1, frag[par ^ 1], tails[par ^ 1]);
+        alone = false;
+#if TF32X3_SCALE
+        if (!last && (tiny || tl)) {  // block-uniform: tile kt's sum alone
+            alone = true;
+            wg_wait<0>();
+            add_part();
+        }
+#else
+        (void)tiny;
+#endif
         if (last) {
             wg_wait<0>();
-#pragma unroll
-            for (int i = 0; i < ACC; ++i) {
-                reg_fence(part[i]);
-                acc[i] += part[i];
-            }
+            add_part();
         }
     };
     if (KT > 0) prep(0, frag[0], tails[0]);
