@@ -1,5 +1,7 @@
 """Launcher for cuda_kernels/double_buffered.cu: a warp-tiled GEMM with double-buffered shared
-memory (pipeline=regs) or a cp.async ring of 2..4 tiles (pipeline=cp_async).
+memory (pipeline=regs) or a cp.async ring of 2..4 tiles (pipeline=cp_async). The lesson file is
+the regs pipeline for nn, 16-byte-aligned lines and 32-bit offsets; the cp_async pipeline and
+every other layout, alignment and size compile variants/double_buffered.cu (build()).
 
 Geometry: block (BM/WM)*(BN/WN)*32 threads (1-D; 128 by default); 1-D grid of ceil(M/BM) *
 ceil(N/BN) blocks ordered by block_tile() in common.cuh (group); no static shared memory, dynamic
@@ -29,8 +31,8 @@ blocks per SM as threads, shared memory and the estimated registers allow, halve
 reports no spills (_build.spill_free_build).
 """
 
-from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, spill_free_build,
-                                 stage_launcher)
+from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, lesson_case,
+                                 spill_free_build, stage_launcher, stage_source)
 from cuda_kernels.vectorized import vector_flags
 from lab.errors import LabError
 from lab.operands import entry
@@ -162,8 +164,11 @@ def build(BM=128, BN=128, BK=16, WM=64, WN=64, TM=8, TN=16, pipeline="regs", sta
                "PIPELINE": PIPELINES[pipeline], "STAGES": stages, "GROUP": group,
                "VEC_A": bool(vec_a), "VEC_B": bool(vec_b), "VEC_C": bool(vec_c)}
     first = first_blocks(BM, BN, BK, WM, WN, TM, TN, pipeline, stages)
-    return spill_free_build("double_buffered.cu", "matmul_double_buffered", defines, first,
-                            fast_math=fast_math, unroll=unroll, layout=layout,
+    # the lesson (double_buffered.cu: pipeline=regs) for nn, aligned lines, 32-bit offsets; the
+    # cp.async ring and every other case: variants/double_buffered.cu
+    lesson = lesson_case(layout, offsets64, vec_a, vec_b, vec_c) and pipeline == "regs"
+    return spill_free_build(stage_source("double_buffered", lesson), "matmul_double_buffered",
+                            defines, first, fast_math=fast_math, unroll=unroll, layout=layout,
                             offsets64=offsets64)
 
 

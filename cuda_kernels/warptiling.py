@@ -1,4 +1,7 @@
 """Launcher for cuda_kernels/warptiling.cu: block tile -> warp tile -> thread tile, and split-K.
+The lesson file is the unsplit kernel with double-buffered fragments (frags=2) for nn,
+16-byte-aligned lines and 32-bit offsets; split-K, frags=1 and every other layout, alignment and
+size compile variants/warptiling.cu (build()).
 
 Geometry: block 32 * (BM/WM) * (BN/WN) threads (1-D; 128 at the defaults, 4 warps of 64 x 64);
 grid (ceil(M/BM) * ceil(N/BN), splitk): x is the tile, ordered by block_tile() in common.cuh
@@ -34,9 +37,9 @@ Variants per call, as in vectorized.py: the layout (-DTRANS_A / -DTRANS_B) and V
 
 from __future__ import annotations
 
-from cuda_kernels._build import (cdiv, compile_kernel, first_min_blocks, launcher,
+from cuda_kernels._build import (cdiv, compile_kernel, first_min_blocks, launcher, lesson_case,
                                  require_even_split, require_static_smem, resources,
-                                 stage_launcher)
+                                 stage_launcher, stage_source)
 from cuda_kernels.vectorized import vector_flags
 from lab.contract import Offer, Prepared, Tuning
 from lab.errors import LabError
@@ -116,13 +119,13 @@ def first_blocks(BM=128, BN=128, WM=64, WN=64, WNITER=4, TM=8, TN=4, frags=2, **
     return max(1, min(first_min_blocks(s["threads"]), 65536 // (s["threads"] * need)))
 
 
-def spill_free(defines: dict, first: int, **switches):
-    """Compile with __launch_bounds__(THREADS, MIN_BLOCKS) for MIN_BLOCKS = first, first-1, ...,
-    1: the first build without spills wins. _build.spill_free_build halves MIN_BLOCKS instead;
-    here one block more per SM is worth the extra compile (64x64 tiles: 6 blocks at 80
-    registers, where halving from 7 lands on 3)."""
+def spill_free(defines: dict, first: int, source: str = "warptiling.cu", **switches):
+    """Compile `source` with __launch_bounds__(THREADS, MIN_BLOCKS) for MIN_BLOCKS = first,
+    first-1, ..., 1: the first build without spills wins. _build.spill_free_build halves
+    MIN_BLOCKS instead; here one block more per SM is worth the extra compile (64x64 tiles: 6
+    blocks at 80 registers, where halving from 7 lands on 3)."""
     for blocks in range(first, 0, -1):
-        build = compile_kernel("warptiling.cu", "matmul_warptiling",
+        build = compile_kernel(source, "matmul_warptiling",
                                {**defines, "MIN_BLOCKS": blocks}, **switches)
         if build.spill_bytes == 0:
             return build
@@ -136,13 +139,21 @@ def build(BM: int = 128, BN: int = 128, BK: int = 16, WM: int = 64, WN: int = 64
           **_):
     """The main kernel (NVRTC, no GPU needed). splitk > 1 compiles the split-K variant, whose
     partial tiles go to the workspace (always float4: VEC_OUT in the .cu); splitk = 0 (automatic)
-    has no shape here to be resolved against and builds the unsplit kernel (resolve() first)."""
+    has no shape here to be resolved against and builds the unsplit kernel (resolve() first).
+
+    The lesson (warptiling.cu: the warp tile, fragments double-buffered in registers) computes
+    nn with 16-byte-aligned lines and 32-bit offsets, unsplit, frags=2; every other build
+    (another layout, unaligned lines, offsets64, splitk > 1, frags=1) compiles
+    variants/warptiling.cu, the same kernel with those switches."""
     tile = dict(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, WNITER=WNITER, TM=TM, TN=TN)
     validate(**tile, splitk=splitk, frags=frags)
     defines = {**tile, "FRAG_BUFFERS": frags, "GROUP": group, "SPLITK": max(splitk, 1),
                "VEC_A": bool(vec_a), "VEC_B": bool(vec_b), "VEC_C": bool(vec_c)}
-    return spill_free(defines, first_blocks(**tile, frags=frags), fast_math=fast_math,
-                      unroll=unroll, layout=layout, offsets64=offsets64)
+    lesson = lesson_case(layout, offsets64, vec_a, vec_b, vec_c) and max(splitk, 1) == 1 \
+        and frags == 2
+    return spill_free(defines, first_blocks(**tile, frags=frags),
+                      stage_source("warptiling", lesson), fast_math=fast_math, unroll=unroll,
+                      layout=layout, offsets64=offsets64)
 
 
 def build_reduce(splitk: int = 2, vec_c: bool = True, offsets64: bool = False, **_):

@@ -169,7 +169,7 @@ MUTANTS = [
 @pytest.mark.parametrize("old,new,what", MUTANTS, ids=[m[2] for m in MUTANTS])
 def test_the_emulator_catches_cp_async_pipeline_bugs(emulated, tmp_path, old, new, what):
     emulator, _ = emulated
-    source = (ROOT / "cuda_kernels" / "double_buffered.cu").read_text()
+    source = (ROOT / "cuda_kernels" / "variants" / "double_buffered.cu").read_text()
     assert source.count(old) == 1, f"the kernel no longer contains {old!r}"
     mutant = tmp_path / "double_buffered_mutant.cu"
     mutant.write_text(source.replace(old, new))

@@ -144,7 +144,7 @@ def splitk_programs(tmp_path_factory):
         tile, layout, splitk, flags = SPLIT_CASES[i]
         build = warptiling.build(**_cuda_params(tile, splitk, flags), layout=layout)
         assert build.spill_bytes == 0
-        defines = {"KERNEL_FILE": f'"{KERNELS / "warptiling.cu"}"',
+        defines = {"KERNEL_FILE": f'"{KERNELS / build.source}"',
                    "REDUCE_FILE": f'"{KERNELS / "splitk_reduce.cu"}"',
                    **defines_of(build), "RTHREADS": warptiling.REDUCE_THREADS}
         return compile_async(root / "splitk.cpp", root / f"splitk_{i}", defines)

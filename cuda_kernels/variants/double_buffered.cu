@@ -1,3 +1,6 @@
+// Variant of ../double_buffered.cu for every layout, unaligned lines (VEC_A / VEC_B / VEC_C = 0),
+// operands past 2^31 elements (OFFSET64) and the cp.async pipeline (PIPELINE = 1): the launcher
+// compiles it for every other build. A reader can skip it.
 // Stage: double_buffered. A warp-tiled SIMT GEMM whose global loads, shared-memory stores and
 // fragment reads overlap the FMAs instead of waiting for them.
 //

@@ -1,3 +1,6 @@
+// Variant of ../warptiling.cu for every layout, unaligned lines (VEC_A / VEC_B / VEC_C = 0),
+// operands past 2^31 elements (OFFSET64), split-K (SPLITK > 1) and one fragment set
+// (FRAG_BUFFERS = 1): the launcher compiles it for every other build. A reader can skip it.
 // Stage: warptiling. Block tile -> warp tile -> thread tile, and split-K for the tall-K shapes.
 //
 // Changed from vectorized:
