@@ -12,7 +12,8 @@ make a command a form: of those only the tool's existence is checked.
   layout and size exists; and each launcher's validate() accepts the parameters in every precision
   the command asks for. lab.compare and lab.profile are checked as on a GPU, where the docs'
   commands are meant to run (their GPU-only options are refused in CPU mode by design);
-  lab.autotune as its `--dry-run`, its no-GPU mode; lab.doctor and lab.plot by their parsers.
+  lab.autotune as its `--dry-run`, its no-GPU mode; lab.doctor and lab.plot by their parsers;
+  lab.lesson in full (its `--pages` compares the pages and writes none).
 - test_docs_command_runs_in_cpu_mode (CPU only): the commands that work without a GPU in seconds
   run in full and must exit 0: lab.occupancy, `lab.autotune --show`, `lab.compare --list`,
   lab.profile's `--dry-run` and its SASS / PTX listings, and the "Run:" command of two stage pages
@@ -216,6 +217,10 @@ def as_on_a_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(lab.profile, "runnable", runnable)
     monkeypatch.setattr(lab.tune.cli, "dry_run", _accept)
     monkeypatch.setattr(lab.results, "regenerate", _accept)
+    import lab.lesson
+
+    real_update = lab.lesson.update_page
+    monkeypatch.setattr(lab.lesson, "update_page", lambda stage, check: real_update(stage, True))
     monkeypatch.setenv("LAB_TUNE_CACHE", str(ROOT / "results" / "autotune.json"))
     monkeypatch.setenv("COLUMNS", "100")
     monkeypatch.chdir(tmp_path)
@@ -236,7 +241,7 @@ def _accepted(command: DocCommand) -> tuple[bool, str]:
             return False, f"{out.getvalue()}{type(exc).__name__}: {exc}"
         return True, out.getvalue()
     if command.tool not in ("lab", "lab.compare", "lab.profile", "lab.autotune", "lab.occupancy",
-                            "lab.results"):
+                            "lab.results", "lab.lesson"):
         return False, f"this test does not know how to check {command.tool} with arguments"
     module = importlib.import_module("lab.__main__" if command.tool == "lab" else command.tool)
     out = io.StringIO()
