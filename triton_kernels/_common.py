@@ -2,7 +2,7 @@
 register-tiling stages' block tile, the pieces of kernel code several stages repeat (the
 @triton.jit helpers below), the TMA twins' (tma_wgmma, persistent) descriptors and scratch
 allocator, and the tile rules and launcher code that those two and warp_specialized's Gluon twin
-share (TmaTwin, the last section), fp8's per-tensor scales included (scale_args, scale_product).
+share (TmaTwin, the last section), fp8's per-tensor scales included (scale_args).
 
 Launching a @triton.jit kernel as a Prepared (compiled once up front, so that the timed call only
 launches) is the toolchain's: lab/toolchain/triton.py, re-exported here for the stages.
@@ -304,20 +304,6 @@ def load_k_step(a_ptrs, b_ptrs, k0, rk, K_A, K_B, a_in_m, b_in_n, EVEN_K: tl.con
     return a, b
 
 
-@triton.jit
-def tile_product(a, b, acc, USE_DOT: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                 UPCAST: tl.constexpr):
-    """acc + a @ b: tl.dot in INPUT_PRECISION, or, for tiles under tl.dot's 16 (USE_DOT off), a
-    broadcast multiply and sum on the CUDA cores in fp32. UPCAST: dot_meta."""
-    if USE_DOT:
-        if UPCAST:  # the interpreter's bf16 dot is wrong (dot_meta)
-            a, b = a.to(tl.float32), b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-    else:
-        acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
-    return acc
-
-
 # ------------------------------------------- fp8's per-tensor scales (the TMA twins' kernels)
 
 
@@ -329,14 +315,6 @@ def scale_args(p) -> tuple:
     is not None` is decided at compile time), so those kernels compile to what they were before
     fp8."""
     return tuple(p.scales) if getattr(p, "scales", None) is not None else (None, None)
-
-
-@triton.jit
-def scale_product(scale_a_ptr, scale_b_ptr):
-    """scale_a * scale_b in fp32: fp8's two per-tensor scales, two scalar loads. A kernel calls it
-    once per program, under `if scale_a_ptr is not None` (None: not fp8, scale_args), and
-    multiplies its fp32 accumulator by it before the one rounding to C's dtype."""
-    return tl.load(scale_a_ptr) * tl.load(scale_b_ptr)
 
 
 # -------------------------------------- TMA tensor descriptors (the tma_wgmma and persistent twins)
@@ -362,18 +340,6 @@ def tma_descriptor(ptr, rows, cols, ld, BLOCK_R: tl.constexpr, BLOCK_C: tl.const
         desc = tl.make_tensor_descriptor(ptr, shape=[rows, cols], strides=[ld, 1],
                                          block_shape=[BLOCK_R, BLOCK_C])
     return desc
-
-
-@triton.jit
-def tma_load(desc, row0, col0, TRANSPOSED: tl.constexpr):
-    """The tile whose first element is (row0, col0) of the matrix `desc` describes (tma_descriptor
-    with the same TRANSPOSED): one TMA load, transposed back (.T: a view of the shared-memory tile,
-    which wgmma reads with its transpose bit in 16-bit types)."""
-    if TRANSPOSED:
-        tile = desc.load([col0, row0]).T
-    else:
-        tile = desc.load([row0, col0])
-    return tile
 
 
 @triton.jit
