@@ -183,13 +183,19 @@ BEFORE = {
     ("vectorized", "fp32"): (123, 1168),
     ("bank_conflicts", "fp32"): (127, 1168),
     ("warptiling", "fp32"): (221, 1592),
-    ("double_buffered", "fp32"): (255, 3400),
+    # the lesson file (cuda_kernels/double_buffered.cu, written out since): the same FFMA, LDS, STS,
+    # LDG, STG and BAR counts as the former file's 3400, 32 fewer integer instructions; measured
+    # on an H200 at 4096^3 within 0.5% of the former build (results/2026-11-29-h200/
+    # lessons-rerun.csv); the former build is variants/double_buffered.cu's
+    ("double_buffered", "fp32"): (255, 3368),
     ("mma", "tf32"): (255, 2632),
     ("mma", "3xtf32"): (235, 2104),
     ("mma", "bf16"): (250, 2160),
     ("mma", "fp16"): (250, 2160),
     ("wgmma", "tf32"): (204, 4288),
-    ("wgmma", "3xtf32"): (236, 3224),
+    # the subnormal cure since (hopper.cuh's tf32x3_scale, docs/stages/wgmma.md): 236 registers
+    # and 3224 instructions before it; TF32X3_SCALE=0 builds the split as it was
+    ("wgmma", "3xtf32"): (242, 3568),
     ("wgmma", "bf16"): (204, 4360),
     ("wgmma", "fp16"): (204, 4360),
 }
