@@ -3,19 +3,28 @@
     python -m lab.lesson vectorized              # CUDA and Triton: what changed from blocktile_2d
     python -m lab.lesson vectorized --backend cuda --comments
     python -m lab.lesson --stat                  # every step's size, in changed code lines
-    python -m lab.lesson --pages                 # write each stage page's generated diff section
+    python -m lab.lesson --pages                 # write each stage page's generated sections
     python -m lab.lesson --pages --check         # exit 1 if a page's section is out of date
 
 A stage's lesson is its kernel file, `cuda_kernels/<stage>.cu` and `triton_kernels/<stage>.py`.
 The stage it builds on is the registry's `Stage.builds_on` (lab/stages.py; the entry before it by
 default). Comments, docstrings and blank lines are left out of the diff unless `--comments` is
 given, so what is left is the code that changed: the counts are the changed code lines of the
-step (for each block of differing lines, the longer side), with indentation ignored."""
+step (for each block of differing lines, the longer side), with indentation ignored.
+
+`--pages` also writes, at the end of each page's generated block, where the page's numbers come
+from: every committed file under results/ that the page names, the GPU folder it sits in and the
+commit whose code produced it (its .env.json's `commit`; else a commit its results/files.txt line
+names; else the commit that added the file to the repository, said as such)."""
 
 from __future__ import annotations
 
 import difflib
+import fnmatch
+import glob
+import json
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,8 +156,97 @@ def page_section(stage: str) -> str:
                 f"--backend {backend} --comments` shows them).", "", "```diff"]
         out += s.diff[2:]  # without the --- / +++ header: the sentence above names both files
         out += ["```", ""]
+    out += sources_section(stage)
     out.append(END)
     return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------ numbers' sources
+RESULT_REF = re.compile(r"results/[\w.*/-]+")
+FILES_TXT = ROOT / "results" / "files.txt"
+
+
+def cited_results(text: str) -> list[str]:
+    """The committed files under results/ that `text` names (a name with * stands for every file
+    it matches; folders and names that match nothing are left out), in order of first mention."""
+    out: list[str] = []
+    for ref in RESULT_REF.findall(text):
+        ref = ref.rstrip(".,)`")
+        matches = sorted(glob.glob(str(ROOT / ref))) if "*" in ref else [str(ROOT / ref)]
+        for m in matches:
+            rel = Path(m).relative_to(ROOT).as_posix()
+            if Path(m).is_file() and rel.count("/") >= 2 and rel not in out:
+                out.append(rel)
+    return out
+
+
+def _files_txt_lines() -> list[tuple[str, str, str]]:
+    """(folder, name pattern, text) of each file line of results/files.txt."""
+    rows, folder = [], ""
+    if not FILES_TXT.is_file():
+        return rows
+    for line in FILES_TXT.read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if line.startswith("["):
+            folder = line[1:line.index("]")]
+        elif ":" in line:
+            name, text = line.split(":", 1)
+            rows.append((folder, name.strip(), text))
+    return rows
+
+
+def _git_added(rel: str) -> str | None:
+    """The short hash of the commit that added `rel` to the repository (None without git)."""
+    try:
+        out = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h", "--abbrev=7", "--",
+                              rel], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    hashes = out.stdout.split() if out.returncode == 0 else []
+    return hashes[-1] if hashes else None
+
+
+def source_of(rel: str) -> str:
+    """Which code a committed result came from, in words: 'code at commit 1a2b3c4', or a commit
+    its results/files.txt line names, or, where neither is recorded, the commit that added it."""
+    env = ROOT / re.sub(r"\.[^./]+$", ".env.json", rel)
+    if env.is_file() and env != ROOT / rel:
+        try:
+            commit = json.loads(env.read_text()).get("commit")
+        except (ValueError, AttributeError):
+            commit = None
+        if commit:
+            return f"code at commit {str(commit)[:7]} (its .env.json)"
+    folder, name = rel.split("/")[1], rel.split("/", 2)[2]
+    for f, pattern, text in _files_txt_lines():
+        if f == folder and fnmatch.fnmatch(name, pattern):
+            named = re.findall(r"commits? ([0-9a-f]{7,40})", text)
+            if named:
+                return f"code at commit {named[0][:7]} (results/files.txt)"
+    added = _git_added(rel)
+    return ("code commit not recorded" + (f"; the file was added to the repository in commit "
+                                          f"{added}" if added else ""))
+
+
+def sources_section(stage: str) -> list[str]:
+    """The lines that list where the page's numbers come from (empty if it names no result)."""
+    path = PAGES / f"{stage}.md"
+    if not path.is_file():
+        return []
+    text = path.read_text()
+    if BEGIN in text and END in text:  # the generated block itself is not a citation
+        head, rest = text.split(BEGIN, 1)
+        text = head + rest.split(END, 1)[1]
+    files = cited_results(text)
+    if not files:
+        return []
+    out = ["## Where this page's numbers come from", "",
+           "Every committed result this page cites, and the code that produced it (a result's "
+           "folder names the GPU and the date; [results/README.md](../../results/README.md) says "
+           "what each file holds):", ""]
+    out += [f"- [`{rel}`](../../{rel}): {source_of(rel)}" for rel in files]
+    return out + [""]
 
 
 def update_page(stage: str, check: bool) -> bool:

@@ -99,3 +99,35 @@ def test_a_page_section_names_the_stage_it_builds_on():
     text = lesson.page_section("coalesced")
     assert text.startswith(lesson.BEGIN) and text.endswith(lesson.END)
     assert "[naive](naive.md)" in text and "```diff" in text
+
+
+# ------------------------------------------------------------------------ (e) numbers' sources
+def test_cited_results_expands_patterns_and_skips_what_is_no_file():
+    text = ("see results/2026-11-23-h100/01-bank_conflicts-*, results/2026-11-22-h100/ and "
+            "`results/no/such.csv`, then results/2026-11-26-h100/hopper-stages.csv.")
+    got = lesson.cited_results(text)
+    assert "results/2026-11-26-h100/hopper-stages.csv" == got[-1]
+    assert all(p.startswith("results/2026-11-23-h100/01-bank_conflicts-") for p in got[:-1])
+    assert len(got) > 2 and len(got) == len(set(got))
+    assert "results/no/such.csv" not in got and "results/2026-11-22-h100/" not in got
+
+
+def test_a_result_names_the_commit_of_its_code():
+    # the .env.json beside the file records the commit that ran
+    assert lesson.source_of("results/2026-11-26-h100/hopper-stages.csv") == \
+        "code at commit f03f585 (its .env.json)"
+    # no .env.json: the commit its results/files.txt line names
+    assert lesson.source_of("results/2026-11-26-h100/probe-persistent-tf32.csv") == \
+        "code at commit 67cfc2f (results/files.txt)"
+
+
+def test_every_page_that_cites_a_result_lists_it_with_its_source():
+    for s in STAGES:
+        page = (lesson.PAGES / f"{s.name}.md")
+        if not page.is_file():
+            continue
+        text = page.read_text()
+        head, rest = text.split(lesson.BEGIN, 1)
+        generated, tail = rest.split(lesson.END, 1)
+        for rel in lesson.cited_results(head + tail):
+            assert f"[`{rel}`](../../{rel}): " in generated, (s.name, rel)

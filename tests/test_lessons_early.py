@@ -23,6 +23,7 @@ import re
 import pytest
 
 from helpers import ROOT, cpu_only, fresh_build
+from lesson_helpers import require_disassembler, sass_listing
 from lab.stages import get_stage
 
 KERNELS = ROOT / "cuda_kernels"
@@ -98,22 +99,9 @@ PARAMS = {
 SASS_CASES = [(s, p) for s in STAGES for p in PARAMS[s]]
 
 
-def _instructions(build) -> list[str]:
-    """The build's SASS instructions, without addresses and encodings."""
-    from lab.toolchain import sass
-
-    if sass.find_tool("cuobjdump") is None and sass.find_tool("nvdisasm") is None:
-        pytest.skip("no cuobjdump or nvdisasm (pip install nvidia-cuda-cuobjdump)")
-    out = []
-    for line in sass.sass(build).splitlines():
-        m = re.match(r"^\s*/\*[0-9a-f]{4,}\*/\s*(.*?)\s*;?\s*(/\*.*)?$", line)
-        if m:
-            out.append(m.group(1))
-    return out
-
-
 def _machine_code(build):
-    return (_instructions(build), build.registers, build.spill_bytes, build.smem_static,
+    require_disassembler()
+    return (sass_listing(build), build.registers, build.spill_bytes, build.smem_static,
             build.stack_frame)
 
 

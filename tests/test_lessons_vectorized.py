@@ -28,22 +28,14 @@ import re
 
 import pytest
 
-from helpers import ROOT, cpu_only, fresh_build, new_emulator, stage_params
+from helpers import ROOT, cpu_only, new_emulator, stage_params
+from lesson_helpers import (aligned_ld, assert_same_sass, common_names, cuda_module as _module,
+                            lesson_and_variant_builds as both_builds, without_comments)
 
 KERNELS = ROOT / "cuda_kernels"
 STAGES = ("vectorized", "bank_conflicts")
 
 
-def _module(stage: str):
-    import importlib
-
-    return importlib.import_module(f"cuda_kernels.{stage}")
-
-
-def _code(text: str) -> str:
-    """C++ source without its comments."""
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    return re.sub(r"//[^\n]*", "", text)
 
 
 # ------------------------------------------------------------------ (a) no generality in a lesson
@@ -58,17 +50,6 @@ FORBIDDEN = ("TRANS_A", "TRANS_B", "VEC_A", "VEC_B", "VEC_C", "offset_t", "OFFSE
 ALLOWED_FROM_COMMON = {"CEIL_DIV", "INNER_UNROLL", "MIN_BLOCKS", "block_tile"}
 
 
-def common_names() -> set[str]:
-    """Every name common.cuh defines: macros, types, structs, functions."""
-    text = _code((KERNELS / "common.cuh").read_text())
-    names = set(re.findall(r"^\s*#\s*define\s+(\w+)", text, re.M))
-    names |= set(re.findall(r"\bstruct\s+(\w+)", text))
-    names |= set(re.findall(r"\btypedef\b[^;]*?(\w+)\s*;", text))
-    for line in text.splitlines():  # free functions (a struct's static members are its own)
-        m = re.search(r"__forceinline__\s+[\w:<>&*\s]*?\b(\w+)\s*\(", line)
-        if m and not line.lstrip().startswith("static"):
-            names.add(m.group(1))
-    return names
 
 
 def test_common_names_are_found():
@@ -88,7 +69,7 @@ def test_the_lesson_has_no_layout_alignment_or_offset_generality(stage):
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_the_lesson_takes_only_the_ladder_s_basics_from_common_cuh(stage):
-    code = _code((KERNELS / f"{stage}.cu").read_text())
+    code = without_comments((KERNELS / f"{stage}.cu").read_text())
     used = {n for n in common_names() if re.search(rf"\b{n}\b", code)}
     assert used - ALLOWED_FROM_COMMON == set(), f"{stage}.cu uses {sorted(used)}"
     # the stage's idea is in the file: float4 global loads and stores, the transposing scatter
@@ -151,39 +132,15 @@ SASS_SETS = [
 ]
 
 
-def _listing(build) -> list[str]:
-    """The build's SASS instructions, without addresses and encodings."""
-    from lab.toolchain import sass
-
-    out = []
-    for line in sass.sass(build).splitlines():
-        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s*(.*?)\s*;", line)
-        if m:
-            out.append(m.group(1))
-    return out
 
 
-def _resources(build) -> tuple:
-    return (build.registers, build.spill_bytes, build.stack_frame, build.smem_static)
 
 
 @pytest.fixture(scope="module")
 def lesson_and_variant_builds():
     """{case index: (the lesson's build, the variant compiled with the same options)}."""
-    from lab.toolchain import nvrtc, sass
-
-    if sass.find_tool("cuobjdump") is None and sass.find_tool("nvdisasm") is None:
-        pytest.skip("no cuobjdump or nvdisasm (pip install nvidia-cuda-cuobjdump)")
-
-    def both(case):
-        stage, changes = case
-        lesson = _module(stage).build(**stage_params(stage, "cuda", **changes))
-        variant = nvrtc._compile(f"variants/{stage}.cu", lesson.kernel, lesson.options,
-                                 lesson.arch)
-        return lesson, variant
-
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        return dict(enumerate(pool.map(both, SASS_SETS)))
+    return both_builds(SASS_SETS, lambda case: _module(case[0]).build(
+        **stage_params(case[0], "cuda", **case[1])), jobs=os.cpu_count() or 1)
 
 
 @cpu_only
@@ -193,18 +150,7 @@ def test_the_lesson_compiles_to_the_variant_s_sass(lesson_and_variant_builds, i)
     stage, changes = SASS_SETS[i]
     lesson, variant = lesson_and_variant_builds[i]
     assert lesson.source == f"{stage}.cu" and variant.source == f"variants/{stage}.cu"
-    for attempt in range(3):
-        # ptxas can schedule one source differently on a busy machine (tests/helpers.py:
-        # fresh_build): a mismatch is compiled again, both files, before the verdict
-        if attempt:
-            lesson, variant = fresh_build(lesson), fresh_build(variant)
-        a, b = _listing(lesson), _listing(variant)
-        if a == b and _resources(lesson) == _resources(variant):
-            break
-    assert _resources(lesson) == _resources(variant), (stage, changes)
-    first = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    assert a == b, (f"{stage} {changes}: {len(a)} vs {len(b)} instructions, first difference at "
-                    f"{first}: {a[first:first + 3]} vs {b[first:first + 3]}")
+    assert_same_sass(lesson, variant, f"{stage} {changes}")
 
 
 # ------------------------------------------------------------------ (d) the lessons, emulated
@@ -222,9 +168,6 @@ EMU_KERNELS = [
 ]
 
 
-def _aligned_ld(width: int) -> int:
-    """A leading dimension past `width` (its gap holds NaN) that is a multiple of 4 floats."""
-    return (width // 4 + 1) * 4
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +193,7 @@ def test_the_lesson_is_correct_at_the_edges(emulated, stage, changes):
     assert build.source == f"{stage}.cu" and build.spill_bytes == 0
     params = stage_params(stage, "cuda", **changes)
     for M, N, K in EDGE_SHAPES:
-        lda, ldb, ldc = _aligned_ld(K), _aligned_ld(N), _aligned_ld(N)
+        lda, ldb, ldc = aligned_ld(K), aligned_ld(N), aligned_ld(N)
         grid, block, _ = _module(stage).geometry(M, N, K, **params)
         ok, out = emulator.run(build, grid, block, M, N, K, lda, ldb, ldc)
         assert ok, f"{stage} {changes} {M}x{N}x{K} lda={lda} ldb={ldb} ldc={ldc}:\n{out}"
