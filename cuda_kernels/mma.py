@@ -1,5 +1,8 @@
 """Launcher for cuda_kernels/mma.cu: a tensor-core GEMM through mma.sync, ldmatrix and a cp.async
-ring, in four precisions. (Hopper's warpgroup MMA is the next stage, wgmma: cuda_kernels/wgmma.py;
+ring, in four precisions. mma.cu is the lesson, written for bf16, row-major A and B, 16-byte lines,
+32-bit offsets and frags=2; every other build compiles cuda_kernels/variants/mma.cu, the same kernel
+for every precision, layout and alignment (build(), lesson(); docs/stages/mma.md, "The lesson and
+its variants"). (Hopper's warpgroup MMA is the next stage, wgmma: cuda_kernels/wgmma.py;
 this launcher runs the mma.sync kernel on every GPU.)
 
 Geometry: block (BM/WM)*(BN/WN) warps (1-D; 256 threads at the automatic defaults of tf32, bf16
@@ -86,7 +89,8 @@ prepare() resolves them for the problem, builds and launches those concrete valu
 them as launch.config and, as text, in launch.resources["params"] (the row's `params` column).
 """
 
-from cuda_kernels._build import cdiv, first_min_blocks, spill_free_build, stage_launcher
+from cuda_kernels._build import (cdiv, first_min_blocks, lesson_case, spill_free_build,
+                                 stage_launcher, stage_source)
 from lab.contract import Offer
 from lab.errors import LabError
 from lab.precisions import cuda_defines, elem_bytes
@@ -98,6 +102,7 @@ DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16")  # lab/precisions.py
 ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/precisions.py
 KSTEP = {"tf32": 8, "3xtf32": 8, "bf16": 16, "fp16": 16}
 DEFAULT_PRECISION = "3xtf32"
+LESSON_PRECISION = "bf16"  # the precision cuda_kernels/mma.cu is written for (lesson())
 PARAMS = ("BM", "BN", "BK", "WM", "WN", "STAGES", "frags")  # the ones 0 makes automatic
 PARAM_ORDER = PARAMS + ("group",)  # registry order, as the `params` column writes them
 DEFAULTS = dict(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0)  # all automatic (the registry's)
@@ -345,10 +350,27 @@ def defines(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, group=8,
 def build(BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0, group=8,
           precision=DEFAULT_PRECISION, align_a=16, align_b=16, vec_c=True, layout="nn",
           offsets64=False, **_):
-    """offsets64: the 64-bit build (common.cuh's OFFSET64) for a Problem.offsets64 problem."""
+    """offsets64: the 64-bit build (common.cuh's OFFSET64) for a Problem.offsets64 problem.
+    The lesson, cuda_kernels/mma.cu, for LESSON_PRECISION in the lesson case with two fragment
+    sets; cuda_kernels/variants/mma.cu for everything else (lesson())."""
     d = defines(BM, BN, BK, WM, WN, STAGES, frags, group, precision, align_a, align_b, vec_c)
-    first = _first_blocks(config(precision, BM, BN, BK, WM, WN, STAGES, frags), precision)
-    return spill_free_build("mma.cu", "matmul_mma", d, first, layout=layout, offsets64=offsets64)
+    c = config(precision, BM, BN, BK, WM, WN, STAGES, frags)
+    source = stage_source("mma", lesson(precision, c["frags"], layout, offsets64, align_a,
+                                        align_b, vec_c))
+    return spill_free_build(source, "matmul_mma", d, _first_blocks(c, precision), layout=layout,
+                            offsets64=offsets64)
+
+
+def lesson(precision: str, frags: int, layout: str = "nn", offsets64: bool = False,
+           align_a: int = 16, align_b: int = 16, vec_c: bool = True) -> bool:
+    """True where build() compiles the lesson, cuda_kernels/mma.cu: bf16 (LESSON_PRECISION),
+    two fragment sets (frags, resolved), and _build.lesson_case: layout nn, 32-bit offsets, both
+    operands' lines on 16 bytes and C's rows holding the 4-byte pair stores (vec_c). Every other
+    build compiles cuda_kernels/variants/mma.cu (the other precisions, layouts, alignments,
+    offsets64, frags=1), which for the lesson case compiles to the same SASS
+    (tests/test_lessons_mma.py)."""
+    return (precision == LESSON_PRECISION and frags == 2
+            and lesson_case(layout, offsets64, align_a == 16, align_b == 16, bool(vec_c)))
 
 
 def geometry(M: int, N: int, K: int, BM=0, BN=0, BK=0, WM=0, WN=0, STAGES=0, frags=0,

@@ -296,7 +296,7 @@ class _Defines:
     only sets __launch_bounds__ (nothing on the CPU). The NVRTC builds of the same variants are
     checked in (a) and on the GPU."""
 
-    source = "mma.cu"
+    source = "variants/mma.cu"  # the emulator runs the variant (the CPU twins live there)
 
     def __init__(self, layout: str, **params):
         from cuda_kernels._build import layout_defines
@@ -403,7 +403,7 @@ MUTATIONS = [
                          ids=["shallow-wait", "no-trans", "reader-without-swizzle",
                               "store-without-unpermuting"])
 def test_the_emulator_catches_planted_defects(emulator, tmp_path, old, new, precision, layout):
-    text = (ROOT / "cuda_kernels" / "mma.cu").read_text()
+    text = (ROOT / "cuda_kernels" / "variants" / "mma.cu").read_text()
     assert old in text, old
     mutated = tmp_path / "mma.cu"
     mutated.write_text(text.replace(old, new))
@@ -439,7 +439,7 @@ def test_3xtf32_keeps_fp32_accuracy_at_long_k_despite_truncating_sums(emulator, 
                                                                       carried):
     source = None
     if carried:
-        text = (ROOT / "cuda_kernels" / "mma.cu").read_text()
+        text = (ROOT / "cuda_kernels" / "variants" / "mma.cu").read_text()
         assert CARRIED[0] in text
         source = tmp_path / "mma.cu"
         source.write_text(text.replace(CARRIED[0], CARRIED[1]))

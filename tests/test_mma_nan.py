@@ -223,7 +223,7 @@ def twins(tmp_path_factory):
     ce = _emulator_module()
     root = tmp_path_factory.mktemp("tf32_twins")
     src = root / "mma.cu"
-    src.write_text(ce.emulated_source(KERNELS / "mma.cu"))
+    src.write_text(ce.emulated_source(KERNELS / "variants" / "mma.cu"))
     (root / "harness.cpp").write_text(_prelude(ce) + HARNESS_MAIN)
     tile = _tile_defines()
     futures = {mode: ce.compile_async(root / "harness.cpp", root / f"twin_{mode}",
@@ -462,7 +462,7 @@ class NanEmulator:
             return key
         exe = self.root / f"nan_{len(self.exes)}"
         src = self.root / f"{exe.name}.cu"
-        src.write_text(self.ce.emulated_source(source or KERNELS / "mma.cu"))
+        src.write_text(self.ce.emulated_source(source or KERNELS / "variants" / "mma.cu"))
         self.exes[key] = self.ce.compile_async(
             self.root / "nan_main.cpp", exe,
             {"KERNEL_FILE": f'"{src}"', **self.defines(precision, layout, rn)},
@@ -519,7 +519,7 @@ UNGUARDED = [("return tf32_finite(x) ? x + 0x1000u : x;", "return x + 0x1000u;")
 @cpu_only
 @pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
 def test_the_emulator_catches_the_unguarded_add(nan_emulator, tmp_path, precision):
-    text = (KERNELS / "mma.cu").read_text()
+    text = (KERNELS / "variants" / "mma.cu").read_text()
     for old, new in UNGUARDED:
         assert text.count(old) == 1, old
         text = text.replace(old, new)
@@ -569,7 +569,7 @@ def test_the_emulator_catches_3xtf32_turning_inf_into_nan(nan_emulator, tmp_path
     """The earlier split, planted, makes C NaN where IEEE (and tf32) give +-Inf: the emulated
     test above fails on the Inf elements (and only there: NaN still reaches C)."""
     mutated = tmp_path / "mma.cu"
-    mutated.write_text(_with_split((KERNELS / "mma.cu").read_text(), SPLIT_BODIES[split]))
+    mutated.write_text(_with_split((KERNELS / "variants" / "mma.cu").read_text(), SPLIT_BODIES[split]))
     ok, out = nan_emulator.run("3xtf32", "nn", rn, 37, 45, 29, source=mutated)
     assert not ok and "nan-missed=0 " in out and "inf-wrong=0 " not in out, out
     assert "beyond-bound=0 " in out and "clean-non-finite=0 " in out, out
@@ -691,7 +691,7 @@ def _need_gpu():
 
 
 ROUND_KERNEL = r'''
-#include "mma.cu"
+#include "variants/mma.cu"
 extern "C" __global__ void lab_tf32_round(const u32* x, u32* rn, u32* hi, u32* sh, u32* lo, int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {

@@ -1,9 +1,9 @@
 """The CUDA mma stage built with another TF32_RN than the default 1, through lab.compare:
 0 (the tensor core truncates each TF32 operand, as Triton's tl.dot does) or 2 (the guarded
-half-unit add instead of cvt.rn.tf32.f32; mma.cu's tf32_rn).
+half-unit add instead of cvt.rn.tf32.f32; cuda_kernels/variants/mma.cu's tf32_rn).
 
-mma.cu's TF32_RN is a build-time define, not a launcher parameter: this script wraps
-cuda_kernels.mma.defines so that every build of this process gets the value given by
+cuda_kernels/variants/mma.cu's TF32_RN is a build-time define, not a launcher parameter: this
+script wraps cuda_kernels.mma.defines so that every build of this process gets the value given by
 --tf32-rn (default 0), then runs lab.compare with the other arguments (a GPU run; the rows'
 `stage` column is renamed `mma[TF32_RN=0]` in the CSV so the two kinds of row cannot be mixed
 up). Run it next to an ordinary lab.compare of the same rows:
