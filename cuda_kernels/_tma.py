@@ -32,10 +32,11 @@ GPU the build still compiles (CPU mode's resource report, the tests' SASS checks
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cuda_kernels._build import (LINE_ALIGN, aligned_buffer, cdiv, compile_kernel, device_arch_of,
-                                 launcher, resources)
+                                 launcher, resources, stage_source)
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
 from lab.precisions import c_bytes, cuda_defines, elem_bytes
@@ -56,13 +57,50 @@ def _int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+# ------------------------------------------------------------------------------ tile schedules
+@dataclass(frozen=True)
+class TileSchedule:
+    """Which output tiles the blocks of a launch compute: the host's half of a kernel's tile walk
+    (as DeepGEMM's Scheduler is the kernel's). This one is tma_wgmma's and warp_specialized's: one
+    block per tile, the kernel mapping blockIdx.x to its tile in grouped order (common.cuh's
+    block_tile). A new schedule (stream-K, say) is a new subclass beside its kernel's walk, not a
+    flag of HopperStage; one that needs more than the tile count (K, a workspace) widens blocks()
+    then."""
+
+    resident: bool = False  # blocks() reads how many blocks (clusters) the GPU holds at once
+
+    def blocks(self, tiles: int, resident: int) -> int:
+        """Blocks (clusters, in a cluster launch) to launch for `tiles` output tiles (cluster
+        tiles), `resident` of which the GPU holds at once."""
+        return tiles
+
+
+@dataclass(frozen=True)
+class PersistentTiles(TileSchedule):
+    """persistent's: min(tiles, resident) blocks stay resident, block b walking tiles b, b + grid,
+    b + 2 grid, ... in grouped order (persistent.cu's TileWalk)."""
+
+    resident: bool = True
+
+    def blocks(self, tiles: int, resident: int) -> int:
+        return min(tiles, resident)
+
+
+ONE_TILE_PER_BLOCK = TileSchedule()
+PERSISTENT = PersistentTiles()
+
+
 @dataclass(frozen=True)
 class HopperStage:
     """One TMA stage's launcher: `warpgroups` is the knob that counts the warpgroups computing C
-    (64 rows each: BM = 64 * warpgroups), `producer` adds a loading warpgroup, `persistent`
-    launches min(tiles, SMs) blocks instead of one per tile. `defaults` is the automatic row
-    (every knob's 0), `choices` each knob's values (0 first). `split` offers 3xtf32 (tma_tiles.cuh's
-    split3x: a slot holds the B tile's tails too), with `split_defaults` over `defaults`."""
+    (64 rows each: BM = 64 * warpgroups), `producer` adds a loading warpgroup, `schedule` says
+    how many blocks walk the tiles (a TileSchedule: one per tile, or PERSISTENT's min(tiles,
+    SMs)). `defaults` is the automatic row (every knob's 0), `choices` each knob's values (0
+    first). `split` offers 3xtf32 (tma_tiles.cuh's split3x: a slot holds the B tile's tails too),
+    with `split_defaults` over `defaults`. `lesson_case(defines, layout)`, where a stage has a
+    variant file: whether `source` (the lesson) is the build for those defines and kernel layout;
+    elsewhere build() compiles cuda_kernels/variants/<stage>.cu (docs/ARCHITECTURE.md, "Lessons and
+    variants")."""
 
     stage: str
     source: str
@@ -71,11 +109,13 @@ class HopperStage:
     defaults: dict
     choices: dict
     producer: bool = False
-    persistent: bool = False
+    schedule: TileSchedule = ONE_TILE_PER_BLOCK
     tma_store: bool = False  # C through shared memory and TMA stores where its lines allow
     split: bool = False
     split_defaults: dict = field(default_factory=dict)
-    tf32_regs: bool = False  # tf32's A may be M-major, through registers (tma_tiles.cuh A_REGS)
+    # tf32's A may be M-major, through registers (variants/persistent.cu's A_REGS)
+    tf32_regs: bool = False
+    lesson_case: Callable[[dict, str], bool] | None = None
     knobs: tuple = field(init=False)
 
     @staticmethod
@@ -196,21 +236,24 @@ class HopperStage:
             d["C_TRANS"], tma_store = 1, False
         if self.tma_store:  # the launch passes C as a tensor map only where it says so
             d["TMA_STORE"] = int(self.tma_store if tma_store is None else tma_store)
-        return compile_kernel(self.source, self.kernel, d,
-                              layout=kernel_layout(layout, precision, self.tf32_regs), arch=ARCH)
+        read = kernel_layout(layout, precision, self.tf32_regs)
+        source = self.source
+        if self.lesson_case is not None and not self.lesson_case(d, read):
+            source = stage_source(self.stage, False)  # the variant: the same kernel, every case
+        return compile_kernel(source, self.kernel, d, layout=read, arch=ARCH)
 
     def geometry(self, M: int, N: int, c: dict | None = None, sms: int = DEFAULT_SMS,
                  clusters: int | None = None, tma_store: bool | None = None,
                  precision: str | None = None):
-        """(grid, block, dynamic shared bytes). A persistent grid has one block per SM, or, in
-        clusters, `clusters` clusters (as many as the GPU holds at once; SMs / CLUSTER without a
-        GPU)."""
+        """(grid, block, dynamic shared bytes). The schedule gives the blocks: one per tile, or
+        (persistent) one per SM, or, in clusters, `clusters` clusters (as many as the GPU holds at
+        once; SMs / CLUSTER without a GPU)."""
         c = c or self.defaults_for(precision)
         wgs, cl = c[self.warpgroups], self.cluster_of(c)
         # a cluster takes `cl` tiles down M with the same columns
         tiles = cdiv(M, 64 * wgs * cl) * cdiv(N, c["BN"])
         resident = clusters if clusters is not None else sms // cl
-        blocks = cl * (min(tiles, resident) if self.persistent else tiles)
+        blocks = cl * self.schedule.blocks(tiles, resident)
         return ((blocks, 1, 1), (128 * (wgs + self.producer), 1, 1),
                 self.smem_bytes(c, tma_store, precision))
 
@@ -265,7 +308,7 @@ class HopperStage:
         b = self.build(precision, w["layout"], group, c, store, c_trans=swap)
         cl = self.cluster_of(c)
         clusters = None
-        if self.persistent and cl > 1:
+        if self.schedule.resident and cl > 1:
             _, block, smem = self.geometry(M, N, c, tma_store=store, precision=precision)
             clusters = max_active_clusters(b, block, smem, cl)
         grid, block, smem = self.geometry(M, N, c, sm_count(p.c.tensor.device), clusters,

@@ -1,7 +1,13 @@
 """Launcher for cuda_kernels/persistent.cu: warp_specialized's producer and consumers in one
 resident block per SM that walks the output tiles (sm_90a), in bf16, fp16, tf32, 3xtf32 and fp8.
 
-The operand plan, the tensor maps and the launch are cuda_kernels/_tma.py's.
+The operand plan, the tensor maps and the launch are cuda_kernels/_tma.py's; the grid is its
+PERSISTENT schedule. persistent.cu is the lesson: the tile walk over warp_specialized's kernel, one
+block per cluster, C stored from registers, A and B read from shared memory as TMA lands them
+(lesson_case below). Every other build (clusters of two, C through TMA stores, which the automatic
+row uses, TF32 with an M-major A) compiles cuda_kernels/variants/persistent.cu, the same kernel
+with those switches, whose builds of the lesson case are the lesson's instruction for instruction
+(tests/test_lessons_hopper.py).
 
 Geometry: a 1-D grid of CLUSTER * min(ceil(M/(BM * CLUSTER)) * ceil(N/BN), SMs / CLUSTER)
 blocks in clusters of CLUSTER (BM = 64 * CONSUMERS; the SMs of the GPU the operands are on, 132
@@ -20,14 +26,23 @@ together).
 
 from __future__ import annotations
 
-from cuda_kernels._tma import HopperStage
+from cuda_kernels._tma import PERSISTENT, HopperStage
+
+
+def lesson_case(defines: dict, layout: str) -> bool:
+    """Whether persistent.cu (the lesson) is the build for these defines and the layout the kernel
+    reads: one block per cluster (CLUSTER=1), C stored from registers (TMA_STORE=0, not
+    C_TRANS), and not TF32 with an M-major A (A through registers)."""
+    return (defines.get("CLUSTER") == 1 and defines.get("TMA_STORE") == 0
+            and not defines.get("C_TRANS") and not ("PREC_TF32" in defines and layout[0] == "t"))
+
 
 STAGE = HopperStage(
     "persistent", "persistent.cu", "matmul_persistent", warpgroups="CONSUMERS",
     defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 0},
     choices={"CONSUMERS": (0, 1, 2), "BN": (0, 64, 128, 192, 256),
              "STAGES": (0, 2, 3, 4, 5, 6, 7, 8), "CLUSTER": (0, 1, 2)},
-    producer=True, persistent=True, tma_store=True,
+    producer=True, schedule=PERSISTENT, tma_store=True, lesson_case=lesson_case,
     # 3xtf32: a 128 x 128 tile, the most a consumer's registers hold with a fresh sum beside the
     # accumulators (2 x 64) and two sets of A's heads and tails (64); four slots of A, B and B's
     # tails (48 KiB) and C's staging fill 225 of the 227 KiB

@@ -1,8 +1,11 @@
 // tma_tiles.cuh: the tiles of the TMA stages (tma_wgmma.cu, warp_specialized.cu,
-// persistent.cu): element type, tile sizes, the shared-memory layout of a ring slot, the TMA
-// loads of one k-tile, the wgmma of one k-step with both operands' descriptors, and the
-// epilogue's stores. Include it after the stage's defaults (PREC_*, WGS, BN, STAGES, GROUP) and
-// before the kernel; tma_wgmma.cu's header describes the tiles and boxes.
+// persistent.cu and its variant): element type, tile sizes, the shared-memory layout of a ring
+// slot, the TMA loads of one k-tile, the wgmma of one k-step with both operands' descriptors, the
+// epilogue's stores from registers, and 3xTF32's split (the stages with a producer warpgroup).
+// What only persistent uses (its tile walk, clusters, TMA stores of C, TF32's register A) lives in
+// persistent.cu and cuda_kernels/variants/persistent.cu. Include it after the stage's defaults
+// (PREC_*, WGS, BN, STAGES, GROUP) and before the kernel; tma_wgmma.cu's header describes the
+// tiles and boxes.
 //
 // fp8 (PREC_FP8): float8 e4m3 operands, one byte each, read K-major only (8-bit wgmma has no
 // transpose bits: layout nt, the launcher copies the others), so a k-tile's line of 128 bytes is
@@ -58,23 +61,18 @@ static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * 128 * CONSUMERS <= 65536,
 
 #define A_KMAJOR (!TRANS_A)
 #define B_KMAJOR (TRANS_B)
-// TF32 with A M-major (A_REGS, persistent.cu only): wgmma reads 32-bit shared operands K-major
-// only, so A goes through registers instead (a_frags_mn, mma_tile_rs): layouts tt, and nn run as
-// C^T = B^T A^T (C_TRANS: the launcher swaps the operands, the kernel stores D transposed).
-#define A_REGS (ELEM == 4 && !A_KMAJOR)
-#ifndef C_TRANS
-#define C_TRANS 0
-#endif
 #if ELEM == 4 && !B_KMAJOR
 #error "TF32 wgmma reads a shared B K-major only: build layout nt or tt (the launcher copies the others)"
 #endif
 #if ELEM == 1 && !(A_KMAJOR && B_KMAJOR)
 #error "fp8 wgmma reads shared operands K-major only: build layout nt (the launcher copies the others)"
 #endif
-#if A_REGS && (SPLIT || !defined(A_REGS_LOOP))
-#error "TF32 with an M-major A (layout tt) needs a kernel with A_REGS_LOOP (persistent.cu); 3xTF32 reads A K-major"
+// TF32 with an M-major A: wgmma reads 32-bit shared operands K-major only, so A must go through
+// registers, which only a kernel that loads it so does (A_REGS_LOOP: variants/persistent.cu)
+#if ELEM == 4 && !A_KMAJOR && (SPLIT || !defined(A_REGS_LOOP))
+#error "TF32 with an M-major A (layout tt) needs a kernel with A_REGS_LOOP (variants/persistent.cu); 3xTF32 reads A K-major"
 #endif
-#if SPLIT || A_REGS
+#if SPLIT
 #include "wgmma_ops.cuh"  // A from registers
 #endif
 
@@ -89,9 +87,6 @@ constexpr int SLOT = TMA_BYTES + SPLIT * B_BYTES;  // 3xTF32: and the B tile's t
 constexpr int MN_CHUNK = BK * 128;         // one box of an M- or N-major tile: BK lines of 128 bytes
 constexpr int MN_ELEMS = 128 / ELEM;       // its width: elements of M or N in a line
 constexpr int ACC = BN / 2;                // accumulators per thread
-// A thread's accumulator rows in its warp's 16: ROW_MUL * (lane / 4) and ROW_STEP below that;
-// a register A with paired rows (a_frags_mn) makes them 2 (lane / 4) and the next row
-constexpr int ROW_MUL = A_REGS ? 2 : 1, ROW_STEP = A_REGS ? 1 : 8;
 static_assert(BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN must be 64, 128, 192 or 256");
 static_assert(WGS >= 1 && WGS <= 3, "WGS must be 1, 2 or 3");
 static_assert(STAGES >= 2 && STAGES <= 8, "STAGES must be 2..8");
@@ -159,39 +154,13 @@ __device__ __forceinline__ void load_tile(const TensorMap* ta, const TensorMap* 
 #endif
 }
 
-// load_tile for a block of a cluster of CLUSTER blocks that take CLUSTER neighbouring tiles down
-// M with the same columns: A as before, and 1 / CLUSTER of the shared B tile, multicast into
-// every block (K-major B: a box of BN / CLUSTER lines; N-major: BN / 64 / CLUSTER of its boxes).
-// Each block's barrier still expects the whole slot: its own A and every block's part of B.
-template <int CL>
-__device__ __forceinline__ void load_tile_multicast(const TensorMap* ta, const TensorMap* tb,
-                                                    u32 slot, u32 bar, int kt, int m0, int n0,
-                                                    int rank) {
-    static_assert(B_KMAJOR || (BN / 64) % CL == 0, "N-major B: BN / 64 boxes per block must split");
-    mbar_expect_tx(bar, TMA_BYTES);
-    const int k0 = kt * BK;
-    const unsigned short mask = (1u << CL) - 1;
-    load_a(ta, slot, bar, k0, m0);
-#if B_KMAJOR
-    constexpr int PART = BN / CL;
-    tma_load_2d_multicast(slot + A_BYTES + rank * PART * 128, tb, k0, n0 + rank * PART, bar, mask);
-#else
-    constexpr int PART = BN / 64 / CL;
-#pragma unroll
-    for (int c = rank * PART; c < (rank + 1) * PART; ++c)
-        tma_load_2d_multicast(slot + A_BYTES + c * MN_CHUNK, tb, n0 + 64 * c, k0, bar, mask);
-#endif
-}
-
 // Thread 0, before anything else: the tensor maps' descriptors prefetched, and the ring's
 // barriers initialised: full[s] completes when thread 0's one arrival and the slot's TMA bytes are
 // in, empty[s] when `releases` arrivals (a consumer warp's each) say the slot was read.
 __device__ __forceinline__ void init_ring(const TensorMap* ta, const TensorMap* tb, u32 full0,
-                                          u32 empty0, int releases,
-                                          const TensorMap* tc = nullptr) {
+                                          u32 empty0, int releases) {
     tma_prefetch(ta);
     tma_prefetch(tb);
-    if (tc) tma_prefetch(tc);  // C's map, where C goes out through TMA stores
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
         mbar_init(full0 + 8 * s, 1);
@@ -208,94 +177,10 @@ __device__ __forceinline__ void mma_tile(float* acc, u32 slot, int wg) {
     wg_commit();
 }
 
-#if A_REGS
-// ------------------------------------------------------------------------------ TF32, A M-major
-// A warp's 16 rows of an M-major A tile (TMA boxes of MN_ELEMS = 32 rows x BK k-lines, 128-byte
-// swizzled) for all NSTEP k-steps, in wgmma's TF32 A register order, rounded to nearest TF32 (B
-// is read by the tensor core as it lies: truncated). The warp's rows are paired (wgmma.cu's
-// ROWPAIR): the fragment rows g and g + 8 hold rows 2g and 2g + 1, adjacent in memory, so each
-// register pair is one 8-byte LDS (k = 8 s + t, then + 4; t = lane % 4) instead of two 4-byte
-// ones; D's rows come out in the same order (store_acc_t). Bank conflicts: the 32 lanes' 8-byte
-// loads cover 16 banks (the swizzle spreads 4 k-lines over 4 chunks), 4 wavefronts against 2.
-__device__ __forceinline__ void a_frags_mn(u32 slot, int wg, int warp, int lane,
-                                           u32 (&f)[NSTEP][4]) {
-    const int m = 64 * wg + 16 * warp + 2 * (lane >> 2);  // the pair m, m + 1
-    const u32 box = slot + (m / MN_ELEMS) * MN_CHUNK;
-    const int mm = m % MN_ELEMS, chunk = mm / 4, t = lane & 3;
-    const u32 in_chunk = (mm % 4) * ELEM;
-#pragma unroll
-    for (int s = 0; s < NSTEP; ++s)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int k = KSTEP * s + t + 4 * h;
-            const u32 at = box + k * 128 + ((chunk ^ (k & 7)) << 4) + in_chunk;
-            asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
-                         : "=r"(f[s][2 * h]), "=r"(f[s][2 * h + 1])
-                         : "r"(at));
-        }
-#pragma unroll
-    for (int s = 0; s < NSTEP; ++s)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) f[s][r] = tf32_rn(f[s][r]);
-}
-
-// A warpgroup's wgmma over the k-tile in `slot` with A from registers `f`, one commit group.
-__device__ __forceinline__ void mma_tile_rs(float* acc, u32 slot, const u32 (&f)[NSTEP][4]) {
-    wg_fence();
-#pragma unroll
-    for (int s = 0; s < NSTEP; ++s) {
-        const u64 b = b_desc(slot, s);
-        if constexpr (BN == 64) wgmma_tf32_n64(acc, f[s][0], f[s][1], f[s][2], f[s][3], b, 1);
-        else if constexpr (BN == 128) wgmma_tf32_n128(acc, f[s][0], f[s][1], f[s][2], f[s][3], b, 1);
-        else if constexpr (BN == 192) wgmma_tf32_n192(acc, f[s][0], f[s][1], f[s][2], f[s][3], b, 1);
-        else wgmma_tf32_n256(acc, f[s][0], f[s][1], f[s][2], f[s][3], b, 1);
-    }
-    wg_commit();
-}
-
-// A warpgroup's 64 x BN accumulators of D = C^T (rows paired as a_frags_mn loaded them) into C
-// (row-major, ldc): D(r, c) is C(c, r). D's rows are C's columns, so a thread's pair of rows r,
-// r + 1 is one 8-byte store into C's line c (a warp's store: 4 lines x 64 bytes, whole sectors).
-// Rows from m0 and columns from n0 of D, where they fall inside D's Md x Nd.
-__device__ __forceinline__ void store_acc_t(const float* acc, float* __restrict__ C, int Md, int Nd,
-                                            long long ldc, int m0, int n0, int warp, int lane) {
-    const int r = m0 + 16 * warp + ROW_MUL * (lane >> 2);  // and r + ROW_STEP = r + 1
-    const int cbase = n0 + 2 * (lane & 3);
-    const bool pairs = (reinterpret_cast<u64>(C) % 8) == 0 && ldc % 2 == 0 && r + 1 < Md;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {  // D's columns c and c + 1: C's lines
-            const int c = cbase + 8 * j + h;
-            if (c >= Nd || r >= Md) continue;
-            float* at = C + static_cast<long long>(c) * ldc + r;
-            const float x = acc[4 * j + h], y = acc[4 * j + 2 + h];  // D(r, c), D(r + 1, c)
-            if (pairs)
-                *reinterpret_cast<float2*>(at) = make_float2(x, y);
-            else {
-                at[0] = x;
-                if (r + 1 < Md) at[1] = y;
-            }
-        }
-}
-#endif
-
-// Output tile t of a grid_m x grid_n grid of tiles, in grouped order: GROUP tile-rows walked
-// column by column, so the tiles in flight at one time share GROUP block-rows of A and a few
-// block-columns of B in L2 (common.cuh's block_tile, for a tile index that is not blockIdx.x).
-__device__ __forceinline__ void tile_of(int t, int grid_m, int grid_n, int& bm, int& bn) {
-    const int width = GROUP * grid_n;
-    const int first_m = (t / width) * GROUP;
-    const int rows = min(grid_m - first_m, GROUP);
-    const int in_group = t - (t / width) * width;
-    bm = first_m + in_group % rows;
-    bn = in_group / rows;
-}
-
 #if defined(PREC_FP8)
 // fp8's per-tensor scales: C = scale_a * scale_b * (A @ B). Each consumer thread reads the two
 // one-element float32 tensors once (before its first tile's k-loop) and multiplies its fp32
-// accumulators by their product here, before store_acc / store_acc_tma round them to bf16.
+// accumulators by their product here, before the stores round them to bf16.
 __device__ __forceinline__ void scale_acc(float* acc, float scale) {
 #pragma unroll
     for (int i = 0; i < ACC; ++i) acc[i] *= scale;
@@ -304,11 +189,15 @@ __device__ __forceinline__ void scale_acc(float* acc, float scale) {
 
 // A warpgroup's 64 x BN accumulators into C (row-major, ldc), rows from m0 (its first row) and
 // columns from n0, where they fall inside M x N. `warp` is the warp's index in its warpgroup.
+// PAIRED: the accumulators of a wgmma whose register A paired its rows (variants/persistent.cu's
+// a_frags_mn), rows 2 (lane / 4) and the next instead of lane / 4 and 8 below.
+template <bool PAIRED = false>
 __device__ __forceinline__ void store_acc(const float* acc, c_elem_t* __restrict__ C, int M, int N,
                                           long long ldc, int m0, int n0, int warp, int lane) {
     // Accumulator 4 j + {0, 1, 2, 3} of a thread: D(r, c), D(r, c+1), D(r+8, c), D(r+8, c+1) with
-    // r = 16 (warp % 4) + lane / 4 in its warpgroup's 64 rows and c = 8 j + 2 (lane % 4) (A_REGS:
+    // r = 16 (warp % 4) + lane / 4 in its warpgroup's 64 rows and c = 8 j + 2 (lane % 4) (PAIRED:
     // r = 16 (warp % 4) + 2 (lane / 4), and r + 1 for r + 8).
+    constexpr int ROW_MUL = PAIRED ? 2 : 1, ROW_STEP = PAIRED ? 1 : 8;
     const int r = m0 + 16 * warp + ROW_MUL * (lane >> 2);
     const int cbase = n0 + 2 * (lane & 3);
     // a pair of adjacent elements is one aligned 2 x C_ELEM-byte store where C's base and ldc allow
@@ -343,59 +232,6 @@ __device__ __forceinline__ void store_acc(const float* acc, c_elem_t* __restrict
             }
 #endif
         }
-    }
-}
-
-// ------------------------------------------------------------------------------ TMA store of C
-// The epilogue through shared memory: a warpgroup writes its 64 x BN accumulators, rounded to C's
-// type, into a 128-byte-swizzled staging chunk of 64 rows x 128 bytes (64 bf16/fp16 or 32 fp32
-// columns; fp8's C is bf16: C_ELEM) with st.shared (the swizzle spreads a warp's eight rows over
-// distinct banks), and one thread stores the chunk with a TMA store (cp.async.bulk.tensor), which
-// clips rows and columns beyond M and N. Two 8 KiB staging buffers per warpgroup alternate: a
-// buffer is written again only after the TMA store of two chunks before has read it (bulk
-// wait_group.read 1, then the warpgroup's named barrier). The warpgroup's first warp issues the
-// stores and waits (one lane of it, elected: hopper.cuh's tma_store_2d_warp). The stores then
-// leave the SM while the warpgroup goes on to the next chunk and the next tile's wgmma, instead of
-// 64 scattered 4-byte global stores per thread.
-constexpr int C_COLS = 128 / C_ELEM;            // columns of C in one staging chunk
-constexpr int C_CHUNKS = BN / C_COLS;           // chunks per warpgroup tile
-constexpr int C_STAGE_BYTES = 2 * 64 * 128;     // a warpgroup's two staging buffers
-
-__device__ __forceinline__ void store_acc_tma(const float* acc, const TensorMap* tc, u32 stage,
-                                              int m0, int n0, int warp, int lane, int barrier_id) {
-    const int r = 16 * warp + ROW_MUL * (lane >> 2);  // this thread's rows r and r + ROW_STEP
-#pragma unroll
-    for (int k = 0; k < C_CHUNKS; ++k) {
-        const u32 buf = stage + (k & 1) * (64 * 128);
-        // the store that last read this buffer, two commits ago (this tile's chunk k - 2 or the
-        // previous tile's last two), must be done reading it
-        if (warp == 0) bulk_wait_read_warp<1>();
-        named_barrier(barrier_id, 128);
-#pragma unroll
-        for (int jj = 0; jj < C_COLS / 8; ++jj) {
-            const int j = k * (C_COLS / 8) + jj;        // accumulator group: columns 8 j ..
-            const int c = 8 * jj + 2 * (lane & 3);      // column within the chunk
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = r + ROW_STEP * h;
-                const u32 byte = c * C_ELEM;
-                const u32 at = buf + row * 128 + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
-                const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
-#if C_ELEM == 4
-                asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(x), "f"(y)
-                             : "memory");
-#elif defined(PREC_FP16)
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(pack_f16(x, y))
-                             : "memory");
-#else  // bf16, and fp8's bf16 C
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(pack_bf16(x, y))
-                             : "memory");
-#endif
-            }
-        }
-        fence_async_smem();
-        named_barrier(barrier_id, 128);
-        if (warp == 0) tma_store_2d_warp(tc, n0 + k * C_COLS, m0, buf);
     }
 }
 

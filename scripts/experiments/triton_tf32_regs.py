@@ -1,6 +1,6 @@
 """Does Triton 3.6 keep a TF32 operand that lies M-major in registers (wgmma with A from
 registers) when the tile goes through an elementwise operation first, as the CUDA persistent
-stage does by hand (cuda_kernels/tma_tiles.cuh a_frags_mn)? And is tf32 nn then faster computed
+stage does by hand (cuda_kernels/variants/persistent.cu a_frags_mn)? And is tf32 nn then faster computed
 as C^T = B^T A^T (B^T the M-major A operand, A^T K-major) than with B copied K-major?
 
     PYTHONPATH=. python scripts/experiments/triton_tf32_regs.py [--size 4096] [--out DIR]
