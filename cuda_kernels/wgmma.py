@@ -1,8 +1,11 @@
 """Launcher for cuda_kernels/wgmma.cu: the tensor-core GEMM of stage mma written for Hopper's own
 instruction, warpgroup MMA (wgmma.mma_async, sm_90a), in tf32, 3xtf32, bf16 and fp16.
+The lesson file is the kernel for bf16 in layout nn (as the kernel reads it, after plan()'s
+copies) with COPY_AT=0 and LOAD_FIRST=0; every other build (tf32, 3xtf32, fp16, the layouts nt
+and tt, COPY_AT=2, LOAD_FIRST=1) compiles variants/wgmma.cu (lesson(), build()).
 
-The kernel computes D = A' B' with B' K-major in shared memory and A' from registers (wgmma.cu's
-header); plan() maps a problem onto it:
+The kernel computes D = A' B' with B' K-major in shared memory and A' from registers
+(variants/wgmma.cu's header; wgmma.cu's for nn); plan() maps a problem onto it:
     B column-major (layouts nt, tt): A' = A, B' = B, D = C;
     else A row-major (nn):           A' = B^T (M-major), B' = A^T, D = C^T (C stored transposed,
                                      csm = 1, csn = ldc);
@@ -41,7 +44,7 @@ mma stage's wgmma kernel ran with before it became this stage. validate() refuse
 from __future__ import annotations
 
 from cuda_kernels._build import (aligned_buffer, cdiv, compile_kernel, device_arch_of, launcher,
-                                 lines_aligned, resources)
+                                 lesson_case, lines_aligned, resources, stage_source)
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
 from lab.precisions import cuda_defines, elem_bytes
@@ -51,7 +54,8 @@ PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
 DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16")  # lab/precisions.py
 ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/precisions.py
 ARCH = "sm_90a"
-SOURCE, KERNEL = "wgmma.cu", "matmul_wgmma"
+KERNEL = "matmul_wgmma"
+LESSON_PRECISION = "bf16"  # the precision cuda_kernels/wgmma.cu is written for (lesson())
 SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
 
 # The kernel per precision: warpgroups (BM = 64 per warpgroup), BN, ring depth, where each tile's
@@ -218,16 +222,31 @@ def _layout_plan(layout: str, M: int, N: int) -> tuple[str, bool, bool]:
 # ------------------------------------------------------------------------------ build, launch
 
 
+def lesson(precision: str, a_kmajor: bool, layout: str, config: dict) -> bool:
+    """True where build() compiles the lesson, cuda_kernels/wgmma.cu: bf16 (LESSON_PRECISION) in
+    layout nn as the kernel reads it (after plan()'s copies; A' = B^T M-major, D = C^T), with
+    each tile's copy before its wgmma (COPY_AT=0) and A' loaded after the next tile's copy
+    (LOAD_FIRST=0), at any WGS, BN, STAGES and group. Every other build compiles
+    cuda_kernels/variants/wgmma.cu (tf32, 3xtf32, fp16, the layouts nt and tt, COPY_AT=2,
+    LOAD_FIRST=1), which for the lesson case compiles to the same SASS
+    (tests/test_lessons_wgmma.py)."""
+    return (precision == LESSON_PRECISION and not a_kmajor and lesson_case(layout)
+            and config.get("COPY_AT", 0) == 0 and config.get("LOAD_FIRST", 0) == 0)
+
+
 def build(precision: str, a_kmajor: bool, group: int = 8, layout: str = "nn",
           config: dict | None = None):
     """The kernel for `precision`, compiled for sm_90a by NVRTC (no GPU needed): the precision's
     WGMMA row, or `config` (the build defines WGS, BN, STAGES, COPY_AT, LOAD_FIRST, SUM_TILES).
-    The defines are passed in the order the mma stage's wgmma kernel passed them. One build for
-    every size: wgmma.cu's offsets are 64-bit in every build, so a Problem.offsets64 problem (an
-    operand past 2^31 elements) needs no OFFSET64 build here (tests/test_offsets64.py)."""
-    d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group,
-         **(config or WGMMA[precision])}
-    return compile_kernel(SOURCE, KERNEL, d, layout=layout, arch=ARCH)
+    The defines are passed in the order the mma stage's wgmma kernel passed them. The source is
+    the lesson, wgmma.cu, where lesson() says so, else variants/wgmma.cu; both name the kernel
+    matmul_wgmma. One build for every size: the kernel's offsets are 64-bit in every build, so a
+    Problem.offsets64 problem (an operand past 2^31 elements) needs no OFFSET64 build here
+    (tests/test_offsets64.py)."""
+    c = config or WGMMA[precision]
+    d = {DEFINES[precision]: 1, "A_KMAJOR": bool(a_kmajor), "GROUP": group, **c}
+    source = stage_source("wgmma", lesson(precision, a_kmajor, layout, c))
+    return compile_kernel(source, KERNEL, d, layout=layout, arch=ARCH)
 
 
 def geometry(M: int, N: int, precision: str, a_kmajor: bool, config: dict | None = None):

@@ -1,5 +1,6 @@
-"""NaN and Inf through the tensor-core stages' TF32 rounding and 3xTF32 split (cuda_kernels/mma.cu:
-tf32_rn, tf32_hi, tf32_split; cuda_kernels/wgmma.cu: tf32_head, tf32_tail).
+"""NaN and Inf through the tensor-core stages' TF32 rounding and 3xTF32 split
+(cuda_kernels/variants/mma.cu: tf32_rn, tf32_hi, tf32_split; cuda_kernels/hopper.cuh: tf32_head,
+tf32_tail).
 
 The bugs these tests keep out. (1) TF32 operands were rounded by adding half a TF32 unit (0x1000)
 to their bit pattern. The GPU's fp32 arithmetic makes the NaN 0x7fffffff (0/0, log(-1), Inf -
@@ -569,7 +570,8 @@ def test_the_emulator_catches_3xtf32_turning_inf_into_nan(nan_emulator, tmp_path
     """The earlier split, planted, makes C NaN where IEEE (and tf32) give +-Inf: the emulated
     test above fails on the Inf elements (and only there: NaN still reaches C)."""
     mutated = tmp_path / "mma.cu"
-    mutated.write_text(_with_split((KERNELS / "variants" / "mma.cu").read_text(), SPLIT_BODIES[split]))
+    mutated.write_text(_with_split((KERNELS / "variants" / "mma.cu").read_text(),
+                                   SPLIT_BODIES[split]))
     ok, out = nan_emulator.run("3xtf32", "nn", rn, 37, 45, 29, source=mutated)
     assert not ok and "nan-missed=0 " in out and "inf-wrong=0 " not in out, out
     assert "beyond-bound=0 " in out and "clean-non-finite=0 " in out, out

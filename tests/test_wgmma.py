@@ -176,22 +176,26 @@ def test_the_swept_build_options_are_the_stages_parameters(precision, config):
 
 
 def test_wgmma_source_refuses_plain_sm_90_and_bad_defines_with_the_compiler_log():
+    """The every-precision file (the lesson, cuda_kernels/wgmma.cu, is bf16 only and has none
+    of these switches) refuses what it cannot build, with the compiler's log."""
     from cuda_kernels._build import compile_kernel
 
+    WGMMA_VARIANT = "variants/wgmma.cu"
+
     with pytest.raises(CompileError, match="needs sm_90a"):
-        compile_kernel("wgmma.cu", "matmul_wgmma", {"PREC_TF32": 1}, arch="sm_90")
+        compile_kernel(WGMMA_VARIANT, "matmul_wgmma", {"PREC_TF32": 1}, arch="sm_90")
     with pytest.raises(CompileError, match="COPY_AT must be 0"):
-        compile_kernel("wgmma.cu", "matmul_wgmma", {"PREC_BF16": 1, "COPY_AT": 1},
+        compile_kernel(WGMMA_VARIANT, "matmul_wgmma", {"PREC_BF16": 1, "COPY_AT": 1},
                        arch="sm_90a")
     with pytest.raises(CompileError, match="BN must be 64, 128, 192 or 256"):
-        compile_kernel("wgmma.cu", "matmul_wgmma", {"PREC_BF16": 1, "BN": 96}, arch="sm_90a")
+        compile_kernel(WGMMA_VARIANT, "matmul_wgmma", {"PREC_BF16": 1, "BN": 96}, arch="sm_90a")
     with pytest.raises(CompileError, match="WGS must be 1, 2 or 3"):
-        compile_kernel("wgmma.cu", "matmul_wgmma", {"PREC_BF16": 1, "WGS": 4}, arch="sm_90a")
+        compile_kernel(WGMMA_VARIANT, "matmul_wgmma", {"PREC_BF16": 1, "WGS": 4}, arch="sm_90a")
     with pytest.raises(CompileError, match="SUM_TILES must be 0"):
-        compile_kernel("wgmma.cu", "matmul_wgmma", {"PREC_3XTF32": 1, "SUM_TILES": 3},
+        compile_kernel(WGMMA_VARIANT, "matmul_wgmma", {"PREC_3XTF32": 1, "SUM_TILES": 3},
                        arch="sm_90a")
     with pytest.raises(CompileError, match="LOAD_FIRST must be 0"):
-        compile_kernel("wgmma.cu", "matmul_wgmma", {"PREC_3XTF32": 1, "LOAD_FIRST": 2},
+        compile_kernel(WGMMA_VARIANT, "matmul_wgmma", {"PREC_3XTF32": 1, "LOAD_FIRST": 2},
                        arch="sm_90a")
 
 
