@@ -10,7 +10,7 @@ a row stride larger than their width; `out` may be such a view too. Every mistak
 with one sentence.
 """
 
-from lab.errors import CompileError, LabError
+from lab.base.errors import CompileError, LabError
 
 __all__ = ["matmul", "LabError", "CompileError"]
 
@@ -46,7 +46,7 @@ def _out_dtype(a):
     """The dtype of a new C: the operands' (float8 e4m3 operands: bfloat16, fp8's C)."""
     import torch
 
-    from lab.operands import OUT_DTYPE_NAMES, PRECISION_OF_DTYPE
+    from lab.base.dtypes import OUT_DTYPE_NAMES, PRECISION_OF_DTYPE
 
     p = PRECISION_OF_DTYPE.get(str(a.dtype).removeprefix("torch."))
     return getattr(torch, OUT_DTYPE_NAMES[p]) if p in OUT_DTYPE_NAMES else a.dtype
@@ -62,7 +62,7 @@ def _replay(plan, a, b, out, scales):
     else:
         clash = plan.overlap(a, b, out)
         if clash is not None:
-            from lab.operands import overlap_message
+            from lab.base.checks import overlap_message
 
             raise LabError(overlap_message(plan.where, clash))
     if a.requires_grad or b.requires_grad or out.requires_grad:
@@ -77,7 +77,9 @@ def _matmul(a, b, stage, backend, out, precision, params, key, scales=(None, Non
     import torch
 
     from lab import plan as plans
-    from lab.operands import DTYPE_NAMES, OUT_DTYPE_NAMES, Needs, check_operands, precision_for
+    from lab.base.checks import check_operands
+    from lab.base.dtypes import DTYPE_NAMES, OUT_DTYPE_NAMES, precision_for
+    from lab.base.needs import Needs
     from lab.stages import BACKENDS, DEFAULT_STAGE, Variant, get_stage
 
     stage = DEFAULT_STAGE if stage is None else stage

@@ -1,13 +1,13 @@
 """The command lines' axes: the operand layouts, and the comma lists of names (backends, layouts,
 precisions) that `lab.compare`, `lab.profile` and `lab.autotune` parse.
 
-A low module: it imports only lab.errors and lab.stages (the registry), so every command can use
-it without importing another command.
+A low module: it imports only lab.base.errors and lab.stages (the registry), so every command can
+use it without importing another command.
 """
 
 from __future__ import annotations
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.stages import BACKENDS
 
 # Operand layouts, BLAS naming: first letter A, second B; n = row-major, t = stored transposed.

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from lab.errors import LabError
-from lab.report import Row
+from lab.base.errors import LabError
+from lab.row import Row
 
 # What a lab results CSV must have to be compared with (layout and params are optional).
 NEEDED = ("stage", "backend", "precision", "M", "N", "K", "median_ms")
@@ -115,6 +115,6 @@ def regressed(rows: list[Row], pct: float) -> list[Row]:
     return [r for r in rows if r.vs_baseline_pct is not None and r.vs_baseline_pct > pct]
 
 
-def describe(r: Row) -> str:
+def regression_label(r: Row) -> str:
     """'tiled cuda nn 1024x1024x1024 +10.0%': a row as the regression line names it."""
     return f"{r.stage} {r.backend} {r.layout} {r.M}x{r.N}x{r.K} {r.vs_baseline_pct:+.1f}%"

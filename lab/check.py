@@ -152,7 +152,7 @@ def inputs_for(precision: str, M: int, N: int, K: int, seed: int, device: str,
     (scale_a, scale_b)."""
     import torch
 
-    from lab.operands import DTYPE_NAMES, SCALED
+    from lab.base.dtypes import DTYPE_NAMES, SCALED
 
     if precision in SCALED:
         a, b, sa, sb = make_scaled_inputs(M, N, K, seed, device, layout)

@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import Callable
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -27,7 +27,7 @@ import sys
 
 from lab.axes import parse_backends, parse_choices, parse_layouts
 from lab.cli import ArgumentParser, guarded, plural, wrap
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.shapes import PRESETS
 from lab.stages import BACKENDS, PRECISIONS, STAGES
 
@@ -176,22 +176,25 @@ def _main(argv: list[str] | None) -> int:
 
         baseline = base_mod.load(args.baseline)
 
-    from lab.run import Plan, detect_mode, validate
+    from lab.run import RunSpec, detect_mode, validate
 
     mode = detect_mode(args.mode)
     shapes = parse_sizes(",".join(args.sizes) if args.sizes else
                          (GPU_SIZES if mode == "gpu" else CPU_SIZES))
-    plan = Plan(variants, backends, shapes, precision, args.seed, mode, args.rep_ms,
+    spec = RunSpec(variants, backends, shapes, precision, args.seed, mode, args.rep_ms,
                 transfers=args.include_transfers, api=args.api,
                 layouts=parse_layouts(args.layout),
                 repeat=args.repeat, cublas_timing=args.cublas_timing)
-    validate(plan)  # say what is wrong before printing anything else (execute() checks again)
+    validate(spec)  # say what is wrong before printing anything else (execute() checks again)
     from lab.run import SIZE_SKIP, cpu_skips
 
     from rich.console import Console
     from rich.markup import escape
 
-    from lab import csvfile, report, table
+    from lab import csvfile, table
+    from lab import computed
+    from lab import repeats
+    from lab import row
 
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
@@ -201,25 +204,25 @@ def _main(argv: list[str] | None) -> int:
         err.print("[yellow]No CUDA GPU: CPU mode.[/yellow] Triton stages run under the Triton "
                   "interpreter and are checked against torch.matmul; CUDA stages are compiled "
                   "with NVRTC for sm_90 and report their resources. Nothing is timed.")
-        skipped = cpu_skips(plan)
+        skipped = cpu_skips(spec)
         if skipped:
             err.print(f"Triton rows at {', '.join(map(str, skipped))} are skipped: the interpreter "
                       f"runs up to M*N*K = 256^3 (CUDA rows are compiled at every size).")
-    not_run = plan.unsupported()
+    not_run = spec.unsupported()
     if not_run:
         err.print(escape(f"Not run (the stage does not compute in that precision): "
                          f"{', '.join(not_run)}."), highlight=False)
-    rows = _execute_with_progress(plan, err)
-    report.finalize(rows)
+    rows = _execute_with_progress(spec, err)
+    computed.finalize(rows)
     matched = base_mod.apply(rows, baseline) if baseline is not None else 0
-    shown = report.summarize_repeats(rows) if args.repeat > 1 else rows
+    shown = repeats.summarize_repeats(rows) if args.repeat > 1 else rows
     table.render(shown, mode, console, wide=args.wide, spread=args.repeat > 1)
 
     def say(text: str) -> None:  # a note under the table, wrapped at spaces to the terminal
         console.print(escape(wrap(text, subsequent="  ")), highlight=False, soft_wrap=True)
 
     for r in shown:  # which configuration each stage:auto row ran (or, in CPU mode, compiled)
-        if r.stage.endswith(":auto") and r.status in report.OK_STATUSES:
+        if r.stage.endswith(":auto") and r.status in row.OK_STATUSES:
             say(auto_note(r))
     # why a row was skipped, once per reason (rows too large for the interpreter: said above)
     reasons = dict.fromkeys(f"{r.stage} ({r.backend}) is skipped: {r.detail}" for r in shown
@@ -254,7 +257,7 @@ def _main(argv: list[str] | None) -> int:
     if baseline is not None:
         say(f"compared with {args.baseline}: {matched} of {plural(len(rows), 'row')} matched a "
             f"timed row" + ("" if mode == "gpu" else " (CPU mode times nothing)"))
-    failed = [r for r in rows if r.status not in report.OK_STATUSES]
+    failed = [r for r in rows if r.status not in row.OK_STATUSES]
     skipped = sum(r.status == "skipped" for r in rows)
     console.print(summary_line(len(rows) - len(failed) - skipped, len(failed), skipped, mode,
                                args.repeat))
@@ -264,7 +267,7 @@ def _main(argv: list[str] | None) -> int:
         if slower:
             console.print(f"[red]regressed[/red] by more than {args.fail_on_regression:g}% "
                           f"against {escape(args.baseline)}: "
-                          + escape(", ".join(base_mod.describe(r) for r in slower)),
+                          + escape(", ".join(base_mod.regression_label(r) for r in slower)),
                           highlight=False)
     return 1 if failed or slower else 0
 
@@ -303,7 +306,7 @@ def _plotter():
         raise LabError(f"--plot cannot import lab.plot ({exc}){hint}") from None
 
 
-def _execute_with_progress(plan, err):
+def _execute_with_progress(spec, err):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from lab.run import execute
@@ -312,15 +315,15 @@ def _execute_with_progress(plan, err):
         def on_row(r):
             print(f"  {r.stage:<24} {r.backend:<7} {r.layout} {r.M}x{r.N}x{r.K}: {r.status}",
                   file=sys.stderr, flush=True)
-        return execute(plan, on_row)
+        return execute(spec, on_row)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True) as progress:
-        task = progress.add_task("running", total=plan.n_rows)
+        task = progress.add_task("running", total=spec.n_rows)
 
         def on_row(r):
             progress.update(task, advance=1,
                             description=f"{r.stage} {r.backend} {r.layout} {r.M}x{r.N}x{r.K}")
-        return execute(plan, on_row)
+        return execute(spec, on_row)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The CSV of a run, one row per measurement (lab/report.py's Row), and its environment file
+"""The CSV of a run, one row per measurement (lab/row.py's Row), and its environment file
 beside it (<name>.env.json); read back with Row's types."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from lab.errors import LabError
-from lab.report import Row
+from lab.base.errors import LabError
+from lab.row import Row
 
 # Integer columns: pandas' nullable Int64 in the frame, so that a column with empty cells (None)
 # is still written as 29, not 29.0. Every Row field annotated `int` or `int | None`.

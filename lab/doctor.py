@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab.cli import ArgumentParser, guarded
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.ncu import find_tool
 
 REPO = Path(__file__).resolve().parent.parent
@@ -535,7 +535,8 @@ def calibration_finding(cal: dict) -> Finding:
 # ------------------------------------------------------------------------------------- collect
 
 
-def collect(mode: str, timeout: float, calibration: bool = True, progress=None) -> list[Finding]:
+def collect_findings(mode: str, timeout: float, calibration: bool = True,
+                     progress=None) -> list[Finding]:
     """Every finding for this machine; `progress(text)` is told what runs (slow probes)."""
     say = progress or (lambda text: None)
     findings: list[Finding] = []
@@ -665,7 +666,7 @@ def _main(argv: list[str] | None) -> int:
     mode = "gpu" if torch.cuda.is_available() else "cpu"
     console = Console()
     err = Console(stderr=True)
-    findings = collect(mode, args.timeout_s, calibration=not args.skip_calibration,
+    findings = collect_findings(mode, args.timeout_s, calibration=not args.skip_calibration,
                        progress=lambda text: err.print(f"[dim]probing {text}...[/dim]",
                                                        highlight=False))
     render(mode, findings, console)

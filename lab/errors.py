@@ -1,14 +1,11 @@
-"""One exception type for every mistake a user can make.
+"""Temporary compatibility module (lab/_compat.py): LabError and CompileError now live in lab/base/errors.py.
 
-The CLI catches `LabError`, prints its message as one sentence and exits non-zero, so a bad stage
-name, a bad size or a compile error never shows a Python traceback. Anything else is a bug in the
-lab and is allowed to raise normally.
+.ab/rewrite_imports.py rewrites the imports of this path and deletes this file.
 """
 
+# ruff: noqa: F401
+from lab.base.errors import CompileError, LabError
 
-class LabError(Exception):
-    """A user-facing error: the message says what was wrong and what to do."""
+from lab._compat import forward  # noqa: E402
 
-
-class CompileError(LabError):
-    """NVRTC rejected a CUDA source; the message carries the compiler's log (file:line: error)."""
+forward(__name__)

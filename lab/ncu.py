@@ -1,7 +1,7 @@
 """Nsight Compute plumbing: the metric list, the command line, the raw CSV parser, and SASS tools.
 
 Nothing here runs a kernel. `lab.profile` builds a target command, hands it to `ncu_command`, runs
-it, and feeds ncu's `--csv --page raw` output to `parse_raw_csv` and `summarize`.
+it, and feeds ncu's `--csv --page raw` output to `parse_raw_csv` and `kernel_columns`.
 
 The raw page has one header row of column names ("ID", "Process ID", "Process Name", "Host Name",
 "Kernel Name", "Context", "Stream", "Block Size", "Grid Size", "Device", "CC", then one column per
@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 
 # ------------------------------------------------------------------------------------- metrics
 
@@ -293,7 +293,7 @@ def top_stalls(values: dict[str, float | None], n: int = 3) -> list[tuple[str, f
     return found[:n]
 
 
-def summarize(k: NcuKernel, M: int, N: int, K: int, peaks) -> dict[str, object]:
+def kernel_columns(k: NcuKernel, M: int, N: int, K: int, peaks) -> dict[str, object]:
     """The table's columns for one kernel (base units in, readable units out).
 
     FLOPs are the problem's 2*M*N*K (not what the kernel executed); bytes are DRAM bytes read +
@@ -395,7 +395,7 @@ def _width(modifiers: list[str]) -> int:
     return 32
 
 
-def instruction_mix(sass: str) -> dict[str, int]:
+def mix_counts(sass: str) -> dict[str, int]:
     """Static counts (instructions in the listing, not executed) of the opcodes in MIX_ROWS.
 
     LDG/LDS are split by access width: no width modifier = 32 bit, .64, .128 (e.g. LDG.E.128,
@@ -435,3 +435,9 @@ def fmt_number(value: float | None, digits: int = 3) -> str:
         if a >= scale:
             return f"{value / scale:.{digits}g}{suffix}"
     return f"{value:.{digits}g}"
+
+
+# --- compat (temporary): .ab/rewrite_imports.py removes this block ---
+summarize = kernel_columns  # the old names: tests still call them
+instruction_mix = mix_counts
+# --- end compat ---

@@ -48,7 +48,7 @@ import sys
 from dataclasses import dataclass, replace
 
 from lab.cli import ArgumentParser, guarded
-from lab.errors import LabError
+from lab.base.errors import LabError
 
 LIMITERS = ("warps", "registers", "shared memory", "blocks")
 

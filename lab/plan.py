@@ -6,11 +6,11 @@ compiles) the build and the launch geometry, and wraps the tensors for the launc
 depends on the tensors' values, only on their *signature*: shapes, strides, dtypes, device,
 16-byte alignment of each data pointer (the only alignment a launcher looks at), the stage,
 backend, precision and parameters, and the current CUDA device and stream. So the first call of a
-signature takes the full road (prepare(), lab/operands.py) and keeps a `Plan`; a later call with
+signature takes the full road (prepare(), lab/base/entry.py) and keeps a `Plan`; a later call with
 the same signature only checks what depends on the tensors themselves (that `out` does not
 overlap A or B) and replays the plan's steps with the new tensors put in.
 
-What a plan replays: the launch's `steps` (lab/contract.py Prepared.steps), a sequence of
+What a plan replays: the launch's `steps` (lab/base/contract.py Prepared.steps), a sequence of
 `(run, args)` pairs -- kernel launches and tensor copies -- in which each argument that was one of
 the call's tensors (A, B, C, or a transposed view of one: a column-major C leads to those) is
 swapped for the new call's. Everything else in the arguments (sizes, strides, a split-K
@@ -28,7 +28,7 @@ Otherwise the signature is still cached, and each call prepares again (correct, 
 While a CUDA graph is being captured, lab.matmul takes the full road and caches nothing: a plan's
 reused buffers would be shared with the graph.
 
-This module sits at the bottom of the lab beside lab.operands: it imports only lab.toolchain.nvrtc
+This module sits at the bottom of the lab beside lab.base: it imports only lab.toolchain.nvrtc
 (the current stream).
 """
 
@@ -135,7 +135,7 @@ class Plan:
     replay: ((run, template, subs), ...) -- the launch's steps with the call's tensors taken out of
         `template` (None in their place) and `subs` saying which position takes which slot:
         0, 1, 2 = A, B, C as the user passed them; 3, 4, 5 = their transposed views A^T, B^T, C^T
-        (a column-major C is computed as C^T = B^T A^T: lab/operands.py describe(); a launcher
+        (a column-major C is computed as C^T = B^T A^T: lab/base/describe.py; a launcher
         may swap too); 6, 7 = fp8's scale_a and scale_b where the user gave them as tensors.
         None: prepare on every call.
     prepare: the stage's public prepare and its keyword arguments, for a plan without replay.

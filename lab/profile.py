@@ -16,8 +16,8 @@ only the metrics the table needs and never touching the clocks (--clock-control 
 
 --precision P (one of lab/stages.py PRECISIONS, one per run; default fp32) is used wherever a kernel
 is built, launched or compared, as in lab.compare: the target's inputs are in P's dtype
-(lab.operands.DTYPE_NAMES) and prepare() gets precision=P; cuBLAS runs in P as lab.compare runs it
-(lab.run._cublas_mode: TF32 allowed for tf32 only); the listings build the CUDA variant and compile
+(lab.base.dtypes.DTYPE_NAMES) and prepare() gets precision=P; cuBLAS runs in P as lab.compare runs
+it (lab.run._cublas_mode: TF32 allowed for tf32 only); the listings build the CUDA variant and compile
 the Triton kernel for P; the roofline's compute roof is P's peak (lab/peaks.py) unless P is fp32
 (the FP32 SIMT peak). A stage x backend that does not compute in P is skipped with one line, or
 refused when a stage named explicitly computes in P on none of the backends asked for
@@ -41,10 +41,10 @@ import argparse
 import sys
 
 from lab.cli import ArgumentParser, guarded, note
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.profiling import child, ncu_run, static
 from lab.profiling.listings import show_listings
-from lab.profiling.targets import WARMUP, plan
+from lab.profiling.targets import WARMUP, targets_for
 
 # Also importable from lab.profile, where scripts/experiments/*.sh and tests import them from.
 from lab.profiling.listings import compile_listing
@@ -156,19 +156,19 @@ def one_precision(text: str) -> str:
 
 def runnable(variants, backends, shape, precision: str) -> list[tuple]:
     """The (variant, backend) pairs that compute in `precision`, in order. As lab.compare does
-    (lab.run.validate, Plan.unsupported): a stage named on its own that computes in `precision`
+    (lab.run.validate, RunSpec.unsupported): a stage named on its own that computes in `precision`
     on none of the backends is refused, and so is a selection where nothing does; the others that
     do not (e.g. --stage all) are skipped, named in one line on stderr."""
-    from lab.run import Plan, validate
+    from lab.run import RunSpec, validate
 
     # mode "cpu": validate() then checks no GPU memory (nothing is allocated here)
-    plan = Plan(list(variants), list(backends), [shape], precision, mode="cpu")
-    validate(plan)
-    skipped = plan.unsupported()
+    spec = RunSpec(list(variants), list(backends), [shape], precision, mode="cpu")
+    validate(spec)
+    skipped = spec.unsupported()
     if skipped:
         note(f"note: skipped (the stage does not compute in that precision): "
              f"{', '.join(skipped)}", file=sys.stderr)
-    return [(v, b) for v in variants for b in backends if plan.runs(v, b, precision)]
+    return [(v, b) for v in variants for b in backends if spec.runs(v, b, precision)]
 
 
 def _main(argv: list[str] | None) -> int:
@@ -203,7 +203,7 @@ def _main(argv: list[str] | None) -> int:
             ncu_run.require_gpu()
         except ncu_run.NoGpu:
             return static.static_view(pairs, shape, args)
-    targets = plan(pairs, shape, args)
+    targets = targets_for(pairs, shape, args)
     if args.dry_run:
         ncu_run.print_dry_run(targets, args)
         return 0

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from lab import precisions
 from lab.cli import ArgumentParser, guarded
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.plot import distinct
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -30,18 +30,11 @@ H100_DRAM_BW = 3.0e12  # byte/s, a device-to-device copy measured on that H100
 
 # FP32 lanes per SM by compute capability (major, minor); anything unlisted is taken as 128.
 _LANES = {(8, 0): 64, (7, 0): 64, (6, 0): 64}
-DEFAULT_SMS = H100_SMS  # SMs assumed where no GPU says (CPU and meta tensors): an H100 SXM's 132
 
-
-def sm_count(device) -> int:
-    """SMs of the GPU `device` is on (torch's multiprocessor count); DEFAULT_SMS (132) for a CPU
-    or meta device, where no GPU says. The tensor-core launchers size their automatic tiles by
-    it."""
-    if getattr(device, "type", None) != "cuda":
-        return DEFAULT_SMS
-    import torch
-
-    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+# --- compat (temporary): .ab/rewrite_imports.py removes this block ---
+# sm_count and DEFAULT_SMS live in lab/base/device.py (the launchers' base)
+from lab.base.device import DEFAULT_SMS, sm_count  # noqa: E402,F401
+# --- end compat ---
 
 
 @dataclass(frozen=True)
@@ -59,9 +52,9 @@ DEFAULT_PEAKS = Peaks(H100_FP32_PEAK, H100_DRAM_BW,
                       "H100 SXM anchors: 132 SMs x 128 x 2 x 1.98 GHz, 3.0 TB/s measured copy")
 
 
-def fp32_peak(sm_count: int, clock_hz: float, lanes_per_sm: int = FP32_LANES_PER_SM) -> float:
+def fp32_peak(sms: int, clock_hz: float, lanes_per_sm: int = FP32_LANES_PER_SM) -> float:
     """FP32 SIMT peak in FLOP/s: every lane retires one FFMA (2 FLOP) per cycle."""
-    return float(sm_count) * lanes_per_sm * 2.0 * clock_hz
+    return float(sms) * lanes_per_sm * 2.0 * clock_hz
 
 
 def ridge_point(peak_flops: float, peak_bw: float) -> float:

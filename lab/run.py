@@ -1,4 +1,5 @@
-"""Run a plan: for every shape, the cuBLAS baseline, then every stage variant x backend.
+"""Run a RunSpec (what lab.compare was asked for): for every shape, the cuBLAS baseline, then
+every stage variant x backend.
 
 GPU mode: each row is checked (NaN-poisoned output vs a float64 reference) and, only if it passes,
 timed. CPU mode (no GPU): Triton rows run under the Triton interpreter and are checked; CUDA rows
@@ -17,10 +18,10 @@ from typing import Callable
 
 from lab import check as chk
 from lab.axes import LAYOUTS
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.precisions import RECORDS as PRECISION_RECORDS
 from lab.precisions import get as get_precision
-from lab.report import Row
+from lab.row import Row
 from lab.shapes import Shape
 from lab.stages import Variant
 
@@ -32,7 +33,7 @@ CUBLAS_TIMINGS = ("adjacent", "once")
 
 
 @dataclass
-class Plan:
+class RunSpec:
     variants: list[Variant]
     backends: list[str]
     shapes: list[Shape]
@@ -45,7 +46,7 @@ class Plan:
     api: bool = False  # also time each stage row as a user's lab.matmul call (its plan cached)
     layouts: list[str] = field(default_factory=lambda: ["nn"])  # BLAS names: nn, nt, tn, tt
     notes: list[str] = field(default_factory=list)
-    repeat: int = 1  # run the whole plan this many times (fresh inputs: seed + repeat index)
+    repeat: int = 1  # run the whole spec this many times (fresh inputs: seed + repeat index)
     cublas_timing: str = "adjacent"  # adjacent: cuBLAS timed beside each row | once: per shape
 
     @property
@@ -58,7 +59,7 @@ class Plan:
         return precision in variant.stage.precisions_for(backend)
 
     def unsupported(self) -> list[str]:
-        """'stage backend precision' for each combination of the plan that is not run."""
+        """'stage backend precision' for each combination of the spec that is not run."""
         return [f"{v.label} {b} {p}" for p in self.precisions for v in self.variants
                 for b in self.backends if not self.runs(v, b, p)]
 
@@ -86,45 +87,45 @@ def detect_mode(requested: str = "auto") -> str:
     return mode
 
 
-def validate(plan: Plan) -> None:
-    """Everything that can be said about a plan before anything is allocated or compiled."""
+def validate(spec: RunSpec) -> None:
+    """Everything that can be said about a spec before anything is allocated or compiled."""
     from lab.stages import PRECISIONS
 
-    for p in plan.precisions:
+    for p in spec.precisions:
         if p not in PRECISIONS:
             raise LabError(f"unknown precision {p!r}; choose from {', '.join(PRECISIONS)}")
-    for v in plan.variants:
+    for v in spec.variants:
         if v.implicit:  # 'all': a stage without these precisions is skipped
             continue
-        if not any(plan.runs(v, b, p) for b in plan.backends for p in plan.precisions):
+        if not any(spec.runs(v, b, p) for b in spec.backends for p in spec.precisions):
             offered = "; ".join(f"{b}: {', '.join(v.stage.precisions_for(b)) or 'none'}"
-                                for b in plan.backends)
+                                for b in spec.backends)
             raise LabError(f"stage {v.stage.name} computes in none of the precisions asked for "
-                           f"({', '.join(plan.precisions)}); it offers {offered}")
-        for backend in plan.backends:  # each launcher's own parameter rules (its OFFER)
+                           f"({', '.join(spec.precisions)}); it offers {offered}")
+        for backend in spec.backends:  # each launcher's own parameter rules (its OFFER)
             offer = v.stage.offer(backend)
-            for p in plan.precisions:
+            for p in spec.precisions:
                 if p in offer.precisions:
                     offer.validate(v.params_for(backend), p)
-    if not any(plan.runs(v, b, p) for v in plan.variants for b in plan.backends
-               for p in plan.precisions):
-        raise LabError(f"none of the stages asked for computes in {', '.join(plan.precisions)} "
-                       f"on {', '.join(plan.backends)}; python -m lab.compare --list shows each "
+    if not any(spec.runs(v, b, p) for v in spec.variants for b in spec.backends
+               for p in spec.precisions):
+        raise LabError(f"none of the stages asked for computes in {', '.join(spec.precisions)} "
+                       f"on {', '.join(spec.backends)}; python -m lab.compare --list shows each "
                        f"stage's precisions")
-    if not isinstance(plan.repeat, int) or plan.repeat < 1:
-        raise LabError(f"--repeat must be a whole number of 1 or more, not {plan.repeat}")
-    if plan.cublas_timing not in CUBLAS_TIMINGS:
-        raise LabError(f"unknown cuBLAS timing {plan.cublas_timing!r}; choose from "
+    if not isinstance(spec.repeat, int) or spec.repeat < 1:
+        raise LabError(f"--repeat must be a whole number of 1 or more, not {spec.repeat}")
+    if spec.cublas_timing not in CUBLAS_TIMINGS:
+        raise LabError(f"unknown cuBLAS timing {spec.cublas_timing!r}; choose from "
                        f"{', '.join(CUBLAS_TIMINGS)}")
-    if plan.transfers and plan.mode != "gpu":
+    if spec.transfers and spec.mode != "gpu":
         raise LabError("--include-transfers times host<->device copies and needs a CUDA GPU; "
                        "run it on a GPU machine")
-    for layout in plan.layouts:
+    for layout in spec.layouts:
         if layout not in LAYOUTS:
             raise LabError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)} (first "
                            f"letter A, second B; t = the operand is stored transposed)")
-    if plan.mode != "cpu":
-        check_memory(plan.shapes)
+    if spec.mode != "cpu":
+        check_memory(spec.shapes)
 
 
 def interpretable(shape: Shape) -> bool:
@@ -133,11 +134,11 @@ def interpretable(shape: Shape) -> bool:
     return shape.M * shape.N * shape.K <= CPU_MAX_WORK
 
 
-def cpu_skips(plan: Plan) -> list[Shape]:
+def cpu_skips(spec: RunSpec) -> list[Shape]:
     """The shapes whose Triton rows CPU mode skips (CUDA rows are compiled at any size)."""
-    if plan.mode != "cpu" or "triton" not in plan.backends:
+    if spec.mode != "cpu" or "triton" not in spec.backends:
         return []
-    return [s for s in plan.shapes if not interpretable(s)]
+    return [s for s in spec.shapes if not interpretable(s)]
 
 
 def bytes_needed(s: Shape) -> int:
@@ -173,12 +174,12 @@ def _error_row(row: Row, exc: BaseException) -> Row:
     return row
 
 
-def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row]:
+def execute(spec: RunSpec, on_row: Callable[[Row], None] | None = None) -> list[Row]:
     from lab.occupancy import SM90, from_device
 
-    validate(plan)
-    device = "cuda" if plan.mode == "gpu" else "cpu"
-    limits = from_device() if plan.mode == "gpu" else SM90  # CPU mode: the H100's limits
+    validate(spec)
+    device = "cuda" if spec.mode == "gpu" else "cpu"
+    limits = from_device() if spec.mode == "gpu" else SM90  # CPU mode: the H100's limits
     rows: list[Row] = []
 
     def emit(row: Row) -> None:
@@ -188,10 +189,10 @@ def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row
         if on_row:
             on_row(row)
 
-    gpu = _GpuInfo.read() if plan.mode == "gpu" else None
-    for repeat in range(plan.repeat):
-        for shape in plan.shapes:
-            _run_shape(plan, shape, repeat, device, gpu, emit)
+    gpu = _GpuInfo.read() if spec.mode == "gpu" else None
+    for repeat in range(spec.repeat):
+        for shape in spec.shapes:
+            _run_shape(spec, shape, repeat, device, gpu, emit)
     return rows
 
 
@@ -200,58 +201,58 @@ def execute(plan: Plan, on_row: Callable[[Row], None] | None = None) -> list[Row
 SIZE_SKIP = "CPU mode runs Triton under its interpreter only"
 
 
-def _run_shape(plan: Plan, shape: Shape, repeat: int, device: str, gpu, emit) -> None:
+def _run_shape(spec: RunSpec, shape: Shape, repeat: int, device: str, gpu, emit) -> None:
     import torch
 
-    seed = plan.seed + repeat  # fresh inputs in each repeat, reproducible from the seed
+    seed = spec.seed + repeat  # fresh inputs in each repeat, reproducible from the seed
     # CPU mode beyond the interpreter's size: Triton rows are skipped, CUDA rows only compile,
     # so no inputs are made (a 4096^3 float64 reference would take the CPU a while).
-    runs = plan.mode == "gpu" or interpretable(shape)
-    for layout in plan.layouts:
-        for precision in plan.precisions:
-            _run_precision(plan, shape, layout, precision, seed, repeat, runs, gpu, emit)
+    runs = spec.mode == "gpu" or interpretable(shape)
+    for layout in spec.layouts:
+        for precision in spec.precisions:
+            _run_precision(spec, shape, layout, precision, seed, repeat, runs, gpu, emit)
         if device == "cuda":
             torch.cuda.empty_cache()
 
 
-def _run_precision(plan: Plan, shape: Shape, layout: str, precision: str, seed: int, repeat: int,
+def _run_precision(spec: RunSpec, shape: Shape, layout: str, precision: str, seed: int, repeat: int,
                    runs: bool, gpu, emit) -> None:
     import torch
 
-    from lab.operands import DTYPE_NAMES, OUT_DTYPE_NAMES
+    from lab.base.dtypes import DTYPE_NAMES, OUT_DTYPE_NAMES
 
     M, N, K = shape
-    device = "cuda" if plan.mode == "gpu" else "cpu"
+    device = "cuda" if spec.mode == "gpu" else "cpu"
     # fp8: e4m3 operands with per-tensor scales (scales), the others None
     a, b, scales = chk.inputs_for(precision, M, N, K, seed, device, layout) if runs \
         else (None,) * 3
     # float64 of the operands the kernel receives (times fp8's scales)
     ref = chk.reference(a, b, scales) if runs else None
     host = (a.cpu(), b.cpu(), torch.empty((M, N), dtype=getattr(torch, OUT_DTYPE_NAMES[precision]))
-            ) if plan.transfers else None
-    base = dict(precision=precision, M=M, N=N, K=K, mode=plan.mode, seed=seed, layout=layout,
-                repeat=repeat if plan.repeat > 1 else None, dtype=DTYPE_NAMES[precision])
+            ) if spec.transfers else None
+    base = dict(precision=precision, M=M, N=N, K=K, mode=spec.mode, seed=seed, layout=layout,
+                repeat=repeat if spec.repeat > 1 else None, dtype=DTYPE_NAMES[precision])
     cublas = None  # the checked cuBLAS launch, timed beside each stage row (adjacent)
-    if plan.mode == "gpu" and plan.cublas:
-        row, cublas = _run_cublas(a, b, ref, plan, base, host, gpu, scales)
+    if spec.mode == "gpu" and spec.cublas:
+        row, cublas = _run_cublas(a, b, ref, spec, base, host, gpu, scales)
         emit(row)
     from lab.tune.auto import resolve_variant
 
-    for listed in plan.variants:
-        for backend in plan.backends:
-            if not plan.runs(listed, backend, precision):
+    for listed in spec.variants:
+        for backend in spec.backends:
+            if not spec.runs(listed, backend, precision):
                 continue
             try:  # stage:auto -> the tuner's cached winner for this GPU, shape and layout
                 variant, auto_note = resolve_variant(listed, backend, M, N, K, layout, precision,
-                                                     mode=plan.mode)
+                                                     mode=spec.mode)
             except LabError as exc:  # an unreadable cache: say so, run the defaults
                 variant, auto_note = listed, f"auto: {exc}; the defaults run"
             row = Row(stage=listed.label, backend=backend,
                       params=_params(variant, backend), **base)
             try:
-                if plan.mode == "cpu" and backend == "cuda":
+                if spec.mode == "cpu" and backend == "cuda":
                     _compile_only(row, variant, shape, layout, precision)
-                elif plan.mode == "cpu" and not variant.stage.offer(backend).interpreted:
+                elif spec.mode == "cpu" and not variant.stage.offer(backend).interpreted:
                     row.status = "skipped"
                     row.detail = ("a GPU-only kernel, which the Triton interpreter cannot run "
                                   "(run it on an sm_90 GPU)")
@@ -260,7 +261,7 @@ def _run_precision(plan: Plan, shape: Shape, layout: str, precision: str, seed: 
                     row.detail = (f"{SIZE_SKIP} up to M*N*K = 256^3; {shape} is larger "
                                   f"(run it on a GPU)")
                 else:
-                    _run_stage(row, variant, backend, a, b, ref, plan, host, cublas, gpu,
+                    _run_stage(row, variant, backend, a, b, ref, spec, host, cublas, gpu,
                                scales)
             except Exception as exc:  # the row fails; the run goes on
                 _error_row(row, exc)
@@ -393,14 +394,14 @@ def scaled_mm_launch(a, b, c, scales, fast_accum: bool = FP8_FAST_ACCUM):
     return padded
 
 
-def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None, gpu=None, scales=None):
+def _run_cublas(a, b, ref, spec: RunSpec, base: dict, host=None, gpu=None, scales=None):
     """The shape's cuBLAS row, and its launch (None if it failed) for the adjacent baselines."""
     import torch
 
-    from lab.operands import OUT_DTYPE_NAMES
+    from lab.base.dtypes import OUT_DTYPE_NAMES
 
     precision = base["precision"]
-    row = Row(stage="cublas", backend="cublas", cublas_timing=plan.cublas_timing,
+    row = Row(stage="cublas", backend="cublas", cublas_timing=spec.cublas_timing,
               detail=CUBLAS_AT[precision], **base)
     try:
         c = torch.empty((a.shape[0], b.shape[1]), device=a.device,
@@ -411,8 +412,8 @@ def _run_cublas(a, b, ref, plan: Plan, base: dict, host=None, gpu=None, scales=N
             def launch():  # the switches are process-wide: set them on every call
                 _cublas_mode(precision)
                 torch.matmul(a, b, out=c)
-        _check_and_time(row, launch, a, b, c, ref, plan, host, gpu=gpu)
-        if plan.api and row.status == "pass":  # torch.matmul's own CPU time per call
+        _check_and_time(row, launch, a, b, c, ref, spec, host, gpu=gpu)
+        if spec.api and row.status == "pass":  # torch.matmul's own CPU time per call
             row.api_us = _cpu_us(launch, max(10, min(API_CPU_CALLS, int(200 / row.median_ms))))
     except Exception as exc:
         _error_row(row, exc)
@@ -424,11 +425,11 @@ def _scale_kwargs(scales) -> dict:
     return {} if scales is None else dict(scale_a=scales[0], scale_b=scales[1])
 
 
-def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, host,
+def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, spec: RunSpec, host,
                cublas=None, gpu=None, scales=None) -> None:
     import torch
 
-    from lab.operands import OUT_DTYPE_NAMES
+    from lab.base.dtypes import OUT_DTYPE_NAMES
 
     module = variant.stage.module(backend)
     c = torch.empty((a.shape[0], b.shape[1]), device=a.device,
@@ -437,7 +438,7 @@ def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, 
                             **_scale_kwargs(scales))
     row.set_resources(launch.resources)
     row.setup_ms = launch.setup_ms
-    if plan.mode == "cpu":
+    if spec.mode == "cpu":
         result = chk.check(launch, c, ref, a.shape[1], row.precision)
         _apply_check(row, result)
         return
@@ -446,9 +447,9 @@ def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, plan: Plan, 
 
         row.api_blocks_per_sm = occupancy_blocks_per_sm(launch.build, row.threads,
                                                         row.smem_dynamic or 0)
-    _check_and_time(row, launch, a, b, c, ref, plan, host, cublas, gpu)
-    if plan.api and row.status == "pass":
-        _time_api(row, variant, backend, a, b, c, plan, launch, scales)
+    _check_and_time(row, launch, a, b, c, ref, spec, host, cublas, gpu)
+    if spec.api and row.status == "pass":
+        _time_api(row, variant, backend, a, b, c, spec, launch, scales)
 
 
 API_CPU_CALLS = 50  # lab.matmul calls whose CPU time is averaged (no wait between them)
@@ -472,7 +473,7 @@ def _cpu_us(fn, calls: int = API_CPU_CALLS) -> float:
     return us
 
 
-def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan, launch,
+def _time_api(row: Row, variant: Variant, backend: str, a, b, c, spec: RunSpec, launch,
               scales=None) -> None:
     """--api: the row's computation as a user calls it, lab.matmul(a, b, out=c, ...) with the
     row's stage, backend, precision and parameters. Its C must equal the prepared launch's (the
@@ -480,7 +481,7 @@ def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan, lau
     as `median_ms`), timed interleaved with the prepared launch so that `api_ratio` (api_ms over
     the launch's median in the same interleaving) is free of clock drift between the two, and
     `api_us` its CPU time per call once the signature's plan is cached
-    (lab/plan.py): API_CPU_CALLS calls back to back, divided; `prepare_us` the CPU time of the
+    (lab/spec.py): API_CPU_CALLS calls back to back, divided; `prepare_us` the CPU time of the
     stage's prepare() for the same call (what every call cost before plans were cached)."""
     import torch
 
@@ -500,7 +501,7 @@ def _time_api(row: Row, variant: Variant, backend: str, a, b, c, plan: Plan, lau
         row.detail = (row.detail + "; " if row.detail else "") + (
             "lab.matmul's C differs from the prepared launch's (not timed)")
         return
-    api, prepared = bench_adjacent(call, launch, rep_ms=plan.rep_ms)
+    api, prepared = bench_adjacent(call, launch, rep_ms=spec.rep_ms)
     row.api_ms, row.api_ratio = api.median_ms, api.median_ms / prepared.median_ms
     # no more calls than fit in about 0.2 s of GPU time (the loop queues them all), at least 10
     row.api_us = _cpu_us(call, max(10, min(API_CPU_CALLS, int(200 / max(row.api_ms, 1e-3)))))
@@ -516,9 +517,9 @@ def _apply_check(row: Row, result: chk.CheckResult) -> bool:
     return result.passed
 
 
-def _check_and_time(row: Row, launch, a, b, c, ref, plan: Plan, host=None, cublas=None,
+def _check_and_time(row: Row, launch, a, b, c, ref, spec: RunSpec, host=None, cublas=None,
                     gpu=None) -> None:
-    """Check, then (only if correct) time: beside the cuBLAS launch `cublas` when the plan times
+    """Check, then (only if correct) time: beside the cuBLAS launch `cublas` when the spec times
     baselines adjacent to each row and one is given, alone otherwise; NVML samples the clock,
     power and throttle reasons throughout (lab/clocks.py)."""
     from lab.clocks import Sampler
@@ -527,17 +528,17 @@ def _check_and_time(row: Row, launch, a, b, c, ref, plan: Plan, host=None, cubla
     if not _apply_check(row, chk.check(launch, c, ref, row.K, row.precision)):
         return
     with Sampler() as sampler:
-        if cublas is not None and plan.cublas_timing == "adjacent":
-            t, base = bench_adjacent(launch, cublas, rep_ms=plan.rep_ms)
+        if cublas is not None and spec.cublas_timing == "adjacent":
+            t, base = bench_adjacent(launch, cublas, rep_ms=spec.rep_ms)
             row.cublas_ms = base.median_ms
             row.pct_cublas_lo = 100.0 * base.p20_ms / t.p80_ms
             row.pct_cublas_hi = 100.0 * base.p80_ms / t.p20_ms
         else:
-            t = bench(launch, rep_ms=plan.rep_ms)
+            t = bench(launch, rep_ms=spec.rep_ms)
         import torch
 
         torch.cuda.synchronize()
-    row.cublas_timing = plan.cublas_timing
+    row.cublas_timing = spec.cublas_timing
     row.set_conditions(sampler.conditions)
     if gpu is not None:
         gpu.set_peak(row)
@@ -551,7 +552,7 @@ def _check_and_time(row: Row, launch, a, b, c, ref, plan: Plan, host=None, cubla
             launch()
             c_h.copy_(c)  # device -> pageable host memory: waits for the kernel
 
-        e2e = bench(end_to_end, rep_ms=plan.rep_ms)
+        e2e = bench(end_to_end, rep_ms=spec.rep_ms)
         row.e2e_ms = e2e.median_ms
         row.transfer_ms = e2e.median_ms - t.median_ms
 
@@ -561,7 +562,7 @@ def _compile_only(row: Row, variant: Variant, shape: Shape, layout: str = "nn",
     """CPU mode, CUDA backend: compile with NVRTC for the H100 and report resources, through the
     launcher's OFFER: validate, resolve (automatic values, for the H100's SMs), compile."""
     from lab.toolchain.nvrtc import resources
-    from lab.roofline import DEFAULT_SMS
+    from lab.base.device import DEFAULT_SMS
 
     offer = variant.stage.offer("cuda")
     params = variant.params_for("cuda")
@@ -576,3 +577,8 @@ def _compile_only(row: Row, variant: Variant, shape: Shape, layout: str = "nn",
     row.detail = f"built for {build.arch} by NVRTC; not run (no GPU)"
     if build.spill_bytes:
         row.detail += f"; ptxas reports {build.spill_bytes} spill bytes"
+
+
+# --- compat (temporary): .ab/rewrite_imports.py removes this block ---
+Plan = RunSpec  # the old name: tests and scripts still import it
+# --- end compat ---

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from lab.errors import LabError
-from lab.operands import SIZE_LIMIT
+from lab.base.errors import LabError
+from lab.base.index_range import SIZE_LIMIT
 
 
 class Shape(NamedTuple):
@@ -60,7 +60,7 @@ def parse_sizes(text: str) -> list[Shape]:
         if any(d < 1 for d in dims):
             raise LabError(f"size {token!r} must be positive: every dimension needs M, N, K >= 1")
         shape = Shape(*(dims * 3 if len(dims) == 1 else dims))
-        # the kernels take sizes as 32-bit ints (lab/operands.py); a matrix past 2^31 elements
+        # the kernels take sizes as 32-bit ints (lab/base/problem.py); a matrix past 2^31 elements
         # runs with 64-bit offsets
         if max(shape) > SIZE_LIMIT:
             raise LabError(f"size {token} has a dimension above {SIZE_LIMIT:,}, beyond the 32-bit "

@@ -15,10 +15,10 @@ import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from lab.contract import PRECISIONS as CONTRACT_PRECISIONS
-from lab.contract import Offer
-from lab.errors import LabError
-from lab.splitk import AUTO as SPLITK_AUTO, SPLITS as SPLITK_CHOICES
+from lab.base.contract import PRECISIONS as CONTRACT_PRECISIONS
+from lab.base.contract import Offer
+from lab.base.errors import LabError
+from lab.base.splitk import AUTO as SPLITK_AUTO, SPLITS as SPLITK_CHOICES
 
 BACKENDS = ("cuda", "triton")
 # The precisions the harness can check and baseline; each stage x backend supports a subset.
@@ -77,7 +77,7 @@ class Param:
 class Stage:
     """One rung of the ladder: its name (the files' name), a one-line title, and its parameters.
     What each backend's launcher offers (precisions, kernels, validation, tuning hints) is
-    declared beside the kernel, in that launcher's `OFFER` (lab/contract.py)."""
+    declared beside the kernel, in that launcher's `OFFER` (lab/base/contract.py)."""
 
     name: str
     title: str
@@ -95,7 +95,7 @@ class Stage:
         return importlib.import_module(f"{package}.{self.name}")
 
     def offer(self, backend: str) -> Offer:
-        """What this stage's `backend` launcher declares (lab/contract.py)."""
+        """What this stage's `backend` launcher declares (lab/base/contract.py)."""
         offer = self.module(backend).OFFER
         if offer.stage != self.name or offer.backend != backend:
             raise LabError(f"{backend} launcher of stage {self.name} declares the Offer of "
@@ -371,8 +371,8 @@ STAGES: tuple[Stage, ...] = (
             group(16), *SWITCHES,
             Param("splitk", SPLITK_AUTO, (SPLITK_AUTO, *SPLITK_CHOICES),
                   "K splits: partial tiles into a workspace, then a fixed-order sum (2 kernels); "
-                  "0 = chosen from the shape (lab/splitk.py: only with fewer tiles than SMs and "
-                  "a long K; the params column shows the split that ran)"),
+                  "0 = chosen from the shape (lab/base/splitk.py: only with fewer tiles than SMs "
+                  "and a long K; the params column shows the split that ran)"),
             *triton_tile(),
             num_warps(8), num_stages(3),
             Param("realign", False, (False, True),
@@ -601,6 +601,10 @@ STAGES: tuple[Stage, ...] = (
                   "blocks per cluster sharing each B tile by TMA multicast (0: 1 where C goes out "
                   "through TMA stores, 2 where C's lines are not 16-byte aligned and it is stored "
                   "from registers)", ("cuda",)),
+            Param("STORE", 0, (0, 1, 2),
+                  "how C leaves the block (0: 1; 1: through shared memory and TMA stores; 2: from "
+                  "registers, the lesson's epilogue: STORE=2,CLUSTER=1 runs "
+                  "cuda_kernels/persistent.cu, anything else its variant file)", ("cuda",)),
             group(8),
             *hopper_triton(persistent=True),
         ),

@@ -1,4 +1,4 @@
-"""The terminal table of a run's rows (lab/report.py's Row): its columns (80 columns by default,
+"""The terminal table of a run's rows (lab/row.py's Row): its columns (80 columns by default,
 the resource and clock columns with --wide), the columns that do not fit with every word whole
 moved to a second table of the same rows (split_columns), and the line on the conditions the rows
 ran under."""
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 
-from lab.report import OK_STATUSES, Row, baseline_within_noise, within_noise
+from lab.computed import baseline_within_noise, within_noise
+from lab.row import OK_STATUSES, Row
 
 def _num(value, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):

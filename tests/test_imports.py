@@ -1,13 +1,19 @@
 """The import graph of lab/, cuda_kernels/ and triton_kernels/, read from the source (ast): every
 `import` and `from ... import`, at module level or inside a function, is an edge.
 
-- No circle among lab modules, nor among cuda_kernels/'s or triton_kernels/'s; a stage's launcher
+- No circle anywhere: among lab modules, among cuda_kernels/'s or triton_kernels/'s, nor across
+  the three packages (Tarjan's strongly connected components of the whole graph); a stage's launcher
   imports only the launchers of stages before it in the registry (reuse points down the ladder).
 - A command (lab.autotune, lab.compare, lab.run, lab.profile) may
   import a lower module, never one that imports it back.
-- Kernel modules import from lab only the shared base a launcher needs (BASE), and the base
-  imports nothing above itself: dependencies point one way, commands -> harness -> registry ->
-  launchers -> the shared base (errors, contract, operands, roofline, toolchain).
+- Kernel modules import from lab only the shared base (the package lab.base: errors, contract,
+  entry, the operand description, ...) and the toolchain layer (the package lab.toolchain: build
+  and launch tools, shared with the harness). lab.base imports nothing of lab outside itself (the
+  precision records, lab/precisions.py, count as base until they move into lab/base/);
+  lab.toolchain imports only lab.base and itself. Dependencies point one way: commands ->
+  harness -> registry -> launchers -> lab.toolchain -> lab.base.
+- Temporary compatibility modules (lab/_compat.py: the old paths lab.operands, lab.errors, ...)
+  hold only re-exports from the base; while they exist a launcher may still import them.
 - lab/ imports nothing of cuda_kernels/ or triton_kernels/ (the registry reaches a launcher by
   its module name, lab/stages.py Stage.module); cuda_kernels/ and triton_kernels/ import nothing
   of each other (twins share through the base).
@@ -27,14 +33,22 @@ pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("lab", "cuda_kernels", "triton_kernels")
-# What a launcher (cuda_kernels/*, triton_kernels/*) may import from lab: the errors, the
-# launcher contract, the precision records, the operand check and description, the roofline's
-# figures, the split-K
-# arithmetic (lab/splitk.py, shared with the tuner's seeds), and the build and launch tools
-# (lab/toolchain/).
-BASE = ("lab.errors", "lab.precisions", "lab.contract", "lab.operands", "lab.roofline", "lab.splitk", "lab.toolchain",
-        "lab.toolchain.nvrtc", "lab.toolchain.cache", "lab.toolchain.sass", "lab.toolchain.ptx",
-        "lab.toolchain.triton", "lab.toolchain.tma")
+# What a launcher (cuda_kernels/*, triton_kernels/*) may import from lab: the shared base and
+# the toolchain layer (docs/ARCHITECTURE.md, "Layout").
+BASE_PACKAGE = "lab.base"
+TOOLCHAIN = "lab.toolchain"
+# Base modules not yet under lab/base/ (moved there by .ab/rewrite_imports.py with the rest of the
+# imports; until then they are base, and may be imported as such).
+BASE_PENDING = ("lab.precisions",)
+# The temporary compatibility modules at the old paths (lab/_compat.py), while they exist.
+COMPAT_CANDIDATES = ("lab._compat", "lab.operands", "lab.errors", "lab.contract", "lab.splitk",
+                     "lab.report")
+
+
+def in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 COMMANDS = ("lab.autotune", "lab.compare", "lab.run", "lab.profile")
 
 
@@ -112,6 +126,20 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 GRAPH = import_graph(modules())
+COMPAT = tuple(m for m in COMPAT_CANDIDATES if m in GRAPH)
+# A harness module that still re-exports base names in a compat block (lab/roofline.py: sm_count,
+# DEFAULT_SMS from lab.base.device) may be imported by launchers for those names while it does.
+PARTIAL_COMPAT = tuple(m for m in ("lab.roofline",) if m in GRAPH
+                       and "# --- compat (temporary)" in modules()[m].read_text(encoding="utf-8"))
+
+
+def is_base(module: str) -> bool:
+    return in_package(module, BASE_PACKAGE) or module in BASE_PENDING
+
+
+def may_be_imported_by_launchers(module: str) -> bool:
+    return (is_base(module) or in_package(module, TOOLCHAIN) or module in COMPAT
+            or module in PARTIAL_COMPAT)
 
 
 def test_the_graph_reads_function_level_and_relative_imports(tmp_path):
@@ -157,16 +185,59 @@ def test_a_stage_launcher_reuses_only_stages_below_it():
     assert up == []
 
 
-def test_kernel_modules_import_only_the_shared_base_of_lab():
+def test_no_circle_anywhere():
+    """One graph of lab/, cuda_kernels/ and triton_kernels/ together: no circle across them."""
+    assert circles(GRAPH) == []
+
+
+def test_kernel_modules_import_only_the_shared_base_and_the_toolchain():
     beyond = sorted((m, t) for m, ts in GRAPH.items() if m.split(".")[0] != "lab"
-                    for t in ts if t.split(".")[0] == "lab" and t not in BASE)
+                    for t in ts if t.split(".")[0] == "lab" and not may_be_imported_by_launchers(t))
     assert beyond == []
 
 
-def test_the_shared_base_imports_nothing_above_it():
-    """The base may import the lab package itself (lab/__init__.py imports only lab.errors)."""
-    above = sorted((m, t) for m in BASE for t in GRAPH[m] if t not in BASE and t != "lab")
+def test_the_shared_base_imports_nothing_of_lab_outside_it():
+    """The base may import the lab package itself (lab/__init__.py imports only lab.base.errors)
+    and, while they exist, the compatibility modules (lab/precisions.py imports lab.errors)."""
+    base = [m for m in GRAPH if is_base(m)]
+    assert {"lab.base", "lab.base.entry", "lab.base.problem", "lab.base.errors"} <= set(base)
+    above = sorted((m, t) for m in base for t in GRAPH[m]
+                   if not is_base(t) and t != "lab" and t not in COMPAT)
     assert above == []
+
+
+def test_the_toolchain_imports_only_the_base():
+    tools = [m for m in GRAPH if in_package(m, TOOLCHAIN)]
+    assert len(tools) > 4
+    above = sorted((m, t) for m in tools for t in GRAPH[m]
+                   if not (is_base(t) or in_package(t, TOOLCHAIN) or t == "lab" or t in COMPAT))
+    assert above == []
+
+
+def test_the_harness_reaches_the_base_by_its_new_paths():
+    """Only the modules outside lab/ (and lab/precisions.py, lab/lesson.py) still use the
+    compatibility paths; .ab/rewrite_imports.py rewrites those and deletes them."""
+    users = sorted((m, t) for m, ts in GRAPH.items() if m.split(".")[0] == "lab"
+                   and m not in COMPAT and m not in ("lab.precisions", "lab.lesson")
+                   for t in ts if t in COMPAT)
+    assert users == []
+
+
+def test_a_compatibility_module_only_re_exports_the_base():
+    import ast as _ast
+
+    for name in COMPAT:
+        if name == "lab._compat":
+            continue
+        tree = _ast.parse(modules()[name].read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, _ast.Expr) and isinstance(node.value, _ast.Constant):
+                continue  # the docstring
+            if isinstance(node, _ast.Expr) and isinstance(node.value, _ast.Call):
+                assert _ast.unparse(node) == "forward(__name__)", name
+                continue
+            assert isinstance(node, _ast.ImportFrom), (name, _ast.unparse(node))
+            assert node.module == "lab._compat" or node.module.startswith("lab."), name
 
 
 def test_lab_imports_no_launcher_package_and_the_twins_import_no_twin():
@@ -191,7 +262,7 @@ def test_the_tuner_modules_import_only_the_ones_listed_before_them():
 
 
 def test_the_axes_and_the_tuner_import_no_command():
-    assert GRAPH["lab.axes"] <= {"lab.errors", "lab.contract", "lab.stages"}
+    assert GRAPH["lab.axes"] <= {"lab.base.errors", "lab.base.contract", "lab.stages"}
     tuner = {m: ts for m, ts in GRAPH.items() if m == "lab.tune" or m.startswith("lab.tune.")}
     assert len(tuner) > 5
     assert {m: sorted(ts & set(COMMANDS)) for m, ts in tuner.items() if ts & set(COMMANDS)} == {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.plots.common import DPI, Source, read_source, select_results
 from lab.plots.ladder import ladder_figure
 from lab.plots.occupancy import occupancy_figure

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.stages import PUBLISHED_LABEL, STAGES
 
 FIGSIZE = (10, 6)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.profiling.targets import CHECK_FAILED
 
 
@@ -30,7 +30,7 @@ def run_target(args, shape) -> int:
 
     from lab import check as chk
     from lab.ncu import NVTX_RANGE
-    from lab.operands import OUT_DTYPE_NAMES
+    from lab.base.dtypes import OUT_DTYPE_NAMES
 
     if not torch.cuda.is_available():
         raise LabError("the profiling target launches kernels and needs a CUDA GPU, but torch "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.profiling.triton_capture import _triton_compile
 
 
@@ -81,9 +81,9 @@ class Listing:
 
     @cached_property
     def sass_mix(self) -> dict[str, int] | None:
-        from lab.ncu import instruction_mix
+        from lab.ncu import mix_counts
 
-        return None if self.sass is None else instruction_mix(self.sass)
+        return None if self.sass is None else mix_counts(self.sass)
 
 
 def cubin_usage(cubin: bytes, kernel: str) -> dict[str, int]:
@@ -228,7 +228,7 @@ def write_mix_csv(items: list[Listing], shape, path: str) -> Path:
 def show_listings(pairs, shape, sass: bool, ptx: bool, csv: str | None = None,
                   precision: str = "fp32") -> int:
     """--sass/--ptx: each (variant, backend) pair of runnable() compiled in `precision`."""
-    from lab.ncu import format_mix, instruction_mix
+    from lab.ncu import format_mix, mix_counts
 
     items = []
     for v, backend in pairs:
@@ -242,7 +242,7 @@ def show_listings(pairs, shape, sass: bool, ptx: bool, csv: str | None = None,
         if item.sass is not None:
             print(f"// ===== SASS: {item.head} =====")
             print(item.sass.rstrip())
-            print(f"// {format_mix(instruction_mix(item.sass))}")
+            print(f"// {format_mix(mix_counts(item.sass))}")
         sys.stdout.flush()
     if csv:
         # stderr: the mix stays the last line of stdout (`| tail -1` shows it)

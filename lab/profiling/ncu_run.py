@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from lab.cli import note
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.profiling.ncu_table import render, write_csv
 from lab.profiling.roof import peaks_for
 from lab.profiling.targets import CHECK_FAILED, REPO, WARMUP, Target
@@ -128,7 +128,7 @@ def profile_all(targets: list[Target], shape, args) -> int:
                 continue
             dropped.update(missing)
             log(f"  {kernel.kernel}: done in {time.perf_counter() - start:.1f} s")
-            summary = N.summarize(kernel, *shape, peaks)
+            summary = N.kernel_columns(kernel, *shape, peaks)
             rows.append({"stage": t.label, "backend": t.backend,
                          "precision": args.precision, "params": t.params,
                          "M": shape.M, "N": shape.N, "K": shape.K, **summary,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.profiling.roof import roof_label
 
 

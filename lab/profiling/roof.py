@@ -4,7 +4,7 @@ anchors without one), the DRAM roof, and the words naming that roof in the table
 
 from __future__ import annotations
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 
 
 def roof_label(precision: str) -> str:

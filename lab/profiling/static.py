@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from lab.cli import note
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.profiling.listings import Listing, compile_listing, write_mix_csv
 from lab.profiling.triton_capture import TritonInterpreted
 

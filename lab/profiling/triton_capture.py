@@ -5,7 +5,7 @@ JITFunction.warmup compiles the recorded launch for this GPU, or for sm_90 witho
 
 from __future__ import annotations
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 
 
 class TritonInterpreted(LabError):
@@ -26,12 +26,14 @@ def triton_launch(variant, shape, precision: str = "fp32") -> dict:
     launch instead of compiling it; the one kept is the last launch of the first kernel the
     stage's OFFER names (its GEMM, not a split-K sum or a copy). With a GPU the inputs
     are real (uninitialised) tensors; without one they are 'meta' tensors (shape and dtype only).
-    The tensors are in `precision`'s dtype (lab.operands.DTYPE_NAMES) and the Problem carries the
+    The tensors are in `precision`'s dtype (lab.base.dtypes.DTYPE_NAMES) and the Problem carries the
     precision, so the stage passes the meta it passes when it runs (tl.dot's INPUT_PRECISION:
     triton_kernels._common.dot_meta)."""
     import torch
 
-    from lab.operands import DTYPE_NAMES, OUT_DTYPE_NAMES, SCALED, TRITON, describe
+    from lab.base.describe import describe
+    from lab.base.dtypes import DTYPE_NAMES, OUT_DTYPE_NAMES, SCALED
+    from lab.base.needs import TRITON
 
     from lab.toolchain.triton import recording
 

@@ -1,9 +1,9 @@
 """Compile a kernel source with NVRTC, read ptxas's resource report, and launch it through CuPy.
 
-Part of the lab's shared base (lab/toolchain/): the CUDA launchers build and launch with it, and
-the harness reads resources, occupancy and versions from it; it imports nothing above
-lab.errors and lab.toolchain.cache. Compilation needs no GPU (NVRTC is a library), so the CPU mode
-of the lab and the CPU tests use `compile_kernel` alone; `launcher` is the only part that needs a
+Part of the lab's toolchain layer (lab/toolchain/): the CUDA launchers build and launch with it,
+and the harness reads resources, occupancy and versions from it; it imports nothing above
+lab.base.errors and lab.toolchain.cache. Compilation needs no GPU (NVRTC is a library), so the CPU
+mode of the lab and the CPU tests use `compile_kernel` alone; `launcher` is the only part that needs a
 GPU. Sources are read from cuda_kernels/ (KERNEL_DIR), where every stage's .cu file lives.
 
 Compile-time parameters (tile sizes, switches) arrive as `-DNAME=value` defines, so one .cu file
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as _np  # KernelLaunch.run, on every call
 
-from lab.errors import CompileError, LabError
+from lab.base.errors import CompileError, LabError
 from lab.toolchain import cache as _cache
 
 KERNEL_DIR = Path(__file__).resolve().parents[2] / "cuda_kernels"
@@ -194,7 +194,7 @@ def compile_kernel(
     defines UNROLL=0, which common.cuh turns into `#pragma unroll 1` on the inner loop.
     `layout` ('nn', 'nt', 'tn', 'tt') sets TRANS_A and TRANS_B (common.cuh): each operand layout
     is its own build. `offsets64` defines OFFSET64=1: common.cuh's offset_t becomes 64-bit, for
-    a problem whose operands span 2^31 elements or more (lab/operands.py: Problem.offsets64);
+    a problem whose operands span 2^31 elements or more (lab/base/problem.py: Problem.offsets64);
     without it no define is added, so the 32-bit build's options (and cache entry) are the ones
     every build had before the switch existed.
     """
@@ -308,7 +308,7 @@ class KernelLaunch:
 
     @property
     def step(self) -> tuple:
-        """(run, args): what lab.contract.Prepared.steps holds for this launch."""
+        """(run, args): what lab.base.contract.Prepared.steps holds for this launch."""
         return (self.run, self.args)
 
 

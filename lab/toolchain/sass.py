@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 
 
 def find_tool(name: str) -> Path | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 
 SWIZZLE_BYTES = 128  # the swizzle every map here uses (CU_TENSOR_MAP_SWIZZLE_128B)
 ALIGN = 16  # bytes: the global address and strides of a map
@@ -166,7 +166,7 @@ class TmaLaunch:
 
     @property
     def step(self) -> tuple:
-        """(run, args): what lab.contract.Prepared.steps holds for this launch."""
+        """(run, args): what lab.base.contract.Prepared.steps holds for this launch."""
         return (self.run, self.args)
 
 

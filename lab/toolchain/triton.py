@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
-from lab.contract import Prepared
+from lab.base.contract import Prepared
 from lab.toolchain.nvrtc import current_stream_ptr
 
 _KERNELS_INTERPRETED: list[bool] = []  # set once, when the first stage module is imported

@@ -25,7 +25,7 @@ The search:
    value pins it); the defaults become the registry's with each restricted parameter at its
    default if allowed, else at its first given value (then the nearest configuration validate()
    accepts, changing as few parameters as possible).
-2. Validate-prune: the launcher's `OFFER.validate(params, precision)` (lab/contract.py) rejects
+2. Validate-prune: the launcher's `OFFER.validate(params, precision)` (lab/base/contract.py) rejects
    what cannot compile or launch (a LabError = pruned, never tried).
 3. The candidates are tried in this order: the defaults first; then the split-K seeds (below);
    then, two picks out of three, the untried one-parameter neighbours of the best configuration so

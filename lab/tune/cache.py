@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 
 if TYPE_CHECKING:
     from lab.tune.search import Result

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from lab.cli import ArgumentParser, guarded, wrap
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.tune.cache import CACHE_ENV, DEFAULT_CACHE, CacheError, bucket, cache_path, load_cache
 from lab.tune.dryrun import DRY_RUN_COMPILE_S, DRY_RUN_SAMPLE, DryRunBudget, dry_run
 from lab.tune.gpu import gpu_available, gpu_name

@@ -8,7 +8,7 @@ import math
 import time
 
 from lab.cli import plural, wrap
-from lab.contract import Prepared
+from lab.base.contract import Prepared
 from lab.tune.cache import bucket
 from lab.tune.pool import CompileAhead, compile_sample, cuda_probe, warm_build_caches
 from lab.tune.prune import build_identity, validator

@@ -35,7 +35,7 @@ def gpu_sm_count() -> int | None:
 
 class GpuBench:
     """Inputs, reference and output of one shape on the GPU, and the real launch factory (the
-    launcher's prepare(), which returns a lab.contract.Prepared), checker and timer for
+    launcher's prepare(), which returns a lab.base.contract.Prepared), checker and timer for
     `search`."""
 
     def __init__(self, stage, backend: str, M: int, N: int, K: int, layout: str = "nn",
@@ -43,7 +43,7 @@ class GpuBench:
         import torch
 
         from lab import check as chk
-        from lab.operands import OUT_DTYPE_NAMES
+        from lab.base.dtypes import OUT_DTYPE_NAMES
 
         self.module = stage.module(backend)
         self.K, self.precision = K, precision

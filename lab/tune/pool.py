@@ -10,7 +10,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Callable
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.tune.prune import resource_problem
 from lab.tune.search import Trial
 

@@ -1,5 +1,5 @@
 """What the tuner asks before it launches a configuration, all of it read from the launcher's
-declared OFFER (lab/contract.py) or from the resources a build reports: whether validate()
+declared OFFER (lab/base/contract.py) or from the resources a build reports: whether validate()
 accepts it, what build it resolves to for the shape, and whether that build is worth timing."""
 
 from __future__ import annotations

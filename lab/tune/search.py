@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from lab.contract import Tuning
-from lab.errors import LabError
+from lab.base.contract import Tuning
+from lab.base.errors import LabError
 from lab.tune.prune import resource_problem
 from lab.tune.seeds import SEED_SMS, splitk_seeds
 from lab.tune.space import ENUMERATE_LIMIT, ORDER_RNG, Space, unique
@@ -149,7 +149,7 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
            compile_ahead: int = 0, identity: Callable[[dict], object] | None = None) -> Result:
     """Search `space` (lab/tune/__init__.py has the steps) and return every trial and the winner.
 
-    launch_factory(params) -> launch: a lab.contract.Prepared (prepare()'s), whose `resources`
+    launch_factory(params) -> launch: a lab.base.contract.Prepared (prepare()'s), whose `resources`
     (None where nothing was compiled) the resource prune reads.
     checker(launch) -> an object with `passed` and `reason` (lab.check.CheckResult) or a bool.
     timer(params, launch, rep_ms) -> median milliseconds.

@@ -1,9 +1,9 @@
 """Split-K seeds: for a shape with fewer output tiles than the GPU has SMs, configurations that
 split K so that tiles x split lands near 1x, 2x and 4x the SM count, tried right after the
 defaults (lab/tune/__init__.py, step 3). The parameters they set are the launcher's to name:
-`OFFER.tuning.split` and `OFFER.tuning.tile` (lab/contract.py Tuning); a space without a split
+`OFFER.tuning.split` and `OFFER.tuning.tile` (lab/base/contract.py Tuning); a space without a split
 gets no seeds. The arithmetic (tiles, the splits a K allows, the split nearest a target) is
-lab/splitk.py's, the same the launchers' automatic split (`splitk=0`) uses; the seeds allow
+lab/base/splitk.py's, the same the launchers' automatic split (`splitk=0`) uses; the seeds allow
 shorter splits than that default (SEED_MIN_SPLIT_K: the search measures what the rule can only
 estimate)."""
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from lab.roofline import DEFAULT_SMS
-from lab.splitk import TARGETS, allowed_splits, few_tiles, nearest_split, tile_count
+from lab.base.device import DEFAULT_SMS
+from lab.base.splitk import TARGETS, allowed_splits, few_tiles, nearest_split, tile_count
 from lab.tune.space import Space, fmt, nearest_valid
 
 SEED_SMS = DEFAULT_SMS  # SMs the split-K seeds assume when the GPU's count is not known (132)

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from lab.cli import plural
-from lab.contract import Tuning
-from lab.errors import LabError
+from lab.base.contract import Tuning
+from lab.base.errors import LabError
 
 ENUMERATE_LIMIT = 50_000  # a larger product is sampled down to this many configurations
 ORDER_RNG = 0  # the fixed state of the random generator that shuffles (and samples) the space

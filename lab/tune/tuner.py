@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.tune.cache import CacheError, cache_key, load_cache, make_entry, store
 from lab.tune.gpu import GpuBench, gpu_available, gpu_name, gpu_sm_count
 from lab.tune.pool import CompileAhead, cuda_probe, default_jobs, warm_build_caches
