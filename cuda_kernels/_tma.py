@@ -111,12 +111,19 @@ class HopperStage:
     producer: bool = False
     schedule: TileSchedule = ONE_TILE_PER_BLOCK
     tma_store: bool = False  # C through shared memory and TMA stores where its lines allow
+    # (a stage whose choices have a STORE knob lets the row choose: STORE=2 stores C from
+    # registers, as a stage without TMA stores does; store_allowed())
     split: bool = False
     split_defaults: dict = field(default_factory=dict)
     # tf32's A may be M-major, through registers (variants/persistent.cu's A_REGS)
     tf32_regs: bool = False
     lesson_case: Callable[[dict, str], bool] | None = None
     knobs: tuple = field(init=False)
+
+    def store_allowed(self, c: dict) -> bool:
+        """Whether C may go out through TMA stores in this configuration: the stage stores that
+        way, and neither the row's STORE=2 nor a probe's TMA_STORE=0 define says otherwise."""
+        return self.tma_store and c.get("STORE", 1) != 2 and bool(c.get("TMA_STORE", 1))
 
     @staticmethod
     def cluster_of(c: dict) -> int:
@@ -173,7 +180,7 @@ class HopperStage:
         """STAGES slots of slot_lines() 128-byte lines (A's BM, B's BN, 3xtf32's B tails), plus
         1 KiB to align the ring to the swizzle's 1024-byte atom, plus (TMA stores of C) two 8 KiB
         staging chunks per warpgroup (tma_tiles.cuh's C_STAGE_BYTES)."""
-        store = self.tma_store if tma_store is None else tma_store
+        store = self.store_allowed(c) if tma_store is None else tma_store
         staging = 2 * 64 * 128 * c[self.warpgroups] if store else 0
         return c["STAGES"] * self.slot_lines(c, precision) * 128 + 1024 + staging
 
@@ -213,9 +220,10 @@ class HopperStage:
         """Every knob concrete. An automatic CLUSTER follows how C is stored (with_cluster):
         `store` (TMA stores straight into C), or, not given, whether a contiguous M x N C has
         16-byte lines (a C without them goes through an aligned buffer: launch())."""
+        c = self.config(precision, **params)
         if store is None:
-            store = self.tma_store and (N * C_BYTES.get(precision, 4)) % LINE_ALIGN == 0
-        c = self.with_cluster(self.config(precision, **params), bool(store))
+            store = self.store_allowed(c) and (N * C_BYTES.get(precision, 4)) % LINE_ALIGN == 0
+        c = self.with_cluster(c, bool(store))
         return {**params, **c, "group": params.get("group", 8)}
 
     def show(self, resolved: dict) -> str:
@@ -230,6 +238,8 @@ class HopperStage:
         `c_trans`: the kernel computes C^T = B^T A^T (swapped(); None: as `layout` says), and
         stores it from registers."""
         d = {DEFINES[precision]: 1, "GROUP": group, **(c or self.defaults_for(precision))}
+        if d.pop("STORE", 1) == 2:  # the row's choice, not a define: C from registers
+            tma_store = False
         if c_trans is None:
             c_trans = swapped(layout, precision, self.tf32_regs)
         if c_trans:
@@ -296,12 +306,11 @@ class HopperStage:
         # bf16 7919 x 6007 x 3001 nt: 0.676 ms, against 0.510 ms into a C of 6008 columns).
         user_c, c_buf = p.c.tensor, None
         ldc_map = line_ld(user_c, False) if self.tma_store and not swap else None
-        if (self.tma_store and not swap and ldc_map is None and bool(c.get("TMA_STORE", 1))
-                and min(user_c.shape) > 0):
+        if (self.store_allowed(c) and not swap and ldc_map is None and min(user_c.shape) > 0):
             c_buf = aligned_buffer(p.M, p.N, False, user_c)
             ldc_map = line_ld(c_buf, False)
         c_out = user_c if c_buf is None else c_buf
-        store = ldc_map is not None and bool(c.get("TMA_STORE", 1))
+        store = ldc_map is not None and self.store_allowed(c)
         # the automatic CLUSTER: 1 for TMA stores straight into C, 2 through the buffer (there
         # the operands are copied too, and clusters of two measured faster: with_cluster)
         c = self.with_cluster(c, store and c_buf is None)

@@ -20,8 +20,10 @@ otherwise), one block per SM.
 Parameters (lab/stages.py, stage persistent), each 0 meaning the automatic row: CONSUMERS (1-2:
 2), BN (64-256: 256; 128 for 3xtf32), STAGES (ring slots, 2-8: 4), CLUSTER (blocks per cluster sharing one
 multicast load of each B tile, 1-2; 0: 1 where C goes out through TMA stores, 2 where it is stored
-from registers: cuda_kernels/_tma.py HopperStage.with_cluster), and group (tile-rows walked
-together).
+from registers: cuda_kernels/_tma.py HopperStage.with_cluster), STORE (how C leaves the block: 1,
+the automatic row, through shared memory and TMA stores where C's lines are 16-byte aligned (a C
+whose lines are not is computed into an aligned buffer and copied); 2 from registers, the lesson's
+epilogue), and group (tile-rows walked together). `persistent:STORE=2,CLUSTER=1` runs the lesson.
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ def lesson_case(defines: dict, layout: str) -> bool:
 
 STAGE = HopperStage(
     "persistent", "persistent.cu", "matmul_persistent", warpgroups="CONSUMERS",
-    defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 0},
+    defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 0, "STORE": 1},
     choices={"CONSUMERS": (0, 1, 2), "BN": (0, 64, 128, 192, 256),
-             "STAGES": (0, 2, 3, 4, 5, 6, 7, 8), "CLUSTER": (0, 1, 2)},
+             "STAGES": (0, 2, 3, 4, 5, 6, 7, 8), "CLUSTER": (0, 1, 2), "STORE": (0, 1, 2)},
     producer=True, schedule=PERSISTENT, tma_store=True, lesson_case=lesson_case,
     # 3xtf32: a 128 x 128 tile, the most a consumer's registers hold with a fresh sum beside the
     # accumulators (2 x 64) and two sets of A's heads and tails (64); four slots of A, B and B's
