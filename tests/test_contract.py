@@ -77,7 +77,7 @@ def test_tuning_hints_name_the_stages_own_parameters(stage, backend):
 
 def _cuda_kernel_names() -> set[str]:
     names = set()
-    for path in (ROOT / "cuda_kernels").glob("*.cu"):
+    for path in (ROOT / "cuda_kernels").rglob("*.cu"):  # variants/ too
         names |= set(re.findall(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?'
                                 r"(\w+)", path.read_text()))
     return names
@@ -85,7 +85,7 @@ def _cuda_kernel_names() -> set[str]:
 
 def _triton_kernel_names() -> set[str]:
     names = set()
-    for path in (ROOT / "triton_kernels").glob("*.py"):
+    for path in (ROOT / "triton_kernels").rglob("*.py"):  # variants/ too
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and any(

@@ -237,8 +237,9 @@ def test_offset64_reaches_the_masked_store(monkeypatch):
     M, N, K = 40, 24, 32
     a, b = _inputs(M, N, K, "fp16", "tn")
     c = torch.empty(M, 3 * N, dtype=torch.float16)[:, ::3]
+    # the launchers read OFFSET64 from _common (TmaSetup.meta)
+    monkeypatch.setattr(common, "offsets_meta", lambda q: {"OFFSET64": True})
     for m in MODULES.values():
-        monkeypatch.setattr(m, "offsets_meta", lambda q: {"OFFSET64": True})
         launch = m.prepare(a, b, c, precision="fp16", **SMALL)
         assert not launch.layout["C_DESC"]
         _check(launch, c, a, b, "fp16")
@@ -710,3 +711,144 @@ def test_lab_matmul_replays_a_signature(stage):
         c = lab.matmul(a, b, stage=stage, backend="triton")
         result = chk.compare(c, chk.reference(a, b), 263, "bf16")
         assert result.passed, result.reason
+
+
+# ------------------------------------------- the lessons compile to their variants' PTX (no GPU)
+
+# Each case recorded as its prepare() launches it (the lesson kernel: C row-major through one TMA
+# store, _common.LESSON_CASE) and again with lesson_or_variant forced to the variant (the twin's
+# former kernel, unchanged: triton_kernels/variants/<stage>.py), both compiled for an sm_90
+# FakeDriver without line info, in a child process without the interpreter; the PTX compared
+# with its .loc / .file lines and debug sections left out (the kernels have one name). Shared by
+# tests/test_warp_specialized_triton.py.
+LESSON_PROBE = r"""
+import importlib, json, os, sys
+os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
+import torch
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from lab.operands import TRITON, describe
+from lab.toolchain.triton import FakeDriver, recording
+from triton_kernels import _common as common
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
+      "3xtf32": torch.float32, "fp8": torch.float8_e4m3fn}
+
+def launched(m, p, params, force):
+    real = common.lesson_or_variant
+    if force:
+        common.lesson_or_variant = lambda lesson, variant, meta: (variant, meta)
+    try:
+        with recording() as calls:
+            m.prepare.inner(p, **params)
+    finally:
+        common.lesson_or_variant = real
+    return [x for x in calls if x[0].fn.__name__.startswith("matmul")][-1]
+
+def ptx(kernel, grid, args, meta):
+    previous = driver._active
+    driver.set_active(FakeDriver(GPUTarget("cuda", 90, 32)))
+    try:
+        compiled = kernel.warmup(*args, grid=grid, **meta)
+    finally:
+        driver._active = previous
+    text = compiled.asm["ptx"].split(".section\t.debug", 1)[0]
+    return [s for s in text.splitlines() if not s.strip().startswith((".loc", ".file", "//"))]
+
+out = []
+for stage, precision, layout, params in json.loads(sys.argv[1]):
+    m = importlib.import_module(f"triton_kernels.{stage}")
+    v = importlib.import_module(f"triton_kernels.variants.{stage}")
+    name = f"matmul_{stage}_kernel"
+    M = N = K = 4096
+    dt = DT[precision]
+    a = torch.empty((M, K) if layout[0] == "n" else (K, M), device="meta", dtype=dt)
+    b = torch.empty((K, N) if layout[1] == "n" else (N, K), device="meta", dtype=dt)
+    a, b = (a if layout[0] == "n" else a.t()), (b if layout[1] == "n" else b.t())
+    c = torch.empty((M, N), device="meta", dtype=torch.bfloat16 if precision == "fp8" else dt)
+    scales = (torch.empty(1, device="meta"),) * 2 if precision == "fp8" else None
+    p = describe(a, b, c, TRITON, precision, scales)
+    lesson, former = launched(m, p, params, False), launched(m, p, params, True)
+    lp, vp = ptx(*lesson), ptx(*former)
+    first = next((i for i, (x, y) in enumerate(zip(lp, vp)) if x != y), None)
+    out.append({"lesson": lesson[0] is getattr(m, name), "variant": former[0] is getattr(v, name),
+                "same": lp == vp, "lines": len(lp),
+                "wgmma": sum("wgmma.mma_async" in s for s in lp),
+                "first_difference": None if first is None else [lp[first], vp[first]]})
+print(json.dumps(out))
+"""
+
+LESSON_CASES = [
+    ("tma_wgmma", "bf16", "nn", {}), ("tma_wgmma", "fp16", "tt", {}),
+    ("tma_wgmma", "bf16", "tn", {"BLOCK_M": 64, "BLOCK_N": 128, "num_stages": 3}),
+    ("tma_wgmma", "fp16", "nt", {"num_warps": 4, "GROUP_M": 1}),
+    ("tma_wgmma", "tf32", "nt", {"subtile": 0, "BLOCK_N": 128}),
+    ("tma_wgmma", "tf32", "nn", {"subtile": 0, "BLOCK_N": 128, "kmajor": 0}),
+    ("tma_wgmma", "3xtf32", "nt", {}), ("tma_wgmma", "fp8", "tn", {}),
+    ("persistent", "bf16", "tn", {}), ("persistent", "fp16", "nn", {"flatten": 0}),
+    ("persistent", "bf16", "nt", {"BLOCK_N": 128, "num_stages": 4, "subtile": 0}),
+    ("persistent", "tf32", "nt", {"subtile": 0, "BLOCK_N": 128}),
+    ("persistent", "3xtf32", "tt", {}), ("persistent", "fp8", "nt", {}),
+]
+
+
+def compile_lessons(cases):
+    """LESSON_PROBE's facts for `cases`, or a skip where this Triton cannot compile for sm_90
+    without a GPU."""
+    r = run_python(LESSON_PROBE, json.dumps(cases), timeout=1800, drop=("TRITON_INTERPRET",))
+    if r.returncode != 0:
+        if "Traceback" in r.stderr and ("ptxas" in r.stderr or "GPUTarget" in r.stderr):
+            pytest.skip("this Triton cannot compile for sm_90 without a GPU: "
+                        + r.stderr.strip().splitlines()[-1])
+        raise AssertionError(r.stderr[-3000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def lessons_sm90():
+    if HAS_GPU:
+        pytest.skip("the lesson and the variant are compared where no GPU is (a FakeDriver)")
+    return dict(enumerate(compile_lessons(LESSON_CASES)))
+
+
+@cpu_only
+@pytest.mark.parametrize("i", range(len(LESSON_CASES)),
+                         ids=["-".join([s, p, lay] + [f"{k}={v}" for k, v in x.items()])
+                              for s, p, lay, x in LESSON_CASES])
+def test_the_lesson_compiles_to_the_variants_ptx(lessons_sm90, i):
+    """Where the lesson kernel runs, it compiles to the former kernel's PTX (its variant's),
+    instruction for instruction: nothing that ran before computes differently."""
+    f = lessons_sm90[i]
+    assert f["lesson"] and f["variant"], f
+    assert f["wgmma"] > 0 and f["same"], f
+
+
+def test_the_variant_runs_where_the_lesson_does_not_reach(monkeypatch):
+    """Recorded (meta tensors): C row-major through a descriptor runs the lesson kernel; a
+    column-major C, a C no descriptor describes, subtile (tf32's automatic value) and the
+    interpreter's bf16 upcast run the variant, with every meta-parameter it had before."""
+    from lab.toolchain.triton import recording
+    from triton_kernels.variants import persistent as persistent_variant
+    from triton_kernels.variants import tma_wgmma as tma_wgmma_variant
+
+    variants = {"tma_wgmma": tma_wgmma_variant, "persistent": persistent_variant}
+    M = N = K = 512
+    for name, m in MODULES.items():
+        kernel = f"matmul_{name}_kernel"
+        for precision, c_form, params, lesson in (
+                ("fp16", "row", {}, True), ("fp16", "col", {}, False),
+                ("fp16", "strided", {}, False), ("tf32", "row", {}, False),
+                ("tf32", "row", {"subtile": 0, "BLOCK_N": 128}, True),
+                ("bf16", "row", {}, False)):  # bf16 here: the interpreter's UPCAST
+            dt = DTYPE[precision]
+            c = {"row": lambda: torch.empty((M, N), device="meta", dtype=dt),
+                 "col": lambda: torch.empty((N, M), device="meta", dtype=dt).t(),
+                 "strided": lambda: torch.empty((M, 2 * N), device="meta", dtype=dt)[:, ::2]}
+            p = describe(torch.empty((M, K), device="meta", dtype=dt),
+                         torch.empty((K, N), device="meta", dtype=dt), c[c_form](), TRITON,
+                         precision)
+            with recording() as calls:
+                m.prepare.inner(p, **params)
+            (k, _, _, meta), = [x for x in calls if x[0].fn.__name__ == kernel]
+            want = getattr(m if lesson else variants[name], kernel)
+            assert k is want, (name, precision, c_form, params)
+            assert ("C_DESC" in meta) == (not lesson), meta

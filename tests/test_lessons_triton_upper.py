@@ -7,8 +7,9 @@ hands to gl.warp_specialize, which Gluon requires to be functions of their own) 
 itself (tl.dot, or Gluon's warpgroup_mma), a load (tl.load, a descriptor's .load, or a TMA copy)
 and a store (tl.store, a descriptor's .store, or a TMA store), and calls none of _common's
 helpers that used to hide them (tile_product, load_k_step, ...). warptiling's split-K is a
-separate, named path: its reduction kernel sits below the lesson kernel, and every split-K line
-of the lesson kernel is under `if SPLITK > 1`.
+separate, named path: it lives in the variant file (triton_kernels/variants/warptiling.py), whose
+reduction kernel sits below the former kernel, every split-K line of which is under
+`if SPLITK > 1`; the lesson kernel has no SPLITK at all.
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ KERNELS = {s: f"matmul_{s}_kernel" for s in STAGES}
 HIDDEN = {"tile_product", "load_k_step", "operand_pointers", "grouped_tile", "grouped_ranges",
           "line_offsets", "edge_masks", "k_masks", "padded_bounds", "split_ktiles", "tma_load"}
 PRODUCTS = {"dot", "warpgroup_mma"}  # tl.dot; Gluon's wgmma
-LOADS = {"load", "_tma_load", "async_load", "async_copy_global_to_shared"}
-STORES = {"store", "_tma_store", "async_store", "async_copy_shared_to_global"}
+# Gluon's TMA copies, also through _common's wrappers of them (gl_tma_load: the copy under its
+# 3.6 or 3.9 name; gl_tma_store_tile: the staging tile, fence, TMA store and wait that a tl
+# descriptor's .store is)
+LOADS = {"load", "_tma_load", "async_load", "async_copy_global_to_shared", "gl_tma_load"}
+STORES = {"store", "_tma_store", "async_store", "async_copy_shared_to_global", "gl_tma_store_tile"}
+HOPPER = ("tma_wgmma", "warp_specialized", "persistent")
 
 
-def _tree(stage: str) -> ast.Module:
-    return ast.parse((ROOT / "triton_kernels" / f"{stage}.py").read_text())
+def _tree(stage: str, folder: str = "triton_kernels") -> ast.Module:
+    return ast.parse((ROOT / folder / f"{stage}.py").read_text())
 
 
 def _jit_functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
@@ -104,9 +109,12 @@ def test_gluon_partitions_are_found():
 
 
 def test_warptiling_split_k_is_its_own_path():
-    """The lesson kernel first, the split-K reduction below it; in the lesson kernel every
-    statement that reads `split` (the split-K index) is under an `if SPLITK > 1`."""
-    tree = _tree("warptiling")
+    """Split-K is the variant file's: its former kernel first, the split-K reduction below it, and
+    in that kernel every statement that reads `split` (the split-K index) is under an
+    `if SPLITK > 1`; the lesson kernel names no SPLITK."""
+    lesson = _jit_functions(_tree("warptiling"))["matmul_warptiling_kernel"]
+    assert "SPLITK" not in ast.unparse(lesson) and "split" not in _called(lesson)
+    tree = _tree("warptiling", "triton_kernels/variants")
     order = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     assert order.index("matmul_warptiling_kernel") < order.index("splitk_reduce_kernel")
     kernel = _jit_functions(tree)["matmul_warptiling_kernel"]
@@ -124,3 +132,17 @@ def test_warptiling_split_k_is_its_own_path():
             visit(child, guarded)
 
     visit(kernel, False)
+
+
+@pytest.mark.parametrize("stage", HOPPER)
+def test_the_hopper_lessons_leave_the_other_paths_to_their_variants(stage):
+    from triton_kernels import _common as common
+    import importlib
+
+    lesson = importlib.import_module(f"triton_kernels.{stage}")
+    variant = importlib.import_module(f"triton_kernels.variants.{stage}")
+    kernel, former = getattr(lesson, KERNELS[stage]), getattr(variant, KERNELS[stage])
+    assert former.fn.__name__ == kernel.fn.__name__ == KERNELS[stage]  # one name: one stage
+    assert not set(common.LESSON_CASE) & set(kernel.arg_names)
+    assert {"C_DESC", "C_T", "OFFSET64"} <= set(former.arg_names)
+    assert kernel.arg_names[:13] == former.arg_names[:13]  # the same positional arguments

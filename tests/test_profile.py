@@ -939,7 +939,10 @@ def test_triton_compile_gets_the_precision_dtype_and_dot_meta(stage, precision, 
     a, b, c = captured["args"][:3]
     assert {str(t.dtype) for t in (a, b, c)} == {f"torch.{dtype}"}
     assert (tuple(a.shape), tuple(b.shape), tuple(c.shape)) == ((64, 32), (32, 48), (64, 48))
-    assert captured["meta"]["INPUT_PRECISION"] == input_precision
+    if "INPUT_PRECISION" in captured["meta"]:
+        assert captured["meta"]["INPUT_PRECISION"] == input_precision
+    else:  # an fp32 lesson kernel writes its one precision in its tl.dot
+        assert f'input_precision="{input_precision}"' in captured["kernel"].src
 
 
 H100 = 132 * 1.98e9  # SMs x clock of the H100 anchors

@@ -16,6 +16,9 @@ from typing import Callable
 
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 # where triton.set_allocator keeps its function (read by _ensure_tma_scratch only)
 from triton.runtime import _allocation as _triton_allocation
 
@@ -149,161 +152,6 @@ def grouped_block(pid, grid_m, grid_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
-@triton.jit
-def block_range(block, BLOCK: tl.constexpr):
-    """block * BLOCK + [0, BLOCK): a run of BLOCK consecutive values starting at a multiple of
-    BLOCK (Triton infers this from the expression; said explicitly)."""
-    return tl.max_contiguous(tl.multiple_of(block * BLOCK + tl.arange(0, BLOCK), BLOCK), BLOCK)
-
-
-@triton.jit
-def split_ktiles(K, split, BLOCK_K: tl.constexpr, SPLITK: tl.constexpr, EVEN_K: tl.constexpr):
-    """(kt0, kt1, full): split `split`'s k-tiles of BLOCK_K, [kt0, kt1) of the SPLITK equal shares
-    of ceil(K / BLOCK_K) (all of them when SPLITK is 1); the full ones are [kt0, full), then at
-    most one partial (EVEN_K: K is a multiple of BLOCK_K, so none). Shared by the split-K kernels
-    (warptiling, gemv)."""
-    ktiles = tl.cdiv(K, BLOCK_K)
-    if SPLITK > 1:
-        kt0 = split * ktiles // SPLITK
-        kt1 = (split + 1) * ktiles // SPLITK
-    else:
-        kt0 = 0
-        kt1 = ktiles
-    if EVEN_K:
-        full = kt1
-    else:
-        full = tl.maximum(tl.minimum(kt1, K // BLOCK_K), kt0)
-    return kt0, kt1, full
-
-
-@triton.jit
-def line_offsets(r0, r1, stride0, stride1, VEC_FLAG: tl.constexpr, VEC: tl.constexpr):
-    """(r0 * stride0, r1 * stride1): an operand's offsets along its two dimensions, with the
-    alignment hint of its flag (triton_kernels/vectorized.py, vector_flags): "n" (row-major)
-    every row starts on a 16-byte boundary, VEC elements; "t" (column-major) every column does;
-    "" no hint. The dimension whose stride is 1 is then the contiguous run."""
-    o0 = r0 * stride0
-    o1 = r1 * stride1
-    if VEC_FLAG == "n":
-        o0 = tl.multiple_of(o0, VEC)
-    if VEC_FLAG == "t":
-        o1 = tl.multiple_of(o1, VEC)
-    return o0, o1
-
-
-@triton.jit
-def edge_masks(rm, rn, M, N, CONST_M: tl.constexpr, CONST_N: tl.constexpr, VEC: tl.constexpr):
-    """(in_m, in_n): C's edge masks, rm[:, None] < M and rn[None, :] < N. CONST_M (CONST_N): the
-    caller's flags promise M (N) is a multiple of VEC, and the runs of rm (rn) start at
-    multiples of VEC, so that mask is constant over each VEC elements: one vector access."""
-    in_m = rm[:, None] < M
-    in_n = rn[None, :] < N
-    if CONST_M:
-        in_m = tl.max_constancy(in_m, [VEC, 1])
-    if CONST_N:
-        in_n = tl.max_constancy(in_n, [1, VEC])
-    return in_m, in_n
-
-
-@triton.jit
-def k_masks(k0, rk, K_A, K_B, CONST_A: tl.constexpr, CONST_B: tl.constexpr, VEC: tl.constexpr):
-    """(in_k_a, in_k_b): the masks along K of the k-step at k0, for A's tile (k0 + rk along its
-    columns, below K_A) and B's (along its rows, below K_B). CONST_A (a row-major A) and CONST_B
-    (a column-major B): the bound is a multiple of VEC, so the mask is constant over each VEC."""
-    in_k_a = k0 + rk[None, :] < K_A
-    in_k_b = k0 + rk[:, None] < K_B
-    if CONST_A:
-        in_k_a = tl.max_constancy(in_k_a, [1, VEC])
-    if CONST_B:
-        in_k_b = tl.max_constancy(in_k_b, [VEC, 1])
-    return in_k_a, in_k_b
-
-
-@triton.jit
-def padded_bounds(rm, rn, M, N, K, in_m, in_n, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
-                  PAD_A: tl.constexpr, PAD_B: tl.constexpr, VEC: tl.constexpr):
-    """(a_in_m, b_in_n, k_a, k_b): each operand's own bounds for load_k_step. Without PAD they are
-    C's masks (in_m, in_n) and K. PAD_A / PAD_B: the operand is a realign buffer
-    (triton_kernels/_realign.py) whose padding past its contiguous dimension holds zeros, so along
-    that dimension its mask runs to the size rounded up to VEC: constant per VEC elements (one
-    16-byte access) whatever the size; what it reads there is zero, what the mask would have filled
-    in. rm, rn: the program's rows and columns of C (grouped_ranges)."""
-    a_in_m = in_m
-    b_in_n = in_n
-    k_a = K
-    k_b = K
-    if PAD_A and VEC_A == "t":  # a column-major A: rows up to M rounded up to VEC
-        a_in_m = tl.max_constancy(rm[:, None] < tl.cdiv(M, VEC) * VEC, [VEC, 1])
-    if PAD_A and VEC_A == "n":  # a row-major A: k up to K rounded up to VEC
-        k_a = tl.cdiv(K, VEC) * VEC
-    if PAD_B and VEC_B == "n":  # a row-major B: columns up to N rounded up to VEC
-        b_in_n = tl.max_constancy(rn[None, :] < tl.cdiv(N, VEC) * VEC, [1, VEC])
-    if PAD_B and VEC_B == "t":  # a column-major B: k up to K rounded up to VEC
-        k_b = tl.cdiv(K, VEC) * VEC
-    return a_in_m, b_in_n, k_a, k_b
-
-
-@triton.jit
-def grouped_ranges(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   GROUP_M: tl.constexpr):
-    """(rm, rn, rk): this program's rows and columns of C in the grouped order (common.cuh's
-    block_tile: GROUP_M block-rows walked column by column), and the k offsets of one k-step."""
-    pid_m, pid_n = grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N),
-                                 GROUP_M)
-    rm = block_range(pid_m, BLOCK_M)
-    rn = block_range(pid_n, BLOCK_N)
-    rk = tl.max_contiguous(tl.arange(0, BLOCK_K), BLOCK_K)
-    return rm, rn, rk
-
-
-@triton.jit
-def operand_pointers(a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak, stride_bk, stride_bn,
-                     stride_cm, stride_cn, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
-                     VEC_C: tl.constexpr, VEC: tl.constexpr):
-    """(a_ptrs, b_ptrs, c_m, c_n): the first k-step's A and B tile pointers and C's row and column
-    offsets. A flag "n" ("t") says every row (column) of its operand starts on a 16-byte boundary
-    (VEC elements): line_offsets gives that line's offsets the hint, so loads can be 128-bit."""
-    a_m, a_k = line_offsets(rm, rk, stride_am, stride_ak, VEC_A, VEC)
-    b_k, b_n = line_offsets(rk, rn, stride_bk, stride_bn, VEC_B, VEC)
-    c_m, c_n = line_offsets(rm, rn, stride_cm, stride_cn, VEC_C, VEC)
-    return a_ptr + a_m[:, None] + a_k[None, :], b_ptr + b_k[:, None] + b_n[None, :], c_m, c_n
-
-
-@triton.jit
-def grouped_tile(a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                 stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 GROUP_M: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
-                 VEC_C: tl.constexpr, VEC: tl.constexpr, PAD_A: tl.constexpr = False,
-                 PAD_B: tl.constexpr = False):
-    """(rk, a_ptrs, b_ptrs, c_m, c_n, in_m, in_n): the whole prologue of the tensor-core twins,
-    grouped_ranges, then operand_pointers, then C's edge masks, constant per VEC elements where
-    a flag promises M (N) is a multiple of VEC along a column-major A or C (a row-major B or C).
-    A realign buffer's flag (PAD_A / PAD_B) promises only its own lines: padded_bounds."""
-    rm, rn, rk = grouped_ranges(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
-    a_ptrs, b_ptrs, c_m, c_n = operand_pointers(a_ptr, b_ptr, rm, rn, rk, stride_am, stride_ak,
-                                                stride_bk, stride_bn, stride_cm, stride_cn,
-                                                VEC_A, VEC_B, VEC_C, VEC)
-    in_m, in_n = edge_masks(rm, rn, M, N, (VEC_A == "t" and not PAD_A) or VEC_C == "t",
-                            (VEC_B == "n" and not PAD_B) or VEC_C == "n", VEC)
-    return rk, a_ptrs, b_ptrs, c_m, c_n, in_m, in_n
-
-
-@triton.jit
-def load_k_step(a_ptrs, b_ptrs, k0, rk, K_A, K_B, a_in_m, b_in_n, EVEN_K: tl.constexpr,
-                CONST_A: tl.constexpr, CONST_B: tl.constexpr, VEC: tl.constexpr):
-    """(a, b): the k-step at k0 of A and B, zero outside the operands. EVEN_K: every k-step is
-    full, so only the M / N edges are masked; else the K masks too (k_masks: CONST_A for a
-    row-major A, CONST_B for a column-major B, whose K bound is a multiple of VEC)."""
-    if EVEN_K:
-        a = tl.load(a_ptrs, mask=a_in_m, other=0.0)
-        b = tl.load(b_ptrs, mask=b_in_n, other=0.0)
-    else:
-        in_k_a, in_k_b = k_masks(k0, rk, K_A, K_B, CONST_A, CONST_B, VEC)
-        a = tl.load(a_ptrs, mask=a_in_m & in_k_a, other=0.0)
-        b = tl.load(b_ptrs, mask=in_k_b & b_in_n, other=0.0)
-    return a, b
-
-
 # ------------------------------------------- fp8's per-tensor scales (the TMA twins' kernels)
 
 
@@ -412,6 +260,80 @@ def masked_store_c(c_ptr, c, row0, col0, M, N, stride_cm, stride_cn, BLOCK_M: tl
                      OFFSET64)
 
 
+# ------------------- Gluon: TMA, mbarrier and layout wrappers (the warp_specialized twin, Gluon)
+#
+# Gluon (triton.experimental.gluon, shipped with Triton 3.6) makes a kernel write out what
+# tl.make_tensor_descriptor, a descriptor's .store and tl.dot's accumulator hide in the tl twins.
+# These are the Gluon spellings of those single idioms (a descriptor and its swizzle, the TMA
+# copies' names, a ring's mbarrier pairs, the store of a register tile through TMA, wgmma's
+# accumulator layout), so that the Gluon kernel's file holds its lesson (the partitions, the
+# ring's waits and arrivals, wgmma) and not their scaffolding. Gluon inlines a @gluon.jit
+# function into its caller as Triton does, so each compiles to the code it replaced in the
+# kernel (tests/test_warp_specialized_triton.py compares the PTX).
+
+# Triton 3.9 renames the TMA copies (async_load / async_store; the 3.6 names raise there)
+gl_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+gl_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+
+@gluon.jit
+def gl_descriptor(ptr, rows, cols, ld, BLOCK_R: gl.constexpr, BLOCK_C: gl.constexpr,
+                  TRANSPOSED: gl.constexpr):
+    """As tma_descriptor, in Gluon: the layout (the swizzle, NVMMASharedLayout.get_default_for:
+    128 bytes for 128-byte lines) is named here, and the shared-memory tiles a kernel allocates
+    in desc.layout get it."""
+    if TRANSPOSED:
+        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_C, BLOCK_R],
+                                                                    ptr.dtype.element_ty)
+        desc = tma.make_tensor_descriptor(ptr, [cols, rows], [ld, 1], [BLOCK_C, BLOCK_R], layout)
+    else:
+        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_R, BLOCK_C],
+                                                                    ptr.dtype.element_ty)
+        desc = tma.make_tensor_descriptor(ptr, [rows, cols], [ld, 1], [BLOCK_R, BLOCK_C], layout)
+    return desc
+
+
+@gluon.constexpr_function
+def wgmma_layout(BLOCK_M, BLOCK_N, num_warps, dtype):
+    """The register layout of wgmma's BLOCK_M x BLOCK_N fp32 accumulator over num_warps warps
+    (NVMMADistributedLayout version 3): one warp per 16 rows (a warpgroup's wgmma covers 64), the
+    warps left over side by side along N (BLOCK_M = 64 with 8 warps: [4, 2]); the instruction's
+    N is the columns one warp holds, its K 256 bits of the operands' dtype (k16 for 16-bit
+    types, k8 for TF32, k32 for fp8)."""
+    rows = max(1, min(num_warps, BLOCK_M // 16))
+    warps = [rows, num_warps // rows]
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps,
+                                     instr_shape=[16, BLOCK_N // warps[1],
+                                                  256 // dtype.primitive_bitwidth])
+
+
+@gluon.jit
+def ring_barriers(STAGES: gl.constexpr):
+    """(full, empty): an mbarrier pair per slot of a STAGES-slot ring, each initialized with a
+    count of 1 (full[s]: the producer's expect, completed by the TMA bytes; empty[s]: one arrival
+    of the consumers), in the order tma_tiles.cuh's init_ring does it."""
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(full.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    return full, empty
+
+
+@gluon.jit
+def gl_tma_store_tile(desc, row0, col0, tile):
+    """tile (registers) written at (row0, col0) of the matrix `desc` describes, as a tl
+    descriptor's .store does it: into a staging tile in shared memory in the descriptor's layout
+    (allocated here, so after a ring's last use it takes the ring's memory), a fence so that the
+    TMA unit sees the generic proxy's writes (fence.proxy.async), one TMA store
+    (cp.async.bulk.tensor, clipped at the matrix's edges) and its wait."""
+    staging = gl.allocate_shared_memory(desc.dtype, desc.block_type.shape, desc.layout)
+    staging.store(tile)
+    fence_async_shared()
+    gl_tma_store(desc, [row0, col0], staging)
+    tma.store_wait(0)
+
+
 def sm_arch(device) -> str | None:
     """sm_XY of the CUDA device `device`, or None for CPU tensors (the interpreter) and meta
     tensors (lab.profile's recording)."""
@@ -510,6 +432,24 @@ def tma_param_refusal(c: dict, switches: tuple[str, ...]) -> str | None:
     return None
 
 
+def limit_refusal(given: dict, limits: dict) -> str | None:
+    """Why parameters that pass tma_param_refusal break one of a twin's own limits (TmaTwin's
+    `limits`: name -> (value, reason)), in words that follow "<stage> (Triton) with ...: ", or
+    None. num_warps: the values it takes; min_stages: the fewest ring slots (0, automatic,
+    allowed); rows_per_warp: BLOCK_M's rows per warp at most (its reason names the warps)."""
+    if "num_warps" in limits and given["num_warps"] not in limits["num_warps"][0]:
+        allowed, why = limits["num_warps"]
+        return f"num_warps must be {' or '.join(str(n) for n in allowed)} ({why})"
+    if "min_stages" in limits and 0 < given["num_stages"] < limits["min_stages"][0]:
+        n, why = limits["min_stages"]
+        return f"num_stages must be 0 (automatic) or {n} or more ({why})"
+    if "rows_per_warp" in limits:
+        n, words = limits["rows_per_warp"]
+        if given["BLOCK_M"] > n * given["num_warps"]:
+            return f"BLOCK_M must be at most {n} {words}"
+    return None
+
+
 def tma_fit_refusal(precision: str, c: dict, smem: int) -> str | None:
     """Why a concrete tile `c` (no automatic values left) needing `smem` bytes of shared memory
     cannot compile in `precision`, in words that follow the configuration, or None."""
@@ -578,6 +518,28 @@ def tma_launch(stage: str, kernel, grid: tuple, args: tuple, **meta):
     return with_tma_scratch(launch)
 
 
+# The values a TMA twin's layout and switch meta-parameters take in its lesson's case (the kernel
+# in triton_kernels/<stage>.py): C written by one TMA store of a row-major tile (C_DESC, not C_T),
+# whole (not SUBTILE), compiled (not the interpreter's UPCAST), 32-bit offsets (not OFFSET64).
+# The lesson kernel takes none of these; its variant (triton_kernels/variants/<stage>.py, the
+# twin's former kernel, of the same name) takes them all.
+LESSON_CASE = {"C_DESC": True, "C_T": False, "SUBTILE": False, "UPCAST": False,
+               "OFFSET64": False}
+LAUNCH_OPTIONS = ("num_warps", "num_stages")  # meta that is not a kernel parameter
+
+
+def lesson_or_variant(lesson, variant, meta: dict):
+    """(kernel, meta): `lesson` and the meta-parameters it takes (with the launch options) where
+    every other one holds its LESSON_CASE value, else `variant` and all of `meta`. The lesson
+    compiles to the variant's PTX there (tests/test_hopper_triton.py,
+    tests/test_warp_specialized_triton.py), so what runs computes as the former kernel did."""
+    takes = set(lesson.arg_names) | set(LAUNCH_OPTIONS)
+    rest = {k: v for k, v in meta.items() if k not in takes}
+    if all(k in LESSON_CASE and LESSON_CASE[k] == v for k, v in rest.items()):
+        return lesson, {k: v for k, v in meta.items() if k in takes}
+    return variant, meta
+
+
 def config_words(meta: dict) -> str:
     """The tile and depth of a launch's meta-parameters, as a refusal names them."""
     keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
@@ -602,6 +564,15 @@ class TmaSetup:
     sms: int
     tiles: int
 
+    @property
+    def meta(self) -> dict:
+        """The meta-parameters every TMA twin's kernel takes: the tile, GROUP_M, the layout
+        constexprs, OFFSET64 and num_warps (a stage adds its own: the ring's depth, ...)."""
+        c = self.config
+        return {"BLOCK_M": c["BLOCK_M"], "BLOCK_N": c["BLOCK_N"], "BLOCK_K": c["BLOCK_K"],
+                "GROUP_M": c["GROUP_M"], **self.layout, **offsets_meta(self.q),
+                "num_warps": c["num_warps"]}
+
 
 @dataclass(frozen=True, eq=False)
 class TmaTwin:
@@ -612,11 +583,13 @@ class TmaTwin:
     into the contract's validate, resolve and show, its Offer, and the setup and launch around
     the kernel that every prepare() shares.
 
-    param_refusal(given): why the stage cannot take parameters that pass tma_param_refusal (its
-        own knobs and limits), or None. precision_refusal(config, precision): why a concrete
-        configuration cannot run in a precision before its tile is sized (tma_fit_refusal), or
-        None. fit_shown: the parameters a refusal of a concrete tile names. interpreted: False
-        for a Gluon kernel, which the Triton interpreter cannot run: setup() refuses CPU tensors."""
+    limits: the stage's own limits beside tma_param_refusal's, as data, each with the reason its
+        refusal gives (limit_refusal: num_warps, min_stages, rows_per_warp; kmajor_only: the
+        precisions whose operands the kernel reads K-major only, so kmajor=0 is refused
+        there). A parameter whose default is a bool (persistent's flatten) takes True or False
+        (0 or 1). A refusal of a concrete tile names the tile, the warps, the ring's depth and,
+        where the stage has it, subtile. interpreted: False for a Gluon kernel, which the
+        Triton interpreter cannot run: setup() refuses CPU tensors."""
 
     stage: str
     param_order: tuple[str, ...]
@@ -627,9 +600,13 @@ class TmaTwin:
     smem_bytes: Callable[[dict, str], int]
     kernels: tuple[str, ...]
     interpreted: bool = True
-    param_refusal: Callable[[dict], str | None] | None = None
-    precision_refusal: Callable[[dict, str], str | None] | None = None
-    fit_shown: tuple[str, ...] = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+    limits: dict | None = None
+
+    @property
+    def fit_shown(self) -> tuple[str, ...]:
+        """The parameters a refusal of a concrete tile names."""
+        return tuple(k for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages",
+                                 "subtile") if k in self.param_order)
 
     # ---------------------------------------------------------------- parameters
     def given(self, params: dict) -> dict:
@@ -638,8 +615,11 @@ class TmaTwin:
 
     def refusal(self, c: dict, precision: str) -> str | None:
         """Why concrete configuration `c` cannot run in `precision`, or None."""
-        why = self.precision_refusal(c, precision) if self.precision_refusal else None
-        return why or tma_fit_refusal(precision, c, self.smem_bytes(c, precision))
+        precisions, why = (self.limits or {}).get("kmajor_only", ((), ""))
+        if precision in precisions and c["kmajor"] == 0:
+            return (f"reads {precision} operands K-major only (wgmma's rule for operands other "
+                    f"than 16-bit ones, and {why}): kmajor must be -1 or 1 in {precision}")
+        return tma_fit_refusal(precision, c, self.smem_bytes(c, precision))
 
     def config(self, precision: str, params: dict, M: int | None = None, N: int | None = None,
                sms: int = DEFAULT_SMS) -> dict:
@@ -663,9 +643,11 @@ class TmaTwin:
         if precision is not None and precision not in self.auto:
             raise LabError(f"{where}: the precision must be one of {', '.join(self.auto)}, not "
                            f"{precision}")
-        why = tma_param_refusal(given, self.switches)
-        if not why and self.param_refusal:
-            why = self.param_refusal(given)
+        why = tma_param_refusal(given, self.switches) or limit_refusal(given, self.limits or {})
+        for k, default in self.defaults.items():  # a switch of True or False (flatten)
+            if isinstance(default, bool) and not why and not (isinstance(given[k], bool)
+                                                              or given[k] in (0, 1)):
+                why = f"{k} must be True or False"
         if why:
             raise LabError(f"{where}: {why}")
         for prec in (precision,) if precision else tuple(self.auto):
@@ -714,13 +696,16 @@ class TmaTwin:
         tiles = cdiv(q.M, config["BLOCK_M"]) * cdiv(q.N, config["BLOCK_N"])
         return TmaSetup(config, q, copies, setup_ms, layout, args, sms, tiles)
 
-    def launch(self, s: TmaSetup, kernel, grid: tuple, extra: dict | None = None, **meta):
-        """The launch prepare() returns: tma_launch(kernel, grid, s.args, **meta), its `params`
-        column the configuration that ran (Row.set_resources copies it), its `config`, `layout`
-        and `extra` attributes set, and the copies run before it in every call (timed: one
-        kernel, then the GEMM; with_copies)."""
+    def launch(self, s: TmaSetup, kernel, variant, grid: tuple, extra: dict | None = None,
+               **meta):
+        """The launch prepare() returns: tma_launch(kernel, grid, s.args, **meta) of the lesson
+        kernel, or of its variant where the problem is not the lesson's case
+        (lesson_or_variant), its `params` column the configuration that ran (Row.set_resources
+        copies it), its `config`, `layout` and `extra` attributes set, and the copies run before
+        it in every call (timed: one kernel, then the GEMM; with_copies)."""
         from triton_kernels._realign import with_copies
 
+        kernel, meta = lesson_or_variant(kernel, variant, meta)
         launch = tma_launch(self.stage, kernel, grid, s.args, **meta)
         launch.resources = {**(launch.resources or {}), "params": self.show(s.config)}
         launch.extra.update(config=s.config, layout=s.layout, **(extra or {}))

@@ -28,30 +28,31 @@ Under the Triton interpreter (TRITON_INTERPRET=1, CPU mode) num_stages changes n
 interpreter runs the K loop one step at a time in NumPy, with no shared memory and no copies to
 overlap; only the numbers (and the launch parameters' validity) are checked there.
 
-realign (default off). A 16-byte cp.async (or a 128-bit load) needs 4 floats that are contiguous,
-start on a 16-byte boundary and lie under one mask value. With a row stride that is not a multiple
-of 4 floats (K = 3001, N = 6007, 1025), a base pointer off a 16-byte boundary (a view starting at
-element 1), or an operand size along its contiguous dimension that is not a multiple of 4 (the
-edge mask then changes inside a float4), the hints cannot be given and every copy is 4 bytes.
+realign (default off; the variant file's). A 16-byte cp.async (or a 128-bit load) needs 4 floats
+that are contiguous, start on a 16-byte boundary and lie under one mask value. With a row stride
+that is not a multiple of 4 floats (K = 3001, N = 6007, 1025), a base pointer off a 16-byte
+boundary (a view starting at element 1), or an operand size along its contiguous dimension that is
+not a multiple of 4 (the edge mask then changes inside a float4), the hints cannot be given and
+every copy is 4 bytes.
 realign=True copies each A or B whose leading dimension is not a multiple of 16 elements, whose
 base is not 16-byte aligned, or that has no unit stride, into a buffer (needs_realign,
 realign_buffer: triton_kernels/_realign.py, shared with the warptiling twin):
-  setup, once in prepare(), outside the timing (launch.setup_ms): the buffer is allocated in the
-    operand's own layout (a column-major operand stays column-major; one with no unit stride
-    becomes row-major), its leading dimension rounded up to a multiple of 16 elements, its storage
-    16-byte aligned, and zeroed;
+  setup, once in prepare() (the variant's), outside the timing (launch.setup_ms): the buffer is
+    allocated in the operand's own layout (a column-major operand stays column-major; one with no
+    unit stride becomes row-major), its leading dimension rounded up to a multiple of 16 elements,
+    its storage 16-byte aligned, and zeroed;
   timed, at the start of every call: buffer_view.copy_(operand) for each such operand, then the
     kernel on the buffers (the copies never write the padding, so it stays zero).
 Operands that are already aligned are read where they are (launch.realigned names the copied
 ones: (), ("A",), ("B",) or ("A", "B"); launch.kernel_only is the kernel alone, for a profiler).
-The kernel reads a buffer with its hint on (VEC_A / VEC_B) and PAD_A / PAD_B: along the buffer's
-contiguous dimension its mask runs to the size rounded up to a multiple of 4, so that the mask is
-constant per float4 whatever the size; what it reads past the size is the zero padding, the value
-the mask would have filled in, and the C mask (M, N) is unchanged. Compiled for sm_90 without a GPU
-(Triton 3.9, the default tile, 7919x6007x3001 and 1025^3, each of nn, nt, tn, tt; never run): the
-K loop's copies go from 96 4-byte LDGSTS to 24 LDGSTS.E.BYPASS.128 (16-byte cp.async.cg). The
-buffers without the rounded masks still gave 96 4-byte LDGSTS (nn, 7919x6007x3001): 3001 and 6007
-are not multiples of 4.
+The variant's kernel reads a buffer with its hint on (VEC_A / VEC_B) and PAD_A / PAD_B: along the
+buffer's contiguous dimension its mask runs to the size rounded up to a multiple of 4, so that the
+mask is constant per float4 whatever the size; what it reads past the size is the zero padding, the
+value the mask would have filled in, and the C mask (M, N) is unchanged. Compiled for sm_90 without
+a GPU (Triton 3.9, the default tile, 7919x6007x3001 and 1025^3, each of nn, nt, tn, tt; never
+run): the K loop's copies go from 96 4-byte LDGSTS to 24 LDGSTS.E.BYPASS.128 (16-byte
+cp.async.cg). The buffers without the rounded masks still gave 96 4-byte LDGSTS (nn,
+7919x6007x3001): 3001 and 6007 are not multiples of 4.
 The cost: each copy reads and writes its operand, 2 x 4 x M x K bytes of memory traffic for A and
 2 x 4 x K x N for B (334 MB for both at 7919x6007x3001, 16.8 MB at 1025^3), against the GEMM's
 2 x M x N x K flops. With both copied, the share of the call it adds is about
@@ -62,11 +63,16 @@ share is about 7 times what it is at 7919x6007x3001. Its speed on the H100 is no
 
 Knobs: BLOCK_M, BLOCK_N, BLOCK_K (the tile; BLOCK_K up to 64), GROUP_M, num_warps (8: 256 threads,
 64 accumulators per thread at 128 x 128), num_stages (2..5, default 3), realign (False / True).
-Changed from the earlier twins: a pipelined K loop by default (they run num_stages=1, matching
-CUDA kernels that do not prefetch), a 32-deep BLOCK_K, grouped program order, and
-tile parameters of its own (BLOCK_M/BLOCK_N/BLOCK_K) so that the Triton tile can be tuned apart
-from the CUDA one. Bottleneck it attacks (as the CUDA stage): global-memory latency, hidden by
-copies in flight during the FMAs.
+Changed from warptiling's twin: the loads in the K loop are masked again (zero fill, as in the
+vectorized twin), so that the loop is the plain load-dot-advance loop that Triton's pipeliner
+rewrites into the ring of num_stages cp.async buffers above (the CUDA stage's double buffering,
+by the compiler); warptiling's twin pipelines its unmasked loop the same way at num_stages = 3.
+Bottleneck it attacks (as the CUDA stage): global-memory latency, hidden by copies in flight
+during the FMAs.
+The variant file (triton_kernels/variants/double_buffered.py) holds the former kernel unchanged
+and under the same name, with PAD_A / PAD_B for realign's buffers; prepare() runs it when realign
+is on, and this file's kernel otherwise, which compiles to the former kernel's PTX
+(tests/test_lessons_triton_variants.py).
 Layouts: all six strides (A, B and C may be row-major, transposed, offset or sliced views;
 nothing is copied unless realign asks for it, and C never is); Triton specializes a stride equal
 to 1 as a constant and one divisible by 16 as such, so each layout compiles its own kernel.
@@ -84,18 +90,19 @@ from lab.contract import Offer
 from lab.operands import entry
 from triton_kernels import _common as common
 from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, offsets_meta, problem_args
-from triton_kernels._realign import realign_flags, realign_setup, with_copies
+from triton_kernels.variants import double_buffered as variant
 from triton_kernels.vectorized import vector_flags
+
+MAX_ACC = 128  # accumulators per thread (BLOCK_M*BLOCK_N / threads) that fit in registers
 
 
 @triton.jit
 def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                                   stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
                                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                  GROUP_M: tl.constexpr, VEC_A: tl.constexpr, VEC_B: tl.constexpr,
-                                  VEC_C: tl.constexpr, EVEN_K: tl.constexpr,
-                                  PAD_A: tl.constexpr = False, PAD_B: tl.constexpr = False,
-                                  OFFSET64: tl.constexpr = False):
+                                  GROUP_M: tl.constexpr,
+                                  VEC_A: tl.constexpr, VEC_B: tl.constexpr, VEC_C: tl.constexpr,
+                                  EVEN_K: tl.constexpr, OFFSET64: tl.constexpr = False):
     if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
@@ -135,34 +142,22 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
     # Edge masks, constant per float4 where a flag promises M % 4 == 0 (N % 4 == 0)
     in_m = rm[:, None] < M
     in_n = rn[None, :] < N
-    in_m = tl.max_constancy(in_m, [4, 1]) if VEC_A == "t" and not PAD_A or VEC_C == "t" else in_m
-    in_n = tl.max_constancy(in_n, [1, 4]) if VEC_B == "n" and not PAD_B or VEC_C == "n" else in_n
-    # realign (PAD_A / PAD_B, the operand is prepare()'s buffer): along the buffer's contiguous
-    # dimension its mask runs to the size rounded up to 4 (its padding is zero), constant per
-    # float4; without PAD each operand's bounds are C's masks and K
-    a_in_m, b_in_n, k_a, k_b = in_m, in_n, K, K
-    if PAD_A and VEC_A == "t":  # a column-major A: rows up to M rounded up to 4
-        a_in_m = tl.max_constancy(rm[:, None] < tl.cdiv(M, 4) * 4, [4, 1])
-    if PAD_A and VEC_A == "n":  # a row-major A: k up to K rounded up to 4
-        k_a = tl.cdiv(K, 4) * 4
-    if PAD_B and VEC_B == "n":  # a row-major B: columns up to N rounded up to 4
-        b_in_n = tl.max_constancy(rn[None, :] < tl.cdiv(N, 4) * 4, [1, 4])
-    if PAD_B and VEC_B == "t":  # a column-major B: k up to K rounded up to 4
-        k_b = tl.cdiv(K, 4) * 4
+    in_m = tl.max_constancy(in_m, [4, 1]) if VEC_A == "t" or VEC_C == "t" else in_m
+    in_n = tl.max_constancy(in_n, [1, 4]) if VEC_B == "n" or VEC_C == "n" else in_n
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     # Written as a plain loop: with num_stages > 1 the compiler pipelines it (module docstring).
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:  # every k-step is full: only the M and N edges are masked
-            a = tl.load(a_ptrs, mask=a_in_m, other=0.0)
-            b = tl.load(b_ptrs, mask=b_in_n, other=0.0)
-        else:  # K % 4 == 0 (or k_a, k_b rounded up): constant per float4 along k
-            in_k_a = k0 + rk[None, :] < k_a
-            in_k_b = k0 + rk[:, None] < k_b
+            a = tl.load(a_ptrs, mask=in_m, other=0.0)
+            b = tl.load(b_ptrs, mask=in_n, other=0.0)
+        else:  # K % 4 == 0: constant per float4 along k
+            in_k_a = k0 + rk[None, :] < K
+            in_k_b = k0 + rk[:, None] < K
             in_k_a = tl.max_constancy(in_k_a, [1, 4]) if VEC_A == "n" else in_k_a
             in_k_b = tl.max_constancy(in_k_b, [4, 1]) if VEC_B == "t" else in_k_b
-            a = tl.load(a_ptrs, mask=a_in_m & in_k_a, other=0.0)
-            b = tl.load(b_ptrs, mask=in_k_b & b_in_n, other=0.0)
+            a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
+            b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
         acc = tl.dot(a, b, acc, input_precision="ieee")
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
@@ -171,8 +166,8 @@ def matmul_double_buffered_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, strid
 
 def smem_bytes(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_stages: int = 3,
                **_) -> int:
-    """The pipeline's shared-memory ring: num_stages tiles of A and B."""
-    return num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K * 4
+    """The pipeline's shared-memory ring: num_stages tiles of A and B (one at num_stages 0, 1)."""
+    return max(1, num_stages) * (BLOCK_M + BLOCK_N) * BLOCK_K * 4
 
 
 def validate(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_warps: int = 8,
@@ -185,34 +180,31 @@ def validate(BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, num_warp
         raise LabError(f"{where} needs about {smem // 1024} KiB of shared memory, more than an "
                        f"H100's 227 KiB; lower num_stages or BLOCK_K")
     per_thread = BLOCK_M * BLOCK_N // (32 * num_warps)
-    if per_thread > 128:
-        raise LabError(f"{where} gives each thread {per_thread} accumulators, more than the 128 "
-                       f"that fit in its registers next to the operands; raise num_warps or lower "
-                       f"BLOCK_M/BLOCK_N")
+    if per_thread > MAX_ACC:
+        raise LabError(f"{where} gives each thread {per_thread} accumulators, more than the "
+                       f"{MAX_ACC} that fit in registers; raise num_warps or lower BLOCK_M or "
+                       f"BLOCK_N")
 
 
-def kernels(params, precision: str) -> tuple[str, ...]:
-    """The GEMM kernel, and the realign copy before it when realign is on."""
-    names = ("matmul_double_buffered_kernel",)
-    if params.get("realign", False):
-        names += ("realign_copy_kernel",)
-    return names
-
-
-OFFER = Offer("double_buffered", "triton", kernels=kernels,
+# realign is the variant's (triton_kernels/variants/double_buffered.py)
+OFFER = Offer("double_buffered", "triton", kernels=variant.kernels,
               validate=lambda params, precision: validate(**params))
 
 
 @entry(OFFER)
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_M: int = 8,
-            num_warps: int = 8, num_stages: int = 3, realign: bool = False, **_):
-    """p: the shared description of the operands (lab/operands.py)."""
-    p, copies, setup_ms = realign_setup(p, realign)  # setup: the buffers, allocated and zeroed once
-    # a buffer's hint is on, and PAD_* for its zero padding (triton_kernels/_realign.py)
-    flags = {**vector_flags(p), **realign_flags(p, copies)}
+            num_warps: int = 8, num_stages: int = 3, realign: bool = False,
+            **_):
+    """p: the shared description of the operands (lab/operands.py). realign launches the
+    variant."""
+    config = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+                  num_warps=num_warps, num_stages=num_stages, realign=realign)
+    if realign:
+        return variant.variant_launch(p, config)
     grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N),)
-    meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-                EVEN_K=p.K % BLOCK_K == 0, **flags, **offsets_meta(p), num_warps=num_warps,
-                num_stages=num_stages)
-    launch = launcher(matmul_double_buffered_kernel, grid, (*problem_args(p),), **meta)
-    return with_copies(launch, copies, setup_ms, p)  # timed, every call: the copies, the kernel
+    launch = launcher(matmul_double_buffered_kernel, grid, (*problem_args(p),), BLOCK_M=BLOCK_M,
+                      BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
+                      EVEN_K=p.K % BLOCK_K == 0, **vector_flags(p), **offsets_meta(p),
+                      num_warps=num_warps, num_stages=num_stages)
+    launch.extra.update(realigned=(), kernel_problem=p)  # nothing copied (realign: the variant)
+    return launch

@@ -33,7 +33,7 @@ after the loop, EVEN_K removes it), the column groups of a row block adjacent in
 rows of A meet in L2), and split-K: SPLITK = S > 1 gives program pid the split pid // tiles, a
 contiguous range of k-steps (empty where there are fewer steps than splits: it stores zeros);
 each split stores its fp32 partial tile into its slab of a workspace of S x M x N floats
-(allocated in prepare: setup), and splitk_reduce_kernel (triton_kernels/warptiling.py) adds the
+(allocated in prepare: setup), and splitk_reduce_kernel (triton_kernels/variants/warptiling.py) adds the
 slabs in the fixed order 0, 1, ..., S-1 into C, rounding once to C's type. The call runs both.
 Automatic values (0 in the registry; config()): BLOCK_N: 1 for N = 1, else the power of two at or
 above N, at most 8. A program's tile holds TILE_LOADS 16-byte loads per thread (4: 2048 fp32 or
@@ -48,6 +48,9 @@ Knobs: BLOCK_M, BLOCK_N, BLOCK_K (0 = automatic), num_warps (4), num_stages (1),
 with the CUDA stage).
 Launch: a 1-D grid of splitk * ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs (column blocks fastest
 within a split); the sum a 1-D grid of ceil(M*N / 1024).
+Changed from coalesced's twin (a side branch of the ladder, as the CUDA stage): the loop over K
+takes BLOCK_K k's a step, a BLOCK_M x BLOCK_K tile of A multiplied elementwise by B's slice and
+summed over k once after the loop, rows wrapped instead of masked, and split-K.
 Bottleneck: DRAM bandwidth (the CUDA twin's header has the arithmetic: 2.56 ms at the H100's
 3.35 TB/s for 2048 x 1 x 1048576 fp32, 20.0 us for 4097 x 1 x 4096).
 """
@@ -63,7 +66,7 @@ from lab.roofline import DEFAULT_SMS, sm_count
 from lab.splitk import AUTO, SPLITS, allowed_splits, nearest_split
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
-from triton_kernels.warptiling import REDUCE_BLOCK, splitk_reduce_kernel
+from triton_kernels.variants.warptiling import REDUCE_BLOCK, splitk_reduce_kernel
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 ELEM_BYTES = elem_bytes("fp32", "bf16", "fp16")  # sizes from lab/precisions.py
@@ -98,14 +101,25 @@ def gemv_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, s
     pid_m = pid // grid_n  # column blocks fastest: they share the row block's A in L2
     pid_n = pid % grid_n
 
-    # This program's k-steps [kt0, kt1); the full ones are [kt0, full), then at most one partial.
-    kt0, kt1, full = common.split_ktiles(K, split, BLOCK_K, SPLITK, EVEN_K)
+    # This program's k-steps [kt0, kt1): all ceil(K / BLOCK_K) of them, or with split-K its
+    # split's share (sizes differing by at most one). The full ones are [kt0, full), then at most
+    # one partial (none with EVEN_K).
+    ktiles = tl.cdiv(K, BLOCK_K)
+    kt0 = 0
+    kt1 = ktiles
+    if SPLITK > 1:
+        kt0 = split * ktiles // SPLITK
+        kt1 = (split + 1) * ktiles // SPLITK
+    full = kt1 if EVEN_K else tl.maximum(tl.minimum(kt1, K // BLOCK_K), kt0)
 
     # Rows wrapped at M (real rows of A, never stored): no mask in the loop.
     rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     rk = tl.arange(0, BLOCK_K)
-    # VEC_A "n" ("t"): every row (column) of A starts on a 16-byte boundary, VW elements
-    a_m, a_k = common.line_offsets(rm, rk, stride_am, stride_ak, VEC_A, VW)
+    # A's offsets along its two dimensions; VEC_A "n" ("t"): every row (column) of A starts on a
+    # 16-byte boundary, so that line's offsets are multiples of VW (the elements in 16 bytes)
+    a_m, a_k = rm * stride_am, rk * stride_ak
+    a_m = tl.multiple_of(a_m, VW) if VEC_A == "n" else a_m
+    a_k = tl.multiple_of(a_k, VW) if VEC_A == "t" else a_k
     a_ptrs = a_ptr + a_m[:, None] + (kt0 * BLOCK_K * stride_ak + a_k[None, :])
     cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # unwrapped: the store's mask drops the wrap
     if OFFSET64:

@@ -120,21 +120,62 @@ def matmul_mma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride
     if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
-    # Grouped program order (common.cuh's block_tile), the tile pointers with alignment hints
-    # (vectorized.py's rule with VEC elements per 16 bytes: 4 floats or 8 halves) and C's edge
-    # masks: triton_kernels/_common.py grouped_tile.
-    rk, a_ptrs, b_ptrs, c_m, c_n, in_m, in_n = common.grouped_tile(
-        a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC_A, VEC_B, VEC_C, VEC)
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    # GROUP_M order: GROUP_M block-rows walked column by column, so that the programs resident at
+    # one time share their rows of A and columns of B in L2 (common.cuh's block_tile; Triton's
+    # tutorial order; GROUP_M = 1 is the plain order, pid_n = pid % grid_n)
+    width = GROUP_M * grid_n
+    first_m = (pid // width) * GROUP_M
+    rows = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
+
+    # rm, rn, rk: runs of BLOCK consecutive values starting at a multiple of BLOCK (said
+    # explicitly); rows and columns past C's edges are masked, in the loop too
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    rm = tl.max_contiguous(tl.multiple_of(rm, BLOCK_M), BLOCK_M)
+    rn = tl.max_contiguous(tl.multiple_of(rn, BLOCK_N), BLOCK_N)
+    rk = tl.max_contiguous(rk, BLOCK_K)
+    # Each operand's offsets along its two dimensions; a flag "n" ("t") says every row (column)
+    # of its operand starts on a 16-byte boundary: that line's offsets are multiples of VEC, the
+    # elements in 16 bytes (4 floats for TF32 and 3xTF32, 8 halves for bf16 and fp16).
+    a_m, a_k = rm * stride_am, rk * stride_ak
+    b_k, b_n = rk * stride_bk, rn * stride_bn
+    c_m, c_n = rm * stride_cm, rn * stride_cn
+    a_m = tl.multiple_of(a_m, VEC) if VEC_A == "n" else a_m
+    a_k = tl.multiple_of(a_k, VEC) if VEC_A == "t" else a_k
+    b_k = tl.multiple_of(b_k, VEC) if VEC_B == "n" else b_k
+    b_n = tl.multiple_of(b_n, VEC) if VEC_B == "t" else b_n
+    c_m = tl.multiple_of(c_m, VEC) if VEC_C == "n" else c_m
+    c_n = tl.multiple_of(c_n, VEC) if VEC_C == "t" else c_n
+    a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
+    b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
+    # Edge masks, constant per VEC elements where a flag promises M % VEC == 0 (N % VEC == 0)
+    in_m = rm[:, None] < M
+    in_n = rn[None, :] < N
+    in_m = tl.max_constancy(in_m, [VEC, 1]) if VEC_A == "t" or VEC_C == "t" else in_m
+    in_n = tl.max_constancy(in_n, [1, VEC]) if VEC_B == "n" or VEC_C == "n" else in_n
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # A plain loop; num_stages > 1 makes the compiler pipeline it (double_buffered's twin).
+    # Written as a plain loop: with num_stages > 1 the compiler pipelines it (double_buffered).
     for k0 in range(0, K, BLOCK_K):
-        # K % VEC == 0 where A is row-major or B column-major
-        a, b = common.load_k_step(a_ptrs, b_ptrs, k0, rk, K, K, in_m, in_n, EVEN_K,
-                                  VEC_A == "n", VEC_B == "t", VEC)
+        if EVEN_K:  # every k-step is full: only the M and N edges are masked
+            a = tl.load(a_ptrs, mask=in_m, other=0.0)
+            b = tl.load(b_ptrs, mask=in_n, other=0.0)
+        else:  # K % VEC == 0 where A is row-major or B column-major: constant per VEC along k
+            in_k_a = k0 + rk[None, :] < K
+            in_k_b = k0 + rk[:, None] < K
+            in_k_a = tl.max_constancy(in_k_a, [1, VEC]) if VEC_A == "n" else in_k_a
+            in_k_b = tl.max_constancy(in_k_b, [VEC, 1]) if VEC_B == "t" else in_k_b
+            a = tl.load(a_ptrs, mask=in_m & in_k_a, other=0.0)
+            b = tl.load(b_ptrs, mask=in_k_b & in_n, other=0.0)
         if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)
             a, b = a.to(tl.float32), b.to(tl.float32)
+        # the operands in their own dtype; fp32 ones as TF32 or 3xTF32 (INPUT_PRECISION)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk

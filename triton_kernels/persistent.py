@@ -68,7 +68,18 @@ sm_90), kmajor on (an M-major A or N-major B would go through registers before e
 tf32); here scale_a * scale_b is loaded once per program, before the tile loop, and multiplies
 each tile's accumulator before its one rounding to bf16.
 64-bit offsets: descriptors need none; the masked store of a C no descriptor describes takes
-OFFSET64. GPUs: sm_90 only (H100, H200); prepare() refuses another GPU in one sentence. Under the
+OFFSET64.
+Lesson and variant, as in tma_wgmma's twin: the kernel below is the lesson's case (C row-major,
+written whole by one TMA store per tile, compiled); a column-major C, a masked C, subtile (tf32's
+automatic value and the FALLBACKS) and the interpreter's bf16 upcast run the former kernel,
+unchanged, in triton_kernels/variants/persistent.py under the same name (_common.LESSON_CASE),
+and the lesson compiles to its PTX where it runs (tests/test_hopper_triton.py).
+Why this twin is plain Triton after warp_specialized's Gluon: it is the kernel the lab has
+measured (the ladder's Triton persistent row). A Gluon persistent kernel (warp_specialized's
+partitions around a tile loop, as the CUDA stage) would make the step from warp_specialized a
+short one, but it has not been timed, so it is not what runs; it is still to be written, as an
+opt-in variant, and timed on a GPU before it could become the lesson.
+GPUs: sm_90 only (H100, H200); prepare() refuses another GPU in one sentence. Under the
 Triton interpreter (CPU tensors) the loop runs as written, to check the numbers (fp8 included:
 the interpreter's tl.dot decodes float8 tiles to fp16 and multiplies them in fp32, exactly).
 
@@ -93,7 +104,8 @@ import triton.language as tl
 from lab.operands import entry
 from lab.roofline import sm_count
 from triton_kernels import _common as common
-from triton_kernels._common import TMA_C_BYTES, TMA_ELEM_BYTES, TmaTwin, dot_meta, offsets_meta
+from triton_kernels._common import TMA_C_BYTES, TMA_ELEM_BYTES, TmaTwin, dot_meta
+from triton_kernels.variants import persistent as variant
 
 STAGE = "persistent"
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor",
@@ -117,19 +129,18 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride
                              scale_a_ptr, scale_b_ptr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                              GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr, A_T: tl.constexpr,
-                             B_T: tl.constexpr, C_DESC: tl.constexpr, C_T: tl.constexpr,
-                             SUBTILE: tl.constexpr, FLATTEN: tl.constexpr,
-                             INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                             OFFSET64: tl.constexpr = False):
+                             B_T: tl.constexpr, FLATTEN: tl.constexpr,
+                             INPUT_PRECISION: tl.constexpr):
+    # The lesson's case: C row-major, written whole by one TMA store per tile (stride_cm and
+    # stride_cn are the variant's, whose masked store reads them; variants/persistent.py)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
     tiles = grid_m * grid_n
     k_steps = tl.cdiv(K, BLOCK_K)
-    # the descriptors, once per program (a column-major operand: its transpose, A_T / B_T / C_T)
+    # the descriptors, once per program (a column-major operand: its transpose, A_T / B_T)
     a_desc = common.tma_descriptor(a_ptr, M, K, lda, BLOCK_M, BLOCK_K, A_T)
     b_desc = common.tma_descriptor(b_ptr, K, N, ldb, BLOCK_K, BLOCK_N, B_T)
-    if C_DESC:
-        c_desc = common.c_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, C_T, SUBTILE)
+    c_desc = common.tma_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, False)
     if scale_a_ptr is not None:  # fp8: scale_a * scale_b, loaded once per program
         scale = tl.load(scale_a_ptr) * tl.load(scale_b_ptr)
     # The epilogue counts its tiles on a counter of its own, as Triton's tutorial 09 does, so
@@ -147,8 +158,6 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride
             k0 = ks * BLOCK_K
             a = a_desc.load([k0, m0]).T if A_T else a_desc.load([m0, k0])
             b = b_desc.load([n0, k0]).T if B_T else b_desc.load([k0, n0])
-            if UPCAST:  # the interpreter's bf16 dot is wrong (_common.dot_meta)
-                a, b = a.to(tl.float32), b.to(tl.float32)
             acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         tile_c += NUM_SMS
         pid_m, pid_n = common.grouped_block(tile_c, grid_m, grid_n, GROUP_M)
@@ -157,26 +166,8 @@ def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride
         c = acc.to(c_ptr.dtype.element_ty)  # C in its own dtype: the fp32 accumulator rounded
         m0 = pid_m * BLOCK_M
         n0 = pid_n * BLOCK_N
-        if SUBTILE:  # subtile: C's left and right halves stored one after the other (_common)
-            if C_DESC:
-                common.tma_store_c(c_desc, c, m0, n0, BLOCK_M, BLOCK_N, C_T, SUBTILE)
-            else:
-                common.masked_store_c(c_ptr, c, m0, n0, M, N, stride_cm, stride_cn, BLOCK_M,
-                                      BLOCK_N, OFFSET64, SUBTILE)
-        elif C_DESC:  # through shared memory and one TMA store (clipped at C's edges)
-            if C_T:  # a column-major C, described as its transpose
-                c_desc.store([n0, m0], c.T)
-            else:
-                c_desc.store([m0, n0], c)
-        else:  # a C no descriptor can describe (its lines off 16 bytes): a masked store
-            # OFFSET64: 64-bit offsets (tl.cast, not .to(): a stride of 1 arrives as a constant)
-            s_cm = tl.cast(stride_cm, tl.int64) if OFFSET64 else stride_cm
-            s_cn = tl.cast(stride_cn, tl.int64) if OFFSET64 else stride_cn
-            rm = m0 + tl.arange(0, BLOCK_M)
-            rn = n0 + tl.arange(0, BLOCK_N)
-            tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, c,
-                     mask=(rm[:, None] < M) & (rn[None, :] < N))
-
+        # through shared memory and one TMA store (clipped at C's edges)
+        c_desc.store([m0, n0], c)
 
 def smem_bytes(c: dict, precision: str) -> int:
     """Shared memory of a concrete configuration: the ring (num_stages tiles of A and B) plus
@@ -189,19 +180,9 @@ def smem_bytes(c: dict, precision: str) -> int:
     return ring + staging // (2 if c["subtile"] else 1)
 
 
-def _param_refusal(given: dict) -> str | None:
-    """This stage's own knob, beside the TMA twins' (_common.tma_param_refusal)."""
-    if not isinstance(given["flatten"], bool) and given["flatten"] not in (0, 1):
-        return "flatten must be True or False"
-    return None
-
-
-# validate, resolve, show and the setup around the kernel, from the tables above (_common.TmaTwin);
-# a refusal of a tile names subtile too, which FALLBACKS turn on
+# validate, resolve, show and the setup around the kernel, from the tables above (_common.TmaTwin)
 TWIN = TmaTwin(STAGE, PARAM_ORDER, DEFAULTS, AUTO, FALLBACKS, SWITCHES, smem_bytes,
-               kernels=("matmul_persistent_kernel", "realign_copy_kernel"),
-               param_refusal=_param_refusal,
-               fit_shown=("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "subtile"))
+               kernels=("matmul_persistent_kernel", "realign_copy_kernel"))
 resolve_config = TWIN.config  # (precision, params, M=None, N=None, sms=...): what runs
 config_text = TWIN.show  # the configuration as the `params` column writes it
 OFFER = TWIN.offer()
@@ -211,14 +192,13 @@ OFFER = TWIN.offer()
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py), with p.precision. The
     launch's `config` is the configuration that runs, `programs` the grid's size; `realigned`
-    names the operands copied in each call (unaligned, or not K-major under kmajor)."""
+    names the operands copied in each call (unaligned, or not K-major under kmajor). The lesson
+    kernel above runs where C is row-major, whole and read through a descriptor, its variant
+    elsewhere (_common.LESSON_CASE)."""
     s = TWIN.setup(p, params, sm_count)
     config = s.config
     programs = min(s.sms, s.tiles)
-    return TWIN.launch(s, matmul_persistent_kernel, (programs,), extra={"programs": programs},
-                       BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
-                       BLOCK_K=config["BLOCK_K"], GROUP_M=config["GROUP_M"], NUM_SMS=s.sms,
-                       **s.layout, SUBTILE=bool(config["subtile"]),
-                       FLATTEN=bool(config["flatten"]),
-                       **dot_meta(matmul_persistent_kernel, s.q), **offsets_meta(s.q),
-                       num_warps=config["num_warps"], num_stages=config["num_stages"])
+    return TWIN.launch(s, matmul_persistent_kernel, variant.matmul_persistent_kernel, (programs,),
+                       extra={"programs": programs}, **s.meta, NUM_SMS=s.sms,
+                       SUBTILE=bool(config["subtile"]), FLATTEN=bool(config["flatten"]),
+                       **dot_meta(matmul_persistent_kernel, s.q), num_stages=config["num_stages"])

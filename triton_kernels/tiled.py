@@ -3,6 +3,13 @@
 CUDA stage: cuda_kernels/tiled.cu. Each program computes a TILE x TILE block of C; per k-step it
 loads a TILE x TILE tile of A and of B (masked at the edges, zero-filled like the CUDA tiles) and
 accumulates their product with tl.dot(..., input_precision="ieee"): IEEE fp32 FMAs, no TF32.
+Changed from coalesced's twin: the k-loop steps a TILE x TILE tile of A and of B (staged through
+shared memory by the compiler) instead of one column of A and one row of B.
+The other precisions (tf32, 3xtf32, bf16, fp16: tl.dot's precision as an argument, and the
+interpreter's bf16 upcast) are the variant file's, triton_kernels/variants/tiled.py, the former
+kernel unchanged and under the same name; prepare() runs it for a problem in those precisions and
+this file's kernel in fp32, for which the two compile to the same PTX
+(tests/test_lessons_triton_variants.py).
 
 What Triton does for you that the CUDA stage does by hand:
 - staging tiles through shared memory, the barriers around it, and the layout of the tiles there;
@@ -26,21 +33,16 @@ block of TILE*TILE threads).
 import triton
 import triton.language as tl
 
-from lab.contract import PRECISIONS as ALL_PRECISIONS
 from lab.contract import Offer
-from lab.errors import LabError
 from lab.operands import entry
 from triton_kernels import _common as common
-from triton_kernels._common import cdiv, dot_meta, launcher, offsets_meta, problem_args
-
-# every precision but fp8 (whose e4m3 tl.dot and scales belong to the TMA stages' twins)
-PRECISIONS = tuple(p for p in ALL_PRECISIONS if p != "fp8")
+from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
+from triton_kernels.variants import tiled as variant
 
 
 @triton.jit
 def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                         stride_cm, stride_cn, TILE: tl.constexpr, USE_DOT: tl.constexpr,
-                        INPUT_PRECISION: tl.constexpr = "ieee", UPCAST: tl.constexpr = False,
                         OFFSET64: tl.constexpr = False):
     if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
@@ -58,31 +60,24 @@ def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
         b = tl.load(b_ptr + ka[:, None] * stride_bk + rn[None, :] * stride_bn,
                     mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
         if USE_DOT:
-            if UPCAST:  # the interpreter's bf16 dot is wrong (_common.dot_meta)
-                a, b = a.to(tl.float32), b.to(tl.float32)
-            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+            acc = tl.dot(a, b, acc, input_precision="ieee")
         else:  # tile 8, under tl.dot's 16: a broadcast multiply and sum on the CUDA cores
             acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc,
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def validate(params, precision: str) -> None:
-    tile = params.get("tile", 32)
-    if tile < 16 and precision != "fp32":
-        raise LabError(f"tiled (triton) with tile={tile} multiplies without tl.dot, on the CUDA "
-                       f"cores in fp32, so it cannot compute in {precision}; use tile=16 or 32")
-
-
-# tl.dot takes the precision as one argument (_common.DOT_PRECISION): every precision is offered
-OFFER = Offer("tiled", "triton", precisions=PRECISIONS, kernels=("matmul_tiled_kernel",),
-              validate=validate)
+# fp32 is the lesson; tf32, 3xtf32, bf16 and fp16 run the variant (triton_kernels/variants/tiled.py)
+OFFER = Offer("tiled", "triton", precisions=variant.PRECISIONS, kernels=("matmul_tiled_kernel",),
+              validate=variant.validate)
 
 
 @entry(OFFER)
 def prepare(p, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
     """p: the shared description of the operands (lab/operands.py)."""
+    if p.precision != "fp32":
+        return variant.variant_launch(p, tile, num_warps, num_stages)
     grid = (cdiv(p.M, tile) * cdiv(p.N, tile),)
     return launcher(matmul_tiled_kernel, grid, (*problem_args(p),), TILE=tile,
-                    USE_DOT=tile >= 16, **dot_meta(matmul_tiled_kernel, p), **offsets_meta(p),
-                    num_warps=num_warps, num_stages=num_stages)
+                    USE_DOT=tile >= 16, **offsets_meta(p), num_warps=num_warps,
+                    num_stages=num_stages)

@@ -49,8 +49,8 @@ FALLBACK_MAX_ELEMENTS = 2048
 @triton.jit
 def matmul_tiled_rect_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
                              stride_bn, stride_cm, stride_cn, BLOCK_M: tl.constexpr,
-                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr,
-                             OFFSET64: tl.constexpr = False):
+                             BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                             USE_DOT: tl.constexpr, OFFSET64: tl.constexpr = False):
     if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
@@ -99,4 +99,5 @@ def prepare(p, rows: int = 8, cols: int = 32, num_warps: int = 4, num_stages: in
     grid = (cdiv(p.M, rows) * cdiv(p.N, cols),)
     return launcher(matmul_tiled_rect_kernel, grid, (*problem_args(p),), BLOCK_M=rows,
                     BLOCK_N=cols, BLOCK_K=k_step(rows, cols), USE_DOT=rows >= 16 and cols >= 16,
-                    **offsets_meta(p), num_warps=num_warps, num_stages=num_stages)
+                    **offsets_meta(p), num_warps=num_warps,
+                    num_stages=num_stages)

@@ -111,6 +111,16 @@ pays, as cuBLAS's slower kernel is what it pays there. launch.realigned names th
 elements need nothing else; the masked store of a C no descriptor describes takes OFFSET64
 (its two strides made 64-bit).
 
+Lesson and variant. The kernel below is written for the lesson's case: C row-major (its lines on
+16 bytes), written whole by one TMA store, compiled (not under the interpreter). Any A and B
+layout is in it (a descriptor of the transpose: one line each). A column-major C, a C no
+descriptor describes (the masked store, OFFSET64), subtile (tf32's automatic value) and the
+interpreter's bf16 upcast run the twin's former kernel, unchanged, in
+triton_kernels/variants/tma_wgmma.py, under the same kernel name; TWIN.launch picks
+(_common.lesson_or_variant, LESSON_CASE). Where the lesson runs it compiles to the variant's PTX,
+instruction for instruction (tests/test_hopper_triton.py compares bf16, fp16, tf32, 3xtf32 and
+fp8, every layout, two tiles and 4 warps), so nothing that ran before computes differently.
+
 GPUs: sm_90 only (H100, H200): prepare() refuses another GPU in one sentence. Under the Triton
 interpreter (CPU tensors, TRITON_INTERPRET=1) the descriptors are emulated, with the same 16-byte
 rules checked, to check the numbers (TF32 and 3xTF32 computed in fp32 there, bf16 upcast:
@@ -139,7 +149,8 @@ import triton.language as tl
 from lab.operands import entry
 from lab.roofline import sm_count
 from triton_kernels import _common as common
-from triton_kernels._common import TMA_C_BYTES, TMA_ELEM_BYTES, TmaTwin, dot_meta, offsets_meta
+from triton_kernels._common import TMA_C_BYTES, TMA_ELEM_BYTES, TmaTwin, dot_meta
+from triton_kernels.variants import tma_wgmma as variant
 
 STAGE = "tma_wgmma"
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor",
@@ -162,9 +173,9 @@ def matmul_tma_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_
                             scale_a_ptr, scale_b_ptr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                             GROUP_M: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
-                            C_DESC: tl.constexpr, C_T: tl.constexpr, SUBTILE: tl.constexpr,
-                            INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                            OFFSET64: tl.constexpr = False):
+                            INPUT_PRECISION: tl.constexpr):
+    # The lesson's case: C row-major, written by one TMA store (stride_cm and stride_cn are the
+    # variant's, whose masked store reads them; triton_kernels/variants/tma_wgmma.py)
     # grouped order (warptiling's, _common.grouped_block)
     pid_m, pid_n = common.grouped_block(tl.program_id(0), tl.cdiv(M, BLOCK_M),
                                         tl.cdiv(N, BLOCK_N), GROUP_M)
@@ -183,34 +194,13 @@ def matmul_tma_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_
         # wgmma reads with its transpose bit in 16-bit types)
         a = a_desc.load([k0, m0]).T if A_T else a_desc.load([m0, k0])
         b = b_desc.load([n0, k0]).T if B_T else b_desc.load([k0, n0])
-        if UPCAST:  # the interpreter's bf16 dot is wrong (_common.dot_meta)
-            a, b = a.to(tl.float32), b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
     if scale_a_ptr is not None:  # fp8: C = scale_a * scale_b * (A @ B), scaled in fp32
         acc = acc * scale
     c = acc.to(c_ptr.dtype.element_ty)  # C in its own dtype: the fp32 accumulator rounded
-    if C_DESC:  # through shared memory and one TMA store (clipped at C's edges)
-        c_desc = common.c_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, C_T, SUBTILE)
-        if SUBTILE:  # subtile: C's left and right halves (a renaming of registers), two stores
-            c, c1 = tl.split(tl.permute(tl.reshape(c, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-        if C_T:  # a column-major C, described as its transpose
-            c_desc.store([n0, m0], c.T)
-        else:
-            c_desc.store([m0, n0], c)
-        if SUBTILE:  # the right half, BLOCK_N / 2 columns on
-            if C_T:
-                c_desc.store([n0 + BLOCK_N // 2, m0], c1.T)
-            else:
-                c_desc.store([m0, n0 + BLOCK_N // 2], c1)
-    else:  # a C no descriptor can describe (its lines off 16 bytes): a masked store
-        if OFFSET64:  # tl.cast, not .to(): a stride of 1 arrives as a constant
-            stride_cm = tl.cast(stride_cm, tl.int64)
-            stride_cn = tl.cast(stride_cn, tl.int64)
-        rm = m0 + tl.arange(0, BLOCK_M)
-        rn = n0 + tl.arange(0, BLOCK_N)
-        tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, c,
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
-
+    # through shared memory and one TMA store (clipped at C's edges)
+    c_desc = common.tma_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, False)
+    c_desc.store([m0, n0], c)
 
 def smem_bytes(c: dict, precision: str) -> int:
     """Shared memory of a concrete configuration: the ring (num_stages tiles of A and B) and C's
@@ -239,11 +229,10 @@ OFFER = TWIN.offer()
 def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py), with p.precision. The
     launch's `config` is the configuration that runs; `realigned` names the operands copied in
-    each call (unaligned, or not K-major under kmajor)."""
+    each call (unaligned, or not K-major under kmajor). The lesson kernel above runs where C is
+    row-major, whole and read through a descriptor, its variant elsewhere (_common.LESSON_CASE)."""
     s = TWIN.setup(p, params, sm_count)
     config = s.config
-    return TWIN.launch(s, matmul_tma_wgmma_kernel, (s.tiles,), BLOCK_M=config["BLOCK_M"],
-                       BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
-                       GROUP_M=config["GROUP_M"], **s.layout, SUBTILE=bool(config["subtile"]),
-                       **dot_meta(matmul_tma_wgmma_kernel, s.q), **offsets_meta(s.q),
-                       num_warps=config["num_warps"], num_stages=config["num_stages"])
+    return TWIN.launch(s, matmul_tma_wgmma_kernel, variant.matmul_tma_wgmma_kernel, (s.tiles,),
+                       **s.meta, SUBTILE=bool(config["subtile"]),
+                       **dot_meta(matmul_tma_wgmma_kernel, s.q), num_stages=config["num_stages"])

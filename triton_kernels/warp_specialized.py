@@ -93,6 +93,27 @@ call, timed, into aligned buffers, and a C no descriptor describes is written by
 (with OFFSET64 past 2^31 elements): triton_kernels/_realign.py tma_operands / tma_layout, as in
 tma_wgmma's twin.
 
+Lesson and variant. The kernel below is written for the lesson's case, C row-major through one
+TMA store (any A and B layout: the descriptor of a transpose and wgmma's transpose bit, one line
+each); a column-major C and a C no descriptor describes (the masked store, OFFSET64) run the
+twin's former kernel, unchanged, in triton_kernels/variants/warp_specialized.py under the same
+name (_common.LESSON_CASE). The scaffolding that is one idiom each is _common's (its Gluon
+section): the descriptor and its swizzled layout (gl_descriptor), the TMA copies' names
+(gl_tma_load), a ring's full/empty mbarrier pairs (ring_barriers, as tma_tiles.cuh's init_ring
+in the CUDA stage), the store of a register tile through a staging tile, a fence and one TMA
+store (gl_tma_store_tile: what a tl descriptor's .store is) and wgmma's accumulator layout
+(wgmma_layout). Where the lesson runs it compiles to the former kernel's PTX, instruction for
+instruction (tests/test_warp_specialized_triton.py: bf16, fp16, tf32 and fp8, every layout, a
+64 x 128 tile, 4 consumer warps).
+The step from tma_wgmma's twin is about 90 changed code lines (python -m lab.lesson --stat), the
+CUDA step 49: the CUDA stages are one language, the twins two. What no sharing can remove is
+what Gluon makes a kernel write that tl.dot and num_stages did: the producer partition (12 lines:
+the empty-barrier wait, expect, two TMA copies), the consumer partition (15: the full-barrier
+wait, wgmma, its wait, the release), the ring's allocation and gl.warp_specialize (10), and the
+kernel's signature and program id in gl. (about 9 lines, each one Gluon's spelling of a tl line),
+against tma_wgmma's 9-line k-loop and store; plus the launcher's real differences (no subtile and
+no 3xtf32, the producer's warps and registers, LIMITS).
+
 GPUs: sm_90 only (H100, H200): prepare() refuses another GPU in one sentence.
 
 Knobs: BLOCK_M (128), BLOCK_N (0), BLOCK_K (0), GROUP_M (8), num_warps (8: the consumers; the
@@ -111,14 +132,14 @@ fit beside explicit ones they take FALLBACKS' (BLOCK_N 128, 3 stages).
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
-                                                              warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, warpgroup_mma,
+                                                              warpgroup_mma_wait)
 
 from lab.operands import entry
 from lab.roofline import sm_count
 from triton_kernels import _common as common
-from triton_kernels._common import (KMAJOR_ONLY, TMA_C_BYTES, TMA_ELEM_BYTES, TmaTwin,
-                                    offsets_meta)
+from triton_kernels._common import KMAJOR_ONLY, TMA_C_BYTES, TMA_ELEM_BYTES, TmaTwin
+from triton_kernels.variants import warp_specialized as variant
 
 STAGE = "warp_specialized"
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor")
@@ -135,35 +156,12 @@ FALLBACKS = ({"BLOCK_N": 128, "num_stages": 3},)
 PRODUCER_WARPS = 1  # one warp issues the TMA copies (Triton rounds the kernel to warpgroups)
 PRODUCER_REGS = 24  # registers per producer thread: the fewest setmaxnreg takes
 BARRIER_BYTES = 1024  # the mbarriers and the 1024-byte alignment of the swizzled ring, at most
-
-# Triton 3.9 renames the TMA copies (async_load / async_store; the 3.6 names raise there)
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-
-
-@gluon.constexpr_function
-def _warps_per_cta(BLOCK_M, num_warps):
-    """[rows, cols] of warps over the accumulator: one warp per 16 rows (a warpgroup's wgmma
-    covers 64), the warps left over side by side along N (BLOCK_M = 64 with 8 warps: [4, 2])."""
-    rows = max(1, min(num_warps, BLOCK_M // 16))
-    return [rows, num_warps // rows]
-
-
-@gluon.jit
-def _descriptor(ptr, rows, cols, ld, BLOCK_R: gl.constexpr, BLOCK_C: gl.constexpr,
-                TRANSPOSED: gl.constexpr):
-    """As _common.tma_descriptor, in Gluon: the layout (the swizzle) is named here, and the
-    shared-memory tiles are allocated in it."""
-    if TRANSPOSED:
-        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_C, BLOCK_R],
-                                                                    ptr.dtype.element_ty)
-        desc = tma.make_tensor_descriptor(ptr, [cols, rows], [ld, 1], [BLOCK_C, BLOCK_R], layout)
-    else:
-        layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_R, BLOCK_C],
-                                                                    ptr.dtype.element_ty)
-        desc = tma.make_tensor_descriptor(ptr, [rows, cols], [ld, 1], [BLOCK_R, BLOCK_C], layout)
-    return desc
-
+# this kernel's own limits beside the TMA twins' (_common.limit_refusal), each with its reason
+# (num_stages: the consumers release a slot one k-step late, so one slot would never be refilled)
+LIMITS = {"num_warps": ((4, 8), "the consumer warpgroups; the producer's warp is added"),
+          "min_stages": (2, "a ring of one slot would never be refilled"),
+          "rows_per_warp": (32, "rows per consumer warp (2 wgmma row-blocks)"),
+          "kmajor_only": (KMAJOR_ONLY, "this kernel has no transposing round trip")}
 
 @gluon.jit
 def _producer(a_desc, b_desc, a_ring, b_ring, full, empty, m0, n0, K, BLOCK_K: gl.constexpr,
@@ -179,14 +177,9 @@ def _producer(a_desc, b_desc, a_ring, b_ring, full, empty, m0, n0, K, BLOCK_K: g
         bar = full.index(s)
         mbarrier.expect(bar, tile_bytes)  # the full barrier completes when these bytes land
         k0 = i * BLOCK_K
-        if A_T:
-            _tma_load(a_desc, [k0, m0], bar, a_ring.index(s))
-        else:
-            _tma_load(a_desc, [m0, k0], bar, a_ring.index(s))
-        if B_T:
-            _tma_load(b_desc, [n0, k0], bar, b_ring.index(s))
-        else:
-            _tma_load(b_desc, [k0, n0], bar, b_ring.index(s))
+        # a column-major operand (A_T, B_T) is loaded from its transpose's descriptor
+        common.gl_tma_load(a_desc, [k0, m0] if A_T else [m0, k0], bar, a_ring.index(s))
+        common.gl_tma_load(b_desc, [n0, k0] if B_T else [k0, n0], bar, b_ring.index(s))
 
 
 @gluon.jit
@@ -196,20 +189,14 @@ def _consumers(a_ring, b_ring, full, empty, K, BLOCK_M: gl.constexpr, BLOCK_N: g
     """The default partition (num_warps warps, the consumer warpgroups): wgmma on each slot as it
     fills, one wgmma group left in flight, the previous slot released. Returns the fp32
     accumulator in wgmma's register layout."""
-    warps: gl.constexpr = _warps_per_cta(BLOCK_M, num_warps)
-    layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=warps,
-        instr_shape=[16, BLOCK_N // warps[1], 256 // a_ring.dtype.primitive_bitwidth])
+    layout: gl.constexpr = common.wgmma_layout(BLOCK_M, BLOCK_N, num_warps, a_ring.dtype)
     acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=layout)
     for i in range(gl.cdiv(K, BLOCK_K)):
         s = i % STAGES
         mbarrier.wait(full.index(s), (i // STAGES) & 1)
-        a = a_ring.index(s)
-        b = b_ring.index(s)
-        if A_T:  # the tile of A^T, read as A through wgmma's transpose bit
-            a = a.permute((1, 0))
-        if B_T:
-            b = b.permute((1, 0))
+        # the tile of A^T (B^T), read as A (B) through wgmma's transpose bit
+        a = a_ring.index(s).permute((1, 0)) if A_T else a_ring.index(s)
+        b = b_ring.index(s).permute((1, 0)) if B_T else b_ring.index(s)
         # fp32 operands go in as TF32 (the compile option default_dot_input_precision)
         acc = warpgroup_mma(a, b, acc, is_async=True)
         acc, a, b = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
@@ -222,30 +209,27 @@ def _consumers(a_ring, b_ring, full, empty, K, BLOCK_M: gl.constexpr, BLOCK_N: g
 @gluon.jit
 def matmul_warp_specialized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, stride_cm,
                                    stride_cn, scale_a_ptr, scale_b_ptr, BLOCK_M: gl.constexpr,
-                                   BLOCK_N: gl.constexpr,
-                                   BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-                                   A_T: gl.constexpr, B_T: gl.constexpr, C_DESC: gl.constexpr,
-                                   C_T: gl.constexpr, STAGES: gl.constexpr,
-                                   PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                                   OFFSET64: gl.constexpr, num_warps: gl.constexpr):
+                                   BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                                   GROUP_M: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr,
+                                   STAGES: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                                   PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    # The lesson's case: C row-major, written by one TMA store (stride_cm and stride_cn are the
+    # variant's, whose masked store reads them; triton_kernels/variants/warp_specialized.py)
     # a @triton.jit function of scalars, inlined into the Gluon kernel as into a Triton one
-    pid_m, pid_n = common.grouped_block(gl.program_id(0), gl.cdiv(M, BLOCK_M), gl.cdiv(N, BLOCK_N),
-                                  GROUP_M)
+    pid_m, pid_n = common.grouped_block(gl.program_id(0), gl.cdiv(M, BLOCK_M),
+                                        gl.cdiv(N, BLOCK_N), GROUP_M)
     m0 = pid_m * BLOCK_M
     n0 = pid_n * BLOCK_N
-    a_desc = _descriptor(a_ptr, M, K, lda, BLOCK_M, BLOCK_K, A_T)
-    b_desc = _descriptor(b_ptr, K, N, ldb, BLOCK_K, BLOCK_N, B_T)
+    # A is M x K and B is K x N; a column-major one (A_T, B_T) is described as its transpose
+    a_desc = common.gl_descriptor(a_ptr, M, K, lda, BLOCK_M, BLOCK_K, A_T)
+    b_desc = common.gl_descriptor(b_ptr, K, N, ldb, BLOCK_K, BLOCK_N, B_T)
     # the ring: STAGES tiles of A and of B in their descriptors' swizzled layouts, and a full
     # and an empty barrier per slot
     a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape,
                                        a_desc.layout)
     b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape,
                                        b_desc.layout)
-    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for s in gl.static_range(STAGES):
-        mbarrier.init(full.index(s), count=1)  # the producer's expect; the TMA bytes complete it
-        mbarrier.init(empty.index(s), count=1)  # one arrival of the consumers (see the header)
+    full, empty = common.ring_barriers(STAGES)
     acc, = gl.warp_specialize([
         (_consumers, (a_ring, b_ring, full, empty, K, BLOCK_M, BLOCK_N, BLOCK_K, A_T, B_T, STAGES,
                       num_warps)),
@@ -257,27 +241,9 @@ def matmul_warp_specialized_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, 
     if scale_a_ptr is not None:
         acc = acc * (gl.load(scale_a_ptr) * gl.load(scale_b_ptr))
     c = acc.to(c_ptr.dtype.element_ty)
-    if C_DESC:  # through a staging tile (in the ring's memory, now free) and one TMA store
-        c_desc = _descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, C_T)
-        staging = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
-        if C_T:
-            staging.store(gl.permute(c, (1, 0)))
-            fence_async_shared()  # the generic proxy's writes, seen by the TMA unit
-            _tma_store(c_desc, [n0, m0], staging)
-        else:
-            staging.store(c)
-            fence_async_shared()
-            _tma_store(c_desc, [m0, n0], staging)
-        tma.store_wait(0)
-    else:
-        if OFFSET64:  # gl.cast, not .to(): a stride of 1 arrives as a constant
-            stride_cm = gl.cast(stride_cm, gl.int64)
-            stride_cn = gl.cast(stride_cn, gl.int64)
-        rm = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, c.type.layout))
-        rn = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, c.type.layout))
-        gl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, c,
-                 mask=(rm[:, None] < M) & (rn[None, :] < N))
-
+    # through a staging tile (in the ring's memory, now free) and one TMA store
+    c_desc = common.gl_descriptor(c_ptr, M, N, ldc, BLOCK_M, BLOCK_N, False)
+    common.gl_tma_store_tile(c_desc, m0, n0, c)
 
 def smem_bytes(c: dict, precision: str) -> int:
     """Shared memory of a concrete configuration: the ring, or C's staging tile where that is
@@ -288,33 +254,11 @@ def smem_bytes(c: dict, precision: str) -> int:
     return max(ring, staging) + BARRIER_BYTES
 
 
-def _param_refusal(given: dict) -> str | None:
-    """This kernel's own limits, beside the TMA twins' (_common.tma_param_refusal)."""
-    if given["num_warps"] not in (4, 8):
-        return "num_warps must be 4 or 8 (the consumer warpgroups; the producer's warp is added)"
-    if given["num_stages"] == 1:
-        return ("num_stages must be 0 (automatic) or 2 or more (the consumers release a slot one "
-                "k-step late, so a ring of one slot would never be refilled)")
-    if given["BLOCK_M"] > 16 * given["num_warps"] * 2:
-        return "BLOCK_M must be at most 32 rows per consumer warp (2 wgmma row-blocks)"
-    return None
-
-
-def _precision_refusal(c: dict, precision: str) -> str | None:
-    if precision in KMAJOR_ONLY and c["kmajor"] == 0:
-        return (f"reads {precision} operands K-major only (wgmma's rule for operands other than "
-                f"16-bit ones, and this kernel has no transposing round trip): kmajor must be -1 "
-                f"or 1 in {precision}")
-    return None
-
-
-# validate, resolve, show and the setup around the kernel, from the tables above
-# (_common.TmaTwin); interpreted=False: Gluon, which no interpreter runs, so prepare() refuses
-# CPU tensors in one sentence
+# validate, resolve, show and the setup around the kernel, from the tables above (_common.TmaTwin);
+# interpreted=False: Gluon, which no interpreter runs, so prepare() refuses CPU tensors
 TWIN = TmaTwin(STAGE, PARAM_ORDER, DEFAULTS, AUTO, FALLBACKS, SWITCHES, smem_bytes,
-               kernels=("matmul_warp_specialized_kernel", "realign_copy_kernel"),
-               interpreted=False, param_refusal=_param_refusal,
-               precision_refusal=_precision_refusal)
+               kernels=("matmul_warp_specialized_kernel", "realign_copy_kernel"), limits=LIMITS,
+               interpreted=False)
 resolve_config = TWIN.config  # (precision, params, M=None, N=None, sms=...): what runs
 config_text = TWIN.show  # the configuration as the `params` column writes it
 OFFER = TWIN.offer()
@@ -325,11 +269,11 @@ def prepare(p, **params):
     """p: the shared description of the operands (lab/operands.py), with p.precision, on an
     sm_90 GPU (CPU tensors get one sentence: TWIN.setup). The launch's `config` is the
     configuration that runs; `realigned` names the operands copied in each call (unaligned, or
-    not K-major: always in tf32, under kmajor in bf16 and fp16)."""
+    not K-major: always in tf32 and fp8, under kmajor in bf16 and fp16). The lesson kernel above
+    runs where C is row-major and read through a descriptor, its variant elsewhere
+    (_common.LESSON_CASE)."""
     s = TWIN.setup(p, params, sm_count)
     config = s.config
-    return TWIN.launch(s, matmul_warp_specialized_kernel, (s.tiles,), BLOCK_M=config["BLOCK_M"],
-                       BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
-                       GROUP_M=config["GROUP_M"], **s.layout, STAGES=config["num_stages"],
-                       PRODUCER_WARPS=PRODUCER_WARPS, PRODUCER_REGS=PRODUCER_REGS,
-                       **offsets_meta(s.q), num_warps=config["num_warps"])
+    return TWIN.launch(s, matmul_warp_specialized_kernel, variant.matmul_warp_specialized_kernel,
+                       (s.tiles,), **s.meta, STAGES=config["num_stages"],
+                       PRODUCER_WARPS=PRODUCER_WARPS, PRODUCER_REGS=PRODUCER_REGS)

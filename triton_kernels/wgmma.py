@@ -105,7 +105,8 @@ column through launch.resources), never the 0s.
 Changed from stage mma's twin (triton_kernels/mma.py, the same tl.dot compiled to mma.sync): the
 instruction Triton picks (wgmma, its default on sm_90), and the choices that instruction's operand
 rules call for: kmajor_b (a K-major copy of B) and regs_mn (the operand that is not K-major from
-registers), with per-precision automatic values tuned on the H100. Bottleneck it attacks (as the
+registers), with per-precision automatic values tuned on the H100; in the kernel, the bounds of a
+zero-padded copy (PAD_A / PAD_B, as double_buffered's realign) and regs_mn's rounding and wait. Bottleneck it attacks (as the
 CUDA stage): mma.sync's rate and its fragment loads.
 Layouts: all six strides (problem_args). Two copies may run in the call, before the kernel, both
 timed: kmajor_b's K-major copy of an N-major B (by default in 3xtf32, and in tf32 for layout tn),
@@ -114,7 +115,7 @@ length along the lines that is not a whole number of 16 bytes, such as a bf16 ma
 columns, or no unit stride) into a zero-padded buffer of 16-byte lines in its own layout
 (triton_kernels/_realign.py realign_buffer, made once in prepare(); kmajor_b's buffer has such
 lines too). The kernel reads such a buffer with 16-byte hints and, along its lines, up to the
-length rounded up to 16 bytes (PAD_A / PAD_B, _common.padded_bounds): its loads become 16-byte
+length rounded up to 16 bytes (PAD_A / PAD_B, in the kernel's masks): its loads become 16-byte
 cp.async into the pipeline's ring. Without the copy Triton 3.6 loads an operand with no 16-byte
 hint one 2-byte element at a time (ld.global.b16 in the PTX for bf16) and does not pipeline it:
 on an NVIDIA H200 the twin ran bf16 7919 x 6007 x 3001 at 15.9-68.7% of cuBLAS's own fallback
@@ -177,20 +178,61 @@ def matmul_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
     if OFFSET64:  # an operand past 2^31 elements: 64-bit offsets (_common.wide_strides)
         stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn = common.wide_strides(
             stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn)
-    # as matmul_mma_kernel's (triton_kernels/mma.py): order, hinted pointers, masks
-    rk, a_ptrs, b_ptrs, c_m, c_n, in_m, in_n = common.grouped_tile(
-        a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, VEC_A, VEC_B, VEC_C, VEC, PAD_A, PAD_B)
-    # an operand in a zero-padded buffer (PAD_A / PAD_B: prepare()'s copy of an operand whose
-    # lines 16-byte loads cannot read) is read up to its size rounded up to VEC along its lines
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    # GROUP_M order: GROUP_M block-rows walked column by column, so that the programs resident at
+    # one time share their rows of A and columns of B in L2 (common.cuh's block_tile; Triton's
+    # tutorial order; GROUP_M = 1 is the plain order, pid_n = pid % grid_n)
+    width = GROUP_M * grid_n
+    first_m = (pid // width) * GROUP_M
+    rows = tl.minimum(grid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % rows
+    pid_n = (pid % width) // rows
+
+    # rm, rn, rk: runs of BLOCK consecutive values starting at a multiple of BLOCK (said
+    # explicitly); rows and columns past C's edges are masked, in the loop too
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    rm = tl.max_contiguous(tl.multiple_of(rm, BLOCK_M), BLOCK_M)
+    rn = tl.max_contiguous(tl.multiple_of(rn, BLOCK_N), BLOCK_N)
+    rk = tl.max_contiguous(rk, BLOCK_K)
+    # Each operand's offsets along its two dimensions; a flag "n" ("t") says every row (column)
+    # of its operand starts on a 16-byte boundary: that line's offsets are multiples of VEC, the
+    # elements in 16 bytes (4 floats for TF32 and 3xTF32, 8 halves for bf16 and fp16).
+    a_m, a_k = rm * stride_am, rk * stride_ak
+    b_k, b_n = rk * stride_bk, rn * stride_bn
+    c_m, c_n = rm * stride_cm, rn * stride_cn
+    a_m = tl.multiple_of(a_m, VEC) if VEC_A == "n" else a_m
+    a_k = tl.multiple_of(a_k, VEC) if VEC_A == "t" else a_k
+    b_k = tl.multiple_of(b_k, VEC) if VEC_B == "n" else b_k
+    b_n = tl.multiple_of(b_n, VEC) if VEC_B == "t" else b_n
+    c_m = tl.multiple_of(c_m, VEC) if VEC_C == "n" else c_m
+    c_n = tl.multiple_of(c_n, VEC) if VEC_C == "t" else c_n
+    a_ptrs = a_ptr + a_m[:, None] + a_k[None, :]
+    b_ptrs = b_ptr + b_k[:, None] + b_n[None, :]
+    # Edge masks, constant per VEC elements where a flag promises M % VEC == 0 (N % VEC == 0)
+    in_m = rm[:, None] < M
+    in_n = rn[None, :] < N
+    in_m = tl.max_constancy(in_m, [VEC, 1]) if VEC_A == "t" and not PAD_A or VEC_C == "t" else in_m
+    in_n = tl.max_constancy(in_n, [1, VEC]) if VEC_B == "n" and not PAD_B or VEC_C == "n" else in_n
+    # PAD_A / PAD_B: the operand is prepare()'s zero-padded copy of an operand whose lines 16-byte
+    # loads cannot read (_realign below); along the copy's lines its mask runs to the size rounded
+    # up to VEC (what it reads there is zero), constant per VEC elements. Without PAD each
+    # operand's bounds are C's masks and K.
     a_in_m, b_in_n, k_a, k_b = in_m, in_n, K, K
-    if PAD_A or PAD_B:
-        rm, rn, _ = common.grouped_ranges(M, N, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
-        a_in_m, b_in_n, k_a, k_b = common.padded_bounds(rm, rn, M, N, K, in_m, in_n, VEC_A,
-                                                        VEC_B, PAD_A, PAD_B, VEC)
+    if PAD_A and VEC_A == "t":  # a column-major A: rows up to M rounded up to VEC
+        a_in_m = tl.max_constancy(rm[:, None] < tl.cdiv(M, VEC) * VEC, [VEC, 1])
+    if PAD_A and VEC_A == "n":  # a row-major A: k up to K rounded up to VEC
+        k_a = tl.cdiv(K, VEC) * VEC
+    if PAD_B and VEC_B == "n":  # a row-major B: columns up to N rounded up to VEC
+        b_in_n = tl.max_constancy(rn[None, :] < tl.cdiv(N, VEC) * VEC, [1, VEC])
+    if PAD_B and VEC_B == "t":  # a column-major B: k up to K rounded up to VEC
+        k_b = tl.cdiv(K, VEC) * VEC
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # A plain loop; num_stages > 1 makes the compiler pipeline it (double_buffered's twin).
+    # Written as a plain loop: with num_stages > 1 the compiler pipelines it (double_buffered).
     for k0 in range(0, K, BLOCK_K):
         if RS_WAIT:
             # sm_90, A from registers: wait for every wgmma of the previous k-tile before this
@@ -200,9 +242,16 @@ def matmul_wgmma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
             # gave one wrong element of C in 4096^3 on the H100). Nothing uses the result.
             tl.inline_asm_elementwise("wgmma.wait_group.sync.aligned 0;\n\tmov.b32 $0, $1;",
                                       "=r,r", [rk], dtype=tl.int32, is_pure=False, pack=1)
-        # K % VEC == 0 where A is row-major or B column-major (or k_a, k_b rounded up: PAD_*)
-        a, b = common.load_k_step(a_ptrs, b_ptrs, k0, rk, k_a, k_b, a_in_m, b_in_n, EVEN_K,
-                                  VEC_A == "n", VEC_B == "t", VEC)
+        if EVEN_K:  # every k-step is full: only the M and N edges are masked
+            a = tl.load(a_ptrs, mask=a_in_m, other=0.0)
+            b = tl.load(b_ptrs, mask=b_in_n, other=0.0)
+        else:  # K % VEC == 0 (or k_a, k_b rounded up) where A is row-major or B column-major
+            in_k_a = k0 + rk[None, :] < k_a
+            in_k_b = k0 + rk[:, None] < k_b
+            in_k_a = tl.max_constancy(in_k_a, [1, VEC]) if VEC_A == "n" else in_k_a
+            in_k_b = tl.max_constancy(in_k_b, [VEC, 1]) if VEC_B == "t" else in_k_b
+            a = tl.load(a_ptrs, mask=a_in_m & in_k_a, other=0.0)
+            b = tl.load(b_ptrs, mask=in_k_b & b_in_n, other=0.0)
         if UPCAST:  # the interpreter's bf16 dot is wrong (triton_kernels/_common.py)
             a, b = a.to(tl.float32), b.to(tl.float32)
         if REGS_A != 0:
