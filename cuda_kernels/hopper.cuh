@@ -263,10 +263,10 @@ __device__ __forceinline__ u32 tf32_tail(u32 x, u32 h) {
 // give the same bits as before. Cost at 4096^3 (randn, old and new builds interleaved): wgmma
 // +4.5%; k-tiles of tiny B run 9-12% slower (summed alone). Per k-tile of ordinary operands
 // wgmma.cu issues about 27 more instructions (its OR of B' and the BAR.RED.AND that replaces its
-// BAR.SYNC). Not yet cured: warp_specialized and persistent (their producer's splitters would
-// pass the flag to the consumers through shared memory; that version measured right but
-// compute-sanitizer's racecheck reported the flag's write against the consumers' reads), and
-// mma.cu's 3xTF32 (a fresh sum per k-step), which loses the same way (4.6e-6 on those operands).
+// BAR.SYNC). warp_specialized and persistent take the same cure (tma_tiles.cuh: the producer's
+// splitters OR B's bits and pass the answer through a word of shared memory per warp and slot;
+// split_ring, mma_tile_loop_3x). Not yet cured: mma's 3xTF32 (cuda_kernels/variants/mma.cu, a
+// fresh sum per k-step), which loses the same way (4.6e-6 on those operands).
 #ifndef TF32X3_SCALE
 #define TF32X3_SCALE 1
 #endif

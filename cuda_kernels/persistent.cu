@@ -110,7 +110,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if SPLIT
         else if (warp > 0) {  // the splitters: the B tiles of all of the block's k-tiles
             const int mine = first < walk.tiles ? (walk.tiles - first + stride - 1) / stride : 0;
-            split_ring(ring, full0, ready0, mine * KT, threadIdx.x - 32);
+            split_ring(ring, full0, empty0, ready0, mine * KT, threadIdx.x - 32);
         }
 #endif
         return;

@@ -259,9 +259,13 @@ __device__ __forceinline__ void store_acc(const float* acc, c_elem_t* __restrict
 #ifndef SPLIT_CHUNKS
 #define SPLIT_CHUNKS 4
 #endif
-__device__ __forceinline__ void split_b(u32 slot, int t, int n) {
+__device__ __forceinline__ void split_b(u32 slot, int t, int n, u32 tiny_word) {
     constexpr int CH = B_BYTES / 16;
+    // every warp runs the same number of q0 steps (CH and the step are multiples of 32), so the
+    // warp is converged at the REDUX below
+    static_assert(CH % 32 == 0 && (SPLIT_CHUNKS * 96) % 32 == 0, "a warp's trip count differs");
     const u32 b = slot + A_BYTES;
+    u32 v = 0;  // the OR of the bits of every element this thread splits (TF32X3_SCALE)
     for (int q0 = t; q0 < CH; q0 += SPLIT_CHUNKS * n) {
         u32 x[SPLIT_CHUNKS][4];
 #pragma unroll
@@ -275,6 +279,9 @@ __device__ __forceinline__ void split_b(u32 slot, int t, int n) {
             const u32 at = b + 16 * (q0 + u * n);
             if (q0 + u * n >= CH) break;
             u32 h[4], l[4];
+#if TF32X3_SCALE
+            v = or3(or3(v, x[u][0], x[u][1]), x[u][2], x[u][3]);
+#endif
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 h[j] = tf32_head(x[u][j]);
@@ -286,15 +293,35 @@ __device__ __forceinline__ void split_b(u32 slot, int t, int n) {
                          "r"(l[0]), "r"(l[1]), "r"(l[2]), "r"(l[3]));
         }
     }
+#if TF32X3_SCALE
+    // The warp's OR (REDUX), written by lane 0 into the warp's word. Measured on an H200 in
+    // 3xtf32 at 4096^3 (scripts/experiments/hopper_probe.py): every lane ORing each chunk into
+    // the word (shared atomics to one address) made the kernel 42% slower, a REDUX and a read,
+    // OR and write of the word per step 7-10% (and spilled), this 4-8%.
+    u32 w;
+    asm volatile("redux.sync.or.b32 %0, %1, 0xffffffff;\n" : "=r"(w) : "r"(v));
+    if ((t & 31) == 0) asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tiny_word), "r"(w));
+#else
+    (void)v;
+    (void)tiny_word;
+#endif
 }
+
+#if TF32X3_SCALE
+// Whether a slot's B tile is tiny (hopper.cuh's tiny_bits: every |b| below 2^-24): each
+// splitting warp's OR of the bits it split, one word per warp and slot, written before the warp
+// arrives on the slot's ready barrier and read by the consumers after they waited on it.
+__shared__ u32 tiny_or[STAGES][3];
+#endif
 
 // A warp's 16 rows of A (rows 64 wg + 16 warp ..) for all NSTEP k-steps of the tile in `slot`, in
 // the register order of wgmma's TF32 A operand (f[s] = A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4),
 // g = lane / 4, t = lane % 4, k from 8 s): ldmatrix.x4 of 16 lines x 32 bytes, lane l naming line
 // l % 16 at 16-byte chunk 2 s + l / 16, which the 128-byte swizzle moved to chunk ^ (line % 8).
-// Then split: h the heads, l the tails.
-__device__ __forceinline__ void a_frags_3x(u32 slot, int wg, int warp, int lane,
-                                           u32 (&h)[NSTEP][4], u32 (&l)[NSTEP][4]) {
+// Where the tile's B is `tiny` (block-uniform), the fragments are first scaled by the warp's 2^k
+// (hopper.cuh's tf32x3_scale; returns k, 0 otherwise). Then split: h the heads, l the tails.
+__device__ __forceinline__ int a_frags_3x(u32 slot, int wg, int warp, int lane,
+                                          u32 (&h)[NSTEP][4], u32 (&l)[NSTEP][4], bool tiny) {
     const int row = 64 * wg + 16 * warp + (lane & 15);
     const u32 line = slot + row * 128;
 #pragma unroll
@@ -302,6 +329,7 @@ __device__ __forceinline__ void a_frags_3x(u32 slot, int wg, int warp, int lane,
         const u32 chunk = (2 * s + (lane >> 4)) ^ (row & 7);
         ldsm_x4(line + (chunk << 4), h[s][0], h[s][1], h[s][2], h[s][3]);
     }
+    const int k = tf32x3_scale(h, tiny);
 #pragma unroll
     for (int s = 0; s < NSTEP; ++s)
 #pragma unroll
@@ -310,6 +338,7 @@ __device__ __forceinline__ void a_frags_3x(u32 slot, int wg, int warp, int lane,
             h[s][r] = tf32_head(x);
             l[s][r] = tf32_tail(x, h[s][r]);
         }
+    return k;
 }
 
 // The three products of one k-tile into `part`, smallest first, one commit group; `fresh` starts
@@ -338,12 +367,24 @@ __device__ __forceinline__ void mma_tile_3x(float* part, u32 slot, const u32 (&h
 
 // The splitters (the producer warpgroup's warps 1-3; t = thread index among their 96): the B
 // tiles of the block's ring iterations 0 .. n-1 in turn, each once its TMA bytes landed (full),
-// announced on the slot's ready barrier (one arrival per warp).
-__device__ __forceinline__ void split_ring(u32 ring, u32 full0, u32 ready0, int n, int t) {
+// announced on the slot's ready barrier (one arrival per warp), with the warp's word of tiny_or.
+// Before a warp rewrites its word of a slot it waits, as the producer did before refilling the
+// slot, for the slot's previous round to be released (empty): the consumers read the word before
+// they release the slot. The wait has passed already (the TMA bytes that landed were issued after
+// it); it states the order in barriers the consumers arrive on.
+__device__ __forceinline__ void split_ring(u32 ring, u32 full0, u32 empty0, u32 ready0, int n,
+                                           int t) {
     for (int it = 0; it < n; ++it) {
         const int s = it % STAGES;
         mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-        split_b(ring + s * SLOT, t, 96);
+#if TF32X3_SCALE  // lane 0 rewrites the warp's word at the end of split_b
+        const u32 word = smem_u32(&tiny_or[s][t >> 5]);
+        if ((t & 31) == 0 && it >= STAGES) mbar_wait(empty0 + 8 * s, ((it / STAGES) - 1) & 1);
+#else
+        const u32 word = 0;
+        (void)empty0;
+#endif
+        split_b(ring + s * SLOT, t, 96, word);
         fence_async_smem();  // the st.shared seen by wgmma (the async proxy)
         __syncwarp();
         if ((t & 31) == 0) mbar_arrive(ready0 + 8 * s);
@@ -355,43 +396,59 @@ __device__ __forceinline__ void split_ring(u32 ring, u32 full0, u32 ready0, int 
 // two register sets by k-tile parity, since wgmma reads its register operand asynchronously: a set
 // is loaded again only after the wgmma that read it were waited for. The next k-tile's A is
 // loaded and split while this one's wgmma run; the pair's sum is waited for and added at its end.
-// `release(s)` frees slot s. Returns the next iteration.
+// Subnormal products (TF32X3_SCALE, hopper.cuh): a pair of which either k-tile's B is tiny is
+// summed k-tile by k-tile, each sum times the warp's 2^-k of its A (one FFMA, as exact as the FADD
+// it replaces; k = 0 elsewhere, the same bits as before). `release(s)` frees slot s. Returns the
+// next iteration.
 template <class Release>
 __device__ __forceinline__ int mma_tile_loop_3x(float* acc, u32 ring, u32 ready0, int it, int KT,
                                                 int wg, int warp, int lane, Release release) {
     float part[ACC];
     u32 ah[2][NSTEP][4], at[2][NSTEP][4];
-    auto prep = [&](int i, u32(&h)[NSTEP][4], u32(&l)[NSTEP][4]) {
+    bool tiny0 = false, tiny1 = false;  // whether set 0's / set 1's k-tile has a tiny B
+    int k0 = 0, k1 = 0;                 // the warp's scale 2^k of set 0's / set 1's A
+    auto prep = [&](int i, u32(&h)[NSTEP][4], u32(&l)[NSTEP][4], bool& tiny, int& k) {
         const int s = i % STAGES;
         mbar_wait(ready0 + 8 * s, (i / STAGES) & 1);
-        a_frags_3x(ring + s * SLOT, wg, warp, lane, h, l);
+#if TF32X3_SCALE  // read by lane 0, which later releases the slot, and passed to the warp
+        u32 bits = 0;
+        if (lane == 0) bits = or3(tiny_or[s][0], tiny_or[s][1], tiny_or[s][2]);
+        tiny = tiny_bits(__shfl_sync(0xffffffffu, bits, 0));
+#endif
+        k = a_frags_3x(ring + s * SLOT, wg, warp, lane, h, l, tiny);
     };
-    auto add_part = [&]() {
+    auto add_part = [&](int k) {
+        const float down = exp2_int(-k);
 #pragma unroll
         for (int i = 0; i < ACC; ++i) {
             reg_fence(part[i]);
-            acc[i] += part[i];
+            acc[i] = TF32X3_SCALE ? fmaf(part[i], down, acc[i]) : acc[i] + part[i];
         }
     };
 #pragma unroll
     for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
-    if (KT > 0) prep(it, ah[0], at[0]);
+    if (KT > 0) prep(it, ah[0], at[0], tiny0, k0);
     for (int kt = 0; kt < KT; kt += 2) {
         mma_tile_3x(part, ring + (it % STAGES) * SLOT, ah[0], at[0], true);
         if (kt + 1 == KT) {  // a last k-tile without a pair
             wg_wait<0>();
-            add_part();
+            add_part(k0);
             release(it % STAGES);
             return it + 1;
         }
-        prep(it + 1, ah[1], at[1]);  // set 1's wgmma (the last pair's end) were waited for
+        prep(it + 1, ah[1], at[1], tiny1, k1);  // set 1's wgmma (the last pair's end) were waited for
         ++it;
-        mma_tile_3x(part, ring + (it % STAGES) * SLOT, ah[1], at[1], false);
+        const bool alone = TF32X3_SCALE && (tiny0 || tiny1);  // block-uniform
+        if (alone) {  // the pair's first k-tile summed alone, the second afresh
+            wg_wait<0>();
+            add_part(k0);
+        }
+        mma_tile_3x(part, ring + (it % STAGES) * SLOT, ah[1], at[1], alone);
         wg_wait<1>();  // the pair's first k-tile is done: its slot, and set 0, are free
         release((it - 1) % STAGES);
-        if (kt + 2 < KT) prep(it + 1, ah[0], at[0]);
+        if (kt + 2 < KT) prep(it + 1, ah[0], at[0], tiny0, k0);
         wg_wait<0>();
-        add_part();
+        add_part(alone ? k1 : 0);
         release(it % STAGES);
         ++it;
     }

@@ -78,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
 #if SPLIT
         else if (warp > 0) {  // the splitters: each landed B tile into heads and tails
-            split_ring(ring, full0, ready0, KT, threadIdx.x - 32);
+            split_ring(ring, full0, empty0, ready0, KT, threadIdx.x - 32);
         }
 #endif
         return;

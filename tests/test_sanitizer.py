@@ -55,14 +55,16 @@ MMA_CASES = [("mma", p, tool, "") for p in TC_PRECISIONS for tool in TOOLS_TC] +
      for tool in TOOLS_TC] + \
     [("wgmma", p, tool, "") for p in TC_PRECISIONS for tool in TOOLS_TC] + \
     [(s, p, tool, "") for s in ("tma_wgmma", "warp_specialized", "persistent")
-     for p in importlib.import_module(f"cuda_kernels.{s}").OFFER.precisions for tool in TOOLS_TC]
+     for p in importlib.import_module(f"cuda_kernels.{s}").OFFER.precisions for tool in TOOLS_TC] + \
+    [("persistent", p, tool, "STORE=2,CLUSTER=1")  # the lesson file (C from registers)
+     for p in ("bf16", "3xtf32") for tool in TOOLS_TC]
 
 
 @pytest.mark.skipif(SANITIZER is None, reason="compute-sanitizer not found on PATH, in the venv "
                                               "or in /usr/local/cuda/bin")
 @pytest.mark.parametrize("stage,precision,tool,params", MMA_CASES,
-                         ids=[f"{s}-{p}-{t}-" + ("tuned" if q else "defaults")
-                              for s, p, t, q in MMA_CASES])
+                         ids=[f"{s}-{p}-{t}-" + ("defaults" if not q else "tuned" if s == "mma"
+                                                 else "lesson") for s, p, t, q in MMA_CASES])
 def test_tensor_core_stages_are_clean_under_compute_sanitizer(stage, precision, tool, params):
     label = stage + (f":{params}" if params else "")
     r, out, tail = run_sanitized(SANITIZER, tool, label, "--precision", precision, "--size", MMA_SHAPE)

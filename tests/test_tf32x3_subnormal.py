@@ -1,7 +1,7 @@
 """3xTF32 where the products are subnormal: the CUDA wgmma, warp_specialized and persistent
 kernels with fp32 operands near 1e-20 (2^-66), whose products (near 2^-132) lie below fp32's
-smallest normal, 2^-126. The cure is in wgmma.cu; warp_specialized and persistent are expected to
-fail the tiny-operand test until theirs lands (see NOT_YET).
+smallest normal, 2^-126. The cure is in all three (wgmma.cu; tma_tiles.cuh's split_ring and
+mma_tile_loop_3x for the other two).
 
 The cause (hopper.cuh, above tf32x3_scale): these kernels sum each pair of k-tiles afresh in the
 tensor core and add that sum to the accumulators in fp32; every wgmma writes its sum back truncated
@@ -16,7 +16,9 @@ fp32's grid, subnormals included) loses accuracy on operands near 2^-66 and reco
 k-tiles of B are summed alone with A scaled by the rule whose constants hopper.cuh holds; the test
 for a tiny B never passes one with some |b| >= 2^-24, the scale is exact, keeps every scaled |a|
 below 2^-16 and lifts the largest to 2^-17; the default builds hold the scale's instructions and
-the TF32X3_SCALE=0 builds (the split as before the fix) do not.
+the TF32X3_SCALE=0 builds (the split as before the fix) do not: wgmma's, and warp_specialized's
+and persistent's (the lesson file and the variant file), whose splitters OR the bits of their B
+chunks into a word per warp (REDUX.OR) that each consumer warp's lane 0 reads (SHFL to the warp).
 
 GPU (marked `gpu`; sm_90): through lab.matmul, each stage in 3xtf32 on U[0, 1) operands times 1
 and times 2^-66: the relative error is within 3x of cuBLAS fp32's (TF32 off) on the same operands
@@ -41,18 +43,11 @@ import torch
 from helpers import ROOT
 
 STAGES = ("wgmma", "warp_specialized", "persistent")
-# The cure is in wgmma.cu only. In warp_specialized and persistent the producer's splitters must tell
-# the consumers that a k-tile's B is tiny through shared memory; that version measured right on an
-# H200 but compute-sanitizer's racecheck reported the flag's write against the consumers' reads, so
-# those two keep the split as it was, and their tiny-operand tests are expected to fail.
-NOT_YET = ("warp_specialized", "persistent")
-CASES = [pytest.param(s, marks=pytest.mark.xfail(
-    strict=True, reason=f"{s}: the cure is in wgmma.cu only so far (docs/stages/wgmma.md)"))
-    if s in NOT_YET else s for s in STAGES]
-# products near 2^-120 stay normal, so the old split may well pass these: not strict
-LOOSE = [pytest.param(s, marks=pytest.mark.xfail(
-    strict=False, reason=f"{s}: the cure is in wgmma.cu only so far"))
-    if s in NOT_YET else s for s in STAGES]
+# In warp_specialized and persistent the producer's splitters tell the consumers that a k-tile's B
+# is tiny through a word of shared memory per splitting warp and slot (tma_tiles.cuh tiny_or),
+# written after the slot's previous round was released (its empty barrier) and read after the
+# slot's ready barrier; tests/test_sanitizer.py runs racecheck and synccheck on those builds.
+
 TINY = 2.0 ** -66  # operands below 1.4e-20: products below 2^-132
 
 HOPPER = (ROOT / "cuda_kernels" / "hopper.cuh").read_text()
@@ -185,12 +180,17 @@ def test_the_default_3xtf32_builds_hold_the_scale_and_the_switch_removes_it():
     def builds(extra):
         wg = importlib.import_module("cuda_kernels.wgmma")
         yield "wgmma", wg.build("3xtf32", True, layout="nt", config={**wg.WGMMA["3xtf32"], **extra})
+        for stage, params in (("warp_specialized", {}), ("persistent", {}),
+                              ("persistent", {"STORE": 2, "CLUSTER": 1})):  # variant, lesson
+            st = importlib.import_module(f"cuda_kernels.{stage}").STAGE
+            c = st.resolve(params, 4096, 4096, 4096, "3xtf32", 132)
+            yield stage, st.build("3xtf32", "nt", 8, {**{k: c[k] for k in st.knobs}, **extra})
 
     for (name, new), (_, old) in zip(builds({}), builds({"TF32X3_SCALE": 0})):
         for b in (new, old):
             assert b.spill_bytes == 0 and b.stack_frame == 0, (name, b.log)
         mix_new, mix_old = instruction_mix(sass(new)), instruction_mix(sass(old))
-        vote = "BAR.RED.AND.DEFER_BLOCKING" if name == "wgmma" else "VOTE.ALL"
+        vote = "BAR.RED.AND.DEFER_BLOCKING" if name == "wgmma" else "REDUX.OR"
         for op in ("REDUX.MAX", "FMUL", vote):
             assert mix_new.get(op, 0) > 0 and mix_old.get(op, 0) == 0, (name, op)
         assert mix_new.get("FFMA", 0) >= mix_old.get("FADD", 0) > 0 == mix_old.get("FFMA", 0), name
@@ -219,7 +219,7 @@ def _cublas_fp32(a, b):
 
 @gpu
 @needs_hopper
-@pytest.mark.parametrize("stage", CASES)
+@pytest.mark.parametrize("stage", STAGES)
 def test_tiny_operands_are_as_accurate_as_cublas_fp32(stage):
     """U[0, 1) operands times 2^-66 (products below 2^-132, C near 2^-122: normal) and times 1,
     layouts nn and nt, K = 1024 and 4000 (125 k-tiles: a last one without a pair); C of 256 tiles of
@@ -249,7 +249,7 @@ def test_tiny_operands_are_as_accurate_as_cublas_fp32(stage):
 
 @gpu
 @needs_hopper
-@pytest.mark.parametrize("stage", LOOSE)
+@pytest.mark.parametrize("stage", STAGES)
 def test_the_scale_changes_inside_pairs_and_large_values_stay_finite(stage):
     """A's size changes from k-tile to k-tile (32 columns each), B's rows the other way so that
     every k-tile adds products near 2^-120: pairs of k-tiles where one or both B are tiny (summed

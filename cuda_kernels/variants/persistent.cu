@@ -308,7 +308,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if SPLIT
         else if (warp > 0) {  // the splitters: each landed B tile into heads and tails
             const int mine = first < tiles ? (tiles - first + stride - 1) / stride : 0;
-            split_ring(ring, full0, ready0, mine * KT, threadIdx.x - 32);
+            split_ring(ring, full0, empty0, ready0, mine * KT, threadIdx.x - 32);
         }
 #endif
     } else {
