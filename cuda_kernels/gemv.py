@@ -1,7 +1,13 @@
 """Launcher for cuda_kernels/gemv.cu: thin products (matrix-vector), A streamed once with 16-byte
 loads, B reused from registers across rows, warp-shuffle sums, split-K where rows are few.
 
-Two kernels in one source, chosen by A's layout (the .cu header has the details):
+gemv.cu is the lesson, written for fp32, row-major A and B (layout nn), one column per block
+(ncol 1), 16-byte-aligned lines, 32-bit offsets, no split and unroll on; every other build, and
+the split-K sum, compiles cuda_kernels/variants/gemv.cu, the same kernels for every precision,
+layout, ncol, alignment, offsets64 and split (build(), lesson(); docs/stages/gemv.md, "The lesson
+and its variants").
+
+Two kernels in one source (the variant), chosen by A's layout (the .cu headers have the details):
 - A row-major (nn, nt): the rows kernel. Block of 32 * warps threads in row groups of `lanes`
   threads; a row group owns `rows` rows of C and splits their k range over its lanes (16-byte
   chunks r, r + lanes, ...). Block rows: (threads / lanes) * rows.
@@ -45,7 +51,8 @@ gemv_splitk_sum (the slabs added in order, rounded once to C's type). Both are t
 
 from __future__ import annotations
 
-from cuda_kernels._build import cdiv, compile_kernel, first_min_blocks, launcher, resources
+from cuda_kernels._build import (cdiv, compile_kernel, first_min_blocks, launcher,
+                                lesson_case, resources, stage_source)
 from lab.contract import Offer, Prepared
 from lab.errors import LabError
 from lab.precisions import cuda_defines, elem_bytes
@@ -54,6 +61,7 @@ from lab.roofline import DEFAULT_SMS, sm_count
 from lab.splitk import AUTO, SPLITS, allowed_splits, nearest_split
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+LESSON_PRECISION = "fp32"  # the precision gemv.cu, the lesson, is written for
 ELEM_BYTES = elem_bytes("fp32", "bf16", "fp16")  # sizes from lab/precisions.py
 PREC_DEFINES = {p: {d: 1} if d else {} for p, d in cuda_defines("fp32", "bf16", "fp16").items()}
 MAX_NCOL = 8
@@ -203,7 +211,8 @@ def build(ncol: int = 0, rows: int = 0, lanes: int = 0, kunroll: int = 2, warps:
     """matmul_gemv (NVRTC, no GPU needed). Automatic values without a shape: ncol 0 builds 1
     column, rows 0 the rows for it, lanes 0 the whole block, splitk 0 the unsplit kernel
     (resolve() first). __launch_bounds__(threads, MIN_BLOCKS): the largest MIN_BLOCKS from
-    first_blocks() down whose build does not spill."""
+    first_blocks() down whose build does not spill. The lesson, cuda_kernels/gemv.cu, in the
+    lesson case (lesson()); cuda_kernels/variants/gemv.cu for everything else."""
     validate(ncol=ncol, rows=rows, lanes=lanes, kunroll=kunroll, warps=warps, splitk=splitk)
     threads = 32 * warps
     a_trans = layout[0] == "t"
@@ -213,8 +222,10 @@ def build(ncol: int = 0, rows: int = 0, lanes: int = 0, kunroll: int = 2, warps:
     defines = {"THREADS": threads, "NCOL": ncol, "ROWS": rows, "LANES": lanes or threads,
                "KU": ku, "SPLITK": max(splitk, 1), "VEC_A": bool(vec_a), "VEC_B": bool(vec_b),
                **PREC_DEFINES[precision]}
+    source = stage_source("gemv", lesson(precision, layout, ncol, splitk, unroll, vec_a, vec_b,
+                                         offsets64))
     for blocks in range(first_blocks(threads, rows, ncol, ku, precision, a_trans), 0, -1):
-        main = compile_kernel("gemv.cu", "matmul_gemv", {**defines, "MIN_BLOCKS": blocks},
+        main = compile_kernel(source, "matmul_gemv", {**defines, "MIN_BLOCKS": blocks},
                               fast_math=fast_math, unroll=unroll, layout=layout,
                               offsets64=offsets64)
         if main.spill_bytes == 0:
@@ -222,9 +233,22 @@ def build(ncol: int = 0, rows: int = 0, lanes: int = 0, kunroll: int = 2, warps:
     return main
 
 
+def lesson(precision: str = "fp32", layout: str = "nn", ncol: int = 1, splitk: int = 1,
+           unroll: bool = True, vec_a: bool = True, vec_b: bool = True,
+           offsets64: bool = False) -> bool:
+    """True where build() compiles the lesson, cuda_kernels/gemv.cu: fp32 (LESSON_PRECISION), one
+    column per block (ncol, resolved: 0 builds 1), no split (splitk 0 or 1: the unsplit kernel),
+    unroll on (KU chunks in flight), and _build.lesson_case: layout nn, 32-bit offsets, vec_a and
+    vec_b. Every other build compiles cuda_kernels/variants/gemv.cu, which for the lesson case
+    compiles to the same SASS (tests/test_lessons_gemv.py)."""
+    return (precision == LESSON_PRECISION and (ncol or 1) == 1 and splitk <= 1 and bool(unroll)
+            and lesson_case(layout, offsets64, bool(vec_a), bool(vec_b)))
+
+
 def build_sum(splitk: int = 2, precision: str = "fp32", offsets64: bool = False, **_):
-    """gemv_splitk_sum for `splitk` slabs, writing C in `precision`'s type."""
-    return compile_kernel("gemv.cu", "gemv_splitk_sum",
+    """gemv_splitk_sum for `splitk` slabs, writing C in `precision`'s type (the split-K variant's
+    kernel: cuda_kernels/variants/gemv.cu)."""
+    return compile_kernel("variants/gemv.cu", "gemv_splitk_sum",
                           {"SPLITK": splitk, "RTHREADS": SUM_THREADS, "SUM_ONLY": 1,
                            **PREC_DEFINES[precision]}, offsets64=offsets64)
 

@@ -376,6 +376,26 @@ inline void __syncthreads() {
     }
     lab_fiber_leave(run, run->cur, LabFiber::AT_BARRIER);
 }
+// __shfl_xor_sync: the partner lane's value (linear thread index xor lane_mask, within the warp)
+// through a block-wide array between two barriers. Every thread of the block must call it
+// together, as gemv.cu's warp sums do (a block where some threads have returned aborts at the
+// first barrier, as for __syncthreads()).
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+    static std::vector<float> lanes;
+    LabBlockRun* run = lab_block_run;
+    if (!run || !run->cur) {
+        std::fprintf(stderr, "__shfl_xor_sync() outside lab_run_grid\n");
+        std::abort();
+    }
+    const size_t t = size_t(run->cur - run->fibers.data());
+    const size_t partner = t ^ size_t(lane_mask & 31);
+    if (lanes.size() < run->fibers.size()) lanes.resize(run->fibers.size());
+    lanes[t] = v;
+    __syncthreads();
+    const float r = partner < run->fibers.size() ? lanes[partner] : v;
+    __syncthreads();
+    return r;
+}
 template <typename Body>
 void lab_fiber_call(void* body) { (*static_cast<Body*>(body))(); }
 

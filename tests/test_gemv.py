@@ -4,13 +4,14 @@
     builds without spills or stack, and the OFFSET64=1 build is another build; the split-K sum
     for every split; the matrix-vector builds read A and B with 16-byte loads (LDG.E.128).
 (b) The CUDA emulator (tests/cuda_emulator.py: g++, ASan/UBSan, CUDA threads as fibers) runs
-    matmul_gemv with its own main() in fp32, bf16 and fp16, unsplit and split: the rows kernel
-    (row-major A: every LANES regime, ROWS and NCOL, the ldb == 1 vector path of a K x 1 B,
-    unaligned lines read one element at a time) and the columns kernel (column-major A: blocks
-    inside and across M's edge); N = 1, 3, 17; K not a multiple of the 16-byte vector. It checks
-    C against a float64 reference of the (rounded) inputs, that the gaps between rows of C stay
-    untouched, each split's slab against the partial product over its k range (an empty range:
-    exact zeros), and that C is bitwise the ordered sum of the slabs rounded once.
+    matmul_gemv of cuda_kernels/variants/gemv.cu (every case; tests/test_lessons_gemv.py runs the
+    lesson, cuda_kernels/gemv.cu) with its own main() in fp32, bf16 and fp16, unsplit and split:
+    the rows kernel (row-major A: every LANES regime, ROWS and NCOL, the ldb == 1 vector path of
+    a K x 1 B, unaligned lines read one element at a time) and the columns kernel (column-major
+    A: blocks inside and across M's edge); N = 1, 3, 17; K not a multiple of the 16-byte vector.
+    It checks C against a float64 reference of the (rounded) inputs, that the gaps between rows of
+    C stay untouched, each split's slab against the partial product over its k range (an empty
+    range: exact zeros), and that C is bitwise the ordered sum of the slabs rounded once.
 (c) The Triton twin under the interpreter: N = 1, 3, 17, K not a multiple of the vector, every
     layout, offset / sliced / strided views, the three precisions, explicit splits (C the ordered
     sum of the workspace), the 64-bit offsets flag.
@@ -297,7 +298,9 @@ def emulated(tmp_path_factory):
     for i, case in enumerate(EMULATED):
         build = _build_of(case)
         assert build.spill_bytes == 0
-        defines = {"KERNEL_FILE": f'"{KERNELS / "gemv.cu"}"', **defines_of(build)}
+        # the variant in every case: this main() reads its switches (TRANS_A, PREC, SPLITK, ...),
+        # and its lesson-case builds are the lesson's (tests/test_lessons_gemv.py)
+        defines = {"KERNEL_FILE": f'"{KERNELS / "variants" / "gemv.cu"}"', **defines_of(build)}
         futures[case[0]] = compile_async(root / "gemv.cpp", root / f"gemv_{i}", defines)
     return {name: f.result() for name, f in futures.items()}
 
