@@ -6,8 +6,8 @@ Compiling and launching live in lab/toolchain/nvrtc.py (re-exported here for the
 
 from __future__ import annotations
 
-from lab.contract import Offer, Prepared
-from lab.errors import LabError
+from lab.base.contract import Offer, Prepared
+from lab.base.errors import LabError
 from lab.toolchain.nvrtc import (  # noqa: F401 (re-exported for the launchers and tests)
     KERNEL_DIR, Build, compile_kernel, launcher, layout_defines, resources)
 
@@ -63,7 +63,7 @@ def cdiv(a: int, b: int) -> int:
 
 def matmul_args(p):
     """The argument list every stage's kernel takes: (A, B, C, M, N, K, lda, ldb, ldc), from the
-    shared description of the operands (lab/operands.py: A and B row- or column-major, C
+    shared description of the operands (lab/base/problem.py: A and B row- or column-major, C
     row-major)."""
     import numpy as np
 
@@ -84,7 +84,7 @@ def stage_launcher(build: Build, geometry, p):
 
 
 def cuda_offer(stage: str, kernels, build, geometry, validate=None, **fields) -> Offer:
-    """The Offer (lab/contract.py) of a CUDA stage whose module has build(**params, layout=...)
+    """The Offer (lab/base/contract.py) of a CUDA stage whose module has build(**params, layout=...)
     and geometry(M, N, K, **params, layout=...), and optionally validate(**params): its
     `compile` is that build and geometry, its `validate` that function (fp32 stages: one build
     per parameter set, whatever the precision)."""

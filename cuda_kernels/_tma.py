@@ -22,7 +22,7 @@ boxes of cuda_kernels/tma_tiles.cuh):
         boundaries (fp8: K a multiple of 16 for K-major lines); an operand whose lines are not (a
         bf16 matrix of 3001 columns) is copied into a buffer whose lines are, in the same
         orientation, in every call, timed likewise.
-C is row-major (lab/operands.py turns a column-major C into C^T = B^T A^T) with any ldc; the
+C is row-major (lab/base/problem.py turns a column-major C into C^T = B^T A^T) with any ldc; the
 kernels' stores use 64-bit offsets and TMA's coordinates are per dimension, so an operand past
 2^31 elements needs no other build.
 
@@ -37,16 +37,16 @@ from dataclasses import dataclass, field
 
 from cuda_kernels._build import (LINE_ALIGN, aligned_buffer, cdiv, compile_kernel, device_arch_of,
                                  launcher, resources, stage_source)
-from lab.contract import Offer, Prepared
-from lab.errors import LabError
-from lab.precisions import c_bytes, cuda_defines, elem_bytes
-from lab.operands import entry
-from lab.roofline import DEFAULT_SMS, sm_count
+from lab.base.contract import Offer, Prepared
+from lab.base.errors import LabError
+from lab.base.precisions import c_bytes, cuda_defines, elem_bytes
+from lab.base.entry import entry
+from lab.base.device import DEFAULT_SMS, sm_count
 from lab.toolchain.tma import MapSpec, max_active_clusters, tma_launcher
 
 PRECISIONS = ("bf16", "fp16", "tf32", "fp8")  # every TMA stage's; 3xtf32 where a stage says `split`
-DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16", "fp8")  # lab/precisions.py
-# A's and B's element, and C's (the operands', but fp8's C is bfloat16): lab/precisions.py
+DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16", "fp8")  # lab/base/precisions.py
+# A's and B's element, and C's (the operands', but fp8's C is bfloat16): lab/base/precisions.py
 ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16", "fp8")
 C_BYTES = c_bytes(*ELEM_BYTES)
 ARCH = "sm_90a"
@@ -349,7 +349,7 @@ class HopperStage:
                      compile=self.compile_for)
 
     def prepare_for(self, offer: Offer):
-        """The stage's public prepare(a, b, c, precision=None, **params) (lab/operands.py's
+        """The stage's public prepare(a, b, c, precision=None, **params) (lab/base/entry.py's
         entry around the launch)."""
         @entry(offer)
         def prepare(p, **params):

@@ -22,8 +22,8 @@ scattered too, into Bs) for every other problem.
 from cuda_kernels import blocktile_2d, vectorized
 from cuda_kernels._build import (cdiv, cuda_offer, lesson_case, require_even_split,
                                  require_static_smem, spill_free_build, stage_source)
-from lab.errors import LabError
-from lab.operands import entry
+from lab.base.errors import LabError
+from lab.base.entry import entry
 
 FIXES = {"none": 0, "pad": 1, "swizzle": 2, "raw": 3}  # -DFIX values (bank_conflicts.cu)
 threads = blocktile_2d.threads
@@ -85,5 +85,5 @@ OFFER = cuda_offer("bank_conflicts", ("matmul_bank_conflicts",), build, geometry
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     return vectorized.vector_launch(build, geometry, p, params)

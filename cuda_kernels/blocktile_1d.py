@@ -15,8 +15,8 @@ tiles that do not split evenly over the threads) with one sentence, before anyth
 from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, lesson_case,
                                  require_even_split, require_static_smem, spill_free_build,
                                  stage_launcher, stage_source)
-from lab.errors import LabError
-from lab.operands import entry
+from lab.base.errors import LabError
+from lab.base.entry import entry
 
 def threads(BM: int = 64, BN: int = 64, TM: int = 8, **_) -> int:
     return BM * BN // TM
@@ -62,6 +62,6 @@ OFFER = cuda_offer("blocktile_1d", ("matmul_blocktile_1d",), build, geometry, va
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
                           geometry(p.M, p.N, p.K, **params), p)

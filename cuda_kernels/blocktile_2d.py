@@ -16,8 +16,8 @@ The register cap (__launch_bounds__' second argument) is chosen as in blocktile_
 from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, lesson_case,
                                  require_even_split, require_static_smem, spill_free_build,
                                  stage_launcher, stage_source)
-from lab.errors import LabError
-from lab.operands import entry
+from lab.base.errors import LabError
+from lab.base.entry import entry
 
 # Registers a thread needs: the TM*TN accumulators, the TM + TN fragments and about 24 for
 # addresses and loop state. The first MIN_BLOCKS tried leaves at least that many.
@@ -79,6 +79,6 @@ OFFER = cuda_offer("blocktile_2d", ("matmul_blocktile_2d",), build, geometry, va
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
                           geometry(p.M, p.N, p.K, **params), p)

@@ -9,7 +9,7 @@ every other problem (cuda_kernels/_build.py: lesson_case, stage_source).
 
 from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, lesson_case, stage_launcher,
                                  stage_source)
-from lab.operands import entry
+from lab.base.entry import entry
 
 
 def build(rows: int = 32, group: int = 16, kunroll: int = 16, fast_math: bool = False,
@@ -29,6 +29,6 @@ OFFER = cuda_offer("coalesced", ("matmul_coalesced",), build, geometry)
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
                           geometry(p.M, p.N, p.K, **params), p)

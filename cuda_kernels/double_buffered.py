@@ -34,8 +34,8 @@ reports no spills (_build.spill_free_build).
 from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, lesson_case,
                                  spill_free_build, stage_launcher, stage_source)
 from cuda_kernels.vectorized import vector_flags
-from lab.errors import LabError
-from lab.operands import entry
+from lab.base.errors import LabError
+from lab.base.entry import entry
 
 PIPELINES = {"regs": 0, "cp_async": 1}
 SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
@@ -184,7 +184,7 @@ OFFER = cuda_offer("double_buffered", ("matmul_double_buffered",), build, geomet
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c", "layout")}
     return stage_launcher(build(**params, **vector_flags(p), layout=p.layout,
                                 offsets64=p.offsets64),

@@ -28,9 +28,9 @@ Automatic values (0 in the registry; resolve(), for a shape and a GPU's SM count
 - lanes = 0: the largest power of two, at most the block's threads, that still gives every lane
   at least one batch of kunroll chunks of K (K = 2^20 or 4096: 256; K = 129 fp32: 16; K = 2: 1).
 - splitk = 0 (auto_split()): 1 unless the blocks are fewer than TARGET_PER_SM x the SM count
-  (4,224 on an H100's 132 SMs), else the split among lab.splitk.SPLITS whose blocks x split lies
-  nearest that target (lab.splitk.nearest_split) and that leaves each block at least
-  MIN_SPLIT_BYTES of A (lab.splitk.allowed_splits). 2048 x 1 x 1048576 fp32: 512 blocks of 4
+  (4,224 on an H100's 132 SMs), else the split among lab.base.splitk.SPLITS whose blocks x split lies
+  nearest that target (lab.base.splitk.nearest_split) and that leaves each block at least
+  MIN_SPLIT_BYTES of A (lab.base.splitk.allowed_splits). 2048 x 1 x 1048576 fp32: 512 blocks of 4
   rows, split 8: 4,096 blocks of 2 MB each. 4097 x 1 x 4096: 1,025 blocks of 64 KB, no split (a
   split of 2 would leave 32 KB per block).
   Why a target of 32 blocks per SM: about 3-4 blocks of 256 threads are resident per SM, so 32
@@ -53,16 +53,17 @@ from __future__ import annotations
 
 from cuda_kernels._build import (cdiv, compile_kernel, first_min_blocks, launcher,
                                 lesson_case, resources, stage_source)
-from lab.contract import Offer, Prepared
-from lab.errors import LabError
-from lab.precisions import cuda_defines, elem_bytes
-from lab.operands import entry, timer
-from lab.roofline import DEFAULT_SMS, sm_count
-from lab.splitk import AUTO, SPLITS, allowed_splits, nearest_split
+from lab.base.contract import Offer, Prepared
+from lab.base.errors import LabError
+from lab.base.precisions import cuda_defines, elem_bytes
+from lab.base.entry import entry
+from lab.base.timer import timer
+from lab.base.device import DEFAULT_SMS, sm_count
+from lab.base.splitk import AUTO, SPLITS, allowed_splits, nearest_split
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 LESSON_PRECISION = "fp32"  # the precision gemv.cu, the lesson, is written for
-ELEM_BYTES = elem_bytes("fp32", "bf16", "fp16")  # sizes from lab/precisions.py
+ELEM_BYTES = elem_bytes("fp32", "bf16", "fp16")  # sizes from lab/base/precisions.py
 PREC_DEFINES = {p: {d: 1} if d else {} for p, d in cuda_defines("fp32", "bf16", "fp16").items()}
 MAX_NCOL = 8
 ROWS_FOR_NCOL = {1: 4, 2: 4, 4: 2, 8: 1}  # rows = 0: at most 8 accumulators per thread
@@ -133,7 +134,7 @@ def block_rows(precision: str, a_trans: bool, threads: int = 256, lanes: int = 2
 
 def auto_split(blocks: int, K: int, bytes_per_k: int, sms: int | None = None) -> int:
     """splitk = 0: 1 unless `blocks` are fewer than TARGET_PER_SM x sms, else the split of
-    lab.splitk.SPLITS nearest that target in blocks x split that leaves each block at least
+    lab.base.splitk.SPLITS nearest that target in blocks x split that leaves each block at least
     MIN_SPLIT_BYTES of A (bytes_per_k: the bytes of A one block reads per k)."""
     target = TARGET_PER_SM * int(sms or DEFAULT_SMS)
     if blocks >= target:
@@ -299,7 +300,7 @@ def flags(p) -> dict:
 
 @entry(OFFER)
 def prepare(p, splitk: int = AUTO, **params):
-    """p: the shared description of the operands (lab/operands.py). Automatic values resolved for
+    """p: the shared description of the operands (lab/base/problem.py). Automatic values resolved for
     this problem and this GPU (resolve()); launch.config is what runs and its text the row's
     `params` column."""
     import numpy as np

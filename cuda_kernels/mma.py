@@ -66,7 +66,7 @@ automatic build (both rows of every precision) compiles without spills for sm_80
 four layouts, at 240-255 registers (tests/test_mma_cuda_defaults.py).
 Two rules, both deterministic (config()):
 - shape: where ceil(M/BM) * ceil(N/BN) of the automatic tile is smaller than the GPU's SM count
-  (lab.roofline.sm_count(): 132 off a GPU, as for the Triton twin), the automatic values
+  (lab.base.device.sm_count(): 132 off a GPU, as for the Triton twin), the automatic values
   become the precision's row of SMALL_GRID, a 128 x 128 tile: tf32 the previous defaults
   (128 x 128, BK 16, 64 x 64 warps, 4 stages: 1.3% behind the winners at both sizes, 0.700 ms in
   the 4096 search against the winner's 0.691, 5.705 ms refined at 8192 against 5.630; the tuned
@@ -91,15 +91,15 @@ them as launch.config and, as text, in launch.resources["params"] (the row's `pa
 
 from cuda_kernels._build import (cdiv, first_min_blocks, lesson_case, spill_free_build,
                                  stage_launcher, stage_source)
-from lab.contract import Offer
-from lab.errors import LabError
-from lab.precisions import cuda_defines, elem_bytes
-from lab.operands import entry
-from lab.roofline import DEFAULT_SMS, sm_count
+from lab.base.contract import Offer
+from lab.base.errors import LabError
+from lab.base.precisions import cuda_defines, elem_bytes
+from lab.base.entry import entry
+from lab.base.device import DEFAULT_SMS, sm_count
 
 PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
-DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16")  # lab/precisions.py
-ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/precisions.py
+DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16")  # lab/base/precisions.py
+ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/base/precisions.py
 KSTEP = {"tf32": 8, "3xtf32": 8, "bf16": 16, "fp16": 16}
 DEFAULT_PRECISION = "3xtf32"
 LESSON_PRECISION = "bf16"  # the precision cuda_kernels/mma.cu is written for (lesson())
@@ -402,7 +402,7 @@ def contiguous_flags(M: int, N: int, K: int, layout: str, precision: str) -> dic
 
 def compile_for(params, M: int, N: int, K: int, layout: str, precision: str):
     """The build and geometry prepare() uses for contiguous operands of M x N x K in `layout`, on
-    an H100 (lab.roofline.DEFAULT_SMS), without a GPU (the contract's `compile`)."""
+    an H100 (lab.base.device.DEFAULT_SMS), without a GPU (the contract's `compile`)."""
     cfg = launch_config(M, N, precision, DEFAULT_SMS, **params)
     return (build(**cfg, **contiguous_flags(M, N, K, layout, precision), precision=precision,
                   layout=layout),
@@ -426,7 +426,7 @@ OFFER = Offer("mma", "cuda", precisions=PRECISIONS, kernels=("matmul_mma",), val
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py), with p.precision. The launch's
+    """p: the shared description of the operands (lab/base/problem.py), with p.precision. The launch's
     `config` is the configuration that runs, the automatic values resolved for this precision and
     shape (launch_config()); its text is launch.resources["params"], the row's `params` column."""
     precision = p.precision

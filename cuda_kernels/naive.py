@@ -10,7 +10,7 @@ every other problem (cuda_kernels/_build.py: lesson_case, stage_source).
 
 from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, lesson_case, stage_launcher,
                                  stage_source)
-from lab.operands import entry
+from lab.base.entry import entry
 
 STAGE, KERNEL = "naive", "matmul_naive"
 BLOCK = 32
@@ -33,6 +33,6 @@ OFFER = cuda_offer("naive", ("matmul_naive",), build, geometry)
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
                           geometry(p.M, p.N, p.K), p)

@@ -10,7 +10,7 @@ other problem (cuda_kernels/_build.py: lesson_case, stage_source).
 
 from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, lesson_case, stage_launcher,
                                  stage_source)
-from lab.operands import entry
+from lab.base.entry import entry
 
 
 def build(tile: int = 32, ktile: int = 2, group: int = 16, fast_math: bool = False,
@@ -31,6 +31,6 @@ OFFER = cuda_offer("tiled", ("matmul_tiled",), build, geometry)
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
                           geometry(p.M, p.N, p.K, **params), p)

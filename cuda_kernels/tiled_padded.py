@@ -29,7 +29,8 @@ from __future__ import annotations
 from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, launcher, lesson_case,
                                  matmul_args, resources, stage_source)
 
-from lab.operands import Padded, entry
+from lab.base.entry import entry
+from lab.base.padding import Padded
 
 
 def build(tile: int = 32, ktile: int = 2, group: int = 16, fast_math: bool = False,
@@ -51,7 +52,7 @@ OFFER = cuda_offer("tiled_padded", ("matmul_tiled_padded",), build, geometry)
 
 @entry(OFFER)
 def prepare(p, tile: int = 32, ktile: int = 2, **params):
-    """p: the shared description of the operands (lab/operands.py); the kernel runs on the
+    """p: the shared description of the operands (lab/base/problem.py); the kernel runs on the
     padded problem."""
     padded = Padded(p, tile, tile * ktile)
     q = padded.problem

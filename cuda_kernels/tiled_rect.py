@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from cuda_kernels._build import (cdiv, compile_kernel, cuda_offer, lesson_case, stage_launcher,
                                  stage_source)
-from lab.errors import LabError
-from lab.operands import entry
+from lab.base.errors import LabError
+from lab.base.entry import entry
 
 ROWS = (4, 8, 16, 32)
 COLS = (16, 32, 64)
@@ -59,6 +59,6 @@ OFFER = cuda_offer("tiled_rect", ("matmul_tiled_rect",), build, geometry, valida
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     return stage_launcher(build(**params, layout=p.layout, offsets64=p.offsets64),
                           geometry(p.M, p.N, p.K, **params), p)

@@ -25,7 +25,7 @@ from cuda_kernels import blocktile_2d
 from cuda_kernels._build import (cdiv, cuda_offer, lesson_case, require_even_split,
                                  require_static_smem, spill_free_build, stage_launcher,
                                  stage_source)
-from lab.operands import entry
+from lab.base.entry import entry
 
 threads = blocktile_2d.threads
 
@@ -80,5 +80,5 @@ def vector_launch(build, geometry, p, params):
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     return vector_launch(build, geometry, p, params)

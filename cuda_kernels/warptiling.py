@@ -21,7 +21,7 @@ that order, so the result is bitwise reproducible). Both are timed. The resource
 the first kernel; launch.reduce_build is the second.
 
 The automatic split (splitk = 0, the registry's default): resolve() makes it concrete for the
-problem's M, N, K and the GPU's SM count with lab/splitk.py's auto_tile_and_split() (the same
+problem's M, N, K and the GPU's SM count with lab/base/splitk.py's auto_tile_and_split() (the same
 function the Triton twin uses, beside the tuner's split-K seeds; its docstring has the rule and the
 arithmetic): S = 1 unless the tiles are fewer than the SMs and K leaves every split at least 1024,
 else tiles x S near 8x the SM count, raised until no split sums more than 16384 products; where a
@@ -41,11 +41,12 @@ from cuda_kernels._build import (cdiv, compile_kernel, first_min_blocks, launche
                                  require_even_split, require_static_smem, resources,
                                  stage_launcher, stage_source)
 from cuda_kernels.vectorized import vector_flags
-from lab.contract import Offer, Prepared, Tuning
-from lab.errors import LabError
-from lab.operands import entry, timer
-from lab.roofline import DEFAULT_SMS, sm_count
-from lab.splitk import AUTO, auto_split, auto_tile_and_split
+from lab.base.contract import Offer, Prepared, Tuning
+from lab.base.errors import LabError
+from lab.base.entry import entry
+from lab.base.timer import timer
+from lab.base.device import DEFAULT_SMS, sm_count
+from lab.base.splitk import AUTO, auto_split, auto_tile_and_split
 
 MAX_ACC = 128  # accumulators per thread that fit beside the fragments in 255 registers
 REDUCE_THREADS = 256
@@ -191,7 +192,7 @@ PARAM_ORDER = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "frags", "gro
 def resolve(params, M: int, N: int, K: int, precision: str = "fp32",
             sms: int = DEFAULT_SMS) -> dict:
     """The parameters as they are built and launched (the contract's `resolve`): splitk=0 made
-    the tile and split lab.splitk.auto_tile_and_split() chooses for M x N x K on `sms` SMs (a
+    the tile and split lab.base.splitk.auto_tile_and_split() chooses for M x N x K on `sms` SMs (a
     64 x 64 tile is four 32 x 32 warp tiles; kept only where the other parameters allow it)."""
     out = dict(params)
     if out.get("splitk", AUTO) != AUTO:
@@ -229,7 +230,7 @@ OFFER = Offer("warptiling", "cuda", kernels=kernels,
 
 @entry(OFFER)
 def prepare(p, splitk: int = AUTO, **params):
-    """p: the shared description of the operands (lab/operands.py). splitk=0: the split for this
+    """p: the shared description of the operands (lab/base/problem.py). splitk=0: the split for this
     problem and this GPU (resolve()); launch.config is the configuration that runs and its text
     the row's `params` column."""
     import numpy as np

@@ -45,14 +45,15 @@ from __future__ import annotations
 
 from cuda_kernels._build import (aligned_buffer, cdiv, compile_kernel, device_arch_of, launcher,
                                  lesson_case, lines_aligned, resources, stage_source)
-from lab.contract import Offer, Prepared
-from lab.errors import LabError
-from lab.precisions import cuda_defines, elem_bytes
-from lab.operands import Operand, entry
+from lab.base.contract import Offer, Prepared
+from lab.base.errors import LabError
+from lab.base.precisions import cuda_defines, elem_bytes
+from lab.base.entry import entry
+from lab.base.problem import Operand
 
 PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16")
-DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16")  # lab/precisions.py
-ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/precisions.py
+DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16")  # lab/base/precisions.py
+ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/base/precisions.py
 ARCH = "sm_90a"
 KERNEL = "matmul_wgmma"
 LESSON_PRECISION = "bf16"  # the precision cuda_kernels/wgmma.cu is written for (lesson())
@@ -307,7 +308,7 @@ OFFER = Offer("wgmma", "cuda", precisions=PRECISIONS, kernels=(KERNEL,), validat
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py), with p.precision. The
+    """p: the shared description of the operands (lab/base/problem.py), with p.precision. The
     launch's `config` is the configuration that runs (resolve()); its text is
     launch.resources["params"], the row's `params` column."""
     require_hopper(p)

@@ -64,9 +64,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lab import precisions
+from lab.base import precisions
 
-# Per precision, from its record (lab/precisions.py, where each figure's measurement is cited):
+# Per precision, from its record (lab/base/precisions.py, where each figure's measurement is cited):
 # the unit roundoff of the operands as the multiplier sees them (documentation, and the floors),
 UNIT_ROUNDOFF = {r.name: r.unit_roundoff for r in precisions.RECORDS}
 ACCUMULATE_U = 2.0**-24  # every precision accumulates in fp32 ...

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.cli import ArgumentParser, guarded, plural
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.stages import BY_NAME, STAGES, get_stage
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -435,9 +435,3 @@ def fmt_number(value: float | None, digits: int = 3) -> str:
         if a >= scale:
             return f"{value / scale:.{digits}g}{suffix}"
     return f"{value:.{digits}g}"
-
-
-# --- compat (temporary): .ab/rewrite_imports.py removes this block ---
-summarize = kernel_columns  # the old names: tests still call them
-instruction_mix = mix_counts
-# --- end compat ---

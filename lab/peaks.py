@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab.precisions import RECORDS
+from lab.base.precisions import RECORDS
 
 # FLOP per SM per clock, dense, by compute capability (major, minor). "fp32" is the SIMT FMA pipe;
 # the others are the tensor cores with fp32 accumulation (what the lab's tensor-core rows use).
@@ -33,7 +33,7 @@ RATES: dict[tuple[int, int], dict[str, int]] = {
     (9, 0): {"fp32": 256, "tf32": 2048, "bf16": 4096, "fp16": 4096, "fp8": 8192},  # H100, H200
 }
 
-# Precisions that run on another precision's units (their records, lab/precisions.py): 3xtf32
+# Precisions that run on another precision's units (their records, lab/base/precisions.py): 3xtf32
 # does 3 TF32 products per FMA.
 DERIVED = {r.name: (r.peak_units, r.products) for r in RECORDS if r.peak_units != r.name}
 

@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab import precisions
+from lab.base import precisions
 from lab.cli import ArgumentParser, guarded
 from lab.base.errors import LabError
 from lab.plot import distinct

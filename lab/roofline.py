@@ -31,11 +31,6 @@ H100_DRAM_BW = 3.0e12  # byte/s, a device-to-device copy measured on that H100
 # FP32 lanes per SM by compute capability (major, minor); anything unlisted is taken as 128.
 _LANES = {(8, 0): 64, (7, 0): 64, (6, 0): 64}
 
-# --- compat (temporary): .ab/rewrite_imports.py removes this block ---
-# sm_count and DEFAULT_SMS live in lab/base/device.py (the launchers' base)
-from lab.base.device import DEFAULT_SMS, sm_count  # noqa: E402,F401
-# --- end compat ---
-
 
 @dataclass(frozen=True)
 class Peaks:

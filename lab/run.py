@@ -19,8 +19,8 @@ from typing import Callable
 from lab import check as chk
 from lab.axes import LAYOUTS
 from lab.base.errors import LabError
-from lab.precisions import RECORDS as PRECISION_RECORDS
-from lab.precisions import get as get_precision
+from lab.base.precisions import RECORDS as PRECISION_RECORDS
+from lab.base.precisions import get as get_precision
 from lab.row import Row
 from lab.shapes import Shape
 from lab.stages import Variant
@@ -577,8 +577,3 @@ def _compile_only(row: Row, variant: Variant, shape: Shape, layout: str = "nn",
     row.detail = f"built for {build.arch} by NVRTC; not run (no GPU)"
     if build.spill_bytes:
         row.detail += f"; ptxas reports {build.spill_bytes} spill bytes"
-
-
-# --- compat (temporary): .ab/rewrite_imports.py removes this block ---
-Plan = RunSpec  # the old name: tests and scripts still import it
-# --- end compat ---

@@ -528,7 +528,7 @@ def compile_async(main: Path, exe: Path, defines: dict | None = None, flags=SANI
             raise AssertionError(f"{cxx} could not preprocess {main}:\n"
                                  + pre.stderr.decode(errors="replace")[-3000:])
         key = _cache.digest("g++", compiler_version(), *flags, pre.stdout)
-        folder = _cache.entry("emulator", key)
+        folder = _cache.entry_folder("emulator", key)
         if folder is not None and (folder / "exe").is_file():
             return folder / "exe"
         out = subprocess.run([*cmd, str(main), "-o", str(exe)], capture_output=True, text=True)

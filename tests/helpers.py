@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.operands import DTYPE_NAMES
+from lab.base.dtypes import DTYPE_NAMES
 from lab.run import LAYOUTS  # noqa: F401  (re-exported: the four operand layouts nn, nt, tn, tt)
 from lab.stages import PRECISIONS, get_stage, parse_variants
 
@@ -33,7 +33,7 @@ HAS_GPU = torch.cuda.is_available()
 cpu_only = pytest.mark.skipif(HAS_GPU, reason="CPU-mode test (GPU present)")
 
 # The precision tables, from the lab's own declarations (lab/stages.py's PRECISIONS,
-# lab/operands.py's DTYPE_NAMES): the tensor-core precisions, each precision's operand dtype and
+# lab/base/problem.py's DTYPE_NAMES): the tensor-core precisions, each precision's operand dtype and
 # its element size in bytes.
 # (TC_PRECISIONS: those of the mma and wgmma stages; fp8, whose e4m3 operands wgmma reads from
 # TMA tiles only, is the TMA stages' alone: FP8_STAGES)

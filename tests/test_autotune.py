@@ -16,7 +16,7 @@ import torch
 from helpers import cpu_only, run_lab
 from lab import autotune as at
 from lab.check import CheckResult
-from lab.errors import CompileError, LabError
+from lab.base.errors import CompileError, LabError
 from lab.stages import STAGES, Variant, get_stage, parse_variants
 
 GPU = "Fake GPU 80GB"
@@ -1188,7 +1188,7 @@ def test_the_numerics_list_is_not_empty():
 def test_the_split_k_seeds_follow_the_offers_tuning_not_a_parameter_name():
     from dataclasses import replace
 
-    from lab.contract import Tuning
+    from lab.base.contract import Tuning
 
     space = at.space_of("warptiling", "cuda", SPLITS)
     assert space.tuning == get_stage("warptiling").offer("cuda").tuning
@@ -1204,7 +1204,7 @@ def test_the_split_k_seeds_follow_the_offers_tuning_not_a_parameter_name():
 
 
 def test_the_search_reads_the_resources_of_a_prepared_launch():
-    from lab.contract import Prepared
+    from lab.base.contract import Prepared
 
     spills = {"registers": 64, "smem_static": 0, "smem_dynamic": 0, "spill_bytes": 8,
               "threads": 128}

@@ -39,7 +39,7 @@ import torch
 from helpers import (LAYOUTS, cpu_only, fresh_build, line_widths, new_emulator, padded_ld,
                      run_python, stage_params)
 from lab import check as chk
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.stages import get_stage, parse_variants
 
 # The bank model (a) runs anywhere; (b)-(e) are CPU-mode tests (sm_90 builds without a GPU, the

@@ -14,10 +14,11 @@ import pytest
 from rich.console import Console
 
 from helpers import ROOT, cpu_only, lab_env, run_lab
-from lab import baseline, report, table
+from lab import baseline, table
+from lab import computed, row
 from lab.csvfile import read_csv, write_csv
-from lab.errors import LabError
-from lab.report import Row
+from lab.base.errors import LabError
+from lab.row import Row
 from lab.shapes import PRESETS, Shape, parse_sizes
 from lab.table import render
 
@@ -36,7 +37,7 @@ def old_rows() -> list[Row]:
 
 
 def save(rows, path) -> Path:
-    write_csv(report.finalize(rows), path, {"mode": "gpu"})
+    write_csv(computed.finalize(rows), path, {"mode": "gpu"})
     return Path(path)
 
 
@@ -83,7 +84,7 @@ def test_committed_results_load_and_match_themselves():
         path = RESULTS / name
         base = baseline.load(path)  # 13-before has no layout column: an nn run
         rows = [Row(**{k: (None if pd.isna(v) else v) for k, v in rec.items()
-                       if k in report.ROW_FIELDS})
+                       if k in row.ROW_FIELDS})
                 for rec in read_csv(path).to_dict("records")]
         for r in rows:
             r.params = r.params or ""
@@ -94,7 +95,7 @@ def test_committed_results_load_and_match_themselves():
 
 # ------------------------------------------------------------------------ the table and the CSV
 def test_vs_base_column_only_when_a_row_has_it_and_the_table_still_fits_80():
-    rows = report.finalize(old_rows() + [
+    rows = computed.finalize(old_rows() + [
         timed("blocktile_2d:BM=64,BN=64,TM=4,TN=4", "cuda", 4096, 4096, 4096, 3.9)])
     assert "vs base" not in table.columns(rows, "gpu")
     for r, pct in zip(rows, (3.1, -12.0, 150.0, None, -99.9)):

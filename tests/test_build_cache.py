@@ -41,7 +41,7 @@ def test_the_folder_follows_the_environment(tmp_path, monkeypatch):
     assert _cache.root() == tmp_path / "here"
     for off in ("off", "OFF", "0", ""):
         monkeypatch.setenv(_cache.ENV, off)
-        assert _cache.root() is None and _cache.entry("nvrtc", "ab" * 32) is None
+        assert _cache.root() is None and _cache.entry_folder("nvrtc", "ab" * 32) is None
     monkeypatch.delenv(_cache.ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert _cache.root() == tmp_path / "xdg" / "matmul-kernel-lab"

@@ -143,7 +143,7 @@ def test_a_missing_csv_folder_is_created(tmp_path):
 def test_compile_error_shows_nvrtc_log_with_file_and_line(tmp_path, monkeypatch):
     """A broken kernel: the row errors with NVRTC's log; the other rows still run; exit 1."""
     import lab.toolchain.nvrtc as build
-    from lab.run import Plan, execute
+    from lab.run import RunSpec, execute
     from lab.shapes import Shape
     from lab.stages import parse_variants
 
@@ -165,25 +165,25 @@ def test_compile_error_shows_nvrtc_log_with_file_and_line(tmp_path, monkeypatch)
         return build.compile_kernel("missing.cu", "k"), None
 
     monkeypatch.setattr(naive, "OFFER", replace(naive.OFFER, compile=missing))
-    rows = execute(Plan(parse_variants(["naive,tiled"]), ["cuda"], [Shape(8, 8, 8)], mode="cpu"))
+    rows = execute(RunSpec(parse_variants(["naive,tiled"]), ["cuda"], [Shape(8, 8, 8)], mode="cpu"))
     assert [r.status for r in rows] == ["error", "compiled"]
     assert "missing.cu" in rows[0].detail
 
 
 @cpu_only
 def test_a_wrong_row_fails_and_the_run_goes_on(monkeypatch):
-    from lab.run import Plan, execute
+    from lab.run import RunSpec, execute
     from lab.shapes import Shape
     from lab.stages import parse_variants
     import triton_kernels.naive as tnaive
 
-    from lab.contract import Prepared
+    from lab.base.contract import Prepared
 
     def bad_prepare(a, b, c, **_):
         return Prepared(lambda: c.copy_((a @ b) * 1.01))
 
     monkeypatch.setattr(tnaive, "prepare", bad_prepare)
-    rows = execute(Plan(parse_variants(["naive,coalesced"]), ["triton"], [Shape(9, 9, 9)], mode="cpu"))
+    rows = execute(RunSpec(parse_variants(["naive,coalesced"]), ["triton"], [Shape(9, 9, 9)], mode="cpu"))
     assert [r.status for r in rows] == ["fail", "pass"]
     assert "relative error" in rows[0].detail
 
@@ -191,7 +191,7 @@ def test_a_wrong_row_fails_and_the_run_goes_on(monkeypatch):
 def test_a_size_too_large_for_the_gpu_is_refused_before_allocating(monkeypatch):
     import torch
 
-    from lab.errors import LabError
+    from lab.base.errors import LabError
     from lab.run import check_memory
     from lab.shapes import Shape
 
@@ -215,7 +215,7 @@ def compare_in_process(capsys, monkeypatch, *args) -> tuple[int, str, str]:
 @cpu_only
 def test_auto_rows_in_cpu_mode_say_what_happened_wrapped_at_spaces(capsys, monkeypatch):
     from lab.compare import auto_note
-    from lab.report import Row
+    from lab.row import Row
 
     code, out, _ = compare_in_process(capsys, monkeypatch, "--stage", "warptiling:auto",
                                       "--sizes", "8")
@@ -288,7 +288,7 @@ def test_an_unwritable_plot_folder_is_named_not_the_csv(tmp_path, with_csv):
 
 def test_check_folder_refuses_a_file_and_creates_a_missing_folder(tmp_path):
     from lab.cli import check_folder
-    from lab.errors import LabError
+    from lab.base.errors import LabError
 
     (tmp_path / "afile").write_text("x")
     with pytest.raises(LabError, match=r"--plot .*afile: it is a file, not a folder"):

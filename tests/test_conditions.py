@@ -8,7 +8,9 @@ from rich.console import Console
 
 from helpers import run_lab
 from lab import clocks, peaks
-from lab.report import Row, baseline_within_noise, finalize, summarize_repeats, within_noise
+from lab.computed import baseline_within_noise, finalize, within_noise
+from lab.repeats import summarize_repeats
+from lab.row import Row
 from lab.table import columns, conditions_line, render
 from lab.timing import bench_adjacent, quantiles
 
@@ -256,11 +258,11 @@ def test_gpu_rows_carry_plausible_clock_power_and_peak():
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from lab.run import Plan, execute
+    from lab.run import RunSpec, execute
     from lab.shapes import Shape
     from lab.stages import parse_variants
 
-    plan = Plan(parse_variants(["tiled"]), ["cuda", "triton"], [Shape(1024, 1024, 1024)],
+    plan = RunSpec(parse_variants(["tiled"]), ["cuda", "triton"], [Shape(1024, 1024, 1024)],
                 rep_ms=20)
     rows = finalize(execute(plan))
     maximum = clocks.max_sm_mhz()

@@ -1,4 +1,4 @@
-"""Every registered stage against the launcher contract (lab/contract.py), on the CPU.
+"""Every registered stage against the launcher contract (lab/base/contract.py), on the CPU.
 
 For each stage x backend: the launcher module declares an Offer for itself; its precisions are
 the lab's; its validate() accepts the registry's defaults in every precision it offers and
@@ -18,8 +18,8 @@ import re
 import pytest
 import torch
 
-from lab.contract import PRECISIONS, Offer, Prepared
-from lab.errors import LabError
+from lab.base.contract import PRECISIONS, Offer, Prepared
+from lab.base.errors import LabError
 from lab.stages import BACKENDS, STAGES, Variant
 from tests.helpers import ROOT, cpu_only
 

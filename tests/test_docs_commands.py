@@ -301,7 +301,7 @@ def run_paragraph_variants() -> list[tuple[str, str]]:
 
 @pytest.mark.fast
 def test_the_variants_a_stage_page_lists_parse():
-    from lab.errors import LabError
+    from lab.base.errors import LabError
     from lab.stages import parse_variants
 
     variants = run_paragraph_variants()

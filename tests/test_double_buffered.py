@@ -35,7 +35,7 @@ import torch
 from helpers import (LAYOUTS, ROOT, check_in_layout, compile_for_emulator, cpu_only, line_widths,
                      new_emulator, run_sanitized, stage_module, stage_params, strided_operands)
 from lab import check as chk
-from lab.errors import CompileError, LabError
+from lab.base.errors import CompileError, LabError
 from lab.stages import get_stage
 
 STAGE = "double_buffered"
@@ -127,7 +127,7 @@ def _run(emulator, build, params, M, N, K, lds):
 @pytest.mark.parametrize("case", EMU_CASES, ids=_case_id)
 def test_cuda_kernel_emulated_on_the_cpu(emulated, case):
     from cuda_kernels.double_buffered import vector_flags
-    from lab.operands import describe
+    from lab.base.describe import describe
 
     emulator, builds = emulated
     build = builds[_case_id(case)]

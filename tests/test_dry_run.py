@@ -88,7 +88,7 @@ def test_the_split_k_shape_builds_its_seeds_within_the_bound(builds, capsys):
     assert code == 0
     seeds = [b for b in builds if b["splitk"] > 1][:6]
     assert len(builds) <= MOST_BUILDS and len(seeds) == 6
-    # the defaults' splitk=0 resolves to a 64 x 64 tile split 64 ways here (lab/splitk.py), none
+    # the defaults' splitk=0 resolves to a 64 x 64 tile split 64 ways here (lab/base/splitk.py), none
     # of the seeds (which keep the WM x WN warp tiles of their block tiles): all 6 are tried
     assert out.count("(split-K seed)") == 6
     assert "split-K seeds (tiles x splitk near 1x, 2x, 4x 132 SMs)" in " ".join(out.split())

@@ -36,9 +36,10 @@ import torch
 
 from helpers import LAYOUTS, cpu_only
 from lab import check as chk
-from lab.errors import LabError
-from lab.operands import TRITON, describe
-from lab.roofline import DEFAULT_SMS
+from lab.base.errors import LabError
+from lab.base.describe import describe
+from lab.base.needs import TRITON
+from lab.base.device import DEFAULT_SMS
 from lab.stages import Variant, get_stage
 
 STAGE = get_stage("gemv")
@@ -504,7 +505,7 @@ def test_the_automatic_split_keeps_its_rules_over_many_shapes(backend):
     """Over a grid of shapes and SM counts: no split where the blocks reach the target, else a
     split whose blocks x split is the nearest allowed to it (never further than the split below
     or above would be), and every block keeps at least MIN_SPLIT_BYTES of A."""
-    from lab.splitk import SPLITS
+    from lab.base.splitk import SPLITS
 
     module = _cuda() if backend == "cuda" else _triton()
     for precision in ("fp32", "bf16"):

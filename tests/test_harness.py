@@ -7,8 +7,9 @@ import torch
 
 from lab import check as chk
 from lab.csvfile import to_frame, write_csv
-from lab.errors import LabError
-from lab.report import Row, finalize, gflops, pct_of
+from lab.base.errors import LabError
+from lab.computed import finalize, gflops, pct_of
+from lab.row import Row
 from lab.shapes import Shape, parse_sizes
 from lab.timing import quantiles
 

@@ -33,8 +33,10 @@ import torch
 
 from helpers import LAYOUTS, ROOT
 from lab import check as chk
-from lab.errors import LabError
-from lab.operands import CUDA, OUT_DTYPE_NAMES, describe
+from lab.base.errors import LabError
+from lab.base.describe import describe
+from lab.base.dtypes import OUT_DTYPE_NAMES
+from lab.base.needs import CUDA
 from lab.toolchain.sass import sass
 
 STAGES = ("tma_wgmma", "warp_specialized", "persistent")

@@ -42,9 +42,11 @@ import torch
 from helpers import HAS_GPU, cpu_only, run_python
 from lab import check as chk
 from lab import plan as plans
-from lab.contract import Prepared
-from lab.errors import LabError
-from lab.operands import TRITON, Operand, describe
+from lab.base.contract import Prepared
+from lab.base.errors import LabError
+from lab.base.describe import describe
+from lab.base.needs import TRITON
+from lab.base.problem import Operand
 from lab.stages import BY_NAME
 from triton_kernels import _common as common
 from triton_kernels import _realign as realign
@@ -478,7 +480,7 @@ import json, re, sys
 import torch
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
-from lab.operands import TRITON, describe
+from lab.base import TRITON, describe
 from lab.toolchain.triton import FakeDriver, recording
 from triton_kernels import persistent, tma_wgmma
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "3xtf32": torch.float32,
@@ -727,7 +729,7 @@ os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
 import torch
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
-from lab.operands import TRITON, describe
+from lab.base import TRITON, describe
 from lab.toolchain.triton import FakeDriver, recording
 from triton_kernels import _common as common
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,

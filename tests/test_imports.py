@@ -39,10 +39,9 @@ BASE_PACKAGE = "lab.base"
 TOOLCHAIN = "lab.toolchain"
 # Base modules not yet under lab/base/ (moved there by .ab/rewrite_imports.py with the rest of the
 # imports; until then they are base, and may be imported as such).
-BASE_PENDING = ("lab.precisions",)
+BASE_PENDING = ()
 # The temporary compatibility modules at the old paths (lab/_compat.py), while they exist.
-COMPAT_CANDIDATES = ("lab._compat", "lab.operands", "lab.errors", "lab.contract", "lab.splitk",
-                     "lab.report")
+COMPAT_CANDIDATES = ()
 
 
 def in_package(module: str, package: str) -> bool:

@@ -1,6 +1,6 @@
 """Any tensor in, the right answer out (CPU tests).
 
-- lab/operands.py: how each kind of view is described, the column-major C turned into C^T = B^T
+- lab/base/problem.py: how each kind of view is described, the column-major C turned into C^T = B^T
   A^T, the copies made for operands with no unit stride, and every refusal (one sentence);
 - lab.matmul, the Python API: errors, empty problems, out= views;
 - every Triton stage under the interpreter on every layout and on offset / sliced / transposed
@@ -18,7 +18,10 @@ import torch
 
 from helpers import LAYOUTS, cpu_only
 from lab import LabError, check as chk, matmul
-from lab.operands import CUDA, TRITON, Operand, describe, max_square_side
+from lab.base.describe import describe
+from lab.base.index_range import max_square_side
+from lab.base.needs import CUDA, TRITON
+from lab.base.problem import Operand
 from lab.stages import STAGES, Variant
 from stage_sets import FP32_CASES, FP32_CUDA, FP32_TRITON  # noqa: F401
 
@@ -125,7 +128,7 @@ def test_prepare_itself_refuses_mismatched_shapes_before_anything_is_written():
 def test_only_sizes_and_strides_beyond_32_bit_integers_are_refused():
     """Past 2^31 elements an operand gets 64-bit offsets (tests/test_offsets64.py); what stays
     refused is a size or a stride the kernels cannot take as a 32-bit integer."""
-    from lab.operands import SIZE_LIMIT, check_index_range
+    from lab.base.index_range import SIZE_LIMIT, check_index_range
     from lab.shapes import parse_sizes
 
     check_index_range("C", 50_000, 50_000, 50_000, 1, "stage tiled (cuda)")  # 2.5e9: 64-bit
@@ -143,7 +146,7 @@ def test_only_sizes_and_strides_beyond_32_bit_integers_are_refused():
 
 
 def test_the_largest_32_bit_square_and_one_more():
-    from lab.operands import fits_32bit
+    from lab.base.index_range import fits_32bit
 
     n = max_square_side()
     assert fits_32bit(n, n, n, 1) and not fits_32bit(n + 1, n + 1, n + 1, 1)

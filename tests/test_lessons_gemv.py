@@ -34,7 +34,7 @@ import re
 import pytest
 
 from helpers import ROOT, cpu_only, stage_params
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.stages import get_stage
 from lesson_helpers import (aligned_ld, assert_same_sass, common_names,
                             lesson_and_variant_builds as both_builds, sass_listing,

@@ -26,7 +26,7 @@ import re
 import pytest
 
 from helpers import ROOT, cpu_only, fresh_build, stage_params
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.stages import get_stage
 
 KERNELS = ROOT / "cuda_kernels"

@@ -61,7 +61,9 @@ PTX_CASES = {
 def _problem(shape, layout: str, precision: str = "fp32", device: str = "meta"):
     """The Problem of 'meta' operands of `shape` in `layout` (a letter per operand: n row-major,
     t column-major; C row-major unless a third letter says t)."""
-    from lab.operands import DTYPE_NAMES, TRITON, describe
+    from lab.base.describe import describe
+    from lab.base.dtypes import DTYPE_NAMES
+    from lab.base.needs import TRITON
 
     dtype = getattr(torch, DTYPE_NAMES[precision])
     M, N, K = shape
@@ -89,7 +91,7 @@ def former_launch(stage: str, p, params: dict):
     keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "realign")
     config = {k: params[k] for k in keys}
     if stage == "warptiling":
-        from lab.roofline import sm_count
+        from lab.base.device import sm_count
 
         config = variant.configure(p, params["splitk"], config, sm_count(p.c.tensor.device))
     return variant.variant_launch(p, config)
@@ -137,7 +139,7 @@ def test_tiled_runs_its_lesson_in_fp32_only(precision):
 
 
 # (shape, parameter changes, whether the lesson runs): splitk=0 resolves to 1 at 256^3 and to a
-# split at 320x192x786432 (6 tiles, K long: lab/splitk.py)
+# split at 320x192x786432 (6 tiles, K long: lab/base/splitk.py)
 WARPTILING_CHOICES = [
     ((256, 256, 256), dict(), True),
     ((256, 256, 256), dict(splitk=1), True),

@@ -233,7 +233,8 @@ PREPARE_CHOICES = [  # (precision, the operands, the lesson?)
 def test_prepare_runs_the_lesson_only_for_the_lesson_case(monkeypatch, precision, case, lesson):
     """prepare()'s body on CPU tensors: plan()'s copies first, then the build of the layout the
     kernel reads."""
-    from lab.operands import CUDA, describe
+    from lab.base.describe import describe
+    from lab.base.needs import CUDA
 
     wg = _wg()
     calls = _recording(monkeypatch)

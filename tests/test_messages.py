@@ -1,4 +1,4 @@
-"""What a user is told when a call cannot run: the choices that would (lab/operands.py).
+"""What a user is told when a call cannot run: the choices that would (lab/base/problem.py).
 
 - A stage called with a dtype whose precision it does not offer names the precisions it offers
   for that dtype (mma with float32 tensors: 'tf32' or '3xtf32') and the other dtypes it takes.
@@ -15,7 +15,7 @@ import warnings
 import pytest
 import torch
 
-import lab.operands as operands
+from lab.base import checks, dtypes, entry, needs
 from helpers import cpu_only
 from lab import LabError, matmul
 
@@ -31,7 +31,7 @@ def one_sentence(exc: pytest.ExceptionInfo) -> str:
 def test_a_dtype_the_stage_takes_only_with_a_named_precision_names_the_choices():
     a, b = torch.randn(8, 6), torch.randn(6, 4)
     with pytest.raises(LabError) as info:
-        operands.precision_for(a, None, "stage mma (cuda)", ("tf32", "3xtf32", "bf16", "fp16"))
+        dtypes.precision_for(a, None, "stage mma (cuda)", ("tf32", "3xtf32", "bf16", "fp16"))
     assert one_sentence(info) == ("stage mma (cuda) does not compute in fp32; with float32 tensors "
                                   "pass precision='tf32' or '3xtf32', or give it bfloat16 or "
                                   "float16 tensors")
@@ -42,10 +42,10 @@ def test_a_dtype_the_stage_takes_only_with_a_named_precision_names_the_choices()
 def test_a_dtype_the_stage_never_takes_says_which_it_takes():
     a = torch.randn(4, 4).bfloat16()
     with pytest.raises(LabError) as info:
-        operands.precision_for(a, None, "stage tiled (cuda)", ("fp32",))
+        dtypes.precision_for(a, None, "stage tiled (cuda)", ("fp32",))
     assert one_sentence(info) == "stage tiled (cuda) takes float32 tensors, but A is bfloat16"
     with pytest.raises(LabError) as info:
-        operands.precision_for(a.double(), None, "stage mma (cuda)", ("tf32", "bf16"))
+        dtypes.precision_for(a.double(), None, "stage mma (cuda)", ("tf32", "bf16"))
     assert one_sentence(info) == ("stage mma (cuda) takes float32 or bfloat16 tensors, but A is "
                                   "float64")
 
@@ -78,7 +78,7 @@ def test_a_triton_prepare_without_the_interpreter_says_how_to_switch_it_on(monke
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     a, b, c = torch.randn(8, 6), torch.randn(6, 4), torch.empty(8, 4)
     with pytest.raises(LabError) as info:
-        operands.check_operands(a, b, c, "stage tiled (triton)", operands.TRITON, "cuda")
+        checks.check_operands(a, b, c, "stage tiled (triton)", needs.TRITON, "cuda")
     text = one_sentence(info)
     assert "TRITON_INTERPRET=1" in text and "CUDA kernel" not in text
 
@@ -87,13 +87,13 @@ def test_cpu_tensors_on_a_gpu_machine_are_told_to_move(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     a, b, c = torch.randn(8, 6), torch.randn(6, 4), torch.empty(8, 4)
     with pytest.raises(LabError, match=r"move them with \.cuda\(\)"):
-        operands.check_operands(a, b, c, "stage tiled (cuda)", operands.CUDA, "cuda")
+        checks.check_operands(a, b, c, "stage tiled (cuda)", needs.CUDA, "cuda")
 
 
 @cpu_only
 def test_a_large_cpu_call_warns_once_how_long_the_interpreter_takes(monkeypatch):
-    monkeypatch.setattr(operands, "_WARNED_INTERPRETER", [])
-    monkeypatch.setattr(operands, "INTERPRETER_WARN_WORK", 16**3)  # a small "large" call
+    monkeypatch.setattr(entry, "_WARNED_INTERPRETER", [])
+    monkeypatch.setattr(entry, "INTERPRETER_WARN_WORK", 16**3)  # a small "large" call
     a, b = torch.randn(32, 16), torch.randn(16, 16)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -105,8 +105,8 @@ def test_a_large_cpu_call_warns_once_how_long_the_interpreter_takes(monkeypatch)
     assert "expect about" in messages[0] and "1.5 s per 256^3" in messages[0]
     torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)
     small = torch.randn(4, 4)
-    monkeypatch.setattr(operands, "_WARNED_INTERPRETER", [])
-    monkeypatch.setattr(operands, "INTERPRETER_WARN_WORK", 256**3)
+    monkeypatch.setattr(entry, "_WARNED_INTERPRETER", [])
+    monkeypatch.setattr(entry, "INTERPRETER_WARN_WORK", 256**3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         matmul(small, small, stage="tiled", backend="triton")

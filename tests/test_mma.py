@@ -43,7 +43,7 @@ import torch
 from helpers import (DTYPE, ES, LAYOUTS, ROOT, TC_PRECISIONS, cpu_only, run_python, stage_module,
                      stage_params)
 from lab import check as chk
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.stages import get_stage
 
 from mma_defaults_helpers import count_ops, sass_mix
@@ -543,7 +543,8 @@ def test_automatic_bk_and_frags():
 
 @cpu_only
 def test_the_launcher_picks_alignment_variants_from_the_operands():
-    from lab.operands import CUDA, describe
+    from lab.base.describe import describe
+    from lab.base.needs import CUDA
 
     mma = _cuda()
     cases = [

@@ -21,7 +21,7 @@ import torch
 
 from lab import autotune as at
 from lab import check as chk
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.stages import get_stage, parse_variants
 from mma_defaults_helpers import (CACHE, DTYPE, GPU, PRECISIONS, ROOT, cached_entries, cpu_only,
                                   one_sentence, run_lab)
@@ -160,12 +160,13 @@ def test_the_automatic_values_are_cached_winners():
 
 def test_the_shape_rule_compares_the_grid_with_the_sm_count():
     from lab import roofline
+    from lab.base import device
 
     mma = _mma()
     # one helper with the wgmma stage's Triton twin, whose shape rule counts the same SMs
     triton_twin = get_stage("wgmma").module("triton")
-    assert mma.DEFAULT_SMS == triton_twin.DEFAULT_SMS == roofline.DEFAULT_SMS == 132
-    assert mma.sm_count is triton_twin.sm_count is roofline.sm_count
+    assert mma.DEFAULT_SMS == triton_twin.DEFAULT_SMS == device.DEFAULT_SMS == 132
+    assert mma.sm_count is triton_twin.sm_count is device.sm_count
     assert mma.sm_count(torch.device("cpu")) == mma.sm_count(torch.device("meta")) == 132
     res = lambda M, N, **kw: mma.config("bf16", **{**_params(), **kw}, M=M, N=N)  # noqa: E731
     assert res(BIG_M, BIG_N)["BM"] == 256  # 132 blocks: not fewer than the SMs
@@ -356,8 +357,9 @@ def test_prepare_builds_launches_and_reports_the_resolved_configuration(precisio
     keeps what it is given) builds and sizes the launch with the configuration resolved for the
     problem, and carries it as launch.config and as the `params` text of launch.resources."""
     from cuda_kernels._build import resources
-    from lab.contract import Prepared
-    from lab.operands import CUDA, describe
+    from lab.base.contract import Prepared
+    from lab.base.describe import describe
+    from lab.base.needs import CUDA
 
     mma = _mma()
     monkeypatch.setattr(mma, "stage_launcher", lambda build, geometry, p: Prepared(

@@ -676,7 +676,7 @@ def test_3xtf32_default_builds_keep_inf_without_spills(monkeypatch, stage, layou
 
 @cpu_only
 def test_tf32_rn_outside_its_values_is_refused(monkeypatch):
-    from lab.errors import LabError
+    from lab.base.errors import LabError
 
     with pytest.raises(LabError, match="TF32_RN must be"):
         _build(monkeypatch, "tf32", 3, "sm_90")

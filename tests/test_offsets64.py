@@ -1,7 +1,7 @@
 """64-bit offsets where an operand needs them, in every stage and both backends.
 
 A problem whose operand spans 2^31 elements or more (its furthest element plus a 256-row and
--column margin: lab/operands.py, span) is marked Problem.offsets64, and every launcher builds its
+-column margin: lab/base/index_range.py, span) is marked Problem.offsets64, and every launcher builds its
 kernels with 64-bit offsets for it: CUDA with OFFSET64=1 (cuda_kernels/common.cuh, offset_t),
 Triton with the constexpr OFFSET64 (triton_kernels/_common.py, wide_strides). Every other problem
 runs the 32-bit build, which must stay the kernel measured in results/.
@@ -34,9 +34,12 @@ import torch
 
 from helpers import cpu_only, fresh_build, new_emulator
 from lab import check as chk
-from lab.errors import LabError
-from lab.operands import (CUDA, INDEX_LIMIT, INDEX_MARGIN, TRITON, Padded, describe, span)
-from lab.roofline import DEFAULT_SMS
+from lab.base.errors import LabError
+from lab.base.describe import describe
+from lab.base.index_range import INDEX_LIMIT, INDEX_MARGIN, span
+from lab.base.needs import CUDA, TRITON
+from lab.base.padding import Padded
+from lab.base.device import DEFAULT_SMS
 from lab.stages import BACKENDS, STAGES, Variant, get_stage
 
 MV = (2048, 1, 1_048_576)  # A: 2048 x 1048576, 2.1e9 elements
@@ -75,7 +78,7 @@ CASES = [
 @pytest.mark.parametrize("needs", [CUDA, TRITON], ids=["cuda", "triton"])
 def test_describe_marks_offsets64_exactly_when_a_span_exceeds_the_limit(name, shape, layout,
                                                                        needs):
-    from lab.operands import max_square_side
+    from lab.base.index_range import max_square_side
 
     assert max_square_side() == 46_213
     M, N, K = shape
@@ -464,7 +467,7 @@ def test_triton_twins_with_64_bit_offsets_under_the_interpreter(i):
 # ------------------------------------------------------------------ refusals
 
 def test_what_cannot_run_is_refused_in_one_sentence():
-    from lab.operands import SIZE_LIMIT, check_index_range
+    from lab.base.index_range import SIZE_LIMIT, check_index_range
     from lab.toolchain.nvrtc import check_grid
 
     # check_operands' index check: sizes and strides, never the span

@@ -15,8 +15,8 @@ import torch
 
 import lab
 from lab import plan as plans
-from lab.contract import Prepared
-from lab.errors import LabError
+from lab.base.contract import Prepared
+from lab.base.errors import LabError
 
 SMALL = (24, 40, 16)  # M, N, K: tiny enough for the interpreter
 

@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from lab import check as chk
-from lab.report import Row
-from lab.run import Plan, _check_and_time
+from lab.row import Row
+from lab.run import RunSpec, _check_and_time
 from planted import kernel as planted
 
 
@@ -147,7 +147,7 @@ def test_the_run_machinery_records_the_row_as_fail_and_does_not_time_it():
     a, b, ref = _inputs(M, N, K)
     c = torch.empty(M, N)
     row = Row(stage="zero_registers(planted)", backend="cuda", precision="fp32", M=M, N=N, K=K)
-    plan = Plan(variants=[], backends=["cuda"], shapes=[], precision="fp32", mode="cpu")
+    plan = RunSpec(variants=[], backends=["cuda"], shapes=[], precision="fp32", mode="cpu")
     _check_and_time(row, planted.emulated_launch(a, b, c), a, b, c, ref, plan)
     assert row.status == "fail" and "not timed" in row.detail and "NaN" in row.detail
     assert row.median_ms is None and row.reps is None
@@ -173,7 +173,7 @@ def test_on_the_gpu_the_lab_check_fails_it_and_the_naive_check_passes_it():
     assert chk.compare(c[~unwritten], ref[~unwritten], K).passed
     # run the way lab.compare runs a row: checked, failed, never timed
     row = Row(stage="zero_registers(planted)", backend="cuda", precision="fp32", M=M, N=N, K=K)
-    plan = Plan(variants=[], backends=["cuda"], shapes=[], precision="fp32", rep_ms=10.0)
+    plan = RunSpec(variants=[], backends=["cuda"], shapes=[], precision="fp32", rep_ms=10.0)
     _check_and_time(row, launch, a, b, c, ref, plan)
     assert row.status == "fail" and row.median_ms is None, (row.status, row.detail)
 

@@ -8,7 +8,7 @@ import torch
 from helpers import run_lab
 from lab import LabError, matmul
 from lab import check as chk
-from lab.run import Plan
+from lab.run import RunSpec
 from lab.shapes import Shape
 from lab.stages import PRECISIONS, STAGES, get_stage, parse_variants
 
@@ -21,7 +21,7 @@ TWINS = [s.name for s in STAGES
 
 
 def test_every_registered_precision_has_a_threshold_a_dtype_and_a_peak_rate():
-    from lab.operands import DTYPE_NAMES
+    from lab.base.dtypes import DTYPE_NAMES
     from lab.peaks import rate
 
     for p in PRECISIONS:
@@ -65,7 +65,7 @@ def test_a_bf16_rounded_output_passes_bf16_but_a_dropped_k_tile_fails():
 
 
 def test_plan_runs_only_the_supported_combinations_and_says_which_are_not():
-    plan = Plan(parse_variants(["naive,tiled"]), ["cuda", "triton"], [Shape(32, 32, 32)],
+    plan = RunSpec(parse_variants(["naive,tiled"]), ["cuda", "triton"], [Shape(32, 32, 32)],
                 ["fp32", "bf16"], mode="cpu")
     assert plan.unsupported() == ["naive cuda bf16", "naive triton bf16", "tiled cuda bf16"]
     assert plan.n_rows == 4 + 1  # fp32: 2 stages x 2 backends; bf16: tiled triton
@@ -74,7 +74,7 @@ def test_plan_runs_only_the_supported_combinations_and_says_which_are_not():
 def test_a_stage_with_none_of_the_precisions_is_one_sentence():
     from lab.run import validate
 
-    plan = Plan(parse_variants(["naive"]), ["cuda", "triton"], [Shape(32, 32, 32)], ["bf16"],
+    plan = RunSpec(parse_variants(["naive"]), ["cuda", "triton"], [Shape(32, 32, 32)], ["bf16"],
                 mode="cpu")
     with pytest.raises(LabError, match="naive computes in none of the precisions asked for"):
         validate(plan)
@@ -151,7 +151,7 @@ def test_triton_twins_on_the_gpu_in_every_precision(stage, precision):
 def test_all_runs_the_stages_that_offer_a_precision_and_skips_the_rest():
     from lab.run import validate
 
-    plan = Plan(parse_variants(["all"]), ["cuda", "triton"], [Shape(32, 32, 32)], ["bf16"],
+    plan = RunSpec(parse_variants(["all"]), ["cuda", "triton"], [Shape(32, 32, 32)], ["bf16"],
                 mode="cpu")
     validate(plan)  # no error: 'all' means every stage that can
     assert "naive cuda bf16" in plan.unsupported()
@@ -201,7 +201,7 @@ def test_cublas_fp8_launch_in_every_layout_passes_the_fp8_check():
 
 
 def test_fp8_scales_are_checked_in_one_sentence():
-    from lab.operands import scales_for
+    from lab.base.checks import scales_for
 
     a = torch.zeros((4, 4), dtype=torch.float8_e4m3fn)
     where = "stage persistent (cuda)"
@@ -220,7 +220,8 @@ def test_fp8_scales_are_checked_in_one_sentence():
 
 
 def test_fp8_operands_with_a_c_that_is_not_bfloat16_are_refused():
-    from lab.operands import TRITON, check_operands
+    from lab.base.checks import check_operands
+    from lab.base.needs import TRITON
 
     a = torch.zeros((4, 8), dtype=torch.float8_e4m3fn)
     b = torch.zeros((8, 4), dtype=torch.float8_e4m3fn)
@@ -238,7 +239,7 @@ def test_a_plan_replays_the_callers_scale_tensors_and_keys_scale_numbers():
     """lab/plan.py: scale tensors a launch passes are swapped for the next call's; a scale given
     as a number is part of the signature (its tensor is the plan's own)."""
     from lab import plan as plans
-    from lab.contract import Prepared
+    from lab.base.contract import Prepared
 
     seen = []
     a, b, c = torch.zeros(2, 3), torch.zeros(3, 4), torch.zeros(2, 4)

@@ -1,4 +1,4 @@
-"""lab/precisions.py: one record per precision, read by the harness and the launchers.
+"""lab/base/precisions.py: one record per precision, read by the harness and the launchers.
 
 (a) The records agree with torch (dtypes and element sizes) and with the lab's own figures.
 (b) The tables the harness and launchers keep are read off the records, not written again: the
@@ -16,7 +16,9 @@ import pytest
 import torch
 
 from helpers import ROOT
-from lab import check, contract, operands, peaks, precisions, results, run
+from lab import check, peaks, results, run
+from lab.base import dtypes
+from lab.base import contract, precisions
 from lab.stages import STAGES
 
 RECORDS = precisions.RECORDS
@@ -52,9 +54,9 @@ def test_a_dtype_means_the_first_precision_with_those_operands():
 # ------------------------------------------------------------------------ (b) tables read off them
 @pytest.mark.parametrize("r", RECORDS, ids=lambda r: r.name)
 def test_the_harness_tables_are_the_records(r):
-    assert operands.DTYPE_NAMES[r.name] == r.dtype
-    assert operands.OUT_DTYPE_NAMES[r.name] == r.c_dtype
-    assert (r.name in operands.SCALED) == r.scaled
+    assert dtypes.DTYPE_NAMES[r.name] == r.dtype
+    assert dtypes.OUT_DTYPE_NAMES[r.name] == r.c_dtype
+    assert (r.name in dtypes.SCALED) == r.scaled
     assert check.FLOOR[r.name] == r.floor and check.UNIT_ROUNDOFF[r.name] == r.unit_roundoff
     assert check.tolerance(r.name, 1 << 30) == pytest.approx(
         max(r.floor, check.RANDOM_WALK_FACTOR * r.accumulate_u * 2**15))

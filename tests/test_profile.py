@@ -25,7 +25,7 @@ import torch
 from helpers import ROOT, run_lab
 from lab import ncu as N
 from lab import roofline as R
-from lab.errors import LabError
+from lab.base.errors import LabError
 
 DATA = ROOT / "tests" / "data"
 SYNTHETIC = DATA / "ncu_synthetic.csv"  # hand-made, see the module docstring
@@ -136,7 +136,7 @@ def test_every_table_metric_is_a_column_of_the_fixture(kernels):
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_summarize_maps_raw_metrics_to_columns(kernels, name):
     exp = EXPECTED[name]
-    s = N.summarize(kernels[name], 4096, 4096, 4096, R.DEFAULT_PEAKS)
+    s = N.kernel_columns(kernels[name], 4096, 4096, 4096, R.DEFAULT_PEAKS)
     assert s["kernel"] == name
     assert s["duration_ms"] == pytest.approx(exp["duration_ms"])
     assert s["sm_clock_ghz"] == pytest.approx(exp["sm_clock_ghz"])
@@ -152,10 +152,10 @@ def test_summarize_maps_raw_metrics_to_columns(kernels, name):
 
 def test_roofline_position_of_the_synthetic_kernels(kernels):
     peaks = R.Peaks(66.9e12, 3.0e12, "test")
-    tiled = N.summarize(kernels["matmul_tiled"], 4096, 4096, 4096, peaks)
+    tiled = N.kernel_columns(kernels["matmul_tiled"], 4096, 4096, 4096, peaks)
     # 137.44 GFLOP in 12.5 ms = 10.995 TFLOP/s; intensity 105.7 > ridge 22.3: roof = 66.9
     assert tiled["pct_of_roof"] == pytest.approx(100 * 10.99512 / 66.9, rel=1e-4)
-    naive = N.summarize(kernels["matmul_naive"], 4096, 4096, 4096, peaks)
+    naive = N.kernel_columns(kernels["matmul_naive"], 4096, 4096, 4096, peaks)
     # 137.44 GFLOP / 30.067 GB = 4.571 FLOP/byte: roof 13.713 TFLOP/s; achieved 0.54976
     assert naive["attainable_tflops"] == pytest.approx(13.7133, rel=1e-4)
     assert naive["pct_of_roof"] == pytest.approx(100 * 0.549756 / 13.7133, rel=1e-4)
@@ -165,7 +165,7 @@ def test_missing_metrics_become_na_not_errors(kernels):
     k = kernels["matmul_tiled"]
     values = {m: v for m, v in k.values.items() if m != "dram__bytes_write.sum"}
     partial = N.NcuKernel(k.id, k.kernel, k.block, k.grid, k.cc, values, k.units)
-    s = N.summarize(partial, 4096, 4096, 4096, R.DEFAULT_PEAKS)
+    s = N.kernel_columns(partial, 4096, 4096, 4096, R.DEFAULT_PEAKS)
     assert s["dram_bytes"] is None and s["intensity"] is None and s["bound"] is None
     assert s["duration_ms"] == pytest.approx(12.5)
 
@@ -176,7 +176,7 @@ def test_real_recording_has_every_column_and_sane_values():
     assert len(ks) == 1 and ks[0].kernel == "matmul_tiled"
     missing = [m for m in N.metric_list() if m not in ks[0].values]
     assert not missing, f"ncu did not report {missing}"
-    s = N.summarize(ks[0], 4096, 4096, 4096, R.DEFAULT_PEAKS)
+    s = N.kernel_columns(ks[0], 4096, 4096, 4096, R.DEFAULT_PEAKS)
     # the recording (H100, 2026-11-22) says gpu__time_duration.sum = 14,518,272 ns (unit "ns")
     # and dram__bytes_read.sum + dram__bytes_write.sum = 604,428,544 + 67,526,656 bytes
     assert s["duration_ms"] == pytest.approx(14.518272)
@@ -256,7 +256,7 @@ SNIPPET = """
 
 
 def test_instruction_mix_on_a_hand_written_snippet():
-    mix = N.instruction_mix(SNIPPET)
+    mix = N.mix_counts(SNIPPET)
     assert mix["FFMA"] == 3
     assert (mix["LDG.E"], mix["LDG.E.64"], mix["LDG.E.128"]) == (1, 1, 2)
     assert (mix["LDS"], mix["LDS.64"], mix["LDS.128"]) == (1, 1, 1)
@@ -288,7 +288,7 @@ def test_instruction_mix_of_the_real_tiled_cubin(stage_sass):
     """NVRTC builds tiled for sm_90 here; its inner loop is FFMAs fed from shared memory."""
     text = stage_sass("tiled")
     assert "matmul_tiled" in text
-    mix = N.instruction_mix(text)
+    mix = N.mix_counts(text)
     assert mix["FFMA"] >= 32  # TILE=32, unrolled: at least one FFMA per k
     assert mix["LDS"] + mix["LDS.64"] + mix["LDS.128"] > 0
     assert mix["STS"] >= 2  # one tile element of A and one of B per thread
@@ -297,8 +297,8 @@ def test_instruction_mix_of_the_real_tiled_cubin(stage_sass):
 
 
 def test_naive_has_no_shared_memory_traffic_and_tiled_does(stage_sass):
-    naive = N.instruction_mix(stage_sass("naive"))
-    tiled = N.instruction_mix(stage_sass("tiled"))
+    naive = N.mix_counts(stage_sass("naive"))
+    tiled = N.mix_counts(stage_sass("tiled"))
     assert naive["LDS"] + naive["LDS.64"] + naive["LDS.128"] + naive["STS"] == 0
     assert naive["FFMA"] > 0 and naive["LDG.E"] > 0
     # tiled loads each global element once per block, then reuses it from shared memory
@@ -398,7 +398,7 @@ def test_render_and_csv_from_the_fixture(kernels, tmp_path):
 
     rows = []
     for k in kernels.values():
-        s = N.summarize(k, 4096, 4096, 4096, R.DEFAULT_PEAKS)
+        s = N.kernel_columns(k, 4096, 4096, 4096, R.DEFAULT_PEAKS)
         rows.append({"stage": k.kernel.split("_")[1], "backend": "cuda", "params": "",
                      "M": 4096, "N": 4096, "K": 4096, **s, "_values": k.values})
     buf = io.StringIO()
@@ -779,7 +779,7 @@ def test_precision_bf16_builds_the_mma_variant_whose_sass_has_hmma():
     assert r.returncode == 0, r.stderr
     assert "SASS: mma cuda matmul_mma (sm_90, NVRTC, bf16)" in r.stdout
     assert "HMMA.16816.F32.BF16" in r.stdout and "TF32" not in r.stdout
-    mix = N.instruction_mix(r.stdout)
+    mix = N.mix_counts(r.stdout)
     assert mix["HMMA"] > 0 and mix["FFMA"] == 0
     last = r.stdout.strip().splitlines()[-1]
     assert last.startswith("// instruction mix") and f"HMMA {mix['HMMA']}" in last
@@ -913,7 +913,7 @@ def test_triton_compiles_in_the_precision_or_says_why_not():
                 "bf16", drop=("TRITON_INTERPRET",))
     if r.returncode == 0:
         assert "matmul_mma_kernel" in r.stdout and "bf16)" in r.stdout
-        mix = N.instruction_mix(r.stdout)
+        mix = N.mix_counts(r.stdout)
         assert mix["HMMA"] + mix["HGMMA"] > 0 and mix["FFMA"] == 0
     else:
         assert r.returncode == 2 and "Traceback" not in r.stderr and "GPU" in r.stderr

@@ -42,7 +42,7 @@ import pytest
 import torch
 
 from lab import check as chk
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.stages import parse_variants
 from helpers import LAYOUTS, cpu_only, run_lab, run_python
 from realign_helpers import offset_view, padding_of, triton_functions
@@ -308,7 +308,8 @@ def _recorded(twin: Twin, layout, shape, **changes) -> list[dict]:
     """The meta-parameters prepare() hands each launcher() call (meta tensors, nothing
     launched), in the order of the calls (split-K: the reduction's, then the GEMM kernel's),
     with the kernel's name, its grid and its A and B arguments."""
-    from lab.operands import TRITON, describe
+    from lab.base.describe import describe
+    from lab.base.needs import TRITON
     from triton_kernels._common import recording
 
     M, N, K = shape
@@ -541,7 +542,7 @@ def test_realign_at_a_long_k_on_the_gpu(twin, layout):
 
 
 def _buffers(*ops):
-    from lab.operands import Operand
+    from lab.base.problem import Operand
     from triton_kernels._realign import realign_buffer
 
     out = []

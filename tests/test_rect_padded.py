@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from lab import check as chk
-from lab.operands import describe
-from lab.errors import LabError
+from lab.base.describe import describe
+from lab.base.errors import LabError
 from lab.stages import get_stage
 
 SHAPES = [(1, 1, 1), (17, 33, 129), (65, 64, 63), (3, 130, 2)]

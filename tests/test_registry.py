@@ -4,7 +4,7 @@
 import pytest
 
 from helpers import ROOT
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.stages import BACKENDS, STAGES, Param, Stage, get_stage, parse_variants
 
 

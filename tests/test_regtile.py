@@ -20,7 +20,7 @@ import torch
 from helpers import (LAYOUTS, compile_for_emulator, cpu_only, line_widths, new_emulator, padded_ld,
                      stage_params, strided_operands)
 from lab import check as chk
-from lab.errors import CompileError, LabError
+from lab.base.errors import CompileError, LabError
 from lab.stages import get_stage
 
 pytestmark = cpu_only
@@ -76,7 +76,8 @@ def test_triton_twin_variants(stage_name, changes, shape):
 def test_triton_vectorized_twin_flags_follow_the_cuda_rule():
     """Hints along the contiguous dimension ('n' rows, 't' columns) only where 4 consecutive
     elements are contiguous, 16-byte aligned and inside the view."""
-    from lab.operands import TRITON, describe
+    from lab.base.describe import describe
+    from lab.base.needs import TRITON
     from triton_kernels import vectorized
 
     def flags(a, b, c):
@@ -156,7 +157,7 @@ def test_vectorized_scalar_variants_compile_without_spills(vec_a, vec_b, vec_c, 
 
 def test_vectorized_picks_the_scalar_variant_for_unaligned_lines():
     from cuda_kernels.vectorized import vector_flags
-    from lab.operands import describe
+    from lab.base.describe import describe
 
     def flags(a, b, c):  # (vec_a, vec_b, vec_c) as the launcher picks them
         f = vector_flags(describe(a, b, c))
@@ -383,7 +384,7 @@ def test_cuda_kernel_emulated_on_the_cpu(emulated, stage_name, params, layout):
                          ids=str)
 def test_vectorized_kernel_emulated_in_each_variant(emulated, stage_name, params, layout):
     from cuda_kernels.vectorized import validate, vector_flags
-    from lab.operands import describe
+    from lab.base.describe import describe
 
     validate(**params)
     flags = {name: bool(params[name]) for name in ("vec_a", "vec_b", "vec_c")}

@@ -13,7 +13,7 @@ import pytest
 
 from helpers import ROOT, run_lab
 from lab import results
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.csvfile import read_csv
 from lab.stages import STAGES
 

@@ -13,9 +13,11 @@ import pytest
 from rich.console import Console
 
 from helpers import ROOT
-from lab import report, table
+from lab import table
+from lab import row as row_module
 from lab.csvfile import INT_COLUMNS, read_csv, to_frame, write_csv
-from lab.report import Row, finalize
+from lab.computed import finalize
+from lab.row import Row
 from lab.table import render
 
 H100_CSV = ROOT / "results" / "2026-11-22-h100" / "08-final-all.csv"
@@ -165,7 +167,7 @@ def test_wide_table_at_80_columns_cuts_no_number_header_or_name(mode):
     assert_fits(text, 80)
     body = [line for line in text.splitlines() if not line.lstrip().startswith("─")]
     allowed = allowed_tokens(rows, mode, wide=True)
-    allowed |= {w for r in rows if r.status not in report.OK_STATUSES
+    allowed |= {w for r in rows if r.status not in row_module.OK_STATUSES
                 for w in f"{r.status} {r.stage} {r.backend} {r.layout} {table._size(r)}: "
                          f"{r.detail}".split()}
     cut = [w for line in body for w in line.split() if w not in allowed]

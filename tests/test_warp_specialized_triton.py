@@ -30,8 +30,9 @@ import torch
 from helpers import HAS_GPU, cpu_only, run_python
 from lab import check as chk
 from lab import plan as plans
-from lab.errors import LabError
-from lab.operands import TRITON, describe
+from lab.base.errors import LabError
+from lab.base.describe import describe
+from lab.base.needs import TRITON
 from lab.toolchain.triton import recording
 from triton_kernels import _common as common
 from triton_kernels import warp_specialized as ws
@@ -201,7 +202,7 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
-from lab.operands import TRITON, describe
+from lab.base import TRITON, describe
 from lab.toolchain.triton import FakeDriver, recording
 from triton_kernels import warp_specialized as ws
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,

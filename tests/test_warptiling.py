@@ -15,7 +15,7 @@
     and for the tile shapes worth timing; the reduction kernel for each splitk; the SASS of the
     default has the one-wavefront LDS.128 fragment reads and no local memory;
 (e) `gpu`: split-K and determinism on the GPU (skipped without one);
-(f) the automatic split (splitk=0, the default; lab/splitk.py): the split chosen for a table of
+(f) the automatic split (splitk=0, the default; lab/base/splitk.py): the split chosen for a table of
     shapes and SM counts, the same on both backends, explicit values passed through, the
     `params` column showing the split that runs, the Triton twin computing a split it chose
     under the interpreter, the tuner's build identity merging 0 with its split; `gpu`: the
@@ -34,7 +34,7 @@ import torch
 
 from helpers import LAYOUTS, cpu_only, line_widths, padded_ld, stage_params
 from lab import check as chk
-from lab.errors import CompileError, LabError
+from lab.base.errors import CompileError, LabError
 from lab.stages import get_stage
 
 STAGE = get_stage("warptiling")
@@ -451,7 +451,7 @@ def test_splitk_on_every_layout_on_the_gpu(layout):
 
 H100_SMS = 132
 # (M, N, K, SMs) -> (tile edge, split) that splitk=0 runs given the default 128 x 128 tiles (both
-# backends; lab/splitk.py auto_tile_and_split)
+# backends; lab/base/splitk.py auto_tile_and_split)
 AUTO_TABLE = [
     ((320, 192, 786432, H100_SMS), (64, 64)),   # 64 x 64 pads no edge (128: 62.5% of it is C);
                                                 # 15 tiles x 64 = 960 blocks, nearest 8 x 132
@@ -475,7 +475,7 @@ AUTO_TABLE = [
 @pytest.mark.parametrize("shape,want", AUTO_TABLE, ids=lambda v: "x".join(map(str, v))
                          if isinstance(v, tuple) else str(v))
 def test_the_automatic_split_of_each_shape(shape, want):
-    from lab.splitk import auto_tile_and_split
+    from lab.base.splitk import auto_tile_and_split
 
     M, N, K, sms = shape
     tile, split = want
@@ -506,7 +506,7 @@ def test_the_automatic_split_keeps_its_rules_over_many_shapes():
     or K is shorter than two splits of MIN_SPLIT_K; otherwise every split at least MIN_SPLIT_K
     long, and tiles x S the nearest (in ratio) to TARGET x SMs unless the chain rule raised it
     to the smallest split that keeps K/S <= MAX_CHAIN."""
-    from lab import splitk as sk
+    from lab.base import splitk as sk
 
     for M in (1, 100, 320, 700, 1025, 1500, 4096):
         for N in (1, 192, 256, 1025, 2000):
@@ -529,7 +529,7 @@ def test_the_automatic_split_keeps_its_rules_over_many_shapes():
 
 
 def test_the_default_is_the_automatic_split_and_explicit_values_pass_through():
-    from lab.splitk import AUTO
+    from lab.base.splitk import AUTO
 
     assert STAGE.defaults()["splitk"] == AUTO == 0
     for backend in ("cuda", "triton"):
@@ -634,8 +634,8 @@ def _fp32_ieee_matmul(a, b):
 @pytest.mark.parametrize("shape", [(320, 192, 786432), (256, 256, 524288)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_the_default_splits_long_k_on_the_gpu_correctly(backend, shape):
-    from lab.roofline import sm_count
-    from lab.splitk import auto_split
+    from lab.base.device import sm_count
+    from lab.base.splitk import auto_split
 
     M, N, K = shape
     a, b = chk.make_inputs(M, N, K, seed=1, device="cuda")

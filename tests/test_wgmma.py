@@ -41,8 +41,10 @@ import torch
 
 from helpers import LAYOUTS, ROOT, cpu_only, lab_env, run_lab, stage_params
 from lab import check as chk
-from lab.errors import CompileError, LabError
-from lab.operands import CUDA, Operand, describe
+from lab.base.errors import CompileError, LabError
+from lab.base.describe import describe
+from lab.base.needs import CUDA
+from lab.base.problem import Operand
 from lab.stages import get_stage, parse_variants
 from mma_defaults_helpers import DTYPE, PRECISIONS, count_ops, sass_mix
 
@@ -291,7 +293,7 @@ def test_an_unreadable_operand_is_copied_into_the_form_the_kernel_reads(case):
     assert tuple(n for n, _, _ in w["copies"]) == copied, name
     for n, dst, src in w["copies"]:
         assert dst.shape == src.shape and dst.data_ptr() != src.data_ptr()
-        from lab.operands import Operand
+        from lab.base.problem import Operand
 
         assert wg.lines_aligned(Operand.of(n, dst)), name
     assert w["layout"] in ("nn", "nt", "tt"), name  # the kernel reads what the copies made

@@ -22,7 +22,7 @@ import torch
 
 from lab import autotune as at
 from lab import check as chk
-from lab.errors import LabError
+from lab.base.errors import LabError
 from lab.stages import get_stage, parse_variants
 from mma_defaults_helpers import (CACHE, DTYPE, GPU, PRECISIONS, as_stage, cached_entries,
                                   cpu_only, one_sentence, run_lab)

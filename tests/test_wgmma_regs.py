@@ -24,8 +24,9 @@ import triton.language as tl
 
 from helpers import LAYOUTS, cpu_only
 from lab import check as chk
-from lab.errors import LabError
-from lab.operands import TRITON, describe
+from lab.base.errors import LabError
+from lab.base.describe import describe
+from lab.base.needs import TRITON
 from lab.stages import get_stage
 from triton_kernels.wgmma import round_tf32
 

@@ -22,9 +22,9 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 # where triton.set_allocator keeps its function (read by _ensure_tma_scratch only)
 from triton.runtime import _allocation as _triton_allocation
 
-from lab.contract import Offer
-from lab.errors import LabError
-from lab.roofline import DEFAULT_SMS
+from lab.base.contract import Offer
+from lab.base.errors import LabError
+from lab.base.device import DEFAULT_SMS
 from lab.toolchain import triton as toolchain
 from lab.toolchain.triton import (  # noqa: F401 (re-exported for the stages)
     FakeDriver, compiled_resources, interpreted, launcher, recording)
@@ -69,7 +69,7 @@ def dot_meta(kernel, p) -> dict:
 def problem_args(p) -> tuple:
     """The argument list every stage's kernel takes: (a, b, c, M, N, K, stride_am, stride_ak,
     stride_bk, stride_bn, stride_cm, stride_cn), from the shared description of the operands
-    (lab/operands.py). Triton specializes a stride equal to 1 as a constant and one divisible by
+    (lab/base/problem.py). Triton specializes a stride equal to 1 as a constant and one divisible by
     16 as such, so the row-major case compiles to the kernel it was before strides were added."""
     return (p.a.tensor, p.b.tensor, p.c.tensor, p.M, p.N, p.K, p.a.s0, p.a.s1, p.b.s0, p.b.s1,
             p.c.s0, p.c.s1)
@@ -77,7 +77,7 @@ def problem_args(p) -> tuple:
 
 def offsets_meta(p) -> dict:
     """The constexpr OFFSET64 every stage's kernel takes, for problem p: on where an operand spans
-    2^31 elements or more (lab/operands.py: Problem.offsets64), and the kernel then computes its
+    2^31 elements or more (lab/base/problem.py: Problem.offsets64), and the kernel then computes its
     offsets in 64 bits (wide_strides below); off, the kernel is the one it was before the switch."""
     return {"OFFSET64": bool(p.offsets64)}
 
@@ -157,7 +157,7 @@ def grouped_block(pid, grid_m, grid_n, GROUP_M: tl.constexpr):
 
 def scale_args(p) -> tuple:
     """(scale_a, scale_b): the two kernel arguments of fp8's per-tensor scales for problem p, the
-    one-element float32 tensors themselves (lab/operands.py Problem.scales; lab/plan.py finds them
+    one-element float32 tensors themselves (lab/base/problem.py Problem.scales; lab/plan.py finds them
     in a launch's arguments and swaps them on a replay), or (None, None) in the other precisions,
     where Triton makes the arguments constexprs that the kernel never reads (its `if scale_a_ptr
     is not None` is decided at compile time), so those kernels compile to what they were before
@@ -379,7 +379,7 @@ def with_tma_scratch(launch):
     nanoseconds of host time) is in the call, not only in prepare(): a plan replayed by another
     thread still finds one. Under the interpreter nothing is allocated and `launch` is returned as
     it is."""
-    from lab.contract import Prepared
+    from lab.base.contract import Prepared
 
     if not launch.steps or not any(getattr(t, "is_cuda", False)
                                    for _, args in launch.steps for t in args):
@@ -393,7 +393,7 @@ def with_tma_scratch(launch):
 
 TMA_ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}  # A's and B's bytes
 # C's bytes (its staging tile for the TMA store): the operands' except fp8, whose C is bfloat16
-# (lab/operands.py OUT_DTYPE_NAMES)
+# (lab/base/problem.py OUT_DTYPE_NAMES)
 TMA_C_BYTES = {**TMA_ELEM_BYTES, "fp8": 2}
 # precisions whose operands wgmma reads K-major only (its transpose bits exist for 16-bit types):
 # kmajor's automatic value is on for them, and a kernel with no transposing round trip
@@ -674,7 +674,7 @@ class TmaTwin:
 
     # ---------------------------------------------------------------- prepare()
     def setup(self, p, params: dict, sm_count) -> TmaSetup:
-        """prepare()'s setup on problem p (lab/operands.py, with p.precision): the GPU refused
+        """prepare()'s setup on problem p (lab/base/entry.py, with p.precision): the GPU refused
         in one sentence unless it is an sm_90 one, the configuration resolved for the shape on
         sm_count(device) SMs (the stage module's own function), and a buffer for each operand a
         descriptor cannot read, or (kmajor) that is not K-major (triton_kernels/_realign.py); fp8's

@@ -28,8 +28,8 @@ from dataclasses import replace
 import triton
 import triton.language as tl
 
-from lab.contract import Prepared
-from lab.operands import timer
+from lab.base.contract import Prepared
+from lab.base.timer import timer
 from lab.toolchain.triton import launcher
 
 
@@ -109,7 +109,7 @@ def realign_buffer(op, col_major: bool | None = None):
     padding is never written again, so it stays zero."""
     import torch
 
-    from lab.operands import Operand
+    from lab.base.problem import Operand
 
     t = op.tensor
     col_major = op.col_major if col_major is None else col_major
@@ -257,7 +257,7 @@ def tma_layout(p) -> tuple[tuple[int, int, int], dict]:
     readable by descriptors: after tma_operands). A_T / B_T: the operand is read through a
     descriptor of its transpose (it is column-major). C is written through a descriptor where one
     can describe it (C_DESC, C_T as for A and B), else by a masked store through its two strides
-    (any C: lab.operands leaves a Triton stage's C as the caller gave it), and ldc is then 0."""
+    (any C: lab.base leaves a Triton stage's C as the caller gave it), and ldc is then 0."""
     (a_t, lda), (b_t, ldb) = tma_lines(p.a), tma_lines(p.b, transposed_first=True)
     c = tma_lines(p.c)
     c_t, ldc = c if c is not None else (False, 0)

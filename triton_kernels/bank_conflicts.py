@@ -41,16 +41,14 @@ it attacks (as the CUDA stage): shared-memory bank conflicts, which on Triton's 
 where its unswizzled layout meets a column-major B.
 """
 
-from __future__ import annotations
-
 import re
 
 import triton
 import triton.language as tl
 
-from lab.errors import LabError
-from lab.contract import Offer
-from lab.operands import entry
+from lab.base.errors import LabError
+from lab.base.contract import Offer
+from lab.base.entry import entry
 from triton_kernels import _common as common
 from triton_kernels._common import FakeDriver, block_tile_launch, launcher
 from triton_kernels.vectorized import validate, vector_meta
@@ -147,7 +145,8 @@ def shared_layouts(layout: str = "nn", M: int = 4096, N: int = 4096, K: int = 40
     import torch
     from triton.runtime import driver
 
-    from lab.operands import TRITON, describe
+    from lab.base.describe import describe
+    from lab.base.needs import TRITON
     from triton_kernels._common import interpreted
 
     if interpreted(matmul_bank_conflicts_kernel):
@@ -192,6 +191,6 @@ OFFER = Offer("bank_conflicts", "triton", kernels=("matmul_bank_conflicts_kernel
 @entry(OFFER)
 def prepare(p, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8, num_stages: int = 1,
             **_):
-    """p: the shared description of the operands (lab/operands.py). The vectorized twin's launch."""
+    """p: the shared description of the operands (lab/base/problem.py). The vectorized twin's launch."""
     return block_tile_launch(launcher, matmul_bank_conflicts_kernel, p, BM, BN, BK, num_warps,
                              num_stages, **vector_meta(p, BK))

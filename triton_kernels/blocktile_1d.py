@@ -41,8 +41,8 @@ Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs, column-blocks 
 import triton
 import triton.language as tl
 
-from lab.contract import Offer
-from lab.operands import entry
+from lab.base.contract import Offer
+from lab.base.entry import entry
 from triton_kernels import _common as common
 from triton_kernels._common import block_tile_launch, launcher, validate_block_tile
 
@@ -86,6 +86,6 @@ OFFER = Offer("blocktile_1d", "triton", kernels=("matmul_blocktile_1d_kernel",),
 @entry(OFFER)
 def prepare(p, BM: int = 64, BN: int = 64, BK: int = 8, num_warps: int = 16, num_stages: int = 1,
             **_):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     return block_tile_launch(launcher, matmul_blocktile_1d_kernel, p, BM, BN, BK, num_warps,
                              num_stages)

@@ -22,8 +22,8 @@ takes column-block pid % grid_n and row-block pid // grid_n: the order of the fo
 import triton
 import triton.language as tl
 
-from lab.contract import Offer
-from lab.operands import entry
+from lab.base.contract import Offer
+from lab.base.entry import entry
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
 
@@ -61,7 +61,7 @@ OFFER = Offer("coalesced", "triton", kernels=("matmul_coalesced_kernel",))
 
 @entry(OFFER)
 def prepare(p, block: int = 32, num_warps: int = 4, **_):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     grid = (cdiv(p.M, block) * cdiv(p.N, block),)
     return launcher(matmul_coalesced_kernel, grid, (*problem_args(p),), BLOCK=block,
                     **offsets_meta(p), num_warps=num_warps)

@@ -85,9 +85,9 @@ g block-rows of A and a few block-columns of B in L2.
 import triton
 import triton.language as tl
 
-from lab.errors import LabError
-from lab.contract import Offer
-from lab.operands import entry
+from lab.base.errors import LabError
+from lab.base.contract import Offer
+from lab.base.entry import entry
 from triton_kernels import _common as common
 from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, offsets_meta, problem_args
 from triton_kernels.variants import double_buffered as variant
@@ -195,7 +195,7 @@ OFFER = Offer("double_buffered", "triton", kernels=variant.kernels,
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_M: int = 8,
             num_warps: int = 8, num_stages: int = 3, realign: bool = False,
             **_):
-    """p: the shared description of the operands (lab/operands.py). realign launches the
+    """p: the shared description of the operands (lab/base/problem.py). realign launches the
     variant."""
     config = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
                   num_warps=num_warps, num_stages=num_stages, realign=realign)

@@ -58,18 +58,19 @@ Bottleneck: DRAM bandwidth (the CUDA twin's header has the arithmetic: 2.56 ms a
 import triton
 import triton.language as tl
 
-from lab.contract import Offer, Prepared
-from lab.errors import LabError
-from lab.precisions import elem_bytes
-from lab.operands import entry, timer
-from lab.roofline import DEFAULT_SMS, sm_count
-from lab.splitk import AUTO, SPLITS, allowed_splits, nearest_split
+from lab.base.contract import Offer, Prepared
+from lab.base.errors import LabError
+from lab.base.precisions import elem_bytes
+from lab.base.entry import entry
+from lab.base.timer import timer
+from lab.base.device import DEFAULT_SMS, sm_count
+from lab.base.splitk import AUTO, SPLITS, allowed_splits, nearest_split
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
 from triton_kernels.variants.warptiling import REDUCE_BLOCK, splitk_reduce_kernel
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-ELEM_BYTES = elem_bytes("fp32", "bf16", "fp16")  # sizes from lab/precisions.py
+ELEM_BYTES = elem_bytes("fp32", "bf16", "fp16")  # sizes from lab/base/precisions.py
 TILE_LOADS = 4  # 16-byte loads of A per thread per k-step in the automatic tile
 MAX_NCOL = 8  # BLOCK_N = 0: at most 8 columns
 ROWS_KMAJOR = 4  # BLOCK_M = 0 for a row-major A
@@ -268,7 +269,7 @@ def vec_a(p) -> str:
 @entry(OFFER)
 def prepare(p, splitk: int = AUTO, BLOCK_M: int = 0, BLOCK_N: int = 0, BLOCK_K: int = 0,
             num_warps: int = 4, num_stages: int = 1, **_):
-    """p: the shared description of the operands (lab/operands.py); launch.config is the
+    """p: the shared description of the operands (lab/base/problem.py); launch.config is the
     configuration that runs and its text the row's `params` column."""
     import torch
 

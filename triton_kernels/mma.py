@@ -60,15 +60,15 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
-from lab.contract import Offer
-from lab.errors import LabError
-from lab.precisions import elem_bytes
-from lab.operands import entry
+from lab.base.contract import Offer
+from lab.base.errors import LabError
+from lab.base.precisions import elem_bytes
+from lab.base.entry import entry
 from triton_kernels import _common as common
 from triton_kernels._common import (SMEM_LIMIT, cdiv, dot_meta, launcher, offsets_meta,
                                     problem_args)
 
-ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/precisions.py
+ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/base/precisions.py
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
 DEFAULTS = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 0, "GROUP_M": 8, "num_warps": 8,
             "num_stages": 3}
@@ -261,7 +261,7 @@ OFFER = Offer("mma", "triton", precisions=tuple(ELEM_BYTES), kernels=("matmul_mm
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py), with p.precision. The
+    """p: the shared description of the operands (lab/base/problem.py), with p.precision. The
     launch's `config` is the configuration that runs (resolve())."""
     c = resolve(params, p.M, p.N, p.K, p.precision, 0)
     bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]

@@ -25,8 +25,8 @@ CUDA block has 1024).
 import triton
 import triton.language as tl
 
-from lab.contract import Offer
-from lab.operands import entry
+from lab.base.contract import Offer
+from lab.base.entry import entry
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
 
@@ -56,7 +56,7 @@ OFFER = Offer("naive", "triton", kernels=("matmul_naive_kernel",))
 
 @entry(OFFER)
 def prepare(p, block: int = 32, num_warps: int = 4, **_):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     grid = (cdiv(p.M, block) * cdiv(p.N, block),)
     return launcher(matmul_naive_kernel, grid, (*problem_args(p),), BLOCK=block,
                     **offsets_meta(p), num_warps=num_warps)

@@ -101,8 +101,8 @@ take the first of FALLBACKS that does (subtile on; then BLOCK_N 128; then 3 stag
 import triton
 import triton.language as tl
 
-from lab.operands import entry
-from lab.roofline import sm_count
+from lab.base.entry import entry
+from lab.base.device import sm_count
 from triton_kernels import _common as common
 from triton_kernels._common import TMA_C_BYTES, TMA_ELEM_BYTES, TmaTwin, dot_meta
 from triton_kernels.variants import persistent as variant
@@ -190,7 +190,7 @@ OFFER = TWIN.offer()
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py), with p.precision. The
+    """p: the shared description of the operands (lab/base/problem.py), with p.precision. The
     launch's `config` is the configuration that runs, `programs` the grid's size; `realigned`
     names the operands copied in each call (unaligned, or not K-major under kmajor). The lesson
     kernel above runs where C is row-major, whole and read through a descriptor, its variant

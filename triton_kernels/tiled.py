@@ -33,8 +33,8 @@ block of TILE*TILE threads).
 import triton
 import triton.language as tl
 
-from lab.contract import Offer
-from lab.operands import entry
+from lab.base.contract import Offer
+from lab.base.entry import entry
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
 from triton_kernels.variants import tiled as variant
@@ -74,7 +74,7 @@ OFFER = Offer("tiled", "triton", precisions=variant.PRECISIONS, kernels=("matmul
 
 @entry(OFFER)
 def prepare(p, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     if p.precision != "fp32":
         return variant.variant_launch(p, tile, num_warps, num_stages)
     grid = (cdiv(p.M, tile) * cdiv(p.N, tile),)

@@ -1,7 +1,7 @@
 """Stage tiled_padded, Triton twin: the tiled kernel on zero-padded operands, with no masks at all.
 
 CUDA stage: cuda_kernels/tiled_padded.cu. Changed from tiled: prepare() pads A, B and C with zeros
-to multiples of TILE once, outside the timed callable (lab/operands.py's `Padded`, which the CUDA
+to multiples of TILE once, outside the timed callable (lab/base/padding.py's `Padded`, which the CUDA
 launcher uses too, so both backends pad and crop identically), and the kernel's tl.load/tl.store
 carry no mask: every program handles a full TILE x TILE tile. When M or N is not a multiple of TILE the
 timed callable is the launch followed by c.copy_(cpad[:M, :N]); otherwise the kernel writes c
@@ -31,8 +31,9 @@ K-step is TILE; the CUDA-only ktile and group parameters have no Triton counterp
 import triton
 import triton.language as tl
 
-from lab.contract import Offer
-from lab.operands import Padded, entry
+from lab.base.contract import Offer
+from lab.base.entry import entry
+from lab.base.padding import Padded
 from triton_kernels import _common as common
 from triton_kernels._common import launcher, offsets_meta, problem_args
 
@@ -67,7 +68,7 @@ OFFER = Offer("tiled_padded", "triton", kernels=("matmul_tiled_padded_kernel",))
 
 @entry(OFFER)
 def prepare(p, tile: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     pad = Padded(p, tile)  # K padded to a multiple of TILE: the twin's K-step
     grid = ((pad.Mp // tile) * (pad.Np // tile),)
     kernel = launcher(matmul_tiled_padded_kernel, grid, (*problem_args(pad.problem),), TILE=tile,

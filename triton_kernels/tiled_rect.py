@@ -37,9 +37,9 @@ of rows*cols threads; 8 x 32 = 256 threads = 8 warps).
 import triton
 import triton.language as tl
 
-from lab.contract import Offer
-from lab.errors import LabError
-from lab.operands import entry
+from lab.base.contract import Offer
+from lab.base.errors import LabError
+from lab.base.entry import entry
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
 
@@ -95,7 +95,7 @@ OFFER = Offer("tiled_rect", "triton", kernels=("matmul_tiled_rect_kernel",), val
 
 @entry(OFFER)
 def prepare(p, rows: int = 8, cols: int = 32, num_warps: int = 4, num_stages: int = 1, **_):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     grid = (cdiv(p.M, rows) * cdiv(p.N, cols),)
     return launcher(matmul_tiled_rect_kernel, grid, (*problem_args(p),), BLOCK_M=rows,
                     BLOCK_N=cols, BLOCK_K=k_step(rows, cols), USE_DOT=rows >= 16 and cols >= 16,

@@ -47,9 +47,9 @@ Launch: a 1-D grid of ceil(M/BLOCK_M) * ceil(N/BLOCK_N) programs, column-blocks 
 import triton
 import triton.language as tl
 
-from lab.contract import PRECISIONS as ALL_PRECISIONS
-from lab.contract import Offer
-from lab.operands import entry
+from lab.base.contract import PRECISIONS as ALL_PRECISIONS
+from lab.base.contract import Offer
+from lab.base.entry import entry
 from triton_kernels import _common as common
 from triton_kernels._common import (block_k, block_tile_launch, dot_meta, launcher,
                                     validate_block_tile)
@@ -135,7 +135,7 @@ def _vec(op) -> str:
 
 
 def vector_flags(p) -> dict[str, str]:
-    """VEC_A, VEC_B, VEC_C for the problem p (lab.operands.Problem): "n", "t" or "" each."""
+    """VEC_A, VEC_B, VEC_C for the problem p (lab.base.problem.Problem): "n", "t" or "" each."""
     return {"VEC_A": _vec(p.a), "VEC_B": _vec(p.b), "VEC_C": _vec(p.c)}
 
 
@@ -153,7 +153,7 @@ OFFER = Offer("vectorized", "triton", precisions=PRECISIONS,
 @entry(OFFER)
 def prepare(p, BM: int = 128, BN: int = 128, BK: int = 8, num_warps: int = 8, num_stages: int = 1,
             **_):
-    """p: the shared description of the operands (lab/operands.py)."""
+    """p: the shared description of the operands (lab/base/problem.py)."""
     return block_tile_launch(launcher, matmul_vectorized_kernel, p, BM, BN, BK, num_warps,
                              num_stages, **vector_meta(p, BK),
                              **dot_meta(matmul_vectorized_kernel, p))

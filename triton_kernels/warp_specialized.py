@@ -135,8 +135,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from lab.operands import entry
-from lab.roofline import sm_count
+from lab.base.entry import entry
+from lab.base.device import sm_count
 from triton_kernels import _common as common
 from triton_kernels._common import KMAJOR_ONLY, TMA_C_BYTES, TMA_ELEM_BYTES, TmaTwin
 from triton_kernels.variants import warp_specialized as variant
@@ -266,7 +266,7 @@ OFFER = TWIN.offer()
 
 @entry(OFFER)
 def prepare(p, **params):
-    """p: the shared description of the operands (lab/operands.py), with p.precision, on an
+    """p: the shared description of the operands (lab/base/problem.py), with p.precision, on an
     sm_90 GPU (CPU tensors get one sentence: TWIN.setup). The launch's `config` is the
     configuration that runs; `realigned` names the operands copied in each call (unaligned, or
     not K-major: always in tf32 and fp8, under kmajor in bf16 and fp16). The lesson kernel above

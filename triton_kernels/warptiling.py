@@ -37,7 +37,7 @@ grid, each split's partial tile into a workspace, splitk_reduce_kernel's sum in 
 and realign (each A or B without 16-byte lines copied, in every call, into a zeroed buffer it
 reads through PAD_A / PAD_B; the machinery is triton_kernels/_realign.py, shared with the
 double_buffered twin, whose docstring gives the reasoning and the cost). splitk = 0 (the
-registry's default) is the split lab/splitk.py's auto_tile_and_split() chooses from M, N, K, the
+registry's default) is the split lab/base/splitk.py's auto_tile_and_split() chooses from M, N, K, the
 BLOCK_M x BLOCK_N tile and the GPU's SM count, the CUDA stage's rule (the variant's resolve();
 S = 1 unless the tiles are fewer than the SMs and K is long; where it splits, a 64 x 64 tile of 4
 warps if that pads less of C's edge). prepare() resolves it and runs the variant when the split is
@@ -57,11 +57,11 @@ reuse (GROUP_M); split-K: idle SMs when M x N has few tiles (320x192x786432).
 import triton
 import triton.language as tl
 
-from lab.errors import LabError
-from lab.contract import Offer
-from lab.operands import entry
-from lab.roofline import sm_count
-from lab.splitk import AUTO
+from lab.base.errors import LabError
+from lab.base.contract import Offer
+from lab.base.entry import entry
+from lab.base.device import sm_count
+from lab.base.splitk import AUTO
 from triton_kernels import _common as common
 from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, offsets_meta, problem_args
 from triton_kernels.variants import warptiling as variant
@@ -180,7 +180,7 @@ OFFER = Offer("warptiling", "triton", kernels=variant.kernels, **variant.SPLIT_K
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_M: int = 8,
             num_warps: int = 8, num_stages: int = 3, splitk: int = AUTO, realign: bool = False,
             **_):
-    """p: the shared description of the operands (lab/operands.py). splitk=0: the split for this
+    """p: the shared description of the operands (lab/base/problem.py). splitk=0: the split for this
     problem and this GPU (the variant's configure()); a split of more than 1, or realign, runs the
     variant. launch.config is the configuration that runs and its text the row's `params`
     column."""

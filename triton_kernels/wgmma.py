@@ -91,7 +91,7 @@ Two rules, both deterministic (resolve()):
   the SM count, BLOCK_N is 128 (1025^3: 81 programs, the tile the previous defaults ran at
   1025^3 in 32-mma-done.csv). The SM count is that of the GPU the operands are on; for CPU
   tensors (the interpreter) and lab.profile's meta tensors it is DEFAULT_SMS = 132, an H100
-  SXM's (lab.roofline.sm_count).
+  SXM's (lab.base.device.sm_count).
 - fit: where the tuned values would be refused next to the explicit values given (more than 128
   accumulators per thread, or a ring over 227 KiB: wgmma:num_warps=4, wgmma:num_stages=5, or
   wgmma:num_stages=4 in 3xtf32 with its 64-float BLOCK_K), every automatic value takes its previous
@@ -128,18 +128,19 @@ from dataclasses import replace
 import triton
 import triton.language as tl
 
-from lab.contract import Offer, Prepared
-from lab.errors import LabError
-from lab.precisions import elem_bytes
-from lab.operands import entry, timer
-from lab.roofline import DEFAULT_SMS, sm_count
+from lab.base.contract import Offer, Prepared
+from lab.base.errors import LabError
+from lab.base.precisions import elem_bytes
+from lab.base.entry import entry
+from lab.base.timer import timer
+from lab.base.device import DEFAULT_SMS, sm_count
 from triton_kernels import _common as common
 from triton_kernels._common import (SMEM_LIMIT, cdiv, dot_meta, launcher, offsets_meta,
                                     problem_args)
 from triton_kernels._realign import realign_buffer, realign_flags, with_copies
 from triton_kernels.mma import vector_flags  # the alignment hints, as stage mma's twin
 
-ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/precisions.py
+ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/base/precisions.py
 
 # How round_tf32 rounds (the kernel's REGS_A): 0 not at all (A goes to the tensor cores from shared
 # memory); 1 bit arithmetic (the Triton interpreter, which has no inline PTX); 2 cvt.rna.tf32.f32
@@ -552,7 +553,7 @@ OFFER = Offer("wgmma", "triton", precisions=tuple(ELEM_BYTES), kernels=kernels,
 def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0, GROUP_M: int = 8,
             num_warps: int = 8, num_stages: int = 0, kmajor_b: int = AUTO_KMAJOR,
             regs_mn: int = AUTO_KMAJOR):
-    """p: the shared description of the operands (lab/operands.py), with p.precision. The
+    """p: the shared description of the operands (lab/base/problem.py), with p.precision. The
     launch's `config` is the configuration that runs, the automatic values resolved for this
     precision and shape."""
     precision = p.precision

@@ -18,7 +18,7 @@ holds the rule.
     device       sm_count(device), DEFAULT_SMS: the GPU's size as the launchers size tiles by it
     splitk       split-K arithmetic (the automatic split), shared with the tuner's seeds
 
-The precision records (lab/precisions.py) belong to the base too. The base imports nothing of
+The precision records (lab/base/precisions.py) belong to the base too. The base imports nothing of
 the harness (run, compare, check, table, csvfile, stages, tune, ...): dependencies point one way,
 commands -> harness -> registry -> launchers -> lab.toolchain -> lab.base. Each name has one home
 here; this package's __init__ re-exports nothing, so a launcher's import line says which module a

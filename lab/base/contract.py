@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from lab.base.errors import LabError
-from lab.precisions import NAMES
+from lab.base.precisions import NAMES
 
 # precision names (lab/stages.py explains each); a launcher offers a subset
-PRECISIONS = NAMES  # lab/precisions.py: one record per precision
+PRECISIONS = NAMES  # lab/base/precisions.py: one record per precision
 
 
 def _accept(params: Mapping, precision: str) -> None:

@@ -1,6 +1,6 @@
 """Which precision a call computes in, and the dtypes each precision means.
 
-Read off the precision records (lab/precisions.py): the operands' and C's torch dtype names per
+Read off the precision records (lab/base/precisions.py): the operands' and C's torch dtype names per
 precision, the precision a dtype means when none is named, the precisions with per-tensor scales;
 `precision_for` resolves a call's precision and refuses one the stage does not offer in one
 sentence that names what would run (`mma` with float32 tensors: precision='tf32' or '3xtf32').
@@ -8,7 +8,7 @@ sentence that names what would run (`mma` with float32 tensors: precision='tf32'
 
 from __future__ import annotations
 
-from lab import precisions as _precisions
+from lab.base import precisions as _precisions
 from lab.base.errors import LabError
 
 # precision -> torch dtype name of A and B (the accumulation is fp32 in every precision)

@@ -259,7 +259,7 @@ def precision_order(precisions) -> list:
 
 def baseline_of(precision: str) -> str:
     """The cuBLAS precision a row of this precision is compared with (3xtf32: fp32)."""
-    from lab.precisions import BY_NAME
+    from lab.base.precisions import BY_NAME
 
     return BY_NAME[precision].baseline if precision in BY_NAME else precision or "fp32"
 

@@ -9,7 +9,7 @@ from lab.base.errors import LabError
 
 def roof_label(precision: str) -> str:
     """What the compute roof of `precision` is: the FP32 SIMT pipe, or the tensor cores."""
-    from lab.precisions import get
+    from lab.base.precisions import get
 
     r = get(precision)
     if not r.tensor_cores:

@@ -79,8 +79,3 @@ def targets_for(pairs, shape, args) -> list[Target]:
                               kernel_filter(v, backend, args.precision),
                               target_argv(backend, v.label, shape, args)))
     return targets
-
-
-# --- compat (temporary): .ab/rewrite_imports.py removes this block ---
-plan = targets_for  # the old name: tests still import it
-# --- end compat ---

@@ -124,8 +124,3 @@ def store(kind: str, key: str, files: dict[str, bytes], executable: tuple[str, .
         return folder if folder.is_dir() else None
     except OSError:
         return None
-
-
-# --- compat (temporary): .ab/rewrite_imports.py removes this block ---
-entry = entry_folder  # the old name: tests still call it
-# --- end compat ---

@@ -79,7 +79,7 @@ class GpuBench:
         from lab.timing import bench
 
         matmul = torch.backends.cuda.matmul
-        from lab.precisions import get
+        from lab.base.precisions import get
 
         tf32 = get(self.precision).cublas_tf32  # 3xtf32 stands in for fp32, compared with it
         if hasattr(matmul, "fp32_precision"):

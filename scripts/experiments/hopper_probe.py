@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     import torch
 
     from lab.check import compare, inputs_for, reference
-    from lab.operands import OUT_DTYPE_NAMES
+    from lab.base.dtypes import OUT_DTYPE_NAMES
     from lab.run import scaled_mm_launch
     from lab.timing import bench_adjacent
 

@@ -111,8 +111,8 @@ def main(argv=None) -> int:
     import torch
 
     from lab.check import check, inputs_for, reference
-    from lab.errors import LabError
-    from lab.operands import OUT_DTYPE_NAMES
+    from lab.base.errors import LabError
+    from lab.base.dtypes import OUT_DTYPE_NAMES
     from lab.run import scaled_mm_launch
     from lab.timing import bench_adjacent
 

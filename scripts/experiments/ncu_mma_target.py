@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from lab import check as chk
-    from lab.operands import DTYPE_NAMES
+    from lab.base.dtypes import DTYPE_NAMES
     from lab.stages import get_stage
 
     stage, backend, precision, size = argv[:4]

@@ -1,4 +1,4 @@
-"""The warptiling stage's defaults (splitk=0: the split chosen from the shape, lab/splitk.py) on
+"""The warptiling stage's defaults (splitk=0: the split chosen from the shape, lab/base/splitk.py) on
 both backends at the long-K shapes the automatic split is for and the square shapes it must
 leave alone, measured by lab.compare beside cuBLAS fp32 (TF32 off), then one table:
 

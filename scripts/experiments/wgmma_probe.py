@@ -67,7 +67,8 @@ def launch_fn(A, B, C, prec, cfg=None, group=8):
     """(the launch, its build) for C = A B with build defines `cfg` (default: the launcher's
     WGMMA row), planned as the stage's launcher plans it (cuda_kernels/wgmma.py: launch)."""
     from cuda_kernels import wgmma
-    from lab.operands import CUDA, describe
+    from lab.base.describe import describe
+    from lab.base.needs import CUDA
 
     launch = wgmma.launch(describe(A, B, C, CUDA), prec, group, cfg)
     return launch, launch.build

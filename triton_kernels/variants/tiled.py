@@ -17,8 +17,8 @@ the tuner see one stage.
 import triton
 import triton.language as tl
 
-from lab.contract import PRECISIONS as ALL_PRECISIONS
-from lab.errors import LabError
+from lab.base.contract import PRECISIONS as ALL_PRECISIONS
+from lab.base.errors import LabError
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, dot_meta, launcher, offsets_meta, problem_args
 

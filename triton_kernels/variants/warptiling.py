@@ -1,6 +1,6 @@
 """warptiling's Triton twin for what its lesson (triton_kernels/warptiling.py) leaves out: split-K
 and realign. Not a stage of its own: warptiling's prepare() resolves the parameters (resolve()
-below: splitk=0, the registry's default, made the split lab/splitk.py's auto_tile_and_split()
+below: splitk=0, the registry's default, made the split lab/base/splitk.py's auto_tile_and_split()
 chooses) and hands the launch to variant_launch() here when the split is more than 1 or realign
 is on; every other problem runs the lesson kernel.
 
@@ -30,11 +30,11 @@ matmul_warptiling_kernel too), so rows, lab.profile and the tuner see one stage.
 import triton
 import triton.language as tl
 
-from lab.contract import Prepared, Tuning
-from lab.errors import LabError
-from lab.operands import timer
-from lab.roofline import DEFAULT_SMS
-from lab.splitk import AUTO, auto_tile_and_split
+from lab.base.contract import Prepared, Tuning
+from lab.base.errors import LabError
+from lab.base.timer import timer
+from lab.base.device import DEFAULT_SMS
+from lab.base.splitk import AUTO, auto_tile_and_split
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
 from triton_kernels._realign import realign_flags, realign_setup, with_copies
@@ -172,14 +172,14 @@ PARAM_ORDER = ("splitk", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps"
 def resolve(params, M: int, N: int, K: int, precision: str = "fp32",
             sms: int = DEFAULT_SMS) -> dict:
     """The parameters as they are compiled and launched (the contract's `resolve`): splitk=0
-    made the tile and split lab.splitk.auto_tile_and_split() chooses for M x N x K on `sms` SMs
+    made the tile and split lab.base.splitk.auto_tile_and_split() chooses for M x N x K on `sms` SMs
     (the CUDA stage's rule, from the same function)."""
     out = dict(params)
     if out.get("splitk", AUTO) != AUTO:
         return out
     BM, BN = out.get("BLOCK_M", 128), out.get("BLOCK_N", 128)
     tm, tn, out["splitk"] = auto_tile_and_split(M, N, K, BM, BN, sms)
-    if (tm, tn) != (BM, BN):  # the 64 x 64 tile runs 4 warps (lab/splitk.py, step 5)
+    if (tm, tn) != (BM, BN):  # the 64 x 64 tile runs 4 warps (lab/base/splitk.py, step 5)
         out.update(BLOCK_M=tm, BLOCK_N=tn, num_warps=4)
     return out
 

@@ -7,15 +7,15 @@ launchers (element sizes, Triton's tl.dot precision, which operands must lie K-m
 build's define) read this record; a new precision is one `Precision(...)` entry here plus the
 kernels that compute in it (docs/ARCHITECTURE.md, "Precisions").
 
-This module is part of the shared base: it imports nothing of the lab but lab.errors, and no
-torch (dtypes are named; lab/operands.py turns a name into a torch dtype).
+This module is part of the shared base: it imports nothing of the lab but lab.base.errors, and no
+torch (dtypes are named; lab/base/problem.py turns a name into a torch dtype).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab.errors import LabError
+from lab.base.errors import LabError
 
 # bytes of each dtype the lab names (torch's names)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1}
