@@ -8,12 +8,9 @@
   import a lower module, never one that imports it back.
 - Kernel modules import from lab only the shared base (the package lab.base: errors, contract,
   entry, the operand description, ...) and the toolchain layer (the package lab.toolchain: build
-  and launch tools, shared with the harness). lab.base imports nothing of lab outside itself (the
-  precision records, lab/precisions.py, count as base until they move into lab/base/);
+  and launch tools, shared with the harness). lab.base imports nothing of lab outside itself;
   lab.toolchain imports only lab.base and itself. Dependencies point one way: commands ->
   harness -> registry -> launchers -> lab.toolchain -> lab.base.
-- Temporary compatibility modules (lab/_compat.py: the old paths lab.operands, lab.errors, ...)
-  hold only re-exports from the base; while they exist a launcher may still import them.
 - lab/ imports nothing of cuda_kernels/ or triton_kernels/ (the registry reaches a launcher by
   its module name, lab/stages.py Stage.module); cuda_kernels/ and triton_kernels/ import nothing
   of each other (twins share through the base).
@@ -37,11 +34,6 @@ PACKAGES = ("lab", "cuda_kernels", "triton_kernels")
 # the toolchain layer (docs/ARCHITECTURE.md, "Layout").
 BASE_PACKAGE = "lab.base"
 TOOLCHAIN = "lab.toolchain"
-# Base modules not yet under lab/base/ (moved there by .ab/rewrite_imports.py with the rest of the
-# imports; until then they are base, and may be imported as such).
-BASE_PENDING = ()
-# The temporary compatibility modules at the old paths (lab/_compat.py), while they exist.
-COMPAT_CANDIDATES = ()
 
 
 def in_package(module: str, package: str) -> bool:
@@ -125,20 +117,14 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 GRAPH = import_graph(modules())
-COMPAT = tuple(m for m in COMPAT_CANDIDATES if m in GRAPH)
-# A harness module that still re-exports base names in a compat block (lab/roofline.py: sm_count,
-# DEFAULT_SMS from lab.base.device) may be imported by launchers for those names while it does.
-PARTIAL_COMPAT = tuple(m for m in ("lab.roofline",) if m in GRAPH
-                       and "# --- compat (temporary)" in modules()[m].read_text(encoding="utf-8"))
 
 
 def is_base(module: str) -> bool:
-    return in_package(module, BASE_PACKAGE) or module in BASE_PENDING
+    return in_package(module, BASE_PACKAGE)
 
 
 def may_be_imported_by_launchers(module: str) -> bool:
-    return (is_base(module) or in_package(module, TOOLCHAIN) or module in COMPAT
-            or module in PARTIAL_COMPAT)
+    return is_base(module) or in_package(module, TOOLCHAIN)
 
 
 def test_the_graph_reads_function_level_and_relative_imports(tmp_path):
@@ -196,12 +182,11 @@ def test_kernel_modules_import_only_the_shared_base_and_the_toolchain():
 
 
 def test_the_shared_base_imports_nothing_of_lab_outside_it():
-    """The base may import the lab package itself (lab/__init__.py imports only lab.base.errors)
-    and, while they exist, the compatibility modules (lab/precisions.py imports lab.errors)."""
+    """The base may import the lab package itself (lab/__init__.py imports only lab.base.errors)."""
     base = [m for m in GRAPH if is_base(m)]
     assert {"lab.base", "lab.base.entry", "lab.base.problem", "lab.base.errors"} <= set(base)
     above = sorted((m, t) for m in base for t in GRAPH[m]
-                   if not is_base(t) and t != "lab" and t not in COMPAT)
+                   if not is_base(t) and t != "lab")
     assert above == []
 
 
@@ -209,34 +194,18 @@ def test_the_toolchain_imports_only_the_base():
     tools = [m for m in GRAPH if in_package(m, TOOLCHAIN)]
     assert len(tools) > 4
     above = sorted((m, t) for m in tools for t in GRAPH[m]
-                   if not (is_base(t) or in_package(t, TOOLCHAIN) or t == "lab" or t in COMPAT))
+                   if not (is_base(t) or in_package(t, TOOLCHAIN) or t == "lab"))
     assert above == []
 
 
-def test_the_harness_reaches_the_base_by_its_new_paths():
-    """Only the modules outside lab/ (and lab/precisions.py, lab/lesson.py) still use the
-    compatibility paths; .ab/rewrite_imports.py rewrites those and deletes them."""
-    users = sorted((m, t) for m, ts in GRAPH.items() if m.split(".")[0] == "lab"
-                   and m not in COMPAT and m not in ("lab.precisions", "lab.lesson")
-                   for t in ts if t in COMPAT)
-    assert users == []
-
-
-def test_a_compatibility_module_only_re_exports_the_base():
-    import ast as _ast
-
-    for name in COMPAT:
-        if name == "lab._compat":
-            continue
-        tree = _ast.parse(modules()[name].read_text(encoding="utf-8"))
-        for node in tree.body:
-            if isinstance(node, _ast.Expr) and isinstance(node.value, _ast.Constant):
-                continue  # the docstring
-            if isinstance(node, _ast.Expr) and isinstance(node.value, _ast.Call):
-                assert _ast.unparse(node) == "forward(__name__)", name
-                continue
-            assert isinstance(node, _ast.ImportFrom), (name, _ast.unparse(node))
-            assert node.module == "lab._compat" or node.module.startswith("lab."), name
+def test_no_module_at_the_base_s_former_paths():
+    """The shared base has one home: nothing is left at lab/operands.py, lab/contract.py,
+    lab/errors.py, lab/splitk.py, lab/precisions.py or lab/report.py (their concerns are in
+    lab/base/ and, for report.py's, lab/row.py, lab/computed.py and lab/repeats.py)."""
+    former = ("lab.operands", "lab.contract", "lab.errors", "lab.splitk", "lab.precisions",
+              "lab.report", "lab._compat")
+    assert [m for m in former if m in GRAPH] == []
+    assert [(m, t) for m, ts in GRAPH.items() for t in ts if t in former] == []
 
 
 def test_lab_imports_no_launcher_package_and_the_twins_import_no_twin():
