@@ -25,7 +25,8 @@ import re
 
 import pytest
 
-from helpers import ROOT, cpu_only, fresh_build, stage_params
+from helpers import ROOT, cpu_only, stage_params
+from lesson_helpers import assert_same_sass, require_disassembler, sass_listing
 from lab.base.errors import LabError
 from lab.stages import get_stage
 
@@ -217,30 +218,13 @@ def _sass_sets() -> list[dict]:
 SASS_SETS = _sass_sets()
 
 
-def _listing(build) -> list[str]:
-    """The build's SASS instructions, without addresses and encodings."""
-    from lab.toolchain import sass
-
-    out = []
-    for line in sass.sass(build).splitlines():
-        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s*(.*?)\s*;", line)
-        if m:
-            out.append(m.group(1))
-    return out
-
-
-def _resources(build) -> tuple:
-    return (build.registers, build.spill_bytes, build.stack_frame, build.smem_static)
-
-
 @pytest.fixture(scope="module")
 def lesson_and_variant_builds():
     """{case index: (the lesson's build, the variant compiled with the same options)}; the last
     case is the default on sm_80."""
-    from lab.toolchain import nvrtc, sass
+    from lab.toolchain import nvrtc
 
-    if sass.find_tool("cuobjdump") is None and sass.find_tool("nvdisasm") is None:
-        pytest.skip("no cuobjdump or nvdisasm (pip install nvidia-cuda-cuobjdump)")
+    require_disassembler()
 
     def both(i):
         if i == len(SASS_SETS):  # the defaults, built for sm_80 with the sm_90 build's options
@@ -265,16 +249,5 @@ def test_the_lesson_compiles_to_the_variant_s_sass(lesson_and_variant_builds, i)
     lesson, variant = lesson_and_variant_builds[i]
     assert lesson.source == "mma.cu" and variant.source == "variants/mma.cu"
     assert "-DPREC_BF16=1" in lesson.options and "-DFRAGS=2" in lesson.options
-    for attempt in range(3):
-        # ptxas can schedule one source differently on a busy machine (tests/helpers.py:
-        # fresh_build): a mismatch is compiled again, both files, before the verdict
-        if attempt:
-            lesson, variant = fresh_build(lesson), fresh_build(variant)
-        a, b = _listing(lesson), _listing(variant)
-        if a == b and _resources(lesson) == _resources(variant):
-            break
-    assert _resources(lesson) == _resources(variant)
-    first = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    assert a == b, (f"{len(a)} vs {len(b)} instructions, first difference at {first}: "
-                    f"{a[first:first + 3]} vs {b[first:first + 3]}")
-    assert any(op.startswith("HMMA.16816.F32.BF16") for op in a)
+    assert_same_sass(lesson, variant, f"mma {SASS_SETS[i] if i < len(SASS_SETS) else 'sm_80'}")
+    assert any(op.startswith("HMMA.16816.F32.BF16") for op in sass_listing(lesson))
