@@ -27,7 +27,7 @@ from lab.base.entry import entry
 
 FIXES = {"none": 0, "pad": 1, "swizzle": 2, "raw": 3}  # -DFIX values (bank_conflicts.cu)
 threads = blocktile_2d.threads
-vector_flags = vectorized.vector_flags
+aligned_operands = vectorized.aligned_operands
 
 
 def tile_floats(width: int, BK: int, fix: str, scatter: bool, none_pad: int) -> int:

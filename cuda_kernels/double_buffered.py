@@ -10,7 +10,7 @@ at the defaults); the launcher (_build.launcher) raises the kernel's dynamic sha
 when a configuration needs more than 48 KiB.
 
 The variant is chosen per call from the shared description of the operands, as in vectorized.py:
-the layout (-DTRANS_A / -DTRANS_B) and VEC_A / VEC_B / VEC_C (vectorized.vector_flags: an operand
+the layout (-DTRANS_A / -DTRANS_B) and VEC_A / VEC_B / VEC_C (vectorized.aligned_operands: an operand
 whose lines are not 16-byte aligned is read one float at a time, with 4-byte cp.async copies in
 the cp_async pipeline). build() without those arguments compiles the nn vector variant (what CPU
 mode reports and what 4096^3 runs).
@@ -33,7 +33,7 @@ reports no spills (_build.spill_free_build).
 
 from cuda_kernels._build import (cdiv, cuda_offer, first_min_blocks, lesson_case,
                                  spill_free_build, stage_launcher, stage_source)
-from cuda_kernels.vectorized import vector_flags
+from cuda_kernels.vectorized import aligned_operands
 from lab.base.errors import LabError
 from lab.base.entry import entry
 
@@ -186,6 +186,6 @@ OFFER = cuda_offer("double_buffered", ("matmul_double_buffered",), build, geomet
 def prepare(p, **params):
     """p: the shared description of the operands (lab/base/problem.py)."""
     params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c", "layout")}
-    return stage_launcher(build(**params, **vector_flags(p), layout=p.layout,
+    return stage_launcher(build(**params, **aligned_operands(p), layout=p.layout,
                                 offsets64=p.offsets64),
                           geometry(p.M, p.N, p.K, **params, layout=p.layout), p)

@@ -8,7 +8,7 @@ The build is chosen per call, from the shared description of the operands (prepa
 (Problem.layout: nn, nt, tn, tt; -DTRANS_A / -DTRANS_B), which operands may use float4, and the
 offsets (Problem.offsets64). A float4 runs along an operand's contiguous dimension (a row of a
 row-major operand, a column of a transposed one: variants/vectorized.cu, Layouts) and must be
-16-byte aligned, so (vector_flags)
+16-byte aligned, so (aligned_operands)
   VEC_A = 1 only if A's lines are 16-byte aligned: its data pointer and lda * 4 bytes are
           multiples of 16 (Operand.aligned); else the A chunks are read one float at a time;
   VEC_B = 1 likewise for B (ldb), VEC_C = 1 for C (ldc; C is always row-major), whose float4 are
@@ -56,7 +56,7 @@ def build(BM: int = 128, BN: int = 128, BK: int = 8, TM: int = 8, TN: int = 8, g
                             unroll=unroll, layout=layout, offsets64=offsets64)
 
 
-def vector_flags(p) -> dict[str, bool]:
+def aligned_operands(p) -> dict[str, bool]:
     """Which operands of Problem `p` may use float4: those whose lines (rows, or columns of a
     transposed A or B) start on 16-byte boundaries, i.e. base pointer and leading dimension."""
     return {"vec_a": p.a.aligned(16), "vec_b": p.b.aligned(16), "vec_c": p.c.aligned(16)}
@@ -73,7 +73,7 @@ def vector_launch(build, geometry, p, params):
     """prepare()'s body for a kernel with VEC_A / VEC_B / VEC_C variants (this stage and
     bank_conflicts): the build for p's layout, alignment and offsets, launched on p."""
     params = {k: v for k, v in params.items() if k not in ("vec_a", "vec_b", "vec_c")}
-    return stage_launcher(build(**params, **vector_flags(p), layout=p.layout,
+    return stage_launcher(build(**params, **aligned_operands(p), layout=p.layout,
                                 offsets64=p.offsets64),
                           geometry(p.M, p.N, p.K, **params), p)
 

@@ -32,7 +32,7 @@ compile (CPU mode, the tuner's probe) resolves it for DEFAULT_SMS (132). build()
 take a concrete S: without a shape they read 0 as 1, the unsplit kernel.
 
 Variants per call, as in vectorized.py: the layout (-DTRANS_A / -DTRANS_B) and VEC_A / VEC_B / VEC_C
-(vector_flags: which operands' lines are 16-byte aligned).
+(aligned_operands: which operands' lines are 16-byte aligned).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from __future__ import annotations
 from cuda_kernels._build import (cdiv, compile_kernel, first_min_blocks, launcher, lesson_case,
                                  require_even_split, require_static_smem, resources,
                                  stage_launcher, stage_source)
-from cuda_kernels.vectorized import vector_flags
+from cuda_kernels.vectorized import aligned_operands
 from lab.base.contract import Offer, Prepared, Tuning
 from lab.base.errors import LabError
 from lab.base.entry import entry
@@ -241,7 +241,7 @@ def prepare(p, splitk: int = AUTO, **params):
                      sm_count(p.c.tensor.device))
     params = {k: v for k, v in config.items() if k != "splitk"}  # the tile splitk=0 chose
     splitk = config["splitk"]
-    flags = vector_flags(p)
+    flags = aligned_operands(p)
     main = build(**params, splitk=splitk, **flags, layout=p.layout, offsets64=p.offsets64)
     grid, block, smem = geometry(p.M, p.N, p.K, **params, splitk=splitk)
     if splitk == 1:

@@ -126,7 +126,7 @@ def _run(emulator, build, params, M, N, K, lds):
 @cpu_only
 @pytest.mark.parametrize("case", EMU_CASES, ids=_case_id)
 def test_cuda_kernel_emulated_on_the_cpu(emulated, case):
-    from cuda_kernels.double_buffered import vector_flags
+    from cuda_kernels.double_buffered import aligned_operands
     from lab.base.describe import describe
 
     emulator, builds = emulated
@@ -138,7 +138,7 @@ def test_cuda_kernel_emulated_on_the_cpu(emulated, case):
     for M, N, K in EMU_SHAPES:
         lds = _leading_dims(M, N, K, layout, vec)
         p = describe(*_operands(M, N, K, layout, *lds))
-        flags = vector_flags(p)
+        flags = aligned_operands(p)
         # Only where the launcher picks exactly this variant and layout (a single row or column
         # has no leading dimension: it counts as aligned whenever its pointer is, and as
         # row-major whatever its strides).

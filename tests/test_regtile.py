@@ -81,7 +81,7 @@ def test_triton_vectorized_twin_flags_follow_the_cuda_rule():
     from triton_kernels import vectorized
 
     def flags(a, b, c):
-        return vectorized.vector_flags(describe(a, b, c, TRITON))
+        return vectorized.vec_hints(describe(a, b, c, TRITON))
 
     a, b, c = torch.empty(8, 12), torch.empty(12, 20), torch.empty(8, 20)
     assert flags(a, b, c) == {"VEC_A": "n", "VEC_B": "n", "VEC_C": "n"}
@@ -156,11 +156,11 @@ def test_vectorized_scalar_variants_compile_without_spills(vec_a, vec_b, vec_c, 
 
 
 def test_vectorized_picks_the_scalar_variant_for_unaligned_lines():
-    from cuda_kernels.vectorized import vector_flags
+    from cuda_kernels.vectorized import aligned_operands
     from lab.base.describe import describe
 
     def flags(a, b, c):  # (vec_a, vec_b, vec_c) as the launcher picks them
-        f = vector_flags(describe(a, b, c))
+        f = aligned_operands(describe(a, b, c))
         return f["vec_a"], f["vec_b"], f["vec_c"]
 
     # row-major: the lines are rows, so K (A) and N (B, C) must be multiples of 4
@@ -383,7 +383,7 @@ def test_cuda_kernel_emulated_on_the_cpu(emulated, stage_name, params, layout):
 @pytest.mark.parametrize("stage_name,params,layout", EMU_CASES[len(EMU_KERNELS) * len(LAYOUTS):],
                          ids=str)
 def test_vectorized_kernel_emulated_in_each_variant(emulated, stage_name, params, layout):
-    from cuda_kernels.vectorized import validate, vector_flags
+    from cuda_kernels.vectorized import validate, aligned_operands
     from lab.base.describe import describe
 
     validate(**params)
@@ -395,7 +395,7 @@ def test_vectorized_kernel_emulated_in_each_variant(emulated, stage_name, params
         assert p.layout == layout and not p.swapped
         # Only where the launcher picks exactly this variant (not, e.g., an unaligned A of one row:
         # a single line has no leading dimension, so it is aligned whenever its pointer is).
-        if vector_flags(p) == flags:
+        if aligned_operands(p) == flags:
             cases.append((M, N, K, *lds))
     assert len(cases) >= len(VEC_SHAPES) - 2, f"{layout} {flags}: only {len(cases)} shapes"
     _emulate(emulated, stage_name, params, layout, cases)

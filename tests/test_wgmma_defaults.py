@@ -26,7 +26,7 @@ from lab.base.errors import LabError
 from lab.stages import get_stage, parse_variants
 from mma_defaults_helpers import (CACHE, DTYPE, GPU, PRECISIONS, as_stage, cached_entries,
                                   cpu_only, one_sentence, run_lab)
-from triton_kernels.mma import vector_flags
+from triton_kernels.mma import vec_width_and_hints
 
 STAGE = "wgmma"
 
@@ -305,7 +305,7 @@ def test_new_defaults_are_correct_in_every_precision(precision, layout, shape):
     # every operand the kernel reads has 16-byte lines: the user's, or a zero-padded copy made
     # in the call (launch.realigned; kmajor_b's K-major copy is one such buffer itself)
     kp, vec = launch.kernel_problem, 16 // a.element_size()
-    hints = vector_flags(kp)
+    hints = vec_width_and_hints(kp)
     for name, op in (("A", kp.a), ("B", kp.b)):
         assert (hints[f"VEC_{name}"] or name in launch.realigned or (kmajor and name == "B")
                 or (op.rows if op.col_major else op.cols) < vec), (name, op)

@@ -149,7 +149,7 @@ def realign_setup(p, realign: bool):
 
 
 def realign_flags(p, copies: dict) -> dict:
-    """The kernel's flags for the copied operands, to update vector_flags(p) with: a buffer has
+    """The kernel's flags for the copied operands, to update vec_hints(p) with: a buffer has
     16-byte lines and a 16-byte base by construction, so its hint is on (VEC_A / VEC_B: its layout
     letter); its zero padding makes the mask along its contiguous dimension constant per float4
     (PAD_A / PAD_B), whatever that size is."""

@@ -249,7 +249,7 @@ def _vec(op, vec: int) -> str:
     return op.letter if along % vec == 0 else ""
 
 
-def vector_flags(p) -> dict:
+def vec_width_and_hints(p) -> dict:
     """VEC (elements per 16 bytes) and each operand's alignment hint for Problem `p`."""
     vec = 16 // p.a.tensor.element_size()
     return {"VEC": vec, "VEC_A": _vec(p.a, vec), "VEC_B": _vec(p.b, vec), "VEC_C": _vec(p.c, vec)}
@@ -267,7 +267,7 @@ def prepare(p, **params):
     bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
     grid = (cdiv(p.M, bm) * cdiv(p.N, bn),)
     launch = launcher(matmul_mma_kernel, grid, (*problem_args(p),), BLOCK_M=bm, BLOCK_N=bn,
-                      BLOCK_K=bk, GROUP_M=c["GROUP_M"], EVEN_K=p.K % bk == 0, **vector_flags(p),
+                      BLOCK_K=bk, GROUP_M=c["GROUP_M"], EVEN_K=p.K % bk == 0, **vec_width_and_hints(p),
                       **dot_meta(matmul_mma_kernel, p), **offsets_meta(p),
                       num_warps=c["num_warps"], num_stages=c["num_stages"])
     # the row's `params` column is the configuration that ran (Row.set_resources copies it)

@@ -16,7 +16,7 @@ What Triton does for you that the CUDA stage does by hand:
                               operand's lines, e.g. rm*stride_am for the rows of a row-major A);
     tl.max_contiguous(x, d)   x is made of runs of d consecutive values (rm, rn, rk);
     tl.max_constancy(x, d)    x is constant over runs of d (here: the edge masks).
-  The launcher passes VEC_A / VEC_B / VEC_C (vector_flags) from the CUDA launcher's rule: an
+  The launcher passes VEC_A / VEC_B / VEC_C (vec_hints) from the CUDA launcher's rule: an
   operand gets the hints when one of its strides is 1, its leading dimension (the other stride)
   is a multiple of 4, its data pointer is 16-byte aligned and its size along the contiguous
   dimension is a multiple of 4 (so the edge mask is constant over each float4). The flag names
@@ -134,14 +134,14 @@ def _vec(op) -> str:
     return op.letter if along % 4 == 0 else ""
 
 
-def vector_flags(p) -> dict[str, str]:
+def vec_hints(p) -> dict[str, str]:
     """VEC_A, VEC_B, VEC_C for the problem p (lab.base.problem.Problem): "n", "t" or "" each."""
     return {"VEC_A": _vec(p.a), "VEC_B": _vec(p.b), "VEC_C": _vec(p.c)}
 
 
 def vector_meta(p, BK: int) -> dict:
-    """The kernel's specializations for problem p and the tile's BK: EVEN_K and vector_flags."""
-    return {"EVEN_K": p.K % block_k(BK) == 0, **vector_flags(p)}
+    """The kernel's specializations for problem p and the tile's BK: EVEN_K and vec_hints."""
+    return {"EVEN_K": p.K % block_k(BK) == 0, **vec_hints(p)}
 
 
 # tl.dot takes the precision as one argument (_common.DOT_PRECISION): every precision is offered

@@ -65,7 +65,7 @@ from lab.base.splitk import AUTO
 from triton_kernels import _common as common
 from triton_kernels._common import SMEM_LIMIT, cdiv, launcher, offsets_meta, problem_args
 from triton_kernels.variants import warptiling as variant
-from triton_kernels.vectorized import vector_flags
+from triton_kernels.vectorized import vec_hints
 
 MAX_ACC = 128  # accumulators per thread (BLOCK_M*BLOCK_N / threads) that fit in registers
 
@@ -192,7 +192,7 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 128, BLOCK_K: int = 32, GROUP_
     grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N),)
     launch = launcher(matmul_warptiling_kernel, grid, (*problem_args(p),), BLOCK_M=BLOCK_M,
                       BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M,
-                      EVEN_K=p.K % BLOCK_K == 0, **vector_flags(p), **offsets_meta(p),
+                      EVEN_K=p.K % BLOCK_K == 0, **vec_hints(p), **offsets_meta(p),
                       num_warps=num_warps, num_stages=num_stages)
     launch.extra.update(realigned=(), kernel_problem=p)  # nothing copied (realign: the variant)
     return variant.labelled(launch, config)

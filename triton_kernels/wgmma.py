@@ -138,7 +138,7 @@ from triton_kernels import _common as common
 from triton_kernels._common import (SMEM_LIMIT, cdiv, dot_meta, launcher, offsets_meta,
                                     problem_args)
 from triton_kernels._realign import realign_buffer, realign_flags, with_copies
-from triton_kernels.mma import vector_flags  # the alignment hints, as stage mma's twin
+from triton_kernels.mma import vec_width_and_hints  # the alignment hints, as stage mma's twin
 
 ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16")  # sizes from lab/base/precisions.py
 
@@ -452,7 +452,7 @@ def _kmajor(p):
 
 
 def _realign(p, padded: frozenset):
-    """(the Problem with each A or B that 16-byte loads cannot read (vector_flags gives it no
+    """(the Problem with each A or B that 16-byte loads cannot read (vec_width_and_hints gives it no
     hint: lines off 16 bytes, a length along them that is not a whole number of 16 bytes, or no
     unit stride) pointed at a zeroed buffer of 16-byte lines in its own layout (realign_buffer,
     allocated here), {name: (buffer view, user tensor)}: the copies every call makes before the
@@ -460,7 +460,7 @@ def _realign(p, padded: frozenset):
     copy). A line shorter than 16 bytes (B of a matrix-vector product) is left as it is: a
     16-byte load could not help it."""
     vec = 16 // p.a.tensor.element_size()
-    hints = vector_flags(p)
+    hints = vec_width_and_hints(p)
     copies, buffers = {}, {}
     for attr in ("a", "b"):
         op = getattr(p, attr)
@@ -583,7 +583,7 @@ def prepare(p, BLOCK_M: int = 128, BLOCK_N: int = 0, BLOCK_K: int = 0, GROUP_M: 
     launch = launcher(matmul_wgmma_kernel, grid, (*problem_args(q),), BLOCK_M=bm,
                       BLOCK_N=bn, BLOCK_K=bk, GROUP_M=GROUP_M, EVEN_K=q.K % bk == 0,
                       # a buffer's hint is on, and PAD_* for its zero padding (_realign.py)
-                      **{**vector_flags(q), **realign_flags(q, {*copies, *padded})},
+                      **{**vec_width_and_hints(q), **realign_flags(q, {*copies, *padded})},
                       **dot_meta(matmul_wgmma_kernel, q),
                       REGS_A=_round_how(q.a.tensor.device) if regs_a else ROUND_NONE,
                       RS_WAIT=regs_a and _rs_wait(q.a.tensor.device), **offsets_meta(q),

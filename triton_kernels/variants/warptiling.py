@@ -38,7 +38,7 @@ from lab.base.splitk import AUTO, auto_tile_and_split
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, launcher, offsets_meta, problem_args
 from triton_kernels._realign import realign_flags, realign_setup, with_copies
-from triton_kernels.vectorized import vector_flags
+from triton_kernels.vectorized import vec_hints
 
 REDUCE_BLOCK = 1024
 
@@ -219,7 +219,7 @@ def variant_launch(p, config: dict):
                             "num_stages", "splitk", "realign"))
     p, copies, setup_ms = realign_setup(p, realign)  # setup: the buffers, allocated and zeroed once
     # a buffer's hint is on, and PAD_* for its zero padding (triton_kernels/_realign.py)
-    flags = {**vector_flags(p), **realign_flags(p, copies)}
+    flags = {**vec_hints(p), **realign_flags(p, copies)}
     grid = (cdiv(p.M, BLOCK_M) * cdiv(p.N, BLOCK_N),)
     meta = dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=GROUP_M, SPLITK=splitk,
                 EVEN_K=p.K % BLOCK_K == 0, **flags, **offsets_meta(p), num_warps=num_warps,
