@@ -148,7 +148,7 @@ def test_a_slow_calibration_is_flagged_with_advice_and_exit_1(monkeypatch, capsy
                                        "flagged": False})
     assert good.ok is True and "77%" in good.value
     # the command: the advice is printed under the table, and the exit status is 1
-    monkeypatch.setattr(doctor, "collect", lambda *a, **k: [
+    monkeypatch.setattr(doctor, "collect_findings", lambda *a, **k: [
         doctor.Finding("gpu", "GPU", "NVIDIA H100 80GB HBM3"), f])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert doctor.main(["--skip-calibration"]) == 1
