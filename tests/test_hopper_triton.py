@@ -480,7 +480,8 @@ import json, re, sys
 import torch
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
-from lab.base import TRITON, describe
+from lab.base.needs import TRITON
+from lab.base.describe import describe
 from lab.toolchain.triton import FakeDriver, recording
 from triton_kernels import persistent, tma_wgmma
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "3xtf32": torch.float32,
@@ -729,7 +730,8 @@ os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
 import torch
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
-from lab.base import TRITON, describe
+from lab.base.needs import TRITON
+from lab.base.describe import describe
 from lab.toolchain.triton import FakeDriver, recording
 from triton_kernels import _common as common
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,

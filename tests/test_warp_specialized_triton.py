@@ -202,7 +202,8 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
-from lab.base import TRITON, describe
+from lab.base.needs import TRITON
+from lab.base.describe import describe
 from lab.toolchain.triton import FakeDriver, recording
 from triton_kernels import warp_specialized as ws
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,

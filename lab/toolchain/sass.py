@@ -6,8 +6,9 @@ nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm (site-packages/nvidia/cu13/bin/), f
 a CUDA toolkit; `find_tool` says which one is used. `instruction_mix(text)` counts opcodes, e.g.
 {"FFMA": 512, "LDS.128": 32, "LDG.E.128.CONSTANT": 4, ...}.
 
-    from cuda_kernels import vectorized, _sass
-    print(_sass.instruction_mix(_sass.sass(vectorized.build())))
+    from cuda_kernels import vectorized
+    from lab.toolchain import sass
+    print(sass.instruction_mix(sass.sass(vectorized.build())))
 """
 
 from __future__ import annotations
