@@ -21,8 +21,8 @@ if not HAS_GPU:
 # Whole files in the fast tier. Keep every file here fast from a cold build cache: none of them
 # emulates a CUDA stage or compiles one with NVRTC (test_build_cache compiles a few-line kernel),
 # and the few `python -m lab...` subprocesses they start run in CPU mode on tiny shapes. The tier
-# as a whole took 76 s on a 2-core machine (2026-11-29), most of it test_lesson's and
-# test_docs_words' subprocesses; the README promises under two minutes.
+# as a whole took 121 s on an idle 2-core machine (2026-11-29), most of it the subprocesses of
+# the command tests (test_precision, test_occupancy, test_plot); the README says about two minutes.
 FAST_FILES = frozenset({
     "test_registry.py", "test_harness.py", "test_table.py", "test_check_k.py",
     "test_docs_words.py", "test_occupancy.py", "test_conditions.py", "test_precision.py",
