@@ -5,6 +5,8 @@
     python -m lab.compare --stage tiled:tile=16 --backend cuda
     python -m lab.compare --stage vectorized --layout nn,nt,tn,tt
     python -m lab.compare --list
+    python -m lab.compare --stage persistent --precision bf16 --sizes llm@1-64   # a model's shapes
+    python -m lab.compare --list-suites                  # the suites --sizes takes by name
     python -m lab.compare --stage tiled --wide           # + resource columns (docs/COLUMNS.md)
     python -m lab.compare --stage all --sizes sweep --csv new.csv --baseline old.csv \
         --fail-on-regression 5 --plot plots/         # vs an earlier run; exit 1 if 5 % slower
@@ -12,7 +14,10 @@
 
 On a GPU every stage row is timed beside its own cuBLAS call (interleaved batches, lab/timing.py),
 with the SM clock, power and throttle reasons sampled through NVML while it runs, and its % of the
-GPU's peak at that clock (a row above the peak is marked invalid). docs/TRUST.md says why.
+GPU's peak at that clock (a row above the peak is marked invalid). docs/TRUST.md says why. The
+run first measures the GPU's DRAM read bandwidth once (lab/bandwidth.py, well under a second):
+every row records it, and a thin product's row (M or N <= 64, such as a decode step) shows its
+% HBM, how close its least byte traffic comes to that bandwidth (docs/COLUMNS.md).
 
 Exit status: 0 when every row passed, 1 when a row failed its check or could not be built or run
 (the other rows are still reported) or, with --fail-on-regression, was slower than its baseline
@@ -29,6 +34,7 @@ from lab.axes import parse_backends, parse_choices, parse_layouts
 from lab.cli import ArgumentParser, guarded, plural, wrap
 from lab.base.errors import LabError
 from lab.shapes import PRESETS
+from lab.suites import SUITES
 from lab.stages import BACKENDS, PRECISIONS, STAGES
 
 
@@ -44,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "on a GPU as the baseline")
     p.add_argument("--sizes", action="append", metavar="SIZES",
                    help="comma list of N (square) or MxNxK, repeatable; 'sweep' in the list "
-                        f"stands for {PRESETS['sweep']} (default on a GPU: "
+                        f"stands for {PRESETS['sweep']}; a suite name ({', '.join(SUITES)}) "
+                        "for the GEMMs of real models, each row labelled with its model and "
+                        "layer, optionally only some M: llm@1-64, deepseek@1+128 (--list-suites; "
+                        "docs/SUITES.md) (default on a GPU: "
                         "1024,1025,2048,4096,4096x2048x1000; in CPU mode: 64,65,17x33x129; CPU mode "
                         "runs Triton rows up to M*N*K = 256^3 and compiles CUDA rows at any size)")
     p.add_argument("--precision", default="fp32",
@@ -52,10 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "is its own set of rows, compared with cuBLAS at the same precision "
                         "(3xtf32 with cuBLAS fp32); a stage x backend runs only the precisions "
                         "it supports (--list says which)")
-    p.add_argument("--layout", default="nn",
+    p.add_argument("--layout",
                    help="comma list of operand layouts, BLAS naming (first letter A, second B; "
                         "t = stored transposed, i.e. a column-major view): nn (default), nt, tn, "
-                        "tt; each layout is its own row and cuBLAS runs on the same layout")
+                        "tt; each layout is its own row and cuBLAS runs on the same layout; "
+                        "without it a suite's shapes run in the suite's layout (llm: nt)")
     p.add_argument("--csv", metavar="PATH", help="write one row per measurement to PATH and the "
                                                  "environment to PATH's .env.json")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
@@ -82,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true",
                    help="list the stages and their parameters (only those named by --stage, if "
                         "given)")
+    p.add_argument("--list-suites", action="store_true",
+                   help="list the shape suites --sizes takes by name, one line per shape (model, "
+                        "layer, M, N, K, layout); with --sizes, only the suite shapes it selects")
     p.add_argument("--wide", action="store_true",
                    help="also show the resource columns (p20-p80, registers, shared memory, "
                         "spills, threads, occupancy, blocks/SM, setup ms); every column is "
@@ -124,6 +137,30 @@ def list_stages(names: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
+def list_suites(sizes: str | None = None) -> str:
+    """The shape suites (lab/suites.py), one line per shape; with `sizes` (a --sizes text), only
+    the suite shapes it selects (llm@1-64: llm's shapes at M <= 64)."""
+    from lab.shapes import parse_labelled_sizes
+    from lab.suites import listing
+
+    def wrapped(text: str) -> str:  # title and note lines wrapped at spaces, shape lines kept
+        return "\n".join(line if line.startswith("  ") else wrap(line, subsequent="  ")
+                         for line in text.splitlines())
+
+    if sizes is None:
+        return wrapped(listing() + "\n--sizes llm@1-64 takes a suite's shapes at M = 1..64 only "
+                       "(llm@1+16: M = 1 and 16); docs/SUITES.md says where each list comes from.")
+    picked = parse_labelled_sizes(sizes)
+    rows: dict[str, list] = {}
+    for shape in picked.shapes:
+        for e in picked.entries.get(shape, []):
+            name = next(s.name for s in SUITES.values() if e in s.entries)
+            rows.setdefault(name, []).append(e)
+    if not rows:
+        return wrapped(f"--sizes {sizes} names no suite; the suites are {', '.join(SUITES)}")
+    return wrapped(listing([SUITES[n] for n in rows], rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     return guarded(_main, argv)
 
@@ -132,12 +169,15 @@ def _main(argv: list[str] | None) -> int:
     from pathlib import Path
 
     args = build_parser().parse_args(argv)
-    from lab.shapes import CPU_SIZES, GPU_SIZES, parse_sizes
+    from lab.shapes import CPU_SIZES, GPU_SIZES, parse_labelled_sizes
     from lab.stages import parse_variants
 
     if args.list:
         names = [v.stage.name for v in parse_variants(args.stage)] if args.stage else None
         print(list_stages(names))
+        return 0
+    if args.list_suites:
+        print(list_suites(",".join(args.sizes) if args.sizes else None))
         return 0
     variants = parse_variants(args.stage or [])
     if any(v.auto for v in variants):  # an unreadable tuning cache is said before any work
@@ -179,11 +219,15 @@ def _main(argv: list[str] | None) -> int:
     from lab.run import RunSpec, detect_mode, validate
 
     mode = detect_mode(args.mode)
-    shapes = parse_sizes(",".join(args.sizes) if args.sizes else
-                         (GPU_SIZES if mode == "gpu" else CPU_SIZES))
-    spec = RunSpec(variants, backends, shapes, precision, args.seed, mode, args.rep_ms,
+    sizes = parse_labelled_sizes(",".join(args.sizes) if args.sizes else
+                                 (GPU_SIZES if mode == "gpu" else CPU_SIZES))
+    layouts = parse_layouts("nn" if args.layout is None else args.layout)
+    # a suite's shapes run in its layout unless --layout says otherwise (lab/suites.py)
+    shape_layouts = sizes.shape_layouts(layouts) if args.layout is None else {}
+    spec = RunSpec(variants, backends, sizes.shapes, precision, args.seed, mode, args.rep_ms,
                 transfers=args.include_transfers, api=args.api,
-                layouts=parse_layouts(args.layout),
+                layouts=layouts, shape_layouts=shape_layouts,
+                labels=sizes.labels(lambda s: shape_layouts.get(s, layouts)),
                 repeat=args.repeat, cublas_timing=args.cublas_timing)
     validate(spec)  # say what is wrong before printing anything else (execute() checks again)
     from lab.run import SIZE_SKIP, cpu_skips
@@ -212,8 +256,9 @@ def _main(argv: list[str] | None) -> int:
     if not_run:
         err.print(escape(f"Not run (the stage does not compute in that precision): "
                          f"{', '.join(not_run)}."), highlight=False)
+    read_bw = _read_bandwidth(mode, err)  # once per run, before the rows: pct_hbm's denominator
     rows = _execute_with_progress(spec, err)
-    computed.finalize(rows)
+    computed.finalize(rows, read_bw=read_bw)
     matched = base_mod.apply(rows, baseline) if baseline is not None else 0
     shown = repeats.summarize_repeats(rows) if args.repeat > 1 else rows
     table.render(shown, mode, console, wide=args.wide, spread=args.repeat > 1)
@@ -236,10 +281,14 @@ def _main(argv: list[str] | None) -> int:
     conditions = table.conditions_line(rows)
     if conditions:
         say(conditions)
+    if read_bw is not None and table.thin(shown):
+        say(f"% HBM: GB/s (A and B read once, C written once, over the median time) as a % of "
+            f"the {read_bw / 1e12:.2f} TB/s this GPU's memory was read at, measured for this run")
     if csv_paths:
         from lab import env
 
-        csv_path, env_path = csvfile.write_csv(rows, csv_paths[0], env.collect(mode, args.seed))
+        csv_path, env_path = csvfile.write_csv(rows, csv_paths[0],
+                                               env.collect(mode, args.seed, read_bw=read_bw))
         console.print(f"wrote {csv_path} and {env_path}")
     if plotter is not None:
         import contextlib
@@ -292,6 +341,23 @@ def auto_note(r) -> str:
             "skipped": "not run (larger than the Triton interpreter takes)"}.get(r.status, r.status)
     return (f"{where}: CPU mode has no GPU to look up a tuned configuration for, so the defaults "
             f"were {done}: {params}")
+
+
+def _read_bandwidth(mode: str, err) -> float | None:
+    """GPU mode: the DRAM read bandwidth in bytes/s, measured once for the run (lab/bandwidth.py);
+    None in CPU mode, or, with one line saying why, when it could not be measured."""
+    if mode != "gpu":
+        return None
+    from rich.markup import escape
+
+    from lab.bandwidth import measure_read_bandwidth
+
+    try:
+        return measure_read_bandwidth("cuda")
+    except Exception as exc:  # the rows still run; only pct_hbm stays empty
+        err.print(escape(f"The GPU's read bandwidth could not be measured ({type(exc).__name__}: "
+                         f"{exc}), so pct_hbm stays empty."), highlight=False)
+        return None
 
 
 def _plotter():

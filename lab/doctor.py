@@ -8,10 +8,14 @@ power limit (NVML); whether a CUDA stage (NVRTC + CuPy) and a Triton kernel laun
 calibration: cuBLAS fp32 (IEEE, TF32 off) and bf16 at 4096^3, timed by lab.timing.bench while
 lab.clocks.Sampler samples the SM clock, as TFLOPS and as a % of lab.peaks' peak at the highest
 clock sampled (as lab.compare's peak_gflops column). cuBLAS fp32 below 60% of the FP32 peak, or bf16 below 50%, means something on the
-machine is wrong (a low power limit, another process, throttling): timings from it mislead.
+machine is wrong (a low power limit, another process, throttling): timings from it mislead. And
+the DRAM (HBM) read bandwidth, measured as lab.compare measures it for each run (lab/bandwidth.py:
+a float32 sum over 2 GiB), beside the datasheet's figure where lab/roofline.py knows it; below 70%
+of the datasheet's it is flagged (an H200 reads at 4.38 of its 4.8 TB/s, 91%).
 
 Without a GPU: what works in CPU mode (the Triton interpreter, NVRTC builds for sm_90 and sm_90a,
-a C++20 compiler for the tests' CUDA emulator), and the exit status is 0.
+a C++20 compiler for the tests' CUDA emulator; the read bandwidth is skipped), and the exit status
+is 0.
 
 Every failed probe is reported with one sentence: what it means and what to do.
 
@@ -52,6 +56,9 @@ CAL_WARM_SECONDS = 1.0  # back-to-back GEMMs first, so the clock has settled und
 CAL_FLOOR = {"fp32": 60.0, "bf16": 50.0}
 # On an NVIDIA H100 80GB HBM3 (2026-11-22) cuBLAS reached 51.7 TFLOPS fp32 (77% of 66.9) and
 # 745 TFLOPS bf16 at 4096^3; far below the floors, the GPU is not running as it should.
+# The DRAM read bandwidth below this % of the datasheet's is flagged: lab/bandwidth.py read an
+# H200's memory at 4.38 TB/s, 91% of its 4.8 (2026-11-29).
+BW_FLOOR = 70.0
 
 # The one-kernel script that ncu and compute-sanitizer run.
 TINY = ("import torch; x = torch.ones(1 << 20, device='cuda'); y = x * 2; "
@@ -460,6 +467,58 @@ def debug_switches() -> Finding | None:
                    f"no timing from this shell means anything; unset it before measuring")
 
 
+# ------------------------------------------------------------------------- read bandwidth
+
+
+BW_KEY, BW_LABEL = "hbm_read_bw", "HBM read bandwidth"
+
+
+def bandwidth_finding(bw: float, gpu_name: str) -> Finding:
+    """The finding of a measured read bandwidth `bw` (bytes/s) on the GPU torch calls `gpu_name`:
+    beside the datasheet's figure where lab/roofline.py knows it, flagged below BW_FLOOR % of it."""
+    from lab.bandwidth import DEFAULT_BYTES, REPS, WARMUP_MS
+    from lab.roofline import datasheet_bw
+
+    sheet = datasheet_bw(gpu_name)
+    pct = None if sheet is None else 100.0 * bw / sheet
+    data = {"bytes_per_s": bw, "tbps": bw / 1e12, "buffer_bytes": DEFAULT_BYTES,
+            "method": f"float32 sum over {DEFAULT_BYTES / 2**30:g} GiB, median of {REPS} reps "
+                      f"timed with CUDA events after {WARMUP_MS:g} ms of warm-up",
+            "datasheet_tbps": None if sheet is None else sheet / 1e12, "pct_of_datasheet": pct,
+            "floor_pct": BW_FLOOR, "flagged": pct is not None and pct < BW_FLOOR}
+    read = f"{bw / 1e12:.2f} TB/s"
+    if pct is None:
+        return Finding(BW_KEY, BW_LABEL, f"{read} (no datasheet figure known for this GPU)", None,
+                       data=data)
+    value = f"{read} = {pct:.0f}% of the datasheet's {sheet / 1e12:.2f}"
+    if not data["flagged"]:
+        return Finding(BW_KEY, BW_LABEL, value, True, data=data)
+    return Finding(BW_KEY, BW_LABEL, value, False,
+                   f"the GPU's memory was read at only {pct:.0f}% of its datasheet bandwidth (a "
+                   f"healthy GPU gives at least {BW_FLOOR:.0f}%), so another process is using the "
+                   f"memory or its clock is lowered, and memory-bound rows such as decode shapes "
+                   f"will read slow: look at nvidia-smi before trusting their % HBM", data=data)
+
+
+def probe_read_bandwidth(measure=None) -> Finding:
+    """The GPU's DRAM read bandwidth (lab/bandwidth.py; `measure(device)` stands in for it in
+    the tests); one sentence instead without a GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return Finding(BW_KEY, BW_LABEL, "skipped: CPU mode has no GPU memory to read")
+    from lab.bandwidth import measure_read_bandwidth
+
+    try:
+        bw = (measure or measure_read_bandwidth)("cuda")
+    except Exception as exc:
+        return Finding(BW_KEY, BW_LABEL, "failed", False,
+                       f"the read bandwidth could not be measured ({type(exc).__name__}: "
+                       f"{_last_line(str(exc))}), so lab.compare's % HBM stays empty here; free "
+                       f"some GPU memory (it reads a 2 GiB buffer) and run the doctor again")
+    return bandwidth_finding(bw, torch.cuda.get_device_properties(0).name)
+
+
 # ------------------------------------------------------------------------------- calibration
 
 
@@ -557,6 +616,7 @@ def collect_findings(mode: str, timeout: float, calibration: bool = True,
         say("a C++20 compiler for the CUDA emulator")
         findings.append(probe_cxx(timeout))
         findings += tools_present()
+        findings.append(probe_read_bandwidth())  # one sentence: skipped
         return findings
     import torch
 
@@ -572,6 +632,8 @@ def collect_findings(mode: str, timeout: float, calibration: bool = True,
     findings.append(probe_ncu(timeout))
     say(f"compute-sanitizer (up to {timeout:g} s)")
     findings.append(probe_sanitizer(timeout))
+    say("the HBM read bandwidth (a float32 sum over 2 GiB)")
+    findings.append(probe_read_bandwidth())
     if calibration:
         for prec in ("fp32", "bf16"):
             say(f"calibration: cuBLAS {prec} at {CAL_SIZE}^3")
@@ -595,6 +657,8 @@ def to_json(mode: str, findings: list[Finding]) -> dict:
         "host": platform.node(),
         "findings": {f.key: asdict(f) for f in findings},
         "calibration": cal,
+        # the measured DRAM read bandwidth and the datasheet's; None where it was not measured
+        "read_bandwidth": next((f.data for f in findings if f.key == BW_KEY and f.data), None),
         "problems": [f.advice for f in findings if f.ok is False and f.advice],
     }
 
@@ -641,8 +705,9 @@ def _writable_json(path: str) -> Path:
 
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="lab.doctor", description="What this machine can do with the "
-                            "lab: GPU, versions, profiler and sanitizer probes, clocks, power, and "
-                            "a short cuBLAS calibration against the peak.")
+                            "lab: GPU, versions, profiler and sanitizer probes, clocks, power, the "
+                            "memory's read bandwidth, and a short cuBLAS calibration against the "
+                            "peak.")
     parser.add_argument("--skip-calibration", action="store_true",
                         help="leave out the ~10 s cuBLAS fp32/bf16 calibration at 4096^3")
     parser.add_argument("--json", metavar="PATH", help="also write every finding as JSON to PATH")

@@ -1,4 +1,5 @@
-"""The environment recorded beside every results file: GPU, clocks, driver, CUDA, versions, commit."""
+"""The environment recorded beside every results file: GPU, clocks, driver, CUDA, versions, commit,
+and the DRAM read bandwidth measured for the run (lab/bandwidth.py) beside the datasheet's."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def _flag(text: str | None) -> bool | None:
     return True if value in ("1", "true", "yes") else False if value in ("0", "false", "no") else None
 
 
-def collect(mode: str, seed: int) -> dict[str, object]:
+def collect(mode: str, seed: int, read_bw: float | None = None) -> dict[str, object]:
+    """The environment of a run; `read_bw` (bytes/s) is the read bandwidth measured for it."""
     import torch
 
     env: dict[str, object] = {
@@ -88,6 +90,11 @@ def collect(mode: str, seed: int) -> dict[str, object]:
             "gpu_memory_gib": round(props.total_memory / 2**30, 1),
             "l2_bytes": getattr(props, "L2_cache_size", None),
         })
+        from lab.roofline import datasheet_bw
+
+        sheet = datasheet_bw(props.name)
+        env["hbm_read_gbps"] = None if read_bw is None else round(read_bw / 1e9, 1)
+        env["hbm_datasheet_gbps"] = None if sheet is None else round(sheet / 1e9, 1)
         env.update(_nvidia_smi())
         try:
             import cupy

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lab.computed import gflops
+from lab.computed import fill_bandwidth, gflops
 from lab.row import OK_STATUSES, Row
 
 def _median(xs: list[float]) -> float:
@@ -24,7 +24,7 @@ def repeat_key(r: Row) -> tuple:
 
 def summarize_repeats(rows: list[Row]) -> list[Row]:
     """One row per measurement over the repeats of a `--repeat N` run, for the table: median of
-    the repeats' medians (time, GFLOPS, % cuBLAS, % peak), and as the spread min..max of the
+    the repeats' medians (time, GFLOPS, GB/s, % HBM, % cuBLAS, % peak), and as the spread min..max of the
     medians (p20_ms/p80_ms hold the time's, pct_cublas_lo/hi the % of cuBLAS's). A measurement
     that failed in any repeat shows that repeat's row. The CSV keeps every repeat's row."""
     groups: dict[tuple, list[Row]] = {}
@@ -42,6 +42,7 @@ def summarize_repeats(rows: list[Row]) -> list[Row]:
         s = replace(first, median_ms=_median(ms), p20_ms=min(ms), p80_ms=max(ms), reps=sum(
             r.reps or 0 for r in timed), repeat=None)
         s.gflops = gflops(s.M, s.N, s.K, s.median_ms)
+        fill_bandwidth(s)  # GB/s and % HBM of the median time
         pct = [r.pct_cublas for r in timed if r.pct_cublas is not None]
         if pct and first.backend != "cublas":
             s.pct_cublas, s.pct_cublas_lo, s.pct_cublas_hi = _median(pct), min(pct), max(pct)

@@ -28,6 +28,26 @@ FP32_LANES_PER_SM = 128  # Hopper, Ada, Blackwell; Ampere GA100 (A100) has 64
 H100_FP32_PEAK = H100_SMS * FP32_LANES_PER_SM * 2 * H100_SM_CLOCK_HZ  # 66.9e12 FLOP/s
 H100_DRAM_BW = 3.0e12  # byte/s, a device-to-device copy measured on that H100
 
+# DRAM (HBM) bandwidth by the datasheet, byte/s, by a piece of the name torch gives the GPU (the
+# first piece found in the name wins, so a longer name comes before a shorter one it contains).
+# No kernel reaches these: a torch reduction read an H200's HBM3e at 4.38 TB/s (lab/bandwidth.py,
+# 2026-11-29) and a copy moved 3.0 TB/s on the H100; lab/bandwidth.py measures what a run reads.
+DATASHEET_DRAM_BW: tuple[tuple[str, float], ...] = (
+    ("H100 80GB HBM3", 3.35e12),  # H100 SXM5
+    ("H100 PCIe", 2.0e12),
+    ("H100 NVL", 3.9e12),
+    ("H200", 4.8e12),  # H200 SXM and H200 NVL
+)
+
+
+def datasheet_bw(name: str) -> float | None:
+    """The datasheet's DRAM bandwidth (byte/s) of the GPU torch calls `name`; None when the table
+    does not know it."""
+    for piece, bw in DATASHEET_DRAM_BW:
+        if piece in (name or ""):
+            return bw
+    return None
+
 # FP32 lanes per SM by compute capability (major, minor); anything unlisted is taken as 128.
 _LANES = {(8, 0): 64, (7, 0): 64, (6, 0): 64}
 

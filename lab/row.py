@@ -2,7 +2,7 @@
 
 Every column of the CSV and of the table is a Row field, explained in docs/COLUMNS.md
 (tests/test_table.py checks that each is). The computed columns (GFLOPS, % of cuBLAS, the noise
-bands) are filled by lab/computed.py, never by a stage; the medians over repeats by
+bands, GB/s and % of the measured HBM read bandwidth) are filled by lab/computed.py, never by a stage; the medians over repeats by
 lab/repeats.py. One writer puts rows out: lab/csvfile.py (the CSV and its environment file) and
 lab/table.py (the terminal table).
 """
@@ -27,6 +27,8 @@ class Row:
     N: int
     K: int
     layout: str = "nn"  # BLAS naming: first letter A, second B; t = stored transposed
+    model: str = ""  # a shape suite's model (--sizes llm: "Llama-2-7B"); empty for a plain size
+    layer: str = ""  # that model's layer ("qkv"); several joined by " / " (lab/suites.py)
     dtype: str = "float32"  # torch dtype of A, B and C (fp32 accumulation in every precision)
     status: str = "pass"
     detail: str = ""
@@ -43,6 +45,10 @@ class Row:
     cublas_timing: str = ""  # adjacent (interleaved with this row) | once (one row per shape)
     peak_gflops: float | None = None  # the GPU's peak for this precision at sm_mhz_max
     pct_peak: float | None = None  # 100 * gflops / peak_gflops
+    gbps: float | None = None  # the least bytes the product moves (A, B read and C written once)
+    # over median_ms, GB/s
+    pct_hbm: float | None = None  # 100 * gbps / hbm_read_gbps
+    hbm_read_gbps: float | None = None  # the GPU's DRAM read bandwidth measured for the run, GB/s
     sm_mhz_mean: float | None = None  # SM clock sampled by NVML while the row was timed
     sm_mhz_min: float | None = None
     sm_mhz_max: float | None = None

@@ -48,6 +48,15 @@ class RunSpec:
     notes: list[str] = field(default_factory=list)
     repeat: int = 1  # run the whole spec this many times (fresh inputs: seed + repeat index)
     cublas_timing: str = "adjacent"  # adjacent: cuBLAS timed beside each row | once: per shape
+    # shape suites (lab/suites.py, --sizes llm): the layouts a suite's shape runs in instead of
+    # `layouts` (when --layout was not given), and the (model, layer) label of the rows of a
+    # (shape, layout); shapes not in them run in `layouts`, unlabelled
+    shape_layouts: dict[Shape, list[str]] = field(default_factory=dict)
+    labels: dict[tuple[Shape, str], tuple[str, str]] = field(default_factory=dict)
+
+    def layouts_for(self, shape: Shape) -> list[str]:
+        """The layouts this shape's rows run in."""
+        return self.shape_layouts.get(shape, self.layouts)
 
     @property
     def precisions(self) -> list[str]:
@@ -69,7 +78,7 @@ class RunSpec:
         for p in self.precisions:
             rows += sum(self.runs(v, b, p) for v in self.variants for b in self.backends)
             rows += self.mode == "gpu" and self.cublas
-        return rows * len(self.shapes) * len(self.layouts) * self.repeat
+        return rows * sum(len(self.layouts_for(s)) for s in self.shapes) * self.repeat
 
 
 def detect_mode(requested: str = "auto") -> str:
@@ -120,7 +129,8 @@ def validate(spec: RunSpec) -> None:
     if spec.transfers and spec.mode != "gpu":
         raise LabError("--include-transfers times host<->device copies and needs a CUDA GPU; "
                        "run it on a GPU machine")
-    for layout in spec.layouts:
+    for layout in dict.fromkeys([*spec.layouts, *(x for s in spec.shapes
+                                                   for x in spec.layouts_for(s))]):
         if layout not in LAYOUTS:
             raise LabError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)} (first "
                            f"letter A, second B; t = the operand is stored transposed)")
@@ -208,7 +218,7 @@ def _run_shape(spec: RunSpec, shape: Shape, repeat: int, device: str, gpu, emit)
     # CPU mode beyond the interpreter's size: Triton rows are skipped, CUDA rows only compile,
     # so no inputs are made (a 4096^3 float64 reference would take the CPU a while).
     runs = spec.mode == "gpu" or interpretable(shape)
-    for layout in spec.layouts:
+    for layout in spec.layouts_for(shape):
         for precision in spec.precisions:
             _run_precision(spec, shape, layout, precision, seed, repeat, runs, gpu, emit)
         if device == "cuda":
@@ -230,8 +240,10 @@ def _run_precision(spec: RunSpec, shape: Shape, layout: str, precision: str, see
     ref = chk.reference(a, b, scales) if runs else None
     host = (a.cpu(), b.cpu(), torch.empty((M, N), dtype=getattr(torch, OUT_DTYPE_NAMES[precision]))
             ) if spec.transfers else None
+    model, layer = spec.labels.get((shape, layout), ("", ""))
     base = dict(precision=precision, M=M, N=N, K=K, mode=spec.mode, seed=seed, layout=layout,
-                repeat=repeat if spec.repeat > 1 else None, dtype=DTYPE_NAMES[precision])
+                repeat=repeat if spec.repeat > 1 else None, dtype=DTYPE_NAMES[precision],
+                model=model, layer=layer)
     cublas = None  # the checked cuBLAS launch, timed beside each stage row (adjacent)
     if spec.mode == "gpu" and spec.cublas:
         row, cublas = _run_cublas(a, b, ref, spec, base, host, gpu, scales)

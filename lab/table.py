@@ -9,6 +9,7 @@ import math
 
 from lab.computed import baseline_within_noise, within_noise
 from lab.row import OK_STATUSES, Row
+from lab.suites import tag as _layer_tag
 
 def _num(value, fmt: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -48,6 +49,7 @@ _COLUMNS = {
     "prec": (lambda r: r.precision, "left"),
     "layout": (lambda r: r.layout, "left"),
     "size": (_size, "left"),
+    "layer": (lambda r: _layer_tag(r.model, r.layer) or "-", "left"),  # a suite's (lab/suites.py)
     "median ms": (lambda r: _sig(r.median_ms, 4), "right"),
     "p20-p80 ms": (lambda r: "-" if r.p20_ms is None or r.p80_ms is None
                    else f"{_sig(r.p20_ms, 4)}-{_sig(r.p80_ms, 4)}", "right"),
@@ -56,6 +58,8 @@ _COLUMNS = {
     "% cuB range": (lambda r: "-" if r.pct_cublas_lo is None or r.pct_cublas_hi is None
                     else f"{r.pct_cublas_lo:.1f}-{r.pct_cublas_hi:.1f}", "right"),
     "% peak": (lambda r: _num(r.pct_peak, ".1f"), "right"),
+    "GB/s": (lambda r: _num(r.gbps, ".0f"), "right"),
+    "% HBM": (lambda r: _num(r.pct_hbm, ".1f"), "right"),
     "vs base": (lambda r: "-" if r.vs_baseline_pct is None else f"{r.vs_baseline_pct:+.1f}%"
                 + ("~" if baseline_within_noise(r) else ""), "right"),
     "MHz": (lambda r: _num(r.sm_mhz_mean, ".0f"), "right"),
@@ -80,7 +84,7 @@ _COLUMNS = {
     "blk/SM": (_blocks, "right"),
 }
 # Shown only when some row has a value (in the tables that offer them).
-_WHEN_FILLED = ("vs base", "% peak", "% cuB range", "MHz", "min MHz", "W", "throttle", "setup ms", "e2e ms", "xfer %", "api ms", "api x", "api us", "occ %", "limited by", "blk/SM")
+_WHEN_FILLED = ("vs base", "% peak", "GB/s", "% HBM", "% cuB range", "MHz", "min MHz", "W", "throttle", "setup ms", "e2e ms", "xfer %", "api ms", "api x", "api us", "occ %", "limited by", "blk/SM")
 # CPU mode has no times, so its narrow table has room for what NVRTC reports of the CUDA rows.
 CPU_RESOURCES = ("regs", "smem B", "spill B")
 # No vertical lines and a rule under each header (not across the gaps), so that neighbouring
@@ -99,11 +103,23 @@ _STYLES = {"pass": "green", "compiled": "cyan", "skipped": "yellow", "fail": "re
            "invalid": "red"}
 
 
+# A product this thin (M or N at most this) reads its operands once and does little arithmetic
+# per byte: its table shows % HBM (and GB/s with --wide), the figures that matter for it.
+THIN = 64
+
+
+def thin(rows: list[Row]) -> bool:
+    """Whether any row is a thin product (M or N <= THIN), such as a decode-shaped one."""
+    return any(min(r.M, r.N) <= THIN for r in rows)
+
+
 def columns(rows: list[Row], mode: str, wide: bool = False, spread: bool = False) -> list[str]:
     """The table's column headers for these rows, in order.
 
-    Narrow (the default): stage, backend, size, and on a GPU median ms, TFLOPS and % cuBLAS (and
-    vs base when a row was compared with a --baseline run); then rel err and status (CPU mode
+    Narrow (the default): stage, backend, size (and layer, for a suite's shapes), and on a GPU
+    median ms, TFLOPS and % cuBLAS (and
+    vs base when a row was compared with a --baseline run, % HBM when a row is thin and the run
+    measured its read bandwidth; GB/s beside it with --wide); then rel err and status (CPU mode
     adds regs, smem B and spill B, which fit where the times would be). Precision and layout get
     a column only when the rows differ in them (otherwise the title says which). wide=True adds
     the resource columns, the noise band of % cuBLAS and the clock, power and throttle columns;
@@ -117,9 +133,12 @@ def columns(rows: list[Row], mode: str, wide: bool = False, spread: bool = False
     if len({r.layout for r in rows}) > 1:
         cols.append("layout")
     cols.append("size")
+    if any(r.model or r.layer for r in rows):  # shapes of a suite (--sizes llm)
+        cols.append("layer")
     if gpu:
         cols += ["median ms", *(["p20-p80 ms"] if wide else []), "TFLOPS", "% cuBLAS",
-                 *(["% cuB range"] if wide or spread else []), "% peak", "vs base",
+                 *(["% cuB range"] if wide or spread else []), "% peak",
+                 *(((["GB/s"] if wide else []) + ["% HBM"]) if thin(rows) else []), "vs base",
                  "api ms", "api x", "api us"]
     cols += ["rel err", "status"]
     if wide:
@@ -177,7 +196,7 @@ def _title(rows: list[Row], mode: str) -> str:
 # Where a cell may wrap when its column must narrow: after these characters. Other cells wrap
 # nowhere of their own (only rich's last-resort fold, when nothing else fits).
 _BREAKS = {"stage": ":,", "limited by": "+ ", "blk/SM": " ", "p20-p80 ms": "-",
-           "% cuB range": "-", "throttle": "+"}
+           "% cuB range": "-", "throttle": "+", "layer": " "}
 
 
 def _pieces(text: str, breaks: str) -> list[str]:

@@ -126,7 +126,9 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(lab.run, "detect_mode", lambda requested="auto": "gpu")
     monkeypatch.setattr(lab.run, "validate", lambda plan: None)
     monkeypatch.setattr(compare, "_execute_with_progress", execute)
-    monkeypatch.setattr(lab.env, "collect", lambda mode, seed: {"mode": mode, "seed": seed})
+    monkeypatch.setattr(compare, "_read_bandwidth", lambda mode, err: None)  # nothing to read
+    monkeypatch.setattr(lab.env, "collect",
+                        lambda mode, seed, read_bw=None: {"mode": mode, "seed": seed})
     return state
 
 

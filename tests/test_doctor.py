@@ -15,11 +15,11 @@ from lab import doctor
 
 CPU_KEYS = {"gpu", "python", "torch", "triton", "cupy", "cuda_bindings", "nvidia_ml_py",
             "torch_cuda", "nvrtc", "cublas", "nvrtc_sm_90", "nvrtc_sm_90a", "triton_interpreter",
-            "cxx_emulator", "ncu", "compute_sanitizer"}
+            "cxx_emulator", "ncu", "compute_sanitizer", "hbm_read_bw"}
 GPU_KEYS = {"gpu", "compute_capability", "sm90a", "sm_count", "driver", "cublas", "torch_cuda",
             "nvrtc", "triton", "cupy", "cuda_bindings", "nvidia_ml_py", "clocks_locked",
             "max_sm_mhz", "power_limit", "cuda_launch", "triton_launch", "ncu",
-            "compute_sanitizer", "calibration_fp32", "calibration_bf16"}
+            "compute_sanitizer", "calibration_fp32", "calibration_bf16", "hbm_read_bw"}
 
 
 def run(*args, timeout=300):
@@ -48,6 +48,7 @@ def test_cpu_mode_prints_its_table_writes_json_and_exits_0(tmp_path):
     assert data["tool"] == "lab.doctor" and data["mode"] == "cpu"
     assert CPU_KEYS <= set(data["findings"]), CPU_KEYS - set(data["findings"])
     assert data["calibration"] == []
+    assert data["read_bandwidth"] is None and "skipped" in data["findings"]["hbm_read_bw"]["value"]
     for f in data["findings"].values():
         assert set(f) == {"key", "label", "value", "ok", "advice", "data"}
         if f["ok"] is False:
@@ -219,6 +220,7 @@ def test_the_doctor_runs_to_the_end_on_a_gpu(tmp_path):
     assert [c["precision"] for c in data["calibration"]] == ["fp32", "bf16"]
     for c in data["calibration"]:
         assert c["tflops"] > 0 and c["median_ms"] > 0
+    assert data["read_bandwidth"]["tbps"] > 0.5  # any HBM GPU of the last years
     assert data["findings"]["cuda_launch"]["ok"] and data["findings"]["triton_launch"]["ok"]
     for f in data["findings"].values():
         if f["ok"] is False:

@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma list of backends (default {','.join(BACKENDS)})")
     p.add_argument("--sizes", action="append", metavar="SIZES",
                    help="comma list of N (square) or MxNxK, repeatable; each is tuned for its "
-                        "own bucket (M, N, K rounded up to powers of two, plus an alignment flag)")
+                        "own bucket (M, N, K rounded up to powers of two, plus an alignment flag); "
+                        "a suite name (llm, deepseek, kernelbench; docs/SUITES.md) stands for its "
+                        "shapes, tuned in the --layout given")
     p.add_argument("--layout", default="nn", help="comma list of operand layouts: nn (default), "
                                                   "nt, tn, tt")
     p.add_argument("--precision", default="fp32",
