@@ -609,6 +609,38 @@ STAGES: tuple[Stage, ...] = (
             *hopper_triton(persistent=True),
         ),
     ),
+    # A side branch for decode-shaped layers (docs/stages/decode.md): few rows of activations
+    # times a large weight matrix, bound by reading the weights once.
+    Stage(
+        "decode",
+        "decode-shaped products (M up to 64, or N up to 64 through C^T = B^T A^T): the weight "
+        "matrix streamed once from DRAM straight into mma.sync fragments with 16-byte loads, K "
+        "split over enough blocks to fill the GPU, the partial sums added in a fixed order",
+        builds_on="mma",  # mma.sync fragments, loaded from global memory instead of ldmatrix
+        params=(
+            Param("tiles", 0, (0, 1, 2, 4),
+                  "16-row tiles of the weight matrix per warp, each activation fragment serving "
+                  "all of them (0: 1)", ("cuda",)),
+            Param("warps", 4, (2, 4, 8), "warps per block, each its own rows of the weights",
+                  ("cuda",)),
+            Param("kunroll", 0, (0, 1, 2, 4, 8),
+                  "64-byte steps along K per row in flight per thread (0: 4 for up to 16 "
+                  "activation rows, 2 beyond; the params column shows what runs)", ("cuda",)),
+            *SWITCHES,
+            Param("splitk", SPLITK_AUTO, (SPLITK_AUTO, *SPLITK_CHOICES),
+                  "K splits: each block sums its share of K, the last block of a tile to finish "
+                  "adds the partial tiles in split order (one kernel); 0 = chosen from the shape "
+                  "(the params column shows the split that ran)"),
+            Param("BLOCK_N", 0, (0, 32, 64, 128, 256),
+                  "Triton weight rows (columns of C) per program (0: 64)", ("triton",)),
+            Param("BLOCK_K", 0, (0, 64, 128, 256, 512),
+                  "Triton k-step (0: 256 bytes of a weight row: 128 bf16/fp16, 256 fp8)",
+                  ("triton",)),
+            num_warps(4),
+            Param("num_stages", 3, (1, 2, 3, 4, 5),
+                  "Triton software-pipeline depth (no effect when interpreted)", ("triton",)),
+        ),
+    ),
 )
 
 BY_NAME = {s.name: s for s in STAGES}

@@ -278,7 +278,7 @@ def _float_precision(stage) -> str:
     """The precision a stage's CUDA kernel computes in on float32 operands (fp32, or 3xtf32 for
     a tensor-core stage): what the emulator's float32 program feeds it."""
     offered = stage.precisions_for("cuda")
-    return next(p for p in ("fp32", "3xtf32", "tf32") if p in offered)
+    return next(p for p in FLOAT32_PRECISIONS if p in offered)
 
 
 def _cuda_build(stage, layout):
@@ -288,9 +288,13 @@ def _cuda_build(stage, layout):
     return stage.offer("cuda").compile(params, 4096, 4096, 4096, layout, _float_precision(stage))[0]
 
 
-# The emulator runs C++ on the CPU: kernels built for sm_90a (Hopper's wgmma and TMA
-# instructions) have no CPU model, so those stages are checked on the GPU instead.
-EMULATED = [s for s in STAGES if _cuda_build(s, "nn").arch != "sm_90a"]
+# The emulator runs C++ on the CPU on float32 operands: kernels built for sm_90a (Hopper's wgmma
+# and TMA instructions) have no CPU model, and a stage with no precision that reads float32
+# operands (decode: bf16, fp16, fp8) has no program here, so those stages are checked on the GPU.
+FLOAT32_PRECISIONS = ("fp32", "3xtf32", "tf32")
+EMULATED = [s for s in STAGES
+            if any(p in s.precisions_for("cuda") for p in FLOAT32_PRECISIONS)
+            and _cuda_build(s, "nn").arch != "sm_90a"]
 
 
 def _emulated_shapes(stage):

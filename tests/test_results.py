@@ -45,6 +45,9 @@ def test_the_canonical_run_has_every_stage_in_every_precision_it_offers():
     at = df[(df.M == 4096) & (df.N == 4096) & (df.K == 4096)]
     assert (df.status == "pass").all()
     for stage in STAGES:
+        if stage.name in results.OWN_SHAPES:  # measured on its own shapes, not at 4096^3
+            assert not (df.stage == stage.name).any()
+            continue
         for backend in ("cuda", "triton"):
             for prec in stage.precisions_for(backend):
                 rows = at[(at.stage == stage.name) & (at.backend == backend)
