@@ -116,7 +116,26 @@ KERNELBENCH = Suite(
     tuple(Entry("KernelBench L1", name, tag, m, n, k, layout)
           for name, tag, m, n, k, layout in _KERNELBENCH))
 
-SUITES: dict[str, Suite] = {s.name: s for s in (LLM, DEEPSEEK, KERNELBENCH)}
+# ---------------------------------------------------------------------------------------- longk
+# Few output tiles and a long K: the shapes where split-K decides a GEMM's speed (an output of
+# fewer tiles than the GPU has SMs leaves most SMs idle unless K is split). The lab's split rule
+# (lab/base/splitk.py) was drawn from 320 x 192 x 786432; these 22 test it elsewhere: M and N from 1
+# to 512 (a row vector times a matrix, M = 1, and a matrix times a vector, N = 1, among them), K
+# from 2^17 to 2^20, odd sizes that no tile divides. Not from a model: a spread chosen for the rule.
+_LONGK = (  # (M, N, K)
+    (320, 192, 786432), (256, 256, 524288), (512, 512, 131072), (500, 300, 262144),
+    (128, 128, 1048576), (64, 64, 1048576), (97, 211, 393217), (16, 16, 1048576),
+    (33, 65, 655361), (200, 500, 131072), (384, 128, 262144), (8, 512, 524288),
+    (512, 8, 524288), (255, 257, 300000), (130, 70, 999999), (2, 3, 1048576),
+    (1, 512, 1048576), (1, 257, 524288), (1, 100, 131073), (512, 1, 1048576),
+    (300, 1, 786433), (1, 1, 1048576),
+)
+LONGK = Suite(
+    "longk", "few-tile, long-K products: where split-K decides the speed", "nn",
+    "the lab's own spread for its split rule (lab/base/splitk.py)",
+    tuple(Entry("long K", f"{m}x{n}", f"long-K {m}x{n}", m, n, k, "nn") for m, n, k in _LONGK))
+
+SUITES: dict[str, Suite] = {s.name: s for s in (LLM, DEEPSEEK, KERNELBENCH, LONGK)}
 
 _TAGS = {(e.model, e.layer): e.tag for s in SUITES.values() for e in s.entries}
 SEP = " / "  # between the labels of one shape that several entries share

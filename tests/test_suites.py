@@ -40,6 +40,13 @@ def test_the_suites_hold_the_published_lists():
     assert numbers == [1, 2, 4, 6, 7, 8, 9, 13, 16, 17, 18]
     assert {e.layer.split("_")[0]: e.layout for e in kb.entries if e.layout != "nn"} == {
         "16": "tn", "17": "nt", "18": "tt"}
+    # the long-K spread of the split rule: 20 or more few-tile shapes, K from 2^17 to 2^20, M and
+    # N from 1 to 512, odd sizes and both thin ends among them
+    lk = SUITES["longk"].entries
+    assert len(lk) >= 20 and len(parse_sizes("longk")) == len(lk)
+    assert all(1 <= e.M <= 512 and 1 <= e.N <= 512 and 2**17 <= e.K <= 2**20 for e in lk)
+    assert any(e.M == 1 for e in lk) and any(e.N == 1 for e in lk)
+    assert sum(e.K % 2 == 1 for e in lk) >= 4
     for s in SUITES.values():
         for e in s.entries:
             assert e.layout in LAYOUTS and max(e.M, e.N, e.K) <= SIZE_LIMIT and min(e.M, e.N, e.K) >= 1
@@ -111,8 +118,8 @@ def test_the_m_filter_keeps_values_and_ranges():
     ("llm@1-", "numbers or ranges"),
     ("llm@2", "selects none of llm's shapes; its M values are 1, 16, 64"),
     ("llm@2-8", "selects none"),
-    ("lama@1", "names no suite before '@'; the suites are llm, deepseek, kernelbench"),
-    ("lama", "or a suite (llm, deepseek, kernelbench)"),
+    ("lama@1", "names no suite before '@'; the suites are llm, deepseek, kernelbench, longk"),
+    ("lama", "or a suite (llm, deepseek, kernelbench, longk)"),
 ])
 def test_a_bad_suite_token_is_one_sentence(text, words):
     with pytest.raises(LabError) as info:
@@ -256,4 +263,4 @@ def test_list_suites_names_every_suite_and_its_shapes(capsys):
     assert main(["--list-suites", "--sizes", "llm@1"]) == 0
     text = capsys.readouterr().out
     assert "12 GEMMs" in text and "deepseek" not in text and "16384" in text
-    assert "llm, deepseek, kernelbench" in " ".join(build_parser().format_help().split())
+    assert "llm, deepseek, kernelbench, longk" in " ".join(build_parser().format_help().split())
