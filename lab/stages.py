@@ -88,6 +88,12 @@ class Stage:
     # the stage whose lesson this one changes (lab.lesson prints the diff from it): None for the
     # previous entry of STAGES, "" for none (the start of the ladder)
     builds_on: str | None = None
+    # what the stage is built for where that is not a square GEMM (the results' ladder picture
+    # writes it in place of the stage's square-shape bars), "" for a GEMM stage
+    built_for: str = ""
+    # False: the canonical square run (lab/results.py CANONICAL_RUN) does not measure the stage;
+    # its page has its own tables
+    square_run: bool = True
 
     def module(self, backend: str) -> ModuleType:
         """The launcher module of this stage for a backend (cuda_kernels.<name> / triton_kernels.<name>)."""
@@ -125,6 +131,12 @@ class Variant:
     params: dict = field(default_factory=dict, hash=False)
     auto: bool = False
     implicit: bool = False  # listed by 'all' rather than named: skipped where it cannot run
+
+    @property
+    def dispatch(self) -> bool:
+        """`auto` on its own: no stage of the ladder but the lab's choice of one for each row
+        (lab/dispatch.py), not a stage's tuned configuration (`stage:auto`)."""
+        return self.stage.name == AUTO
 
     @property
     def label(self) -> str:
@@ -420,6 +432,7 @@ STAGES: tuple[Stage, ...] = (
         "registers, B reused across a thread's rows, sums by warp shuffles; split-K with a "
         "fixed-order sum where the rows cannot fill the GPU (any N runs, a wide one slowly)",
         builds_on="coalesced",  # a side branch: one output per thread again, no tiles
+        built_for="matrix-vector stage (thin N)",
         params=(
             Param("ncol", 0, (0, 1, 2, 4, 8),
                   "columns of C per block (0 = the power of two at or above N, at most 8)",
@@ -617,6 +630,8 @@ STAGES: tuple[Stage, ...] = (
         "matrix streamed once from DRAM straight into mma.sync fragments with 16-byte loads, K "
         "split over enough blocks to fill the GPU, the partial sums added in a fixed order",
         builds_on="mma",  # mma.sync fragments, loaded from global memory instead of ldmatrix
+        built_for="decode shapes (M or N up to 64)",
+        square_run=False,  # measured on the Llama and DeepSeek layers: docs/stages/decode.md
         params=(
             Param("tiles", 0, (0, 1, 2, 4),
                   "16-row tiles of the weight matrix per warp, each activation fragment serving "
@@ -644,8 +659,27 @@ STAGES: tuple[Stage, ...] = (
 )
 
 BY_NAME = {s.name: s for s in STAGES}
-# what lab.matmul runs when no stage is named (and lab.doctor's launch probe)
+# The rule for a call lab.matmul's `auto` finds no measured entry for (lab/dispatch.py,
+# docs/DISPATCH.md, "The rule"): the first line whose architecture, shape class and precision
+# match names the stage; its CUDA launcher is tried before its Triton twin. "sm_90a": a GPU of
+# compute capability 9.0 (H100, H200); "other": any other GPU. "thin": min(M, N) <= 64
+# (lab/dispatch.py THIN).
+FALLBACK_RULE = (
+    ("sm_90a", "thin", ("bf16", "fp16", "fp8"), "decode"),
+    ("sm_90a", "any", ("bf16", "fp16", "fp8", "tf32", "3xtf32"), "persistent"),
+    ("sm_90a", "any", ("fp32",), "warptiling"),
+    ("other", "any", ("tf32", "3xtf32", "bf16", "fp16"), "mma"),
+    ("other", "any", ("fp32",), "warptiling"),
+)
+# lab.doctor's launch probe (lab.matmul with no stage runs AUTO: lab/dispatch.py chooses one)
 DEFAULT_STAGE = "vectorized"
+# `auto` on its own: the lab picks the stage, backend and parameters of a call (lab/dispatch.py):
+# lab.matmul's default and `lab.compare --stage auto`. AUTO_STAGE stands for it in a Variant; it
+# is no rung of the ladder (not in STAGES) and has no launcher.
+AUTO = "auto"
+AUTO_STAGE = Stage(AUTO, "the lab picks the stage, backend and parameters for each row's GPU, "
+                         "shape, precision and layout, as lab.matmul does when no stage is named "
+                         "(docs/DISPATCH.md)")
 
 
 def get_stage(name: str) -> Stage:
@@ -657,14 +691,16 @@ def get_stage(name: str) -> Stage:
         ) from None
 
 
-def parse_variants(specs: list[str]) -> list[Variant]:
+def parse_variants(specs: list[str], dispatch: bool = False) -> list[Variant]:
     """Turn `--stage` values into variants.
 
     Each value is a comma list of `stage` or `stage:param=value` items; a `param=value` item with no
     stage name continues the previous item's parameters, so `tiled_rect:rows=8,cols=32,naive` works.
     `all` means every registered stage with its defaults. `stage:auto` is a variant flagged `auto`
     (label `stage:auto`): each row runs the autotuner's cached winner (lab.autotune), or the
-    defaults when none is cached; it takes no explicit parameters.
+    defaults when none is cached; it takes no explicit parameters. With `dispatch` (lab.compare),
+    `auto` on its own is the lab's choice of stage for each row (Variant(AUTO_STAGE), label
+    `auto`, lab/dispatch.py); elsewhere it is refused in one sentence.
     """
     def no_auto_with_params(name: str, assignments: list[str]) -> None:
         explicit = ",".join(a.strip() for a in assignments if a.strip().lower() != "auto")
@@ -674,16 +710,21 @@ def parse_variants(specs: list[str]) -> list[Variant]:
 
     items: list[tuple[str, list[str]]] = []
     for spec in specs:
+        start = len(items)  # this value's first item: `auto` refers back only within it
         for piece in (p.strip() for p in spec.split(",")):
             if not piece:
                 continue
             if ":" in piece:
                 name, first = piece.split(":", 1)
                 items.append((name.strip(), [first] if first else []))
-            elif piece.lower() == "auto":
-                if items and items[-1][1]:
+            elif piece.lower() == AUTO:
+                if len(items) > start and any(a.strip().lower() != AUTO for a in items[-1][1]):
                     no_auto_with_params(items[-1][0], items[-1][1] + ["auto"])
-                raise LabError("'auto' follows a stage name, as in vectorized:auto")
+                if not dispatch:
+                    raise LabError("'auto' follows a stage name here, as in vectorized:auto (the "
+                                   "tuner's configuration of vectorized); auto on its own, the "
+                                   "lab's choice of stage, is for lab.compare and lab.matmul")
+                items.append((AUTO, []))
             elif "=" in piece:
                 if not items:
                     raise LabError(f"parameter {piece!r} must follow a stage name, as in tiled:{piece}")
@@ -695,6 +736,15 @@ def parse_variants(specs: list[str]) -> list[Variant]:
 
     variants: list[Variant] = []
     for name, assignments in items:
+        if dispatch and name.strip().lower() == AUTO:
+            if assignments:
+                raise LabError(f"auto (the lab's choice of stage) takes no parameters "
+                               f"({','.join(assignments)}); name a stage to set them, such as "
+                               f"persistent:{assignments[0]}, or NAME:auto for the tuner's "
+                               f"configuration of one stage")
+            if all(not v.dispatch for v in variants):
+                variants.append(Variant(AUTO_STAGE, {}))
+            continue
         if name.lower() == "all":
             if assignments:
                 raise LabError("'all' takes no parameters; name a stage to set parameters")

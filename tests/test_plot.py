@@ -22,6 +22,7 @@ LAYOUTS = RUN / "15-layouts-4096-all.csv"  # 4096^3, layouts nn, nt, tn, tt
 PROFILE = RUN / "05-profile-ladder-ncu.csv"  # lab.profile, no .env.json beside it
 FULL = ROOT / "results" / "2026-11-26-h100" / "ladder.csv"  # every stage, 5 precisions, 4 sizes
 FULL_PROFILE = ROOT / "results" / "2026-11-25-h100" / "profile-4096.csv"  # fp32 + bf16 rows
+SUITES = ROOT / "results" / "2026-11-29-h200" / "decode-suites.csv"  # llm@1+16+64, deepseek@1
 GPU = "NVIDIA H100 80GB HBM3"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -306,7 +307,7 @@ def test_occupancy_has_a_point_per_kernel_at_one_size(figs):
                                sorted(zip(cuda.occupancy, cuda.gflops), key=lambda p: p[1])):
         assert abs(x - slots.index(round(100 * float(o), 2))) < 0.4
     assert ax.get_yscale() == "log" and "%" in ax.get_xlabel() and "TFLOP/s" in ax.get_ylabel()
-    labels = {t.get_text() for t in ax.texts if t.get_gid() == "label"}
+    labels = {n for t in ax.texts if t.get_gid() == "label" for n in t.get_text().split("\n")}
     assert len(labels) == 16 and "vectorized/cuda" in labels and "naive/triton" in labels
     assert "occupancy" in title(fig).lower() and GPU in title(fig) and "4096³" in title(fig)
 
@@ -324,7 +325,8 @@ def test_occupancy_of_several_precisions_puts_the_tensor_cores_in_a_panel_of_the
 
     for ax in fig.axes:  # every point named next to it, or (too many) by the legend alone
         n = sum(len(c.get_offsets()) for c in ax.collections)
-        labels = len([t for t in ax.texts if t.get_gid() == "label"])
+        labels = len([line for t in ax.texts if t.get_gid() == "label"
+                      for line in t.get_text().split("\n")])
         assert labels == (n if n <= 2 * MAX_LABELS else 0), (ax.get_title(), n, labels)
     legend = {t.get_text() for lg in fig.legends for t in lg.get_texts()}
     assert set(rows.stage) <= legend  # the legend names every stage on the plot
@@ -337,7 +339,7 @@ def test_ladder_of_several_precisions_is_every_stage_at_4096_a_panel_per_precisi
     fig = figs([FULL])["ladder"]
     df = read_csv(FULL)
     rows = df[(df.backend != "cublas") & (df.M == 4096) & (df.N == 4096) & (df.K == 4096)]
-    titles = [ax.get_title() for ax in fig.axes]
+    titles = [ax.get_title().split("\n")[0] for ax in fig.axes]
     assert titles == ["fp32 on CUDA cores: % of cuBLAS fp32", "tf32: % of cuBLAS tf32",
                       "3xtf32: % of cuBLAS fp32", "bf16: % of cuBLAS bf16",
                       "fp16: % of cuBLAS fp16", "fp8: % of cuBLAS fp8"]
@@ -375,8 +377,11 @@ def test_roofline_of_several_precisions_has_a_roof_each_and_a_closer_panel(figs)
     (box,) = [p for p in main.patches if p.get_gid() == "zoom-box"]
     zoomed = [line for line in zoom.get_lines() if (line.get_gid() or "").endswith("/zoom")]
     assert len(zoomed) >= plot.ROOF_ZOOM_MIN
-    labels = [t for a in fig.axes for t in a.texts if t.get_gid() == "label"]
-    assert len(labels) == len(df)  # every kernel named once, in one of the two panels
+    # every kernel named once, in one of the two panels (points drawn on one another share a
+    # label, a line each)
+    names = [n for a in fig.axes for t in a.texts if t.get_gid() == "label"
+             for n in t.get_text().split("\n")]
+    assert len(names) == len(df) and len(set(names)) == len(df)
 
 
 # ------------------------------------------------------------------------- legible: no text
@@ -464,6 +469,14 @@ def test_no_text_is_drawn_over_another(csvs, figs):
         assert overlapping_texts(fig) == [], name
 
 
+def test_no_text_of_the_committed_suites_figure_is_drawn_over_another():
+    from lab.plot import read_source, suites_figure
+
+    fig, why = suites_figure([read_source(SUITES)])
+    assert why is None and overlapping_texts(fig) == []
+    fig.clear()
+
+
 def test_the_overlap_check_sees_colliding_labels():
     fig = plot.figures([str(FINAL)])["ladder"]  # its own: this test changes it
     ax = fig.axes[-1]
@@ -472,6 +485,317 @@ def test_the_overlap_check_sees_colliding_labels():
     ax.annotate("over the title", (0.5, 1.0), xycoords="axes fraction", ha="center",
                 va="bottom", fontsize=14)
     assert len(overlapping_texts(fig)) >= 2
+
+
+# ------------------------------------------------------ what a reader could misread, and its fix
+
+
+def test_a_stage_built_for_other_shapes_is_a_mark_not_a_bar_at_square_shapes(figs):
+    """gemv (matrix-vector) runs at 1% of cuBLAS at 4096^3 by design: in the picture lab.results
+    draws, its slot holds words pointing to its page instead of bars that read as broken."""
+    from lab.results import SQUARE_MARKS
+
+    assert SQUARE_MARKS and set(SQUARE_MARKS) <= {s.name for s in STAGES}
+    plain = figs([FULL])["ladder"]  # without marks: the canonical run's gemv rows are bars
+    assert any(g.split("/")[0] in SQUARE_MARKS for ax in plain.axes for g in bars(ax))
+    fig = plot.figures([FULL], marks=SQUARE_MARKS)["ladder"]
+    seen = 0
+    for ax in fig.axes:
+        stages = [t.get_text() for t in ax.get_xticklabels()]
+        marks = [t for t in ax.texts if t.get_gid() == "own-shape"]
+        here = [s for s in stages if s in SQUARE_MARKS]
+        assert sorted(t.get_text() for t in marks) == sorted(SQUARE_MARKS[s] for s in here)
+        assert [stages[round(t.xy[0])] for t in marks] == here  # in the stage's own slot
+        assert not any(g.split("/")[0] in SQUARE_MARKS for g in bars(ax))
+        missing = [t for t in ax.texts if t.get_gid() in ("missing", "value")]
+        assert all(stages[round(t.xy[0])] not in SQUARE_MARKS for t in missing)
+        seen += len(marks)
+    assert seen >= 1
+    assert overlapping_texts(fig) == []
+    fig.clear()
+
+
+def test_marks_apply_at_square_shapes_only():
+    fig = plot.figures([FINAL], marks={"naive": "built for other shapes"})["ladder"]
+    for ax in fig.axes:
+        square = "x" not in ax.get_title()
+        assert any(g.startswith("naive/") for g in bars(ax)) == (not square), ax.get_title()
+        marked = [t.get_text() for t in ax.texts if t.get_gid() == "own-shape"]
+        assert marked == (["built for other shapes"] if square else []), ax.get_title()
+    fig.clear()
+
+
+def test_lab_results_draws_its_ladder_with_the_marks(monkeypatch):
+    from lab import results
+
+    seen = {}
+
+    def fake_draw(paths, out, **kw):
+        seen.update(kw, paths=paths)
+        return []
+
+    monkeypatch.setattr(plot, "draw", fake_draw)
+    assert results._draw(results.RESULTS, check=False) == []
+    assert seen["marks"] == results.SQUARE_MARKS
+
+
+def test_each_panel_says_its_baseline_in_the_words_of_the_precision_record(figs):
+    """3xTF32 is compared with cuBLAS fp32 and fp8 with torch._scaled_mm: a panel of either says
+    so under its title, in the record's words; the plot code holds none of them."""
+    from lab.base import precisions
+
+    noted = [r for r in precisions.RECORDS if r.plot_note]
+    assert {"3xtf32", "fp8"} <= {r.name for r in noted}
+    assert "torch._scaled_mm" in precisions.get("fp8").plot_note
+    assert "copy of B" in precisions.get("fp8").plot_note
+    assert "cuBLAS fp32" in precisions.get("3xtf32").plot_note
+    fig = figs([FULL])["ladder"]
+    for ax in fig.axes:
+        head, *rest = ax.get_title().split("\n")
+        rec = precisions.get(head.split(":")[0].split()[0])
+        assert f"% of cuBLAS {rec.baseline}" in head
+        assert " ".join(rest) == rec.plot_note, head
+    for path in [ROOT / "lab" / "plot.py", *(ROOT / "lab" / "plots").glob("*.py")]:
+        code = ast.unparse(ast.parse(path.read_text(encoding="utf-8")))  # comments dropped
+        for r in noted:
+            assert r.plot_note[:30] not in code, path
+
+
+def test_a_ladder_of_one_precision_says_its_baseline_in_its_title(tmp_path, figs):
+    from lab.base import precisions
+
+    df = read_csv(FULL)
+    for prec in ("fp8", "3xtf32"):
+        path = tmp_path / f"{prec}.csv"
+        df[df.precision == prec].to_csv(path, index=False)
+        assert precisions.get(prec).plot_note in title(figs([path])["ladder"])
+
+
+def test_every_stage_of_the_registry_has_a_colour_unlike_every_other():
+    """18 stages on one panel: any two stages' colours (and any stage's and cuBLAS's black) are
+    at least MIN_STAGE_COLOR_DISTANCE apart in CIEDE2000 (matplotlib's C0..C9 and tab20b gave
+    blocktile_1d and wgmma 8.1)."""
+    from itertools import combinations
+
+    from lab.plots.common import MIN_STAGE_COLOR_DISTANCE, color_distance, stage_colors
+
+    names = [s.name for s in STAGES]
+    colors = stage_colors(names)
+    worst = min((color_distance(colors[a], colors[b]), a, b)
+                for a, b in combinations(names, 2))
+    assert worst[0] >= MIN_STAGE_COLOR_DISTANCE, worst
+    assert min(color_distance(colors[n], "black") for n in names) >= MIN_STAGE_COLOR_DISTANCE
+    assert stage_colors(list(reversed(names))) == colors  # a stage's colour, in every figure
+    for a, b in zip(names, names[1:]):  # neighbours in the ladder further apart still
+        assert color_distance(colors[a], colors[b]) >= 1.5 * MIN_STAGE_COLOR_DISTANCE, (a, b)
+
+
+def test_the_colour_difference_is_ciede2000():
+    from lab.plots.common import color_distance, delta_e, lab_of
+
+    # Sharma, Wu and Dalal (2005), the CIEDE2000 test data: pairs 1, 7, 13, 20 and 34
+    for lab1, lab2, want in (((50, 2.6772, -79.7751), (50, 0, -82.7485), 2.0425),
+                             ((50, 0, 0), (50, -1, 2), 2.3669),
+                             ((50, 2.4900, -0.0010), (50, -2.4900, 0.0009), 7.1792),
+                             ((50, 2.5, 0), (61, -5, 29), 22.8977),
+                             ((60.2574, -34.0099, 36.2677), (60.4626, -34.1751, 39.4387), 1.2644)):
+        assert delta_e(lab1, lab2) == pytest.approx(want, abs=1e-4)
+    assert lab_of("white") == pytest.approx((100, 0, 0), abs=0.01)
+    assert lab_of("#ff0000") == pytest.approx((53.24, 80.09, 67.20), abs=0.05)
+    assert color_distance("tab:blue", "tab:blue") == 0
+
+
+def _marker_boxes(ax) -> list:
+    """(gid, display box) of every marker drawn, at its drawn size with its edge."""
+    dpi = ax.figure.dpi
+    out = []
+    for line in ax.get_lines():
+        if line.get_marker() in (None, "None", "", " ") or line.get_linestyle() not in (
+                "None", "none", ""):
+            continue
+        half = (line.get_markersize() + line.get_markeredgewidth()) * dpi / 72 / 2
+        for x, y in zip(line.get_xdata(), line.get_ydata()):
+            px, py = ax.transData.transform((x, y))
+            out.append((line.get_gid(), (px - half, py - half, px + half, py + half)))
+    for coll in ax.collections:
+        sizes, widths = coll.get_sizes(), coll.get_linewidths()
+        for k, (x, y) in enumerate(coll.get_offsets()):
+            half = (sizes[k % len(sizes)] ** 0.5 + widths[k % len(widths)]) * dpi / 72 / 2
+            px, py = ax.transData.transform((x, y))
+            out.append((coll.get_gid(), (px - half, py - half, px + half, py + half)))
+    return out
+
+
+@pytest.mark.parametrize("csvs,name", [([FULL_PROFILE], "roofline"), ([PROFILE], "roofline"),
+                                       ([FULL], "occupancy"), ([FINAL], "occupancy")],
+                         ids=["roofline-full", "roofline-first-day", "occupancy-full",
+                              "occupancy-first-day"])
+def test_no_point_label_touches_a_marker(csvs, name, figs):
+    """Every label at least a pixel clear of every marker as drawn: its own and the others."""
+    from matplotlib.text import Text
+
+    fig = figs(csvs)[name]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    labels = 0
+    for ax in fig.axes:
+        boxes = _marker_boxes(ax)
+        for t in ax.texts:
+            if t.get_gid() != "label":
+                continue
+            labels += 1
+            bb = Text.get_window_extent(t, renderer)
+            for gid, (x0, y0, x1, y1) in boxes:
+                apart = max(x0 - bb.x1, bb.x0 - x1, y0 - bb.y1, bb.y0 - y1)
+                assert apart >= 1, (t.get_text(), gid, apart)
+    assert labels > 5
+
+
+def test_the_label_check_sees_a_label_on_a_marker():
+    from matplotlib.text import Text
+
+    fig = plot.figures([str(PROFILE)])["roofline"]  # its own: this test changes it
+    ax = fig.axes[0]
+    (pt,) = by_gid(ax, "naive/cuda")
+    t = ax.annotate("on it", (pt.get_xdata()[0], pt.get_ydata()[0]), ha="center", va="center",
+                    gid="label")
+    fig.canvas.draw()
+    bb = Text.get_window_extent(t, fig.canvas.get_renderer())
+    hits = [gid for gid, (x0, y0, x1, y1) in _marker_boxes(ax)
+            if max(x0 - bb.x1, bb.x0 - x1, y0 - bb.y1, bb.y0 - y1) < 1]
+    assert "naive/cuda" in hits
+    fig.clear()
+
+
+def test_occupancy_columns_read_as_categories_not_a_scale(figs):
+    """Each occupancy a kernel has is a shaded column of its own, white gaps between, its value
+    under it and no tick marks; every point inside the column of its occupancy; the figure
+    says the axis is not a scale."""
+    fig = figs([FULL])["occupancy"]
+    assert "categories, not a scale" in fig.get_supxlabel()
+    for ax in fig.axes:
+        fig.canvas.draw()
+        cols = sorted((p.get_window_extent() for p in ax.patches if p.get_gid() == "category"),
+                      key=lambda b: b.x0)
+        ticks = ax.get_xticklabels()
+        assert len(cols) == len(ticks) >= 2 and all(t.get_text().endswith("%") for t in ticks)
+        for a, b in zip(cols, cols[1:]):
+            assert b.x0 - a.x1 >= 8  # a white gap between two columns
+        for col, tick in zip(cols, ticks):
+            centre = ax.transData.transform((tick.get_position()[0], 0))[0]
+            assert col.x0 < centre < col.x1
+        assert all(t.tick1line.get_markersize() == 0 for t in ax.xaxis.get_major_ticks())
+        for coll in ax.collections:
+            for x, y in coll.get_offsets():
+                px = ax.transData.transform((x, y))[0]
+                assert any(c.x0 <= px <= c.x1 for c in cols)
+        assert not any(line.get_xdata()[0] == line.get_xdata()[-1] for line in ax.get_lines()
+                       if len(line.get_xdata()))  # no vertical rules that read as a scale
+
+
+# ---------------------------------------------------------------- model shapes (suites.png)
+
+
+def _suite_frame(hbm: bool = True):
+    """Two Llama-2-7B layers at M = 1 and 16 and a DeepSeek-V3 layer at M = 1, in bf16 and fp8,
+    three repeats: decode's CUDA kernel at 90, 91, 92% of cuBLAS, its Triton twin at 80, 79, 78."""
+    import pandas as pd
+
+    rows = []
+    for prec in ("bf16", "fp8"):
+        for model, layer, ms in (("Llama-2-7B", "qkv", (1, 16)), ("Llama-2-7B", "down", (1, 16)),
+                                 ("DeepSeek-V3", "kv_b", (1,))):
+            for M in ms:
+                for rep in range(3):
+                    for backend, stage, pct, share in (("cublas", "cublas", 100.0, 50.0),
+                                                      ("cuda", "decode", 90.0 + rep, 45.0),
+                                                      ("triton", "decode", 80.0 - rep, 40.0)):
+                        rows.append(dict(stage=stage, backend=backend, precision=prec, M=M,
+                                         N=4096, K=4096, layout="nt", model=model, layer=layer,
+                                         status="pass", pct_cublas=pct,
+                                         pct_hbm=share + M / 16 if hbm else None,
+                                         hbm_read_gbps=4464.0, repeat=rep))
+    return pd.DataFrame(rows)
+
+
+def test_suites_figure_has_a_panel_per_precision_a_group_per_layer_and_a_slot_per_m():
+    from lab.base import precisions
+    from lab.plot import suites_figure
+
+    fig, why = suites_figure(_suite_frame())
+    assert why is None
+    cub_bf16, hbm_bf16, cub_fp8, hbm_fp8 = fig.axes
+    assert cub_bf16.get_title().startswith("bf16: % of cuBLAS bf16")
+    assert " ".join(cub_fp8.get_title().split("\n")[1:]) == precisions.get("fp8").plot_note
+    assert "HBM" in hbm_bf16.get_title() and "4.46 TB/s" in hbm_bf16.get_title()
+    for ax in (cub_bf16, cub_fp8):
+        (line,) = by_gid(ax, "cublas-100")
+        assert list(line.get_ydata()) == [100, 100]
+        cuda, triton = by_gid(ax, "decode/cuda")[0], by_gid(ax, "decode/triton")[0]
+        assert list(cuda.get_ydata()) == [91.0] * 5  # the median of the three repeats
+        assert list(triton.get_ydata()) == [79.0] * 5
+        xs = list(cuda.get_xdata())
+        steps = [round(b - a, 3) for a, b in zip(xs, xs[1:])]
+        assert steps[0] == steps[2] == 1.0 and steps[1] > 1.0 and steps[3] > 1.0  # groups
+        assert all(c < t for t, c in zip(triton.get_xdata(), xs))  # side by side in a slot
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "16", "1", "16", "1"]
+        assert by_gid(ax, "cublas/cublas") == []  # cuBLAS is the 100% line here
+    for ax in (hbm_bf16, hbm_fp8):
+        assert by_gid(ax, "cublas/cublas") and by_gid(ax, "decode/cuda")
+        assert [t.get_text() for t in ax.get_xticklabels(minor=True)] == [
+            "L2-7B qkv", "L2-7B down", "DSv3 kv_b"]  # the layers under the lower panel
+    assert [t.get_text() for t in cub_bf16.get_xticklabels(minor=True)] == []
+    models = [t.get_text() for t in cub_bf16.texts if t.get_gid() == "model"]
+    assert models == ["Llama-2-7B", "DeepSeek-V3"]
+    legend = {t.get_text() for lg in fig.legends for t in lg.get_texts()}
+    assert {"CUDA", "Triton", "cuBLAS = 100%", "cuBLAS"} <= legend
+    assert overlapping_texts(fig) == []
+    fig.clear()
+
+
+def test_suites_figure_spreads_the_repeats_and_leaves_out_the_hbm_panel_without_its_column():
+    from lab.plot import suites_figure
+
+    fig, why = suites_figure(_suite_frame(hbm=False))
+    assert why is None and len(fig.axes) == 2
+    ax = fig.axes[0]
+    (cuda,) = by_gid(ax, "decode/cuda")
+    segments = [c for c in ax.collections if len(c.get_segments()) == 5]
+    spans = sorted(round(seg[1][1] - seg[0][1], 6) for c in segments for seg in c.get_segments())
+    assert spans.count(2.0) == 10  # 90..92 and 78..80 at each of the 5 slots
+    fig.clear()
+
+
+def test_suites_figure_of_rows_without_labels_says_why():
+    from lab.plot import suites_figure
+
+    df = _suite_frame()
+    fig, why = suites_figure(df.drop(columns=["model", "layer"]))
+    assert fig is None and "model" in why
+    df["model"], df["layer"] = "", ""
+    assert suites_figure(df)[0] is None
+
+
+def test_draw_adds_suites_png_for_a_suite_run_only(tmp_path, capsys):
+    path = tmp_path / "suite.csv"
+    _suite_frame().to_csv(path, index=False)
+    written = plot.draw([path], tmp_path / "out")
+    assert "suites.png" in [p.name for p in written]
+    assert "suites" not in plot.figures([FINAL])  # no labelled rows: no figure, nothing said
+
+
+def test_cli_draws_the_suites_figure_into_one_file(tmp_path):
+    path = tmp_path / "suite.csv"
+    _suite_frame().to_csv(path, index=False)
+    out = tmp_path / "pictures" / "decode-suites.png"
+    r = cli("--suites", path, "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"wrote {out}"]
+    assert out.read_bytes().startswith(PNG_SIGNATURE)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["decode-suites.png"]
+    r = cli("--suites", FINAL, "--out", tmp_path / "none.png")  # no suite rows: said, no file
+    assert r.returncode == 0 and "suites (no passing row labelled" in " ".join(r.stderr.split())
+    assert not (tmp_path / "none.png").exists()
 
 
 # --------------------------------------------------------------------------------- the CLI
@@ -575,7 +899,7 @@ def test_nothing_to_draw_writes_nothing(tmp_path, capsys):
 
 
 # lab/plots/ in the order lab/plots/__init__.py lists it: each module imports only those before it.
-PLOT_LAYERS = ("common", "ladder", "sweep", "roofline", "occupancy", "build")
+PLOT_LAYERS = ("common", "ladder", "sweep", "roofline", "occupancy", "suites", "build")
 
 
 def _lab_imports(path) -> set[str]:

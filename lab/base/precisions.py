@@ -46,8 +46,14 @@ class Precision:
     scaled: bool = False      # C = scale_a * scale_b * (A @ B), per-tensor scales (fp8)
     tl_dot: str | None = None  # Triton tl.dot's input_precision, None where tl.dot takes none
     kmajor_only: bool = False  # Hopper's wgmma reads its operands from shared memory K-major only
+    # the oldest GPU (compute capability) whose tensor cores multiply these operands: e4m3 from
+    # sm_89 on; (0, 0) where every GPU the lab runs on does (its tensor-core stages need sm_80)
+    min_capability: tuple[int, int] = (0, 0)
     cuda_define: str = ""      # the define the tensor-core CUDA builds take (mma.cu, tma_tiles.cuh)
     note: str = ""             # what a reader must know to read its summary line (README)
+    # what a picture of its % of cuBLAS writes beside it (plain text, one sentence): the cuBLAS
+    # call it is compared with, where "cuBLAS <baseline>" alone would mislead
+    plot_note: str = ""
 
     @property
     def elem_bytes(self) -> int:
@@ -90,7 +96,8 @@ RECORDS: tuple[Precision, ...] = (
               floor=1e-5, compared_with="fp32",
               cublas="cuBLAS fp32 (TF32 off): the precision 3xtf32 stands in for",
               units="tf32", products=3, tl_dot="tf32x3", kmajor_only=True,
-              cuda_define="PREC_3XTF32"),
+              cuda_define="PREC_3XTF32",
+              plot_note="against cuBLAS fp32 (TF32 off): 3xTF32 stands in for fp32"),
     Precision("bf16", "bf16", "bf16-and-fp16", "bfloat16", "bfloat16", unit_roundoff=2.0**-8,
               floor=2e-2, cublas="cuBLAS bf16 operands and output, fp32 accumulation",
               tl_dot="ieee", cuda_define="PREC_BF16"),
@@ -106,10 +113,12 @@ RECORDS: tuple[Precision, ...] = (
               accumulate_u=2.0**-14,
               cublas="cuBLAS fp8 (torch._scaled_mm, e4m3 with per-tensor scales, bf16 output, "
                      "fast accumulation)",
-              scaled=True, kmajor_only=True, cuda_define="PREC_FP8",
+              scaled=True, kmajor_only=True, cuda_define="PREC_FP8", min_capability=(8, 9),
               note=" cuBLAS fp8 (`torch._scaled_mm`) takes B column-major only, so its `nn` row "
                    "includes torch's copy of B; kernel against kernel, in `nt`, see "
-                   "[docs/stages/persistent.md]({persistent})."),
+                   "[docs/stages/persistent.md]({persistent}).",
+              plot_note="against cuBLAS fp8 through torch._scaled_mm (per-tensor scales); in "
+                        "layout nn its time includes torch's copy of B"),
 )
 
 BY_NAME = {r.name: r for r in RECORDS}

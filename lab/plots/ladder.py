@@ -1,7 +1,10 @@
 """ladder.png: % of cuBLAS per stage, CUDA and Triton bars side by side in registry order, the
 cuBLAS = 100% line and siboehm/SGEMM_CUDA's kernels as marks on the fp32 bars at 4096^3. One
 precision: a panel per size (MAX_PANELS at most). Several precisions: every stage at one size,
-fp32 across the top and a panel per tensor-core precision below, each bar with its value.
+fp32 across the top and a panel per tensor-core precision below, each bar with its value. A
+panel whose cuBLAS call is not the plain one of its precision says which it is (the precision
+record's plot_note). `marks` ({stage: words}): stages built for other shapes, whose square-shape
+bars are left out and the words written in their place.
 """
 
 from __future__ import annotations
@@ -10,11 +13,31 @@ import math
 
 from lab.plots.common import (
     BACKEND_COLOR, BACKEND_LABEL, FONTSIZE, PREFERRED_SIZES, SGEMM_CUDA_PCT, Results,
-    baseline_of, distinct, ladder_size, new_figure, passed_rows, precision_order,
+    baseline_note, baseline_of, distinct, ladder_size, new_figure, passed_rows, precision_order,
     reference_marks, set_figure_title, size_label, stage_order, style_axes,
 )
 
 MAX_PANELS = 6
+
+
+def _square_marks(marks, M, N, K) -> dict:
+    """The marks that apply to a panel of this size: all of them at a square shape, none else.
+
+    Why a mark in place of the bars rather than a label beside them: a stage built for other
+    shapes (gemv: C with one column or a few) runs at 1% of cuBLAS at 4096^3 by design, and a bar
+    that short in a ladder of % of cuBLAS reads as a broken kernel whatever is written next to it;
+    its number there teaches nothing the stage's page does not say better (its own shapes, where
+    it beats cuBLAS). The slot keeps the stage's name and says where to look; the tables of
+    results/README.md keep the square-shape numbers."""
+    return dict(marks or {}) if M == N == K else {}
+
+
+def _own_shape_mark(ax, x: float, text: str) -> None:
+    """The words in place of a stage's bars: upright in its slot, from the axis up (no band
+    behind them: a shaded slot reads as one more bar, taller than the others)."""
+    ax.annotate(text, (x, 0), xytext=(0, 4), textcoords="offset points", ha="center",
+                va="bottom", rotation=90, fontsize=FONTSIZE - 2, color="dimgray",
+                style="italic", gid="own-shape", linespacing=1.1)
 
 
 def _bar_legend(fig, backends) -> None:
@@ -32,15 +55,16 @@ def _bar_legend(fig, backends) -> None:
                ncols=len(labels), fontsize=FONTSIZE, frameon=False)
 
 
-def ladder_figure(results: Results):
+def ladder_figure(results: Results, marks: dict | None = None):
     """% of cuBLAS per stage, CUDA and Triton bars, one panel per (precision, layout, size);
-    (figure, None) or (None, reason)."""
+    (figure, None) or (None, reason). `marks` ({stage: words}): at square shapes, those stages'
+    bars are left out and the words written in their slot."""
     df = passed_rows(results.df, "pct_cublas")
     df = df[df["backend"] != "cublas"]
     if df.empty:
         return None, "no passing GPU row with a % of cuBLAS"
     if len(distinct(df["precision"])) > 1:
-        return _ladder_by_precision(df, results)
+        return _ladder_by_precision(df, results, marks)
     keys = distinct(zip(df["precision"], df["layout"], df["M"], df["N"], df["K"]))
     if len(keys) > MAX_PANELS:
         preferred = [k for k in keys if tuple(k[2:]) in PREFERRED_SIZES]
@@ -73,6 +97,11 @@ def ladder_figure(results: Results):
         part = df[(df["precision"] == prec) & (df["layout"] == layout) & (df["M"] == M)
                   & (df["N"] == N) & (df["K"] == K)]
         marked = ((M, N, K) == (4096, 4096, 4096) and prec in ("fp32", "") and layout == "nn")
+        own = _square_marks(marks, M, N, K)
+        for s in own:
+            if s in stages:
+                _own_shape_mark(ax, stages.index(s), own[s])
+        part = part[~part["stage"].isin(list(own))]
         for j, backend in enumerate(backends):
             rows = part[part["backend"] == backend].set_index("stage")["pct_cublas"]
             xs = [x + (j - (len(backends) - 1) / 2) * width for x, s in enumerate(stages)
@@ -106,8 +135,13 @@ def ladder_figure(results: Results):
         if i % ncols == 0:
             ax.set_ylabel("% of cuBLAS (higher is faster)", fontsize=FONTSIZE)
     _bar_legend(fig, backends)
-    set_figure_title(fig, "Speed of each stage as % of cuBLAS (same run, same shape)",
-                     results.sources, [k[0] for k in keys])
+    what = "Speed of each stage as % of cuBLAS (same run, same shape)"
+    if not several_prec:  # one precision: say its baseline where it is not its own plain call
+        prec = keys[0][0]
+        note = baseline_note(prec)
+        if note or baseline_of(prec) != (prec or "fp32"):
+            what += f"\n{prec}: " + (note or f"against cuBLAS {baseline_of(prec)}")
+    set_figure_title(fig, what, results.sources, [k[0] for k in keys])
     return fig, None
 
 
@@ -126,13 +160,15 @@ def _value_labels(ax, bars, values, refs, color, top, vertical: bool = False) ->
                     bbox=dict(boxstyle="square,pad=0.05", fc="white", ec="none"))
 
 
-def _ladder_by_precision(df, results: Results):
+def _ladder_by_precision(df, results: Results, marks: dict | None = None):
     """Several precisions: every stage at one size (4096^3 when there), a panel per precision
     and layout: fp32 (the CUDA-core ladder) across the top, the tensor-core precisions in a row
-    below, each bar with its value, siboehm/SGEMM_CUDA's kernels on the fp32 panel at 4096^3."""
+    below, each bar with its value, siboehm/SGEMM_CUDA's kernels on the fp32 panel at 4096^3;
+    each panel's title says what its bars are compared with."""
     size = ladder_size(df)
     M, N, K = size
     df = df[(df["M"] == M) & (df["N"] == N) & (df["K"] == K)]
+    own = _square_marks(marks, M, N, K)
     layouts = sorted(distinct(df["layout"]), key=lambda lay: (lay != "nn", lay))
     keys = [(p, lay) for lay in layouts for p in precision_order(df["precision"])
             if ((df["precision"] == p) & (df["layout"] == lay)).any()]
@@ -163,8 +199,12 @@ def _ladder_by_precision(df, results: Results):
         top = (max(110.0, float(part["pct_cublas"].max()) * 1.15) if (prec, layout) in wide
                else rest_top)
         marked = size == (4096, 4096, 4096) and prec in ("fp32", "") and layout == "nn"
+        for s in stages:
+            if s in own:
+                _own_shape_mark(ax, stages.index(s), own[s])
         for j, backend in enumerate(backends):
             rows = part[part["backend"] == backend].set_index("stage")["pct_cublas"]
+            rows = rows[~rows.index.isin(list(own))]
             here = [s for s in stages if s in rows.index]
             xs = [stages.index(s) + (j - (len(backends) - 1) / 2) * width for s in here]
             ys = [float(rows[s]) for s in here]
@@ -176,7 +216,7 @@ def _ladder_by_precision(df, results: Results):
                     for s in here]
             _value_labels(ax, bars, ys, refs, "black", top,
                           vertical=(prec, layout) not in wide and crowded)
-            missing = [s for s in stages if s not in rows.index]
+            missing = [s for s in stages if s not in rows.index and s not in own]
             for s in missing:  # this stage has no kernel of this backend in this precision
                 ax.annotate(f"no {BACKEND_LABEL.get(backend, backend)}",
                             (stages.index(s) + (j - (len(backends) - 1) / 2) * width, 0),
@@ -190,7 +230,10 @@ def _ladder_by_precision(df, results: Results):
             title = "fp32 on CUDA cores: % of cuBLAS fp32"
         if layout != "nn":
             title += f", layout {layout}"
-        ax.set_title(title, fontsize=FONTSIZE + 1)
+        # the cuBLAS call it is compared with, where "cuBLAS <precision>" alone would mislead
+        # (3xTF32 against fp32, fp8 against a scaled product): the precision record's words
+        note = baseline_note(prec, 64 if (prec, layout) not in wide and ncols > 1 else 120)
+        ax.set_title(title + (f"\n{note}" if note else ""), fontsize=FONTSIZE + 1)
         ax.set_xticks(range(len(stages)))
         ax.set_xticklabels(stages, rotation=30 if len(stages) > 4 else 0,
                            ha="right" if len(stages) > 4 else "center",

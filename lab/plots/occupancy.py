@@ -1,6 +1,8 @@
 """occupancy.png: TFLOP/s (log) against theoretical occupancy at one size (4096^3 when there),
-a point per kernel, the points of one occupancy side by side in ladder order, fp32 and the
-tensor-core precisions in a panel each: occupancy alone does not decide speed.
+a point per kernel, fp32 and the tensor-core precisions in a panel each: occupancy alone does not
+decide speed. The occupancies the kernels have are few and uneven (12.5%, 25%, 56.25%, ...): each
+is a column of its own (a shaded box, white gaps between, its value under it), not a place on a
+scale, and the points of one column sit side by side in ladder order.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from lab.plots.common import (
 )
 
 MAX_LABELS = 20  # text labels on the occupancy plot, at most (else the legend alone names them)
+POINT_AREA = 70  # a point's marker area (points^2, matplotlib's scatter size)
+COLUMN = 0.84  # a category's column width, in slots (the gap between two columns: the rest)
 
 
 def _dodge(values, keys, step: float, band: float) -> list[float]:
@@ -32,10 +36,10 @@ def _dodge(values, keys, step: float, band: float) -> list[float]:
 
 def occupancy_figure(results: Results):
     """TFLOP/s (log) against theoretical occupancy, a point per kernel row with both, at one size
-    (4096^3 when there). The occupancies a kernel can have are few (12.5%, 25%, ...): they sit
-    evenly spaced as categories, and the points of one category are spread side by side in
-    ladder order so that none hides another. fp32 rows and the tensor-core precisions get a
-    panel each."""
+    (4096^3 when there). The occupancies a kernel can have are few (12.5%, 25%, ...): each is a
+    shaded column of its own (categories, not a scale), and the points of one column are spread
+    side by side in ladder order so that none hides another. fp32 rows and the tensor-core
+    precisions get a panel each."""
     if "occupancy" not in results.df.columns:
         return None, "the CSVs have no occupancy column"
     df = passed_rows(results.df, "gflops")
@@ -73,7 +77,7 @@ def occupancy_figure(results: Results):
         for backend in distinct(part["backend"]):
             rows = part[part["backend"] == backend]
             ax.scatter(rows["x"], rows["gflops"] / 1000, c=[colors[s] for s in rows["stage"]],
-                       marker=BACKEND_MARKER.get(backend, "^"), s=70, edgecolors="black",
+                       marker=BACKEND_MARKER.get(backend, "^"), s=POINT_AREA, edgecolors="black",
                        linewidths=0.6, zorder=5, label=BACKEND_LABEL.get(backend, backend),
                        gid=f"occupancy/{backend}")
             for x, g, s, p in zip(rows["x"], rows["gflops"], rows["stage"], rows["precision"]):
@@ -82,9 +86,14 @@ def occupancy_figure(results: Results):
         ax.set_yscale("log")
         ax.set_ylim(ymin, ymax)
         ax.set_xlim(-0.6, len(cats) - 0.4)
+        # categories, not a scale: evenly spaced values such as 25%, 50%, 56.25% on one line with
+        # grid lines read as a linear axis; a shaded column per value, white gaps between, and no
+        # tick marks read as boxes to sort the kernels into
         ax.set_xticks(range(len(cats)), [f"{c:g}%" for c in cats])
-        for i in range(1, len(cats)):  # a thin line between two occupancies
-            ax.axvline(i - 0.5, color="grey", lw=0.6, alpha=0.4)
+        ax.tick_params(axis="x", length=0, pad=6)
+        for i in range(len(cats)):
+            ax.axvspan(i - COLUMN / 2, i + COLUMN / 2, color="#ececec", lw=0, zorder=0,
+                       gid="category")
         import matplotlib.ticker as mticker
 
         ax.yaxis.set_major_locator(mticker.LogLocator(base=10, subs=(1, 2, 5)))
@@ -92,7 +101,8 @@ def occupancy_figure(results: Results):
         style_axes(ax)
         ax.set_title("fp32 (CUDA cores)" if group == "fp32"
                      else "tensor-core precisions: " + ", ".join(precs), fontsize=FONTSIZE + 1)
-        ax.set_xlabel("theoretical occupancy (% of the SM's warp slots)", fontsize=FONTSIZE)
+        ax.set_xlabel("theoretical occupancy (% of warp slots), one column per value",
+                      fontsize=FONTSIZE)
         if ax is axes[0]:
             ax.set_ylabel("TFLOP/s (log scale)", fontsize=FONTSIZE)
         to_label.append((ax, points))
@@ -104,6 +114,9 @@ def occupancy_figure(results: Results):
     handles += [Line2D([], [], ls="none", marker="o", color=colors[s], ms=9, label=s)
                 for s in stages]
     fig.legend(handles=handles, loc="outside right center", fontsize=FONTSIZE, frameon=False)
+    fig.supxlabel("the occupancies are categories, not a scale: each value a kernel has is a "
+                  "column of its own, in increasing order, evenly spaced whatever the step "
+                  "between them", fontsize=FONTSIZE - 1, color="dimgray")
     at = size_label(*size) + (f", layout {layouts[0]}" if layouts[0] != "nn" else "")
     what = f"Occupancy alone does not decide speed: TFLOP/s against theoretical occupancy, {at}"
     if len(sizes) > 1:
@@ -111,6 +124,6 @@ def occupancy_figure(results: Results):
     set_figure_title(fig, what, results.sources, df["precision"])
     for ax, points in to_label:  # last: the legend and the title have settled the layout
         if len(points) <= 2 * MAX_LABELS:
-            place_labels(ax, points, fontsize=FONTSIZE - 2,
+            place_labels(ax, points, fontsize=FONTSIZE - 2, marker_size=POINT_AREA ** 0.5,
                          radii=(7, 14, 24, 36, 50, 66, 84), fallback=False)
     return fig, None

@@ -16,6 +16,11 @@ from lab.plots.common import (
 ROOF_ZOOM_MIN = 6  # kernels crowding one roof that earn the roofline its second panel
 
 
+def _marker_size(backend: str) -> float:
+    """A point's marker size (points): cuBLAS's star larger than the kernels' marks."""
+    return 12.0 if backend == "cublas" else 8.0
+
+
 def _roof_name(precision) -> str:
     """'fp32 CUDA-core' or '<precision> tensor-core': the unit whose peak a compute roof is."""
     p = str(precision) if precision == precision and precision not in (None, "") else "fp32"
@@ -130,17 +135,18 @@ def roofline_figure(sources: list[Source]):
     in_crowd = set(crowd.index) if crowd is not None else set()
     for i, r in df.iterrows():
         backend = str(r["backend"])
+        size = _marker_size(backend)
         for a in (ax, zoom):
             if a is None or (a is zoom and i not in in_crowd):
                 continue
             a.plot([r["intensity"]], [r["achieved_tflops"]], ls="none",
-                   marker=BACKEND_MARKER.get(backend, "^"), ms=12 if backend == "cublas" else 8,
+                   marker=BACKEND_MARKER.get(backend, "^"), ms=size,
                    color=colors.get(r["stage"], "grey"), mec="black", mew=0.6, zorder=5,
                    gid=f"{r['stage']}/{backend}" + ("" if a is ax else "/zoom"))
         label = "cuBLAS" if backend == "cublas" else f"{r['stage']}/{backend}"
         if several_prec and (backend == "cublas" or r["precision"] != majority):
             label += f" {r['precision']}"
-        pt = (float(r["intensity"]), float(r["achieved_tflops"]), label)
+        pt = (float(r["intensity"]), float(r["achieved_tflops"]), label, size)
         (zoomed if i in in_crowd else points).append(pt)
     fmt = mticker.FuncFormatter(lambda v, _: f"{v:g}")
     for a in (ax, zoom):
@@ -176,10 +182,15 @@ def roofline_figure(sources: list[Source]):
     set_figure_title(fig, what, sources, [p for s in sources
                                           for p in (s.df["precision"] if "precision" in s.df
                                                     else [])])
+    def roofs(a):
+        return [line for line in a.get_lines() if (line.get_gid() or "").startswith("roof-")]
+
+    # each label clear of every marker (its own included, at the marker's drawn size), of the
+    # other labels and of the roofs, a leader line to its point where it had to move further out
     place_labels(ax, points, avoid=[legend, *roof_artists[ax]],
-                 obstacles=[(x, y) for x, y, _ in zoomed], radii=(7, 14, 24, 36, 50, 66),
-                 fallback=False)
+                 obstacles=[(x, y, size) for x, y, _, size in zoomed],
+                 radii=(7, 14, 24, 36, 50, 66), fallback=False, lines=roofs(ax))
     if zoom is not None:
         place_labels(zoom, zoomed, avoid=roof_artists[zoom],
-                     radii=(7, 14, 24, 36, 50, 66, 84), fallback=False)
+                     radii=(7, 14, 24, 36, 50, 66, 84), fallback=False, lines=roofs(zoom))
     return fig, None

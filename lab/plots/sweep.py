@@ -90,8 +90,11 @@ def sweep_figure(results: Results):
         ax.set_xlim(-0.4, len(sizes) - 0.6)
         style_axes(ax)
         ax.grid(True, axis="x", alpha=0.3)
+        # a precision compared with another's cuBLAS (the precision record's compared_with)
+        # says which cuBLAS line it is drawn with
         extra = [p for p in ((f"{prec} (cuBLAS {baseline_of(prec)} for reference)"
-                              if prec == "3xtf32" else prec if len(precisions) > 1 else ""),
+                              if baseline_of(prec) != (prec or "fp32")
+                              else prec if len(precisions) > 1 else ""),
                              (f"layout {layout}" if layout != "nn" else "")) if p]
         if extra:
             ax.set_title(", ".join(extra), fontsize=FONTSIZE + 1)
