@@ -346,7 +346,7 @@ class HopperStage:
     def offer(self) -> Offer:
         return Offer(self.stage, "cuda", precisions=self.precisions, kernels=(self.kernel,),
                      validate=self.validate, resolve=self.resolve, show=self.show,
-                     compile=self.compile_for)
+                     compile=self.compile_for, arch=ARCH)
 
     def prepare_for(self, offer: Offer):
         """The stage's public prepare(a, b, c, precision=None, **params) (lab/base/entry.py's

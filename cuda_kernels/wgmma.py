@@ -303,7 +303,7 @@ def launch(p, precision: str, group: int = 8, config: dict | None = None) -> Pre
 
 
 OFFER = Offer("wgmma", "cuda", precisions=PRECISIONS, kernels=(KERNEL,), validate=validate,
-              resolve=resolve, show=show, compile=compile_for)
+              resolve=resolve, show=show, compile=compile_for, arch=ARCH)
 
 
 @entry(OFFER)

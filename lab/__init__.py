@@ -1,7 +1,9 @@
 """The kernel-agnostic harness of the matmul kernel lab (see docs/ARCHITECTURE.md), and the Python
 API for running one stage on your own tensors:
 
-    from lab import matmul, LabError
+    from lab import matmul, which, LabError
+    c = matmul(a, b)                                               # the lab picks the stage (auto)
+    print(which(a, b))                                             # ... and says which, and why
     c = matmul(a, b, stage="vectorized", backend="cuda")          # a new C
     matmul(a, b, stage="tiled", backend="triton", out=c, tile=16)  # into an existing C (a view too)
 
@@ -12,13 +14,16 @@ with one sentence.
 
 from lab.base.errors import CompileError, LabError
 
-__all__ = ["matmul", "LabError", "CompileError"]
+__all__ = ["matmul", "which", "LabError", "CompileError"]
 
 
-def matmul(a, b, stage: str | None = None, backend: str = "cuda", out=None,
+def matmul(a, b, stage: str | None = None, backend: str | None = None, out=None,
            precision: str | None = None, scale_a=None, scale_b=None, **params):
     """C = A @ B computed by one stage of the lab (`python -m lab.compare --list` lists them;
-    None: lab.stages.DEFAULT_STAGE, vectorized).
+    None or "auto": the lab picks the stage, backend and parameters for these tensors' GPU, shape,
+    precision and layout, lab/dispatch.py, docs/DISPATCH.md; `which(a, b)` says what it picks).
+    backend: "cuda" or "triton"; None: CUDA for a named stage, any for auto (a backend given
+    restricts auto's choice to it).
 
     a: M x K, b: K x N float32 tensors on one device (a CUDA GPU; Triton stages also run CPU
     tensors under the Triton interpreter, TRITON_INTERPRET=1). out: an M x N float32 tensor to
@@ -34,12 +39,59 @@ def matmul(a, b, stage: str | None = None, backend: str = "cuda", out=None,
     from lab import plan as plans
 
     scales = (scale_a, scale_b)
-    key = plans.signature(a, b, out, stage, backend, precision, params, scales)
+    auto = stage is None or (isinstance(stage, str) and stage.strip().lower() == "auto")
+    # auto's plan is keyed by "auto": a repeated call replays what the first one chose
+    key = plans.signature(a, b, out, "auto" if auto else stage, backend, precision, params,
+                          scales)
     if key is not None:
         hit = plans.lookup(key)
         if hit is not None and not plans.capturing(a):
             return _replay(hit, a, b, out, scales)
-    return _matmul(a, b, stage, backend, out, precision, params, key, scales)
+    if auto:
+        if params:
+            raise LabError(f"stage='auto' picks the stage's parameters itself, so it takes none "
+                           f"({', '.join(params)}); name a stage to set them (lab.which(a, b) "
+                           f"says which stage auto picks)")
+        choice = which(a, b, precision=precision, out=out, backend=backend)
+        return _matmul(a, b, choice.stage, choice.backend, out, precision, dict(choice.params),
+                       key, scales)
+    return _matmul(a, b, stage, "cuda" if backend is None else backend, out, precision, params,
+                   key, scales)
+
+
+def which(a, b, precision: str | None = None, out=None, backend: str | None = None):
+    """The stage, backend and parameters `matmul(a, b)` with no stage runs for these tensors, as a
+    lab.dispatch.Choice (stage, backend, params, reason, source; str() reads as two lines): from
+    the dispatch table measured on this GPU (lab/data/dispatch.json), else the rule by
+    architecture and shape (docs/DISPATCH.md). Nothing runs. `out` is accepted as matmul takes it
+    (the choice does not depend on it); `backend` restricts the choice to one backend."""
+    import torch
+
+    from lab import dispatch
+    from lab.base.dtypes import precision_for
+    from lab.stages import BACKENDS, PRECISIONS
+
+    where = "the automatic choice (stage auto)"
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise LabError(f"{where}: {name} must be a torch.Tensor, not {type(t).__name__}")
+        if t.dim() != 2:
+            raise LabError(f"{where}: {name} must be a 2-D matrix, not {t.dim()}-D of shape "
+                           f"{tuple(t.shape)}")
+    if a.shape[1] != b.shape[0]:
+        raise LabError(f"{where}: A is {a.shape[0]}x{a.shape[1]} and B is {b.shape[0]}x"
+                       f"{b.shape[1]}, so A's columns and B's rows differ; A @ B needs A's "
+                       f"columns to equal B's rows")
+    if backend is not None:
+        backend = str(backend).strip().lower()
+        if backend not in BACKENDS:
+            raise LabError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    precision = precision_for(a, precision, where, PRECISIONS)
+    target = dispatch.target_of(a.device)
+    if target.interpreter:  # before any Triton kernel is imported to look at its Offer
+        _interpreter_for_cpu_tensors(where)
+    return dispatch.choose(a.shape[0], b.shape[1], a.shape[1], precision,
+                           dispatch.layout_of(a, b), target, backend)
 
 
 def _out_dtype(a):

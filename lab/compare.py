@@ -8,6 +8,7 @@
     python -m lab.compare --stage persistent --precision bf16 --sizes llm@1-64   # a model's shapes
     python -m lab.compare --list-suites                  # the suites --sizes takes by name
     python -m lab.compare --stage tiled --wide           # + resource columns (docs/COLUMNS.md)
+    python -m lab.compare --stage auto --precision bf16  # the stage the lab picks for each row
     python -m lab.compare --stage all --sizes sweep --csv new.csv --baseline old.csv \
         --fail-on-regression 5 --plot plots/         # vs an earlier run; exit 1 if 5 % slower
     python -m lab.compare --stage tiled,vectorized --sizes 1025,4096 --repeat 5   # noise bars
@@ -43,8 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stage", action="append", metavar="NAME[:k=v,...]",
                    help="stage(s) to run: a name, a comma list, 'all', a variant such as "
-                        "tiled:tile=16, or NAME:auto for the configuration python -m lab.autotune "
-                        "cached for this GPU and shape (repeatable; see --list)")
+                        "tiled:tile=16, NAME:auto for the configuration python -m lab.autotune "
+                        "cached for this GPU and shape, or auto on its own for the stage, backend "
+                        "and parameters the lab picks for each row, as lab.matmul does with no "
+                        "stage (docs/DISPATCH.md; with one --backend, among its stages) "
+                        "(repeatable; see --list)")
     p.add_argument("--backend", default=",".join(BACKENDS),
                    help=f"comma list of backends (default {','.join(BACKENDS)}); cuBLAS always runs "
                         "on a GPU as the baseline")
@@ -113,14 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def list_stages(names: list[str] | None = None) -> str:
-    """The stages (those named, or all) and their parameters, wrapped to the terminal's width."""
+    """The stages (those named, or all) and their parameters, wrapped to the terminal's width;
+    then `auto`, the lab's choice of stage (when all are listed or it is named)."""
     import shutil
     import textwrap
+
+    from lab.stages import AUTO_STAGE
 
     width_total = max(60, shutil.get_terminal_size((100, 24)).columns)
     lines = []
     stages = [s for s in STAGES if not names or s.name in names]
-    width = max(len(s.name) for s in stages)
+    width = max([len(s.name) for s in stages] + [len(AUTO_STAGE.name)])
     for s in stages:
         lines += textwrap.wrap(s.title, width_total, initial_indent=f"{s.name:<{width}}  ",
                                subsequent_indent=" " * (width + 2))
@@ -134,6 +141,15 @@ def list_stages(names: list[str] | None = None) -> str:
             lines += textwrap.wrap(f"{prm.name}={choices} (default {default}){only}: {prm.help}",
                                    width_total, initial_indent=" " * (width + 4),
                                    subsequent_indent=" " * (width + 8))
+    if not names or AUTO_STAGE.name in names:
+        lines += textwrap.wrap(AUTO_STAGE.title, width_total,
+                               initial_indent=f"{AUTO_STAGE.name:<{width}}  ",
+                               subsequent_indent=" " * (width + 2))
+        lines += textwrap.wrap("NAME:auto is another thing: one stage's configuration from "
+                               "python -m lab.autotune's cache (docs/AUTOTUNE.md); python -m "
+                               "lab.dispatch which --size MxNxK says what auto picks",
+                               width_total, initial_indent=" " * (width + 4),
+                               subsequent_indent=" " * (width + 8))
     return "\n".join(lines)
 
 
@@ -173,17 +189,22 @@ def _main(argv: list[str] | None) -> int:
     from lab.stages import parse_variants
 
     if args.list:
-        names = [v.stage.name for v in parse_variants(args.stage)] if args.stage else None
+        names = ([v.stage.name for v in parse_variants(args.stage, dispatch=True)]
+                 if args.stage else None)
         print(list_stages(names))
         return 0
     if args.list_suites:
         print(list_suites(",".join(args.sizes) if args.sizes else None))
         return 0
-    variants = parse_variants(args.stage or [])
+    variants = parse_variants(args.stage or [], dispatch=True)
     if any(v.auto for v in variants):  # an unreadable tuning cache is said before any work
         from lab.tune.cache import load_cache
 
         load_cache()
+    if any(v.dispatch for v in variants):  # so is an unreadable dispatch table
+        from lab.dispatch import load_table
+
+        load_table()
     backends = parse_backends(args.backend)
     precision = parse_choices(args.precision, PRECISIONS, "precision", "comma list")
     if not args.rep_ms > 0:
@@ -269,10 +290,13 @@ def _main(argv: list[str] | None) -> int:
     for r in shown:  # which configuration each stage:auto row ran (or, in CPU mode, compiled)
         if r.stage.endswith(":auto") and r.status in row.OK_STATUSES:
             say(auto_note(r))
+    for r in shown:  # which stage each auto row ran, and why (the lab's choice, not the tuner's)
+        if r.stage == "auto" and r.status in row.OK_STATUSES:
+            say(dispatch_note(r))
     # why a row was skipped, once per reason (rows too large for the interpreter: said above)
     reasons = dict.fromkeys(f"{r.stage} ({r.backend}) is skipped: {r.detail}" for r in shown
-                            if r.status == "skipped" and r.detail
-                            and not r.detail.startswith(SIZE_SKIP))
+                            if r.status == "skipped" and r.detail and r.stage != "auto"
+                            and not r.detail.startswith(SIZE_SKIP))  # auto: said above
     for reason in reasons:
         say(reason)
     if args.repeat > 1 and mode == "cpu":
@@ -341,6 +365,20 @@ def auto_note(r) -> str:
             "skipped": "not run (larger than the Triton interpreter takes)"}.get(r.status, r.status)
     return (f"{where}: CPU mode has no GPU to look up a tuned configuration for, so the defaults "
             f"were {done}: {params}")
+
+
+def dispatch_note(r) -> str:
+    """What an `auto` row ran (the lab's choice of stage, lab/dispatch.py) and why: its params
+    column (`stage/backend: parameters`) and its detail; in CPU mode what happened to it."""
+    where = f"auto {r.precision} {r.layout} {r.M}x{r.N}x{r.K}"
+    params = r.params.replace(",", ", ")
+    detail = r.detail.removeprefix("auto: ")
+    if r.mode != "cpu":
+        return f"{where} ran {params} ({detail})"
+    done = {"compiled": "compiled for sm_90 by NVRTC, not run",
+            "pass": "checked under the Triton interpreter, not timed",
+            "skipped": "not run (larger than the Triton interpreter takes)"}.get(r.status, r.status)
+    return f"{where}: {params} was {done} ({detail})"
 
 
 def _read_bandwidth(mode: str, err) -> float | None:

@@ -34,11 +34,26 @@ def write_csv(rows: list[Row], path: str | Path, env: dict) -> tuple[Path, Path]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         to_frame(rows).to_csv(path, index=False)
-        env_path = path.with_suffix(".env.json")
-        env_path.write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
+        env_file = env_path(path)
+        env_file.write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
     except OSError as exc:
         raise LabError(f"cannot write {path}: {exc.strerror}") from None
-    return path, env_path
+    return path, env_file
+
+
+def env_path(path: str | Path) -> Path:
+    """The environment file beside a CSV: <name>.env.json."""
+    return Path(path).with_suffix(".env.json")
+
+
+def read_env(path: str | Path) -> dict:
+    """The environment written beside the CSV at `path` (lab/env.py: gpu, compute_capability,
+    sm_count, commit, timestamp, ...), or {} when there is none or it is not a JSON object."""
+    try:
+        env = json.loads(env_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return env if isinstance(env, dict) else {}
 
 
 def read_csv(path: str | Path):

@@ -28,6 +28,10 @@ Otherwise the signature is still cached, and each call prepares again (correct, 
 While a CUDA graph is being captured, lab.matmul takes the full road and caches nothing: a plan's
 reused buffers would be shared with the graph.
 
+A call with no stage (stage "auto": lab/dispatch.py picks one) is keyed by the stage "auto" and
+the backend as given (None: any), so the choice is made on the first call of a signature and
+replayed with its launch after that.
+
 This module sits at the bottom of the lab beside lab.base: it imports only lab.toolchain.nvrtc
 (the current stream).
 """

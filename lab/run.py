@@ -23,7 +23,7 @@ from lab.base.precisions import RECORDS as PRECISION_RECORDS
 from lab.base.precisions import get as get_precision
 from lab.row import Row
 from lab.shapes import Shape
-from lab.stages import Variant
+from lab.stages import AUTO, Variant
 
 # The Triton interpreter runs every program in numpy: keep CPU-mode problems small.
 CPU_MAX_WORK = 256**3
@@ -64,13 +64,21 @@ class RunSpec:
 
     def runs(self, variant: Variant, backend: str, precision: str) -> bool:
         """Whether this stage x backend computes in `precision` (others are not run: see
-        unsupported())."""
+        unsupported()). `auto` (the lab's choice, lab/dispatch.py) is one row per shape, layout
+        and precision, whatever backend it picks: it runs under the first backend listed."""
+        if variant.dispatch:
+            return backend == self.backends[0]
         return precision in variant.stage.precisions_for(backend)
+
+    @property
+    def dispatch_backend(self) -> str | None:
+        """The backend `auto` rows must choose from: the one --backend named, or None (any)."""
+        return self.backends[0] if len(self.backends) == 1 else None
 
     def unsupported(self) -> list[str]:
         """'stage backend precision' for each combination of the spec that is not run."""
         return [f"{v.label} {b} {p}" for p in self.precisions for v in self.variants
-                for b in self.backends if not self.runs(v, b, p)]
+                if not v.dispatch for b in self.backends if not self.runs(v, b, p)]
 
     @property
     def n_rows(self) -> int:
@@ -104,8 +112,8 @@ def validate(spec: RunSpec) -> None:
         if p not in PRECISIONS:
             raise LabError(f"unknown precision {p!r}; choose from {', '.join(PRECISIONS)}")
     for v in spec.variants:
-        if v.implicit:  # 'all': a stage without these precisions is skipped
-            continue
+        if v.implicit or v.dispatch:  # 'all': a stage without these precisions is skipped;
+            continue                  # auto: each row's choice is checked when it is made
         if not any(spec.runs(v, b, p) for b in spec.backends for p in spec.precisions):
             offered = "; ".join(f"{b}: {', '.join(v.stage.precisions_for(b)) or 'none'}"
                                 for b in spec.backends)
@@ -250,9 +258,30 @@ def _run_precision(spec: RunSpec, shape: Shape, layout: str, precision: str, see
         emit(row)
     from lab.tune.auto import resolve_variant
 
+    def run_row(row: Row, variant: Variant, backend: str, api=None) -> None:
+        try:
+            if spec.mode == "cpu" and backend == "cuda":
+                _compile_only(row, variant, shape, layout, precision)
+            elif spec.mode == "cpu" and not variant.stage.offer(backend).interpreted:
+                row.status = "skipped"
+                row.detail = ("a GPU-only kernel, which the Triton interpreter cannot run "
+                              "(run it on an sm_90 GPU)")
+            elif not runs:
+                row.status = "skipped"
+                row.detail = (f"{SIZE_SKIP} up to M*N*K = 256^3; {shape} is larger "
+                              f"(run it on a GPU)")
+            else:
+                _run_stage(row, variant, backend, a, b, ref, spec, host, cublas, gpu,
+                           scales, api)
+        except Exception as exc:  # the row fails; the run goes on
+            _error_row(row, exc)
+
     for listed in spec.variants:
         for backend in spec.backends:
             if not spec.runs(listed, backend, precision):
+                continue
+            if listed.dispatch:  # auto: the lab's choice of stage for this row
+                emit(_dispatch_row(spec, shape, layout, precision, base, run_row))
                 continue
             try:  # stage:auto -> the tuner's cached winner for this GPU, shape and layout
                 variant, auto_note = resolve_variant(listed, backend, M, N, K, layout, precision,
@@ -261,25 +290,41 @@ def _run_precision(spec: RunSpec, shape: Shape, layout: str, precision: str, see
                 variant, auto_note = listed, f"auto: {exc}; the defaults run"
             row = Row(stage=listed.label, backend=backend,
                       params=_params(variant, backend), **base)
-            try:
-                if spec.mode == "cpu" and backend == "cuda":
-                    _compile_only(row, variant, shape, layout, precision)
-                elif spec.mode == "cpu" and not variant.stage.offer(backend).interpreted:
-                    row.status = "skipped"
-                    row.detail = ("a GPU-only kernel, which the Triton interpreter cannot run "
-                                  "(run it on an sm_90 GPU)")
-                elif not runs:
-                    row.status = "skipped"
-                    row.detail = (f"{SIZE_SKIP} up to M*N*K = 256^3; {shape} is larger "
-                                  f"(run it on a GPU)")
-                else:
-                    _run_stage(row, variant, backend, a, b, ref, spec, host, cublas, gpu,
-                               scales)
-            except Exception as exc:  # the row fails; the run goes on
-                _error_row(row, exc)
+            run_row(row, variant, backend)
             if auto_note:
                 row.detail = f"{auto_note}; {row.detail}" if row.detail else auto_note
             emit(row)
+
+
+def _dispatch_row(spec: RunSpec, shape: Shape, layout: str, precision: str, base: dict,
+                  run_row) -> Row:
+    """The row of `auto` (lab/dispatch.py): the stage x backend and parameters the lab picks for
+    this GPU (in CPU mode: CPU tensors, whose choice is a Triton kernel the interpreter runs; or,
+    with --backend cuda, a CUDA build for sm_90), run like any row. Its stage column reads
+    `auto`, its backend column the backend chosen, its params column `stage/backend: what ran`,
+    its detail why (one sentence each); a shape no stage can run is an error row."""
+    from lab import dispatch
+    from lab.stages import get_stage
+
+    only = spec.dispatch_backend
+    if spec.mode == "gpu":
+        import torch
+
+        target = dispatch.target_of(torch.device("cuda", torch.cuda.current_device()))
+    else:
+        target = dispatch.SM90_BUILD if only == "cuda" else dispatch.CPU_TENSORS
+    try:
+        choice = dispatch.choose(*shape, precision, layout, target, only)
+    except LabError as exc:
+        return Row(stage=AUTO, backend=only or "-", status="error", detail=f"auto: {exc}", **base)
+    stage = get_stage(choice.stage)
+    variant = Variant(stage, {**stage.defaults(), **choice.params})
+    row = Row(stage=AUTO, backend=choice.backend, params=_params(variant, choice.backend), **base)
+    run_row(row, variant, choice.backend, api=(AUTO, only))
+    row.params = f"{choice.label}: {row.params}"
+    note = f"auto: {dispatch.SOURCE_WORDS[choice.source]}: {choice.reason}"
+    row.detail = f"{note}; {row.detail}" if row.detail else note
+    return row
 
 
 @dataclass
@@ -438,7 +483,7 @@ def _scale_kwargs(scales) -> dict:
 
 
 def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, spec: RunSpec, host,
-               cublas=None, gpu=None, scales=None) -> None:
+               cublas=None, gpu=None, scales=None, api=None) -> None:
     import torch
 
     from lab.base.dtypes import OUT_DTYPE_NAMES
@@ -461,7 +506,7 @@ def _run_stage(row: Row, variant: Variant, backend: str, a, b, ref, spec: RunSpe
                                                         row.smem_dynamic or 0)
     _check_and_time(row, launch, a, b, c, ref, spec, host, cublas, gpu)
     if spec.api and row.status == "pass":
-        _time_api(row, variant, backend, a, b, c, spec, launch, scales)
+        _time_api(row, variant, backend, a, b, c, spec, launch, scales, api)
 
 
 API_CPU_CALLS = 50  # lab.matmul calls whose CPU time is averaged (no wait between them)
@@ -486,7 +531,7 @@ def _cpu_us(fn, calls: int = API_CPU_CALLS) -> float:
 
 
 def _time_api(row: Row, variant: Variant, backend: str, a, b, c, spec: RunSpec, launch,
-              scales=None) -> None:
+              scales=None, api=None) -> None:
     """--api: the row's computation as a user calls it, lab.matmul(a, b, out=c, ...) with the
     row's stage, backend, precision and parameters. Its C must equal the prepared launch's (the
     same kernel on the same inputs); then `api_ms` is its median GPU-visible time (L2 flushed,
@@ -494,7 +539,9 @@ def _time_api(row: Row, variant: Variant, backend: str, a, b, c, spec: RunSpec, 
     the launch's median in the same interleaving) is free of clock drift between the two, and
     `api_us` its CPU time per call once the signature's plan is cached
     (lab/spec.py): API_CPU_CALLS calls back to back, divided; `prepare_us` the CPU time of the
-    stage's prepare() for the same call (what every call cost before plans were cached)."""
+    stage's prepare() for the same call (what every call cost before plans were cached).
+    api: (stage, backend) of the call where it is not the row's own: an `auto` row times
+    lab.matmul(a, b, stage="auto", backend=<its --backend or None>), the choice included."""
     import torch
 
     import lab
@@ -504,6 +551,10 @@ def _time_api(row: Row, variant: Variant, backend: str, a, b, c, spec: RunSpec, 
     want = c.clone()
 
     def call():
+        if api is not None:
+            lab.matmul(a, b, stage=api[0], backend=api[1], out=c, precision=row.precision,
+                       **_scale_kwargs(scales))
+            return
         lab.matmul(a, b, stage=variant.stage.name, backend=backend, out=c,
                    precision=row.precision, **params, **_scale_kwargs(scales))
 

@@ -66,7 +66,7 @@ def test_a_cuda_stage_without_a_gpu_names_the_triton_backend(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     a, b = torch.randn(8, 6), torch.randn(6, 4)
     with pytest.raises(LabError) as info:
-        matmul(a, b)  # the default stage and backend
+        matmul(a, b, stage="vectorized")  # a named stage's default backend: CUDA
     text = one_sentence(info)
     assert "is a CUDA kernel and needs a CUDA GPU, but this machine has none" in text
     assert "backend='triton'" in text and ".cuda()" not in text

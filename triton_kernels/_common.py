@@ -670,7 +670,7 @@ class TmaTwin:
     def offer(self) -> Offer:
         return Offer(self.stage, "triton", precisions=tuple(self.auto), kernels=self.kernels,
                      validate=self.validate, resolve=self.resolve, show=self.show,
-                     interpreted=self.interpreted)
+                     interpreted=self.interpreted, arch="sm_90a")  # TMA and wgmma: sm_90 only
 
     # ---------------------------------------------------------------- prepare()
     def setup(self, p, params: dict, sm_count) -> TmaSetup:

@@ -546,7 +546,8 @@ def kernels(params, precision: str) -> tuple[str, ...]:
 
 
 OFFER = Offer("wgmma", "triton", precisions=tuple(ELEM_BYTES), kernels=kernels,
-              validate=_validate, resolve=resolved_params, show=config_text)
+              validate=_validate, resolve=resolved_params, show=config_text,
+              arch="sm_90a")  # tl.dot lowered to wgmma: sm_90 only (prepare() refuses others)
 
 
 @entry(OFFER)

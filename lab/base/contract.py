@@ -31,6 +31,9 @@ from lab.base.precisions import NAMES
 
 # precision names (lab/stages.py explains each); a launcher offers a subset
 PRECISIONS = NAMES  # lab/base/precisions.py: one record per precision
+# Offer.arch: an architecture-specific target and the one compute capability that runs it
+# (sm_90a code runs on 9.0 only, not on later GPUs)
+ARCH_CAPABILITY = {"sm_90a": (9, 0)}
 
 
 def _accept(params: Mapping, precision: str) -> None:
@@ -79,6 +82,10 @@ class Offer:
     interpreted: Triton only -- whether the Triton interpreter (TRITON_INTERPRET=1, CPU mode) can
         run the kernel; False for a GPU-only kernel such as a Gluon one, whose CPU-mode rows are
         skipped with one sentence.
+    arch: the architecture-specific GPU target the kernels need, or None for any GPU the lab runs
+        on: "sm_90a" for Hopper's wgmma and TMA instructions (compute capability 9.0 only; a
+        Triton twin that lowers to them needs it too). lab.matmul's automatic choice
+        (lab/dispatch.py) reads it through runs_on(); prepare() refuses another GPU itself.
     """
 
     stage: str
@@ -91,12 +98,24 @@ class Offer:
     compile: Callable | None = None
     tuning: Tuning = field(default_factory=Tuning)
     interpreted: bool = True
+    arch: str | None = None
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.precisions if p not in PRECISIONS]
         if unknown or not self.precisions:
             raise ValueError(f"Offer of {self.stage} ({self.backend}): precisions must be a "
                              f"non-empty subset of {PRECISIONS}, not {self.precisions}")
+        if self.arch is not None and self.arch not in ARCH_CAPABILITY:
+            raise ValueError(f"Offer of {self.stage} ({self.backend}): arch must be None or one "
+                             f"of {', '.join(ARCH_CAPABILITY)}, not {self.arch!r}")
+
+    def runs_on(self, capability: tuple[int, int]) -> str | None:
+        """None when the kernels run on a GPU of compute capability `capability`, else why not
+        (a clause: "needs sm_90a (compute capability 9.0)")."""
+        need = ARCH_CAPABILITY.get(self.arch) if self.arch else None
+        if need is None or tuple(capability) == need:
+            return None
+        return f"needs {self.arch} (compute capability {need[0]}.{need[1]})"
 
     @property
     def where(self) -> str:
