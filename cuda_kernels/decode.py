@@ -43,7 +43,7 @@ tile (the last block resets its counter, so both are reused by every call: setup
 
 from __future__ import annotations
 
-from cuda_kernels._build import (cdiv, compile_kernel, launcher, lines_aligned, resources,
+from cuda_kernels._build import (cdiv, launcher, lines_aligned, resources,
                                 spill_free_build)
 from lab.base.contract import Offer, Prepared
 from lab.base.device import DEFAULT_SMS, sm_count

@@ -69,6 +69,7 @@ def title(fig) -> str:
 # ------------------------------------------------------------------------------------ files
 
 
+@pytest.mark.fast
 def test_draw_writes_a_png_per_supported_plot(tmp_path, capsys):
     written = plot.draw([FINAL, PROFILE], tmp_path / "plots")
     names = sorted(p.name for p in written)

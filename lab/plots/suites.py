@@ -11,7 +11,6 @@ included: how far each is from reading the weights at the memory's speed.
 
 from __future__ import annotations
 
-import math
 
 from lab.plots.common import (
     BACKEND_COLOR, BACKEND_LABEL, BACKEND_MARKER, FONTSIZE, baseline_note, baseline_of,
