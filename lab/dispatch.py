@@ -493,9 +493,10 @@ def build_table(paths: list[str], by: str = "pct", keep: int = KEEP, exclude: tu
     with a note). Read: the stage rows that passed (not cuBLAS, not failed, errors or invalid rows),
     of stages the registry has, each with the parameters it set and what ran (_stage_and_params:
     the `params` column parsed into the registry's names for the stage and backend). Where
-    several files measured one stage x backend at
-    one shape, precision and layout on one GPU, the newest file's rows stand (its .env.json's
-    timestamp; the order given breaks a tie). The repeats of a configuration give one figure,
+    several files measured one configuration (stage x backend x the parameters it set) at one
+    shape, precision and layout on one GPU, the newest file's rows stand (its .env.json's
+    timestamp; the order given breaks a tie); other configurations of the stage measured in
+    older files stand beside them. The repeats of a configuration give one figure,
     their median. Per GPU, shape bucket, precision and layout, each stage x backend is ranked
     by `by`: "pct", its % of cuBLAS (cuBLAS timed beside each row, so clock changes between
     rows cancel), or "ms", its median time; across the bucket's shapes the geometric mean of its
@@ -569,18 +570,17 @@ def build_table(paths: list[str], by: str = "pct", keep: int = KEEP, exclude: tu
         sources.append({"csv": shown, "gpu": gpu, "commit": env.get("commit"),
                         "timestamp": env.get("timestamp"), "rows": used})
         say(f"read {shown}: {used} stage rows on {gpu}")
-    # the newest file's rows stand for a stage x backend at a shape
+    # the newest file's rows stand for one configuration (stage x backend x parameters) at a
+    # shape: a newer file that measured other parameters of the stage says nothing new of these
     groups: dict[tuple, dict[tuple, dict[tuple, list[_Measure]]]] = {}
     for (gpu, stage, backend, shape, precision, layout), configs in seen.items():
-        newest = max((m.stamp, m.order) for ms in configs.values() for m in ms)
-        kept = {c: [m for m in ms if (m.stamp, m.order) == newest] for c, ms in configs.items()}
-        older = sum(len(ms) for ms in configs.values()) - sum(len(ms) for ms in kept.values())
-        if older:
-            count("rows measured again in a newer file", older)
-        kept = {c: ms for c, ms in kept.items() if ms}
         key = (gpu, bucket(*shape), precision, layout)
-        for c, ms in kept.items():
-            groups.setdefault(key, {}).setdefault((stage, backend, c), {})[shape] = ms
+        for c, ms in configs.items():
+            newest = max((m.stamp, m.order) for m in ms)
+            kept = [m for m in ms if (m.stamp, m.order) == newest]
+            if len(ms) > len(kept):
+                count("rows measured again in a newer file", len(ms) - len(kept))
+            groups.setdefault(key, {}).setdefault((stage, backend, c), {})[shape] = kept
     entries = [_entry(key, configs, by, keep) for key, configs in groups.items()]
     entries.sort(key=lambda e: (e["gpu"], PRECISIONS.index(e["precision"]), e["layout"],
                                 parse_bucket(e["bucket"])))

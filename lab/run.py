@@ -356,7 +356,11 @@ class _GpuInfo:
     def set_peak(self, row: Row) -> None:
         from lab.peaks import peak
 
-        clock = row.sm_mhz_max or self.max_mhz
+        # Under a power cap the clock moves between NVML's samples (an H200 row at 1305 MHz in
+        # every sample ran at 730 TFLOPS, the peak of 1350 MHz): hold such a row against the top
+        # clock, so that a boost the samples missed is not taken for a timer that missed the work.
+        capped = "power_cap" in (row.throttle or "").split("+")
+        clock = (self.max_mhz if capped else None) or row.sm_mhz_max or self.max_mhz
         p = peak(row.precision, self.capability, self.sms, clock) if clock else None
         row.peak_gflops = p.gflops if p else None
 
@@ -564,8 +568,9 @@ def _time_api(row: Row, variant: Variant, backend: str, a, b, c, spec: RunSpec, 
         row.detail = (row.detail + "; " if row.detail else "") + (
             "lab.matmul's C differs from the prepared launch's (not timed)")
         return
-    api, prepared = bench_adjacent(call, launch, rep_ms=spec.rep_ms)
-    row.api_ms, row.api_ratio = api.median_ms, api.median_ms / prepared.median_ms
+    # (not `api`: call() reads that name, and _cpu_us below calls it again)
+    called, prepared = bench_adjacent(call, launch, rep_ms=spec.rep_ms)
+    row.api_ms, row.api_ratio = called.median_ms, called.median_ms / prepared.median_ms
     # no more calls than fit in about 0.2 s of GPU time (the loop queues them all), at least 10
     row.api_us = _cpu_us(call, max(10, min(API_CPU_CALLS, int(200 / max(row.api_ms, 1e-3)))))
     module = variant.stage.module(backend)

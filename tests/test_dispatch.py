@@ -437,6 +437,21 @@ def test_the_builder_keeps_the_newest_files_rows_and_the_parameters_a_row_set(tm
 
 
 @pytest.mark.fast
+def test_a_newer_file_of_other_parameters_leaves_the_older_configuration_standing(tmp_path):
+    """A sweep of a stage's variants, run after its defaults were measured, adds configurations:
+    the defaults' older rows still count (they once were dropped, and a bucket whose newest file
+    held only smaller tiles chose them at 62% of cuBLAS over the defaults at 99%)."""
+    old = _csv(tmp_path / "old.csv", [_row("persistent", "cuda", 0.10, 99.0)],
+               when="2026-11-26T00:00:00+00:00")
+    new = _csv(tmp_path / "new.csv", [_row("persistent:CONSUMERS=1,BN=128", "cuda", 0.16, 62.0,
+                                           params="CONSUMERS=1,BN=128,STAGES=4,CLUSTER=1")],
+               when="2026-11-29T00:00:00+00:00")
+    (e,) = dispatch.build_table([old, new])["entries"]
+    assert (e["stage"], e["params"]) == ("persistent", {})
+    assert e["measured"][0]["median_ms"] == 0.1
+
+
+@pytest.mark.fast
 def test_the_builder_leaves_out_a_csv_without_a_gpu_and_refuses_a_missing_file(tmp_path):
     path = tmp_path / "cpu.csv"
     write_csv([_row("tiled", "triton", None, None, status="pass")], path, {"mode": "cpu"})
@@ -663,3 +678,56 @@ def test_every_entry_of_this_gpus_table_runs_its_choice():
         for item in [e, *e["next"]]:
             assert dispatch.why_not(item["stage"], item["backend"], item["params"],
                                     e["precision"], target) is None, (e["bucket"], item)
+
+
+def test_api_timing_of_an_auto_row_calls_auto_every_time(monkeypatch):
+    """--api on an auto row times lab.matmul(a, b, stage="auto") in three places: one checked
+    call, the interleaved timing and the CPU microseconds per call. Every one of them must be the
+    auto call (a name the timing's result once shadowed turned the CPU timing's calls into a
+    TypeError, so every auto row of an --api run on a GPU ended as an error)."""
+    from lab import run, timing
+    from lab.stages import Variant, get_stage
+
+    calls = []
+
+    def fake_matmul(a, b, stage=None, backend=None, out=None, precision=None, **kw):
+        calls.append((stage, backend))
+        out.copy_(a @ b)
+
+    def fake_bench(fn, base, rep_ms):
+        fn()
+        return (timing.Timing(2.0, 1.9, 2.1, 5), timing.Timing(1.0, 0.9, 1.1, 5))
+
+    monkeypatch.setattr(lab, "matmul", fake_matmul)
+    monkeypatch.setattr(timing, "bench_adjacent", fake_bench)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    stage = get_stage("decode")
+    variant = Variant(stage, stage.defaults())
+    module = stage.module("triton")
+    monkeypatch.setattr(module, "prepare", lambda *a, **k: None)
+    a, b = torch.randn(4, 8), torch.randn(8, 6)
+    c = a @ b
+    row = Row("auto", "triton", "bf16", 4, 6, 8)
+    spec = run.RunSpec([variant], ["triton"], [], precision="bf16", api=True, rep_ms=1.0)
+    run._time_api(row, variant, "triton", a, b, c, spec, launch=None, api=("auto", None))
+    assert "differs" not in row.detail
+    assert row.api_ms == 2.0 and row.api_ratio == 2.0
+    assert row.api_us is not None and row.prepare_us is not None
+    assert len(calls) >= 3 and set(calls) == {("auto", None)}
+
+
+def test_a_power_capped_row_is_held_against_the_top_clock():
+    """A power-capped row's clock moves between NVML's samples: its peak is the top clock's, so
+    that cuBLAS at 730 TFLOPS with every sample at 1305 MHz (an H200 row) stays a speed; a row
+    that was not capped keeps the peak of its highest sampled clock."""
+    from lab.run import _GpuInfo
+
+    gpu = _GpuInfo((9, 0), 132, 1980.0)
+    capped = Row("cublas", "cublas", "bf16", 16384, 4096, 4096, sm_mhz_max=1305.0,
+                 throttle="power_cap")
+    free = Row("cublas", "cublas", "bf16", 16384, 4096, 4096, sm_mhz_max=1305.0)
+    gpu.set_peak(capped)
+    gpu.set_peak(free)
+    assert capped.peak_gflops == pytest.approx(132 * 4096 * 1980e6 / 1e9)
+    assert free.peak_gflops == pytest.approx(132 * 4096 * 1305e6 / 1e9)
+    assert 730e3 < 1.02 * capped.peak_gflops and 730e3 > 1.02 * free.peak_gflops

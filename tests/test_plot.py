@@ -23,6 +23,7 @@ PROFILE = RUN / "05-profile-ladder-ncu.csv"  # lab.profile, no .env.json beside 
 FULL = ROOT / "results" / "2026-11-26-h100" / "ladder.csv"  # every stage, 5 precisions, 4 sizes
 FULL_PROFILE = ROOT / "results" / "2026-11-25-h100" / "profile-4096.csv"  # fp32 + bf16 rows
 SUITES = ROOT / "results" / "2026-11-29-h200" / "decode-suites.csv"  # llm@1+16+64, deepseek@1
+AUTO_SUITES = ROOT / "results" / "2026-11-29-h200" / "auto-suites-bf16.csv"  # llm, deepseek
 GPU = "NVIDIA H100 80GB HBM3"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -475,6 +476,26 @@ def test_no_text_of_the_committed_suites_figure_is_drawn_over_another():
 
     fig, why = suites_figure([read_source(SUITES)])
     assert why is None and overlapping_texts(fig) == []
+    fig.clear()
+
+
+def test_the_suites_figure_of_every_m_keeps_its_labels_apart_and_its_hbm_panel_thin():
+    """stage auto on llm and deepseek: seven M values per layer, 1 to 16384. The M labels are
+    short (16k) and upright, nothing is drawn over anything else, and the read-bandwidth panel
+    holds the thin rows only (M <= 64), where reading the weights bounds the time."""
+    from lab.plot import read_source, suites_figure
+    from lab.plots.suites import m_label
+
+    assert [m_label(m) for m in (1, 64, 1000, 1024, 16384)] == ["1", "64", "1000", "1k", "16k"]
+    fig, why = suites_figure([read_source(AUTO_SUITES)])
+    assert why is None and overlapping_texts(fig) == []
+    cub, hbm = fig.axes[:2]
+    assert "16k" in [t.get_text() for t in cub.get_xticklabels()]
+    assert "HBM" in hbm.get_title()
+    drawn = [y for line in hbm.lines if line.get_gid() for y in line.get_xdata()]
+    ticks = dict(zip(cub.get_xticks(), (t.get_text() for t in cub.get_xticklabels())))
+    nearest = [min(ticks, key=lambda t: abs(t - x)) for x in drawn]
+    assert drawn and {ticks[t] for t in nearest} <= {"1", "16", "64"}
     fig.clear()
 
 

@@ -18,8 +18,17 @@ from lab.plots.common import (
     style_axes,
 )
 
+THIN = 64  # M or N at most this: a decode-shaped row, whose % HBM panel is drawn
 GROUP_GAP = 0.8  # the space between two layers' groups, in M slots
 MARKER_SIZE = 6.5
+CROWDED = 60  # more M slots than this: their labels stand upright
+
+
+def m_label(m: int) -> str:
+    """An M under its slot, short enough for seven M values of a layer side by side: 16384 is
+    16k, 1000 stays 1000."""
+    m = int(m)
+    return f"{m // 1024}k" if m >= 1024 and m % 1024 == 0 else str(m)
 
 
 def _labelled(df):
@@ -97,7 +106,9 @@ def _x_axis(ax, x_of: dict, groups: list, bands: list, names: bool) -> None:
     shaded bands (every other one) named at the top."""
     import matplotlib.transforms as mtransforms
 
-    ax.set_xticks(list(x_of.values()), [str(k[2]) for k in x_of], fontsize=FONTSIZE - 3)
+    crowded = len(x_of) > CROWDED
+    ax.set_xticks(list(x_of.values()), [m_label(k[2]) for k in x_of], fontsize=FONTSIZE - 3,
+                  rotation=90 if crowded else 0)
     ax.tick_params(axis="x", which="major", length=2, pad=1)
     if names:
         from lab.suites import tag
@@ -105,7 +116,8 @@ def _x_axis(ax, x_of: dict, groups: list, bands: list, names: bool) -> None:
         ax.xaxis.remove_overlapping_locs = False  # a group's centre is often one of its M's
         ax.set_xticks([c for _, _, c in groups], [tag(m, lay) for m, lay, _ in groups],
                       minor=True)
-        ax.tick_params(axis="x", which="minor", length=0, pad=12, labelsize=FONTSIZE - 2,
+        ax.tick_params(axis="x", which="minor", length=0, pad=20 if crowded else 12,
+                       labelsize=FONTSIZE - 2,
                        labelrotation=35)
         for t in ax.get_xticklabels(minor=True):
             t.set_ha("right")
@@ -160,7 +172,8 @@ def suites_figure(df, sources=(), hbm_panel: bool = True):
     for prec, layout in keys:
         rows = df[(df["precision"] == prec) & (df["layout"] == layout)]
         panels.append((prec, layout, "pct_cublas", rows[rows["backend"] != "cublas"]))
-        thin = rows[rows["pct_hbm"].notna()]
+        # the read-bandwidth panel: thin rows only, where reading the weights bounds the time
+        thin = rows[rows["pct_hbm"].notna() & (rows[["M", "N"]].min(axis=1) <= THIN)]
         if hbm_panel and not thin.empty:
             panels.append((prec, layout, "pct_hbm", thin))
     width = min(18.0, max(9.0, 2.0 + 0.24 * (max(x_of.values()) + 1)))
