@@ -37,6 +37,7 @@ from lab.base.errors import LabError
 from lab.shapes import PRESETS
 from lab.suites import SUITES
 from lab.stages import BACKENDS, PRECISIONS, STAGES
+from lab import ranks as ranks_mod
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,6 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-on-regression", type=float, metavar="PCT",
                    help="with --baseline: exit 1 when a matched row is more than PCT percent "
                         "slower than its baseline (the rows are named below the table)")
+    p.add_argument("--gpus", metavar="N",
+                   help="run over N GPUs of this machine (a number or all): N ranks of "
+                        "torch.distributed, each owning one GPU, take the work shape by shape "
+                        "as each finishes its last; the rows are merged into one table and CSV, "
+                        "each naming the GPU it ran on (torchrun starts the ranks on several "
+                        "machines instead: docs/MULTIGPU.md). In CPU mode N ranks run on the CPU")
+    p.add_argument("--resume", action="store_true",
+                   help="with --csv: run only what that CSV (and the journal a stopped run left "
+                        "beside it, CSV.partial) does not hold yet, and write the old rows and "
+                        "the new ones into it")
     p.add_argument("--plot", metavar="DIR",
                    help="after the run, draw the plots of its CSV into DIR (without --csv the "
                         "CSV is written to DIR/run.csv)")
@@ -222,6 +233,11 @@ def _main(argv: list[str] | None) -> int:
                            f"{args.fail_on_regression:g}")
     from lab.cli import check_folder, check_writable
 
+    if args.resume and not args.csv:
+        raise LabError("--resume adds to the CSV of an earlier run: give it with --csv PATH")
+    if args.gpus is not None and ranks_mod.in_rank():
+        raise LabError("--gpus starts the ranks itself; under torchrun leave it out (torchrun's "
+                       "--nproc-per-node says how many)")
     csv_paths = None
     if args.csv:  # before any work: a long GPU run must not end in an unwritable path
         csv_paths = check_writable(args.csv)
@@ -265,6 +281,8 @@ def _main(argv: list[str] | None) -> int:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=220)  # a log file or pipe: room for --wide, unless COLUMNS says
     err = Console(stderr=True)
+    if ranks_mod.worker_only():  # a rank that only works: the merger says the run's notes
+        err = Console(stderr=True, quiet=True)
     if mode == "cpu":
         err.print("[yellow]No CUDA GPU: CPU mode.[/yellow] Triton stages run under the Triton "
                   "interpreter and are checked against torch.matmul; CUDA stages are compiled "
@@ -277,9 +295,27 @@ def _main(argv: list[str] | None) -> int:
     if not_run:
         err.print(escape(f"Not run (the stage does not compute in that precision): "
                          f"{', '.join(not_run)}."), highlight=False)
-    read_bw = _read_bandwidth(mode, err)  # once per run, before the rows: pct_hbm's denominator
-    rows = _execute_with_progress(spec, err)
-    computed.finalize(rows, read_bw=read_bw)
+    earlier = []  # --resume: the rows the CSV (and its journal) already hold
+    if args.resume and not ranks_mod.worker_only():
+        earlier = ranks_mod.earlier_rows(csv_paths[0])
+    lost = []
+    env_info = None  # a run over several GPUs: rank 0's environment and the run's GPUs
+    if ranks_mod.in_rank() or args.gpus is not None:
+        got = _run_over_gpus(args, argv, spec, mode, err, csv_paths, earlier)
+        if got is None:  # a rank that only works: its rows went to the merger
+            return 0
+        rows, lost, env_info = got
+        read_bw = env_info.get("hbm_read_gbps")
+        read_bw = read_bw * 1e9 if read_bw else None
+        computed.finalize(rows)  # each row carries its own GPU's read bandwidth
+    else:
+        read_bw = _read_bandwidth(mode, err)  # once per run, before the rows: pct_hbm's denominator
+        skip = ranks_mod.done_keys(earlier)
+        rows = (_execute_with_progress(spec, err, skip=skip) if skip else
+                _execute_with_progress(spec, err))
+        computed.finalize(rows, read_bw=read_bw)
+    if earlier:
+        rows = _in_plan_order(spec, earlier + rows)
     matched = base_mod.apply(rows, baseline) if baseline is not None else 0
     shown = repeats.summarize_repeats(rows) if args.repeat > 1 else rows
     table.render(shown, mode, console, wide=args.wide, spread=args.repeat > 1)
@@ -308,11 +344,29 @@ def _main(argv: list[str] | None) -> int:
     if read_bw is not None and table.thin(shown):
         say(f"% HBM: GB/s (A and B read once, C written once, over the median time) as a % of "
             f"the {read_bw / 1e12:.2f} TB/s this GPU's memory was read at, measured for this run")
+    if env_info:
+        spread = ranks_mod.spread(rows)
+        if spread:
+            say("across GPUs, the rows whose configuration ran on more than one GPU: median % of "
+                "cuBLAS " + "; ".join(f"{g} {m:.1f} ({plural(n, 'row')})" for g, m, n in spread)
+                + f" ({max(m for _, m, _ in spread) - min(m for _, m, _ in spread):.1f} points "
+                f"apart)")
+    for unit, why in lost:
+        say(f"lost: {unit} ({why})")
+    if lost:
+        say(f"{plural(len(lost), 'unit')} of work lost (a shape in one layout and precision: its "
+            f"cuBLAS and stage rows); "
+            + ("run the same command with --resume to add them" if csv_paths else
+               "give --csv next time, so that --resume can add what a run lost"))
     if csv_paths:
         from lab import env
 
-        csv_path, env_path = csvfile.write_csv(rows, csv_paths[0],
-                                               env.collect(mode, args.seed, read_bw=read_bw))
+        env_data = env_info if env_info else env.collect(mode, args.seed, read_bw=read_bw)
+        if earlier:
+            env_data = {**env_data, "resumed": f"{plural(len(earlier), 'row')} from an earlier "
+                                               f"run of this CSV"}
+        csv_path, env_path = csvfile.write_csv(rows, csv_paths[0], env_data)
+        ranks_mod.journal_path(csv_path).unlink(missing_ok=True)  # its rows are in the CSV now
         console.print(f"wrote {csv_path} and {env_path}")
     if plotter is not None:
         import contextlib
@@ -333,7 +387,7 @@ def _main(argv: list[str] | None) -> int:
     failed = [r for r in rows if r.status not in row.OK_STATUSES]
     skipped = sum(r.status == "skipped" for r in rows)
     console.print(summary_line(len(rows) - len(failed) - skipped, len(failed), skipped, mode,
-                               args.repeat))
+                               args.repeat, lost=len(lost)))
     slower = []
     if args.fail_on_regression is not None:
         slower = base_mod.regressed(rows, args.fail_on_regression)
@@ -342,13 +396,75 @@ def _main(argv: list[str] | None) -> int:
                           f"against {escape(args.baseline)}: "
                           + escape(", ".join(base_mod.regression_label(r) for r in slower)),
                           highlight=False)
-    return 1 if failed or slower else 0
+    return 1 if failed or slower or lost else 0
 
 
-def summary_line(ok: int, failed: int, skipped: int, mode: str, repeat: int = 1) -> str:
+def _run_over_gpus(args, argv, spec, mode, err, csv_paths, earlier):
+    """The rows of a run over several GPUs (lab/ranks.py): (rows, lost units, environment) where
+    this process merges (the --gpus launcher, or rank 0 under torchrun); None on a rank that only
+    works."""
+    from rich.markup import escape
+
+    from lab import env
+
+    def say(text):
+        err.print(escape(text), highlight=False)
+
+    journal = ranks_mod.journal_path(csv_paths[0]) if csv_paths else None
+    done = ranks_mod.done_keys(earlier)
+    if journal is not None and not args.resume:
+        journal.unlink(missing_ok=True)  # a new run: an old journal is not this run's
+    if ranks_mod.in_rank():
+        world = ranks_mod.join()
+
+        def on_row(r):
+            print(f"  [rank {world.rank}] {r.stage:<24} {r.backend:<7} {r.layout} "
+                  f"{r.M}x{r.N}x{r.K}: {r.status}", file=sys.stderr, flush=True)
+
+        def env_of(bw):
+            return env.collect(mode, args.seed, read_bw=bw)
+
+        def measure():
+            return _read_bandwidth(mode, err)
+
+        if not world.merges:
+            ranks_mod.work(world, spec, env_of, on_row, measure)
+            return None
+        thread, box = ranks_mod.merge_in_thread(world.size, spec, done, journal, say)
+        ranks_mod.work(world, spec, env_of, on_row, measure)
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        merged = box["merged"]
+    else:
+        n = ranks_mod.count_gpus(args.gpus, mode)
+        say(f"{n} ranks on this machine" + (", one per GPU" if mode == "gpu" else
+                                            " (CPU mode)"))
+        launcher = ranks_mod.Launcher(n, sys.argv[1:] if argv is None else list(argv), mode)
+        try:
+            merged = ranks_mod.merge(launcher.store, n, spec, done, journal, dead=launcher.dead,
+                                     say=say)
+        finally:
+            launcher.close()
+    return merged.rows, merged.lost, merged.env
+
+
+def _in_plan_order(spec, rows):
+    """Rows of several runs (a resumed CSV's and this run's) in the order one GPU runs the plan;
+    rows of units outside the plan after them, as they came."""
+    from lab.run import unit_key, units
+
+    pos = {u.key: i for i, u in enumerate(units(spec))}
+    return sorted(rows, key=lambda r: pos.get(unit_key(r), len(pos)))
+
+
+def summary_line(ok: int, failed: int, skipped: int, mode: str, repeat: int = 1,
+                 lost: int = 0) -> str:
     """The last line of a run: '1 row ok, 0 failed (cpu mode)', '2 rows ok, 1 failed, 1 skipped
-    over 3 repeats (gpu mode)'. The counts are rows of the CSV (every repeat)."""
+    over 3 repeats (gpu mode)', '4 rows ok, 0 failed, 1 unit lost (cpu mode)'. The counts are
+    rows of the CSV (every repeat); lost units (a run over several GPUs) have no rows."""
     return (f"{plural(ok, 'row')} ok, {failed} failed" + (f", {skipped} skipped" if skipped else "")
+            + (f", {plural(lost, 'unit')} lost" if lost else "")
             + (f" over {repeat} repeats" if repeat > 1 else "") + f" ({mode} mode)")
 
 
@@ -410,16 +526,17 @@ def _plotter():
         raise LabError(f"--plot cannot import lab.plot ({exc}){hint}") from None
 
 
-def _execute_with_progress(spec, err):
+def _execute_with_progress(spec, err, skip=frozenset()):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from lab.run import execute
+    from lab.run import execute, units
 
+    only = [u for u in units(spec) if u.key not in skip] if skip else None
     if not err.is_terminal:  # logs and CI: one line per finished row instead of a bar
         def on_row(r):
             print(f"  {r.stage:<24} {r.backend:<7} {r.layout} {r.M}x{r.N}x{r.K}: {r.status}",
                   file=sys.stderr, flush=True)
-        return execute(spec, on_row)
+        return execute(spec, on_row, only=only)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True) as progress:
         task = progress.add_task("running", total=spec.n_rows)
@@ -427,7 +544,7 @@ def _execute_with_progress(spec, err):
         def on_row(r):
             progress.update(task, advance=1,
                             description=f"{r.stage} {r.backend} {r.layout} {r.M}x{r.N}x{r.K}")
-        return execute(spec, on_row)
+        return execute(spec, on_row, only=only)
 
 
 if __name__ == "__main__":

@@ -28,13 +28,15 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _nvidia_smi() -> dict[str, str]:
+def _nvidia_smi(which: str = "0") -> dict[str, str]:
+    """nvidia-smi's driver, clocks, power limit and temperature of one GPU (`which`: an index,
+    a UUID or a PCI bus id, as its -i takes them)."""
     fields = ["driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "power.limit",
               "temperature.gpu"]
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
-             "-i", "0"], capture_output=True, text=True, timeout=20)
+             "-i", which], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return {}
     if out.returncode != 0 or not out.stdout.strip():
@@ -82,7 +84,8 @@ def collect(mode: str, seed: int, read_bw: float | None = None) -> dict[str, obj
     except Exception:
         env["nvrtc"] = None
     if mode == "gpu":
-        props = torch.cuda.get_device_properties(0)
+        index = torch.cuda.current_device()  # a rank's own GPU in a run over several
+        props = torch.cuda.get_device_properties(index)
         env.update({
             "gpu": props.name,
             "sm_count": props.multi_processor_count,
@@ -95,7 +98,9 @@ def collect(mode: str, seed: int, read_bw: float | None = None) -> dict[str, obj
         sheet = datasheet_bw(props.name)
         env["hbm_read_gbps"] = None if read_bw is None else round(read_bw / 1e9, 1)
         env["hbm_datasheet_gbps"] = None if sheet is None else round(sheet / 1e9, 1)
-        env.update(_nvidia_smi())
+        uuid = str(getattr(props, "uuid", "") or "")
+        uuid = "GPU-" + uuid if uuid and not uuid.startswith("GPU-") else uuid
+        env.update((_nvidia_smi(uuid) if uuid else {}) or _nvidia_smi(str(index)))
         try:
             import cupy
 

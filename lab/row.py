@@ -84,6 +84,12 @@ class Row:
     api_blocks_per_sm: int | None = None  # the CUDA occupancy API's answer (CUDA rows, GPU mode)
     params: str = ""
     seed: int | None = None
+    # a run over several GPUs (--gpus, torchrun; lab/ranks.py): the rank that ran the row and
+    # the GPU it ran on (its CUDA index on its host, name, UUID); empty on a run of one process
+    rank: int | None = None
+    gpu_index: int | None = None
+    gpu_name: str = ""
+    gpu_uuid: str = ""
 
     def set_resources(self, res: dict | None) -> None:
         for key, value in (res or {}).items():

@@ -192,45 +192,87 @@ def _error_row(row: Row, exc: BaseException) -> Row:
     return row
 
 
-def execute(spec: RunSpec, on_row: Callable[[Row], None] | None = None) -> list[Row]:
+@dataclass(frozen=True)
+class Unit:
+    """One piece of a run's work: a shape in one layout and precision, in one repeat, with its
+    cuBLAS row and every stage row beside it. The rows of a unit are timed on one GPU, the
+    baseline included; lab/ranks.py hands units out to the GPUs of a run."""
+
+    repeat: int
+    shape: Shape
+    layout: str
+    precision: str
+
+    @property
+    def key(self) -> tuple:
+        """(repeat, M, N, K, layout, precision): what names the unit in a CSV (units_done)."""
+        return (self.repeat, *self.shape, self.layout, self.precision)
+
+    def __str__(self) -> str:
+        M, N, K = self.shape
+        return f"{self.precision} {self.layout} {M}x{N}x{K}, repeat {self.repeat}"
+
+
+def units(spec: RunSpec) -> list[Unit]:
+    """The run's units in the order a single GPU runs them: repeat, shape, layout, precision."""
+    return [Unit(repeat, shape, layout, precision)
+            for repeat in range(spec.repeat) for shape in spec.shapes
+            for layout in spec.layouts_for(shape) for precision in spec.precisions]
+
+
+def unit_key(row: Row) -> tuple:
+    """The key of the unit a row belongs to (a run without --repeat has repeat None: 0)."""
+    return (row.repeat or 0, row.M, row.N, row.K, row.layout, row.precision)
+
+
+def execute(spec: RunSpec, on_row: Callable[[Row], None] | None = None,
+            only: list[Unit] | None = None, gpu_columns: bool = False) -> list[Row]:
+    """Run the spec's units (or `only` those) and return their rows. `gpu_columns`: fill each
+    row's gpu_index, gpu_name and gpu_uuid (a run over several GPUs, lab/ranks.py)."""
+    import torch
+
     from lab.occupancy import SM90, from_device
 
     validate(spec)
     device = "cuda" if spec.mode == "gpu" else "cpu"
     limits = from_device() if spec.mode == "gpu" else SM90  # CPU mode: the H100's limits
     rows: list[Row] = []
+    gpu = _GpuInfo.read() if spec.mode == "gpu" else None
+    ident = gpu_identity() if gpu_columns and spec.mode == "gpu" else None
 
     def emit(row: Row) -> None:
         if row.status in ("pass", "compiled", "fail"):
             _fill_occupancy(row, limits)
+        if ident:
+            row.gpu_index, row.gpu_name, row.gpu_uuid = ident
         rows.append(row)
         if on_row:
             on_row(row)
 
-    gpu = _GpuInfo.read() if spec.mode == "gpu" else None
-    for repeat in range(spec.repeat):
-        for shape in spec.shapes:
-            _run_shape(spec, shape, repeat, device, gpu, emit)
+    for unit in units(spec) if only is None else only:
+        runs = spec.mode == "gpu" or interpretable(unit.shape)
+        _run_precision(spec, unit.shape, unit.layout, unit.precision, spec.seed + unit.repeat,
+                       unit.repeat, runs, gpu, emit)
+        if device == "cuda":
+            torch.cuda.empty_cache()
     return rows
+
+
+def gpu_identity() -> tuple[int, str, str]:
+    """(index, name, UUID) of the current CUDA device, as nvidia-smi names them."""
+    import torch
+
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    uuid = str(getattr(props, "uuid", "") or "")
+    if uuid and not uuid.startswith("GPU-"):
+        uuid = f"GPU-{uuid}"
+    return index, props.name, uuid
 
 
 # the start of a row's detail where CPU mode skips a Triton row for its size (lab.compare says so
 # once, above the table)
 SIZE_SKIP = "CPU mode runs Triton under its interpreter only"
-
-
-def _run_shape(spec: RunSpec, shape: Shape, repeat: int, device: str, gpu, emit) -> None:
-    import torch
-
-    seed = spec.seed + repeat  # fresh inputs in each repeat, reproducible from the seed
-    # CPU mode beyond the interpreter's size: Triton rows are skipped, CUDA rows only compile,
-    # so no inputs are made (a 4096^3 float64 reference would take the CPU a while).
-    runs = spec.mode == "gpu" or interpretable(shape)
-    for layout in spec.layouts_for(shape):
-        for precision in spec.precisions:
-            _run_precision(spec, shape, layout, precision, seed, repeat, runs, gpu, emit)
-        if device == "cuda":
-            torch.cuda.empty_cache()
 
 
 def _run_precision(spec: RunSpec, shape: Shape, layout: str, precision: str, seed: int, repeat: int,

@@ -221,6 +221,13 @@ def as_on_a_gpu(monkeypatch, tmp_path):
     import lab.dispatch
 
     monkeypatch.setattr(lab.dispatch, "write_table", _accept)  # build reads, never writes
+    import lab.ranks
+
+    # --gpus N: as on a machine of 8 GPUs, stopping before the ranks start
+    real_count = lab.ranks.count_gpus
+    monkeypatch.setattr(lab.ranks, "count_gpus",
+                        lambda text, mode: real_count(text, "cpu") if text != "all" else 8)
+    monkeypatch.setattr(lab.ranks, "Launcher", _accept)
     import lab.lesson
 
     real_update = lab.lesson.update_page

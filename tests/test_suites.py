@@ -138,7 +138,7 @@ def _spec_of(monkeypatch, *args):
     import lab.run
     from lab.compare import main
 
-    def catch(spec, on_row=None):
+    def catch(spec, on_row=None, only=None):
         raise _Spec(spec)
 
     monkeypatch.setattr(lab.run, "execute", catch)

@@ -246,7 +246,7 @@ def test_int_columns_are_the_integer_fields():
     expected = {"M", "N", "K", "reps", "registers", "smem_static", "smem_dynamic", "spill_bytes",
                 "threads", "grid_blocks", "blocks_by_warps", "blocks_by_regs", "blocks_by_smem",
                 "blocks_per_sm", "api_blocks_per_sm", "seed", "repeat",
-                    "clock_samples"}
+                    "clock_samples", "rank", "gpu_index"}
     assert set(INT_COLUMNS) == expected
 
 
