@@ -39,6 +39,8 @@ def matmul(a, b, stage: str | None = None, backend: str | None = None, out=None,
     from lab import plan as plans
 
     scales = (scale_a, scale_b)
+    if isinstance(stage, str) and ":" in stage:  # "tiled:tile=16", "warptiling:auto"
+        stage, params = _stage_string(stage, backend, a, b, precision, params)
     auto = stage is None or (isinstance(stage, str) and stage.strip().lower() == "auto")
     # auto's plan is keyed by "auto": a repeated call replays what the first one chose
     key = plans.signature(a, b, out, "auto" if auto else stage, backend, precision, params,
@@ -92,6 +94,47 @@ def which(a, b, precision: str | None = None, out=None, backend: str | None = No
         _interpreter_for_cpu_tensors(where)
     return dispatch.choose(a.shape[0], b.shape[1], a.shape[1], precision,
                            dispatch.layout_of(a, b), target, backend)
+
+
+def _stage_string(text, backend, a, b, precision, params):
+    """(stage name, parameters) of a stage string: `name:k=v,...` (the parameters as lab.compare
+    --stage takes them, merged with the keyword ones, which may not repeat them) or `name:auto`
+    (the configuration python -m lab.autotune cached for this GPU, shape, layout and precision,
+    else the stage's defaults; docs/AUTOTUNE.md)."""
+    import torch
+
+    from lab.stages import parse_variants
+
+    variants = parse_variants([text])
+    if len(variants) != 1:
+        raise LabError(f"stage {text!r} names {len(variants)} stages; give one, such as "
+                       f"tiled:tile=16")
+    (variant,) = variants
+    name = variant.stage.name
+    bk = "cuda" if backend is None else str(backend).strip().lower()
+    if variant.auto:
+        from lab.base.dtypes import precision_for
+        from lab.dispatch import layout_of
+        from lab.tune.auto import resolve_variant
+
+        for what, t in (("a", a), ("b", b)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 2:
+                raise LabError(f"stage {text}: {what} must be a 2-D torch.Tensor")
+        prec = precision_for(a, precision, f"stage {text}", variant.stage.precisions_for(bk))
+        variant, _ = resolve_variant(variant, bk, a.shape[0], b.shape[1], a.shape[1],
+                                     layout_of(a, b), prec,
+                                     mode="gpu" if a.device.type == "cuda" else "cpu")
+        if params:
+            raise LabError(f"stage {text} takes its parameters from the tuner's cache, so it "
+                           f"takes none more ({', '.join(params)})")
+    defaults = variant.stage.defaults()
+    given = {k: v for k, v in variant.params.items() if v != defaults.get(k)}
+    twice = sorted(set(given) & set(params))
+    if twice:
+        raise LabError(f"stage {text} sets {', '.join(twice)} and so do the keyword arguments; "
+                       f"set each parameter once")
+    own = {p.name for p in variant.stage.params if bk in p.backends}
+    return name, {**{k: v for k, v in given.items() if k in own}, **params}
 
 
 def _out_dtype(a):
@@ -198,11 +241,18 @@ def _interpreter_for_cpu_tensors(where: str) -> None:
 
     import torch
 
+    import sys
+
     if os.environ.get("TRITON_INTERPRET") == "1":
         return
     if torch.cuda.is_available():
         raise LabError(f"{where} runs CPU tensors only under the Triton interpreter; move them to "
                        f"the GPU with .cuda(), or set TRITON_INTERPRET=1 before importing the lab")
+    if "triton.language" in sys.modules:  # its own @jit helpers (tl.cdiv) were made compiled
+        raise LabError(f"{where} runs CPU tensors under the Triton interpreter, which must be on "
+                       f"before Triton is imported, and something imported Triton first (as "
+                       f"torch.compile does); set TRITON_INTERPRET=1 in the environment before "
+                       f"starting Python")
     os.environ["TRITON_INTERPRET"] = "1"
 
 
