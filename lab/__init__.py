@@ -181,6 +181,10 @@ def _matmul(a, b, stage, backend, out, precision, params, key, scales=(None, Non
 
     if not isinstance(stage, str):
         raise LabError(f"stage must be a stage name such as 'tiled', not {type(stage).__name__}")
+    if stage.strip().lower() == "all":
+        raise LabError("matmul runs one stage, and 'all' names every stage (python -m lab.compare "
+                       "--stage all runs them side by side); name one stage, or give none for "
+                       "the stage the lab picks")
     spec = get_stage(stage.strip().lower())
     backend = str(backend).strip().lower()
     if backend not in BACKENDS:
@@ -203,6 +207,7 @@ def _matmul(a, b, stage, backend, out, precision, params, key, scales=(None, Non
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
             raise LabError(f"{where}: {name} must be a torch.Tensor, not {type(t).__name__}")
+    out_given = out is not None
     if out is None:
         if a.dim() == 2 and b.dim() == 2:
             out = torch.empty((a.shape[0], b.shape[1]), dtype=_out_dtype(a),
@@ -216,7 +221,8 @@ def _matmul(a, b, stage, backend, out, precision, params, key, scales=(None, Non
     needs = Needs(blas=backend == "cuda", dtypes=(DTYPE_NAMES[precision],),
                   out=None if c_dtype == DTYPE_NAMES[precision] else c_dtype)
     on_cpu = a.device.type == "cpu"
-    check_operands(a, b, out, where, needs, device="cuda" if backend == "cuda" else "any")
+    check_operands(a, b, out, where, needs, device="cuda" if backend == "cuda" else "any",
+                   out_given=out_given)
     if backend == "triton" and on_cpu:
         _interpreter_for_cpu_tensors(where)
     module = spec.module(backend)

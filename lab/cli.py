@@ -26,6 +26,11 @@ def guarded(main: Callable[[list[str] | None], int], argv: list[str] | None) -> 
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as other tools do
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 141
 
 
 def terminal_width(default: int = 80) -> int:

@@ -4,7 +4,7 @@
     python -m lab.compare --stage naive,coalesced,tiled --sizes 1024,1025,4096 --csv out.csv
     python -m lab.compare --stage tiled:tile=16 --backend cuda
     python -m lab.compare --stage vectorized --layout nn,nt,tn,tt
-    python -m lab.compare --list
+    python -m lab.compare --list                         # the stages; --list --stage NAME: all of one
     python -m lab.compare --stage persistent --precision bf16 --sizes llm@1-64   # a model's shapes
     python -m lab.compare --list-suites                  # the suites --sizes takes by name
     python -m lab.compare --stage tiled --wide           # + resource columns (docs/COLUMNS.md)
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "docs/SUITES.md) (default on a GPU: "
                         "1024,1025,2048,4096,4096x2048x1000; in CPU mode: 64,65,17x33x129; CPU mode "
                         "runs Triton rows up to M*N*K = 256^3 and compiles CUDA rows at any size)")
-    p.add_argument("--precision", default="fp32",
+    p.add_argument("--precision", default=None,
                    help=f"comma list of precisions ({', '.join(PRECISIONS)}; default fp32): each "
                         "is its own set of rows, compared with cuBLAS at the same precision "
                         "(3xtf32 with cuBLAS fp32); a stage x backend runs only the precisions "
@@ -95,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "interleaved) and api us (CPU time per call with its plan cached); "
                         "docs/COLUMNS.md")
     p.add_argument("--list", action="store_true",
-                   help="list the stages and their parameters (only those named by --stage, if "
-                        "given)")
+                   help="list the stages, a few lines each: title, precisions, parameter "
+                        "names; with --stage, only those, each parameter with its values, "
+                        "default and backend")
     p.add_argument("--list-suites", action="store_true",
                    help="list the shape suites --sizes takes by name, one line per shape (model, "
                         "layer, M, N, K, layout); with --sizes, only the suite shapes it selects")
@@ -139,9 +140,17 @@ def list_stages(names: list[str] | None = None) -> str:
     lines = []
     stages = [s for s in STAGES if not names or s.name in names]
     width = max([len(s.name) for s in stages] + [len(AUTO_STAGE.name)])
+    brief = not names  # every stage: a few lines each; --list --stage NAME: everything
     for s in stages:
         lines += textwrap.wrap(s.title, width_total, initial_indent=f"{s.name:<{width}}  ",
                                subsequent_indent=" " * (width + 2))
+        if brief:
+            precisions = [p for p in PRECISIONS if any(p in s.precisions_for(b) for b in BACKENDS)]
+            params = ", ".join(p.name for p in s.params) or "none"
+            lines += textwrap.wrap(f"precisions {', '.join(precisions)}; parameters {params}",
+                                   width_total, initial_indent=" " * (width + 4),
+                                   subsequent_indent=" " * (width + 8))
+            continue
         lines += textwrap.wrap("precisions: " + "; ".join(
             f"{b} {', '.join(s.precisions_for(b)) or 'none'}" for b in BACKENDS), width_total,
             initial_indent=" " * (width + 4), subsequent_indent=" " * (width + 8))
@@ -161,6 +170,9 @@ def list_stages(names: list[str] | None = None) -> str:
                                "lab.dispatch which --size MxNxK says what auto picks",
                                width_total, initial_indent=" " * (width + 4),
                                subsequent_indent=" " * (width + 8))
+    if brief:
+        lines += ["", wrap("python -m lab.compare --list --stage NAME shows a stage's parameters "
+                           "with their values and defaults, and which backend takes each")]
     return "\n".join(lines)
 
 
@@ -217,7 +229,18 @@ def _main(argv: list[str] | None) -> int:
 
         load_table()
     backends = parse_backends(args.backend)
-    precision = parse_choices(args.precision, PRECISIONS, "precision", "comma list")
+    precision = parse_choices(args.precision or "fp32", PRECISIONS, "precision", "comma list")
+    if args.precision is None:  # the default: say so where a named stage has no fp32
+        for v in variants:
+            if v.implicit or v.dispatch:
+                continue
+            offered = {p for b in backends for p in v.stage.precisions_for(b)}
+            if offered and "fp32" not in offered:
+                first = next(p for p in PRECISIONS if p in offered)
+                raise LabError(f"stage {v.stage.name} does not compute in fp32, the precision "
+                               f"lab.compare runs when --precision is not given; it computes in "
+                               f"{', '.join(p for p in PRECISIONS if p in offered)}: add "
+                               f"--precision {first} (or a comma list of them)")
     if not args.rep_ms > 0:
         raise LabError("--rep-ms must be a positive number of milliseconds")
     if args.repeat < 1:

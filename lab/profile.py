@@ -87,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stage(s): a name, a comma list, 'all', or a variant such as tiled:tile=16")
     p.add_argument("--backend", default="cuda,triton",
                    help="comma list of backends (default cuda,triton)")
-    p.add_argument("--size", default="4096", help="one shape: N (square) or MxNxK (default 4096)")
+    p.add_argument("--size", "--sizes", dest="size", default="4096",
+                   help="one shape: N (square) or MxNxK (default 4096); --sizes is the same "
+                        "option, spelled as lab.compare spells it")
     p.add_argument("--csv", metavar="PATH",
                    help="write one row per kernel to PATH: the ncu table when profiling; the mix "
                         "CSV (resources and instruction counts, below) with --sass/--ptx or "

@@ -142,8 +142,17 @@ def validate(spec: RunSpec) -> None:
         if layout not in LAYOUTS:
             raise LabError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)} (first "
                            f"letter A, second B; t = the operand is stored transposed)")
+    for s in spec.shapes:  # beyond every GPU in either mode (CPU mode would only compile it)
+        need = bytes_needed(s)
+        if need > MAX_BYTES:
+            raise LabError(f"size {s} needs about {need / 2**40:,.0f} TiB for its operands, "
+                           f"result and float64 reference, more than any GPU holds (the largest "
+                           f"hold well under {MAX_BYTES // 2**40} TiB); choose smaller sizes")
     if spec.mode != "cpu":
         check_memory(spec.shapes)
+
+
+MAX_BYTES = 2**40  # a size needing more than this (1 TiB) is refused in every mode
 
 
 def interpretable(shape: Shape) -> bool:

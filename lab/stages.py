@@ -687,7 +687,7 @@ def get_stage(name: str) -> Stage:
         return BY_NAME[name.strip().lower()]
     except KeyError:
         raise LabError(
-            f"unknown stage {name!r}; valid stages are: {', '.join(BY_NAME)} (or 'all')"
+            f"unknown stage {name!r}; valid stages are: {', '.join(BY_NAME)}"
         ) from None
 
 

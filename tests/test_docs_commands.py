@@ -289,7 +289,7 @@ def test_the_acceptance_check_refuses_a_stale_command(as_on_a_gpu):
     """What the check must catch: a parameter a stage no longer has, an option a tool does not
     take, a precision a stage does not compute in, a restriction the tuner cannot search."""
     for text in ("python -m lab.compare --stage mma:wgmma=0 --precision bf16",
-                 "python -m lab.profile --stage warptiling --sizes 4096",
+                 "python -m lab.profile --stage warptiling --repeat 3",
                  "python -m lab.profile --stage tma_wgmma --sass",
                  "python -m lab.autotune --stage 'mma:kmajor_b=0' --backend triton --sizes 4096",
                  "python -m lab.compare --stage tiled --precision fp8"):

@@ -54,11 +54,11 @@ def test_mixed_dtypes_are_refused_as_such():
     a, b = torch.randn(8, 6), torch.randn(6, 4)
     with pytest.raises(LabError) as info:
         matmul(a, b.half(), stage="tiled", backend="triton")
-    assert one_sentence(info) == ("stage tiled (triton): A is float32, B is float16 and C (out) "
-                                  "is float32, but the three must have one dtype; convert with "
-                                  ".to(), such as b.to(torch.float32)")
+    assert one_sentence(info) == ("stage tiled (triton): A is float32 and B is float16, but "
+                                  "they must have one dtype; convert B with "
+                                  "b.to(torch.float32)")
     out = torch.empty(8, 4, dtype=torch.bfloat16)
-    with pytest.raises(LabError, match="C \\(out\\) is bfloat16, but the three must have one"):
+    with pytest.raises(LabError, match="C \\(out\\) is bfloat16, but C must have their dtype"):
         matmul(a, b, stage="tiled", backend="triton", out=out)
 
 

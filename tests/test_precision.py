@@ -109,7 +109,7 @@ def test_the_api_takes_the_precision_from_the_dtype_or_by_name():
         matmul(a.float(), b.float(), stage="tiled", backend="triton", precision="fp8")
     with pytest.raises(LabError, match="takes bfloat16 tensors, but A is float32"):
         matmul(a.float(), b.float(), stage="tiled", backend="triton", precision="bf16")
-    with pytest.raises(LabError, match="A is float32, B is bfloat16 .* must have one dtype"):
+    with pytest.raises(LabError, match="A is float32 and B is bfloat16, but they must have one dtype"):
         matmul(a.float(), b, stage="tiled", backend="triton", precision="bf16")
     with pytest.raises(LabError, match="tile=8 multiplies without tl.dot"):
         matmul(a, b, stage="tiled", backend="triton", tile=8)

@@ -49,11 +49,32 @@ def _self_overlapping(t) -> bool:
     return False
 
 
-def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None = None) -> None:
+def _dtype_mismatch(where, a, b, c, names, out_given: bool) -> str:
+    """The sentence for operands of different dtypes, naming the odd one out and its fix."""
+    if not out_given or a.dtype == c.dtype != b.dtype:  # B differs (a new C has A's dtype)
+        said = (f"A is {names[0]} and B is {names[1]}" if not out_given else
+                f"A and C (out) are {names[0]} and B is {names[1]}")
+        return (f"{where}: {said}, but they must have one dtype; convert B with "
+                f"b.to({a.dtype})")
+    if a.dtype == b.dtype != c.dtype:
+        return (f"{where}: A and B are {names[0]} and C (out) is {names[2]}, but C must have "
+                f"their dtype; pass out=torch.empty(..., dtype={a.dtype})")
+    if b.dtype == c.dtype != a.dtype:
+        return (f"{where}: B and C (out) are {names[1]} and A is {names[0]}, but they must have "
+                f"one dtype; convert A with a.to({b.dtype})")
+    return (f"{where}: A is {names[0]}, B is {names[1]} and C (out) is {names[2]}, but the three "
+            f"must have one dtype; convert with .to(), such as b.to({a.dtype}) and an out of "
+            f"that dtype")
+
+
+def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None = None,
+                   out_given: bool = True) -> None:
     """Raise LabError (one sentence) unless C = A @ B can be computed by `where` on these.
 
     `device`: "cuda" when the kernel needs a CUDA GPU, "any" when CPU tensors are fine too (the
-    Triton interpreter); None derives it from `needs` (blas -> cuda)."""
+    Triton interpreter); None derives it from `needs` (blas -> cuda). `out_given`: whether the
+    caller passed C (out=); when not, C was made here with A's dtype, and the sentences speak of
+    A and B only."""
     import torch
 
     for name, t in (("A", a), ("B", b), ("C", c)):
@@ -71,9 +92,7 @@ def check_operands(a, b, c, where: str, needs: Needs = CUDA, device: str | None 
                        f"is {c.shape[0]}x{c.shape[1]}")
     names = [str(t.dtype).removeprefix("torch.") for t in (a, b, c)]
     if needs.out is None and not a.dtype == b.dtype == c.dtype:
-        raise LabError(f"{where}: A is {names[0]}, B is {names[1]} and C (out) is {names[2]}, but "
-                       f"the three must have one dtype; convert with .to(), such as "
-                       f"b.to({str(a.dtype)})")
+        raise LabError(_dtype_mismatch(where, a, b, c, names, out_given))
     if needs.out is not None and a.dtype != b.dtype:
         raise LabError(f"{where}: A is {names[0]} and B is {names[1]}, but the two must have one "
                        f"dtype; convert with .to(), such as b.to({str(a.dtype)})")

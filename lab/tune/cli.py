@@ -7,6 +7,7 @@ search (tuner.tune), dry run (dryrun.dry_run) or cache listing per request."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from lab.cli import ArgumentParser, guarded, wrap
@@ -200,9 +201,8 @@ def _main(argv: list[str] | None) -> int:
         raise LabError("--sample and --compile-all both say how much --dry-run compiles; give "
                        "one of them")
     if not args.dry_run and not gpu_available():
-        example = (f"python -m lab.autotune --stage {args.stage} --sizes "
-                   f"{','.join(args.sizes)} --dry-run" if args.stage and args.sizes
-                   else "python -m lab.autotune --stage vectorized --sizes 4096 --dry-run")
+        example = (f"python -m lab.autotune --stage {args.stage or 'vectorized'} --sizes "
+                   f"{','.join(args.sizes) if args.sizes else '4096'} --dry-run")
         raise LabError(f"tuning times kernels and needs a CUDA GPU, and torch sees none here "
                        f"({example} shows the search space and its pruning without one, in "
                        f"seconds)")
@@ -319,6 +319,13 @@ def _tune_one(stage, backend, shape, layout, precision, args, path, gpu,
 
 def _show(args) -> int:
     path = cache_path(args.cache)
+    if not path.is_file():
+        if args.cache or os.environ.get(CACHE_ENV):  # a file the user named: it must be there
+            raise LabError(f"there is no tuning cache at {path}; give the file python -m "
+                           f"lab.autotune wrote (the H100's is results/autotune.json)")
+        print(f"{path}: no tuning cache yet (python -m lab.autotune writes it; the H100's is "
+              f"results/autotune.json, --cache results/autotune.json shows it)")
+        return 0
     entries = load_cache(path)
     wanted = {s.name for s, _r in _parse_stages(args.stage)} if args.stage else None
     rows = [e for e in entries.values() if wanted is None or e.get("stage") in wanted]
