@@ -14,6 +14,7 @@ COMMANDS = (
     ("lab.lesson", "a stage's kernels as a diff from the stage it builds on"),
     ("lab.autotune", "search a stage's parameters on a GPU; --dry-run needs none"),
     ("lab.dispatch", "which stage auto (lab.matmul's default) picks; its table"),
+    ("lab.model", "a Llama block and a short training run through the lab, beside torch"),
     ("lab.profile", "Nsight Compute counters per kernel; --sass, --ptx need no GPU"),
     ("lab.doctor", "what this machine can do: versions, NVRTC, ncu, clocks"),
     ("lab.plot", "PNGs (ladder, sweep, roofline, occupancy) of a run's CSV"),

@@ -230,17 +230,6 @@ def _main(argv: list[str] | None) -> int:
         load_table()
     backends = parse_backends(args.backend)
     precision = parse_choices(args.precision or "fp32", PRECISIONS, "precision", "comma list")
-    if args.precision is None:  # the default: say so where a named stage has no fp32
-        for v in variants:
-            if v.implicit or v.dispatch:
-                continue
-            offered = {p for b in backends for p in v.stage.precisions_for(b)}
-            if offered and "fp32" not in offered:
-                first = next(p for p in PRECISIONS if p in offered)
-                raise LabError(f"stage {v.stage.name} does not compute in fp32, the precision "
-                               f"lab.compare runs when --precision is not given; it computes in "
-                               f"{', '.join(p for p in PRECISIONS if p in offered)}: add "
-                               f"--precision {first} (or a comma list of them)")
     if not args.rep_ms > 0:
         raise LabError("--rep-ms must be a positive number of milliseconds")
     if args.repeat < 1:
@@ -278,7 +267,18 @@ def _main(argv: list[str] | None) -> int:
 
     from lab.run import RunSpec, detect_mode, validate
 
-    mode = detect_mode(args.mode)
+    mode = detect_mode(args.mode)  # CPU mode: the Triton interpreter on before any kernel import
+    if args.precision is None:  # the default: say so where a named stage has no fp32 (its Offer,
+        for v in variants:      # read here, imports its kernels: after detect_mode)
+            if v.implicit or v.dispatch:
+                continue
+            offered = {p for b in backends for p in v.stage.precisions_for(b)}
+            if offered and "fp32" not in offered:
+                first = next(p for p in PRECISIONS if p in offered)
+                raise LabError(f"stage {v.stage.name} does not compute in fp32, the precision "
+                               f"lab.compare runs when --precision is not given; it computes in "
+                               f"{', '.join(p for p in PRECISIONS if p in offered)}: add "
+                               f"--precision {first} (or a comma list of them)")
     sizes = parse_labelled_sizes(",".join(args.sizes) if args.sizes else
                                  (GPU_SIZES if mode == "gpu" else CPU_SIZES))
     layouts = parse_layouts("nn" if args.layout is None else args.layout)

@@ -242,8 +242,8 @@ def _accepted(command: DocCommand) -> tuple[bool, str]:
     args = command.args
     if command.tool == "lab.autotune" and "--show" not in args and "--dry-run" not in args:
         args = [*args, "--dry-run"]  # its no-GPU mode: every check of a real search, then the space
-    if command.tool in ("lab.doctor", "lab.plot"):  # the parser only: a full run is a GPU probe
-        module = importlib.import_module(command.tool)  # or needs a CSV of a run
+    if command.tool in ("lab.doctor", "lab.plot", "lab.model"):  # the parser only: a full run
+        module = importlib.import_module(command.tool)  # is a GPU probe, needs a CSV, or trains
         out = io.StringIO()
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
