@@ -288,7 +288,9 @@ def _main(argv: list[str] | None) -> int:
     c = CONFIGS["tiny" if args.tiny else args.model]
     if args.dtype is None:
         args.dtype = "bf16" if gpu else "fp32"
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    from lab.base.dtypes import DTYPE_NAMES
+
+    dtype = getattr(torch, DTYPE_NAMES[args.dtype])  # the precision records' torch dtype
     if not gpu and dtype != torch.float32:
         raise LabError(f"--dtype {args.dtype} needs a GPU here: without one the block runs in "
                        f"fp32 (leave --dtype out)")
