@@ -220,9 +220,11 @@ def compile_for(params, M: int, N: int, K: int, layout: str = "nt", precision: s
             geometry(m, n, K, **r))
 
 
+# GPUs: sm_80+ (mma.sync m16n8k16 with bf16 / fp16, cvt.rn.bf16.f32); fp8 sm_89+ (mma with e4m3,
+# the fp8 record's min_capability)
 OFFER = Offer("decode", "cuda", precisions=PRECISIONS, kernels=kernels,
               validate=lambda params, precision: validate(**params), resolve=resolve, show=show,
-              compile=compile_for)
+              compile=compile_for, requires={"all": (8, 0)})
 
 
 def vec_ok(op, kmajor: bool) -> bool:

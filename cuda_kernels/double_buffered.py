@@ -178,8 +178,9 @@ def geometry(M: int, N: int, K: int, BM=128, BN=128, BK=16, WM=64, WN=64, pipeli
             smem_bytes(BM, BN, BK, pipeline, stages, layout))
 
 
+# GPUs: sm_75+; pipeline=cp_async needs cp.async, sm_80+ (variants/double_buffered.cu says so too)
 OFFER = cuda_offer("double_buffered", ("matmul_double_buffered",), build, geometry,
-                   validate=validate)
+                   validate=validate, requires={"pipeline=cp_async": (8, 0)})
 
 
 @entry(OFFER)

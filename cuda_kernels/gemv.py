@@ -277,9 +277,10 @@ def compile_for(params, M: int, N: int, K: int, layout: str = "nn", precision: s
             geometry(M, N, K, **r, precision=precision, layout=layout))
 
 
+# GPUs: fp32 from sm_75; bf16 and fp16 from sm_80 (the variant rounds C with cvt.rn.bf16.f32)
 OFFER = Offer("gemv", "cuda", precisions=PRECISIONS, kernels=kernels,
               validate=lambda params, precision: validate(**params), resolve=resolve, show=show,
-              compile=compile_for)
+              compile=compile_for, requires={"bf16": (8, 0), "fp16": (8, 0)})
 
 
 def flags(p) -> dict:

@@ -420,8 +420,10 @@ def _validate(params, precision: str | None = None) -> None:
     validate(**params, precision=precision)
 
 
+# GPUs: sm_80+ (mma.sync with bf16 and TF32, cp.async, cvt.rn.bf16x2: mma.cu's #error says so)
 OFFER = Offer("mma", "cuda", precisions=PRECISIONS, kernels=("matmul_mma",), validate=_validate,
-              resolve=resolved_params, show=config_text, compile=compile_for)
+              resolve=resolved_params, show=config_text, compile=compile_for,
+              requires={"all": (8, 0)})
 
 
 @entry(OFFER)

@@ -128,14 +128,41 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def list_stages(names: list[str] | None = None) -> str:
+def gpu_here() -> tuple[tuple[int, int], str] | None:
+    """(compute capability, name) of the current CUDA GPU, or None where torch sees none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return tuple(torch.cuda.get_device_capability()), torch.cuda.get_device_name()
+
+
+def _by_gpu(precisions, requirement, runs=None) -> str:
+    """Precisions grouped by the GPUs they run on: "fp32 (sm_75+), tf32, bf16 (sm_80+)"; with
+    `runs` (precision -> whether it runs on this GPU): "fp32, bf16 (run here), fp8 (needs
+    sm_89+)"."""
+    groups: dict[str, list[str]] = {}
+    for p in precisions:
+        key = (f"{requirement(p)}" if runs is None else "here" if runs(p)
+               else f"needs {requirement(p)}")
+        groups.setdefault(key, []).append(p)
+    return ", ".join(f"{', '.join(ps)} ({'runs' if len(ps) == 1 else 'run'} here)"
+                     if key == "here" else f"{', '.join(ps)} ({key})"
+                     for key, ps in groups.items())
+
+
+def list_stages(names: list[str] | None = None, gpu="here") -> str:
     """The stages (those named, or all) and their parameters, wrapped to the terminal's width;
-    then `auto`, the lab's choice of stage (when all are listed or it is named)."""
+    then `auto`, the lab's choice of stage (when all are listed or it is named). Each precision
+    says which GPUs run it ("sm_80+", "sm_90a": Offer.requirement) and, on a GPU (`gpu`: "here"
+    for gpu_here(), or (capability, name), or None), whether it runs on this one."""
     import shutil
     import textwrap
 
+    from lab.base.contract import ARCHS, sm
     from lab.stages import AUTO_STAGE
 
+    gpu = gpu_here() if gpu == "here" else gpu
     width_total = max(60, shutil.get_terminal_size((100, 24)).columns)
     lines = []
     stages = [s for s in STAGES if not names or s.name in names]
@@ -147,13 +174,26 @@ def list_stages(names: list[str] | None = None) -> str:
         if brief:
             precisions = [p for p in PRECISIONS if any(p in s.precisions_for(b) for b in BACKENDS)]
             params = ", ".join(p.name for p in s.params) or "none"
-            lines += textwrap.wrap(f"precisions {', '.join(precisions)}; parameters {params}",
+            runs = (lambda p, s=s: s.runs_on(gpu[0], p)) if gpu else None
+            lines += textwrap.wrap(f"precisions {_by_gpu(precisions, s.requirement, runs)}; "
+                                   f"parameters {params}",
                                    width_total, initial_indent=" " * (width + 4),
                                    subsequent_indent=" " * (width + 8))
             continue
         lines += textwrap.wrap("precisions: " + "; ".join(
             f"{b} {', '.join(s.precisions_for(b)) or 'none'}" for b in BACKENDS), width_total,
             initial_indent=" " * (width + 4), subsequent_indent=" " * (width + 8))
+        defaults = s.defaults()
+        on_gpus = []
+        for b in BACKENDS:
+            o = s.offer(b)
+            runs = ((lambda p, o=o: o.runs_on(gpu[0], p, defaults) is None) if gpu else None)
+            text = _by_gpu(o.precisions, lambda p, o=o: o.requirement(p, defaults), runs)
+            conditions = [f", {k} {sm(cc)}+" for k, cc in o.requires.items() if "=" in k]
+            on_gpus.append(f"{b} {text}{''.join(conditions)}")
+        lines += textwrap.wrap("GPUs: " + "; ".join(on_gpus), width_total,
+                               initial_indent=" " * (width + 4),
+                               subsequent_indent=" " * (width + 8))
         for prm in s.params:
             only = "" if len(prm.backends) > 1 else f" [{prm.backends[0]} only]"
             choices = "|".join(str(int(c)) if isinstance(c, bool) else str(c) for c in prm.choices)
@@ -170,9 +210,17 @@ def list_stages(names: list[str] | None = None) -> str:
                                "lab.dispatch which --size MxNxK says what auto picks",
                                width_total, initial_indent=" " * (width + 4),
                                subsequent_indent=" " * (width + 8))
+    here = (f"this GPU, {gpu[1]}, is {gpu[0][0]}.{gpu[0][1]} ({sm(gpu[0])})" if gpu
+            else "no GPU here")
+    gpus = f"sm_80+: compute capability 8.0 and newer; sm_90a: 9.0 (Hopper) only; {here}"
     if brief:
-        lines += ["", wrap("python -m lab.compare --list --stage NAME shows a stage's parameters "
-                           "with their values and defaults, and which backend takes each")]
+        lines += ["", wrap(gpus), wrap("python -m lab.compare --list --stage NAME shows a "
+                                       "stage's parameters with their values and defaults, and "
+                                       "which backend takes each")]
+    else:  # indented: every line at the margin is a stage's name
+        lines += textwrap.wrap(f"{gpus}; the tests build every CUDA stage for each of "
+                               f"{', '.join(ARCHS)} it runs on", width_total,
+                               initial_indent=" " * 4, subsequent_indent=" " * 4)
     return "\n".join(lines)
 
 
@@ -309,7 +357,8 @@ def _main(argv: list[str] | None) -> int:
     if mode == "cpu":
         err.print("[yellow]No CUDA GPU: CPU mode.[/yellow] Triton stages run under the Triton "
                   "interpreter and are checked against torch.matmul; CUDA stages are compiled "
-                  "with NVRTC for sm_90 and report their resources. Nothing is timed.")
+                  f"with NVRTC for {os.environ.get('LAB_CUDA_ARCH') or 'sm_90'} and report "
+                  f"their resources. Nothing is timed.")
         skipped = cpu_skips(spec)
         if skipped:
             err.print(f"Triton rows at {', '.join(map(str, skipped))} are skipped: the interpreter "
@@ -370,15 +419,15 @@ def _main(argv: list[str] | None) -> int:
     if env_info:
         spread = ranks_mod.spread(rows)
         if spread:
-            say("across GPUs, the rows whose configuration ran on more than one GPU: median % of "
-                "cuBLAS " + "; ".join(f"{g} {m:.1f} ({plural(n, 'row')})" for g, m, n in spread)
+            say(f"across GPUs, the {plural(spread[0][2], 'configuration')} measured on every "
+                f"GPU: median % of cuBLAS " + "; ".join(f"{g} {m:.1f}" for g, m, _ in spread)
                 + f" ({max(m for _, m, _ in spread) - min(m for _, m, _ in spread):.1f} points "
                 f"apart)")
     for unit, why in lost:
         say(f"lost: {unit} ({why})")
     if lost:
-        say(f"{plural(len(lost), 'unit')} of work lost (a shape in one layout and precision: its "
-            f"cuBLAS and stage rows); "
+        say(f"{plural(len(lost), 'unit')} of work lost (one stage's rows, or the cuBLAS row, of "
+            f"a shape in one layout and precision); "
             + ("run the same command with --resume to add them" if csv_paths else
                "give --csv next time, so that --resume can add what a run lost"))
     if csv_paths:

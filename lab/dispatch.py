@@ -14,9 +14,9 @@ ask choose() which stage x backend, with which parameters, runs a call (docs/DIS
    names stages), then any stage of the registry that can run the call, the last rung first.
 4. Every candidate is checked before it is taken (why_not): the stage x backend offers the
    precision (its Offer), the Offer's validate() accepts the parameters, the GPU has the
-   architecture its kernels need (Offer.arch, the precision's min_capability), and CPU tensors get
-   a Triton kernel the interpreter runs (Offer.interpreted). A candidate that fails is passed over
-   and the Choice's reason says why. Nothing runs: nothing is left, one sentence (LabError).
+   architecture its kernels need for the precision (Offer.runs_on: its arch or requires, and the
+   precision's min_capability), and CPU tensors get a Triton kernel the interpreter runs
+   (Offer.interpreted). A candidate that fails is passed over and the Choice's reason says why. Nothing runs: nothing is left, one sentence (LabError).
 
 The shape bucket is the tuner's (lab/tune/cache.py bucket): M, N and K each rounded up to a power
 of two, and the alignment flag a128 / a4 / a1.
@@ -193,12 +193,10 @@ def why_not(stage: str, backend: str, params: dict, precision: str, target: Targ
         if not offer.interpreted:
             return "the Triton interpreter cannot run it (a GPU-only kernel)"
     else:
-        arch = offer.runs_on(target.capability)
+        # its declared GPUs for this precision and these parameters (Offer.requires, arch)
+        arch = offer.runs_on(target.capability, precision, {**spec.defaults(), **params})
         if arch:
             return f"it {arch}"
-        need = precision_record(precision).min_capability
-        if tuple(target.capability) < tuple(need):
-            return f"{precision} needs compute capability {need[0]}.{need[1]} or newer"
     declared = {p.name: p for p in spec.params if backend in p.backends}
     values = spec.defaults()
     for name, value in params.items():
@@ -323,6 +321,14 @@ def _refusal(M, N, K, precision, layout, target, backend) -> str:
         return (f"the automatic choice has no stage for {precision} on {target.gpu or 'this GPU'}"
                 f": {precision} needs compute capability {need[0]}.{need[1]} or newer and this "
                 f"GPU is {cc}; use bf16 or fp16 tensors")
+    offers = [s.offer(b) for s in STAGES for b in BACKENDS if precision in s.precisions_for(b)]
+    need = min(o.min_capability(precision) for o in offers)
+    if not target.interpreter and tuple(target.capability) < need:
+        cc = f"{target.capability[0]}.{target.capability[1]}"
+        return (f"the automatic choice has no stage for {precision} on {target.gpu or 'this GPU'}"
+                f": {precision} needs compute capability {need[0]}.{need[1]} or newer on every "
+                f"stage of this lab and this GPU is {cc}; python -m lab.compare --list says "
+                f"where each stage runs")
     only = f" on backend {backend}" if backend else ""
     return (f"the automatic choice found no stage{only} that runs {precision} {layout} "
             f"{M}x{N}x{K} on {target}; name one with stage= (python -m lab.compare --list shows "

@@ -1,7 +1,7 @@
 """`python -m lab.doctor`: what this machine can do with the lab, in one short table.
 
-On a GPU: the GPU (name, compute capability, whether the sm_90a paths, wgmma and TMA, exist: cc 9.0),
-SM count, driver, the CUDA runtime torch was built with, NVRTC, cuBLAS, the Python packages; whether
+On a GPU: the GPU (name, compute capability, whether the sm_90a paths, wgmma and TMA, exist: cc 9.0,
+and which stages run on it, as their Offers declare), SM count, driver, the CUDA runtime torch was built with, NVRTC, cuBLAS, the Python packages; whether
 Nsight Compute can read performance counters and whether compute-sanitizer runs (each a quick probe
 of a one-kernel script, with a timeout); whether the clocks are locked, the top SM clock and the
 power limit (NVML); whether a CUDA stage (NVRTC + CuPy) and a Triton kernel launch; and a ~10 s
@@ -13,7 +13,7 @@ the DRAM (HBM) read bandwidth, measured as lab.compare measures it for each run 
 a float32 sum over 2 GiB), beside the datasheet's figure where lab/roofline.py knows it; below 70%
 of the datasheet's it is flagged (an H200 reads at 4.38 of its 4.8 TB/s, 91%).
 
-Without a GPU: what works in CPU mode (the Triton interpreter, NVRTC builds for sm_90 and sm_90a,
+Without a GPU: the GPUs each stage runs on, what works in CPU mode (the Triton interpreter, NVRTC builds for sm_90 and sm_90a,
 a C++20 compiler for the tests' CUDA emulator; the read bandwidth is skipped), and the exit status
 is 0.
 
@@ -248,6 +248,7 @@ def gpu_facts() -> list[Finding]:
                 "available (cc 9.0)" if cc == (9, 0) else
                 f"not on cc {cc[0]}.{cc[1]} (the sm_90a stages need cc 9.0)",
                 data={"available": cc == (9, 0)}),
+        stages_here(cc),
         Finding("sm_count", "SMs", props.multi_processor_count),
         Finding("gpu_memory_gib", "GPU memory", f"{props.total_memory / 2**30:.1f} GiB",
                 data={"gib": round(props.total_memory / 2**30, 1)}),
@@ -593,6 +594,45 @@ def calibration_finding(cal: dict) -> Finding:
 
 # ------------------------------------------------------------------------------------- collect
 
+def stages_here(cc: tuple[int, int]) -> Finding:
+    """Which stages run on a GPU of compute capability `cc`, as their Offers declare (lab.compare
+    --list marks each precision): "14 of 18 stages, every precision; decode without fp8
+    (sm_89+); not here: wgmma, tma_wgmma, warp_specialized, persistent (sm_90a)"."""
+    from lab.stages import STAGES
+
+    full, partial, absent = [], [], {}
+    for s in STAGES:
+        missing = [p for p in s.all_precisions() if not s.runs_on(cc, p)]
+        if not missing:
+            full.append(s.name)
+        elif len(missing) < len(s.all_precisions()):
+            partial.append(f"{s.name} without {', '.join(missing)} "
+                           f"({s.requirement(missing[0])})")
+        else:
+            absent.setdefault(s.requirement(), []).append(s.name)
+    value = (f"all {len(STAGES)} stages, every precision" if len(full) == len(STAGES)
+             else f"{len(full)} of {len(STAGES)} stages, every precision")
+    value += "".join(f"; {p}" for p in partial)
+    if absent:
+        value += "; not here: " + ", ".join(f"{', '.join(names)} ({need})"
+                                           for need, names in absent.items())
+    return Finding("stages_here", "stages on this GPU", value,
+                   data={"every_precision": full, "some_precisions": partial,
+                         "not_here": [n for names in absent.values() for n in names]})
+
+
+def stages_by_gpu() -> Finding:
+    """CPU mode: the GPUs each stage runs on, the oldest first ("sm_75+: naive, ...; sm_80+:
+    mma, decode; sm_90a: ...": Stage.requirement, in any of its precisions)."""
+    from lab.stages import STAGES
+
+    groups: dict[str, list[str]] = {}
+    for s in STAGES:
+        groups.setdefault(s.requirement(), []).append(s.name)
+    return Finding("stages_by_gpu", "stages by GPU",
+                   "; ".join(f"{need}: {', '.join(names)}" for need, names in groups.items())
+                   + " (python -m lab.compare --list: each precision's)", data=groups)
+
 
 def collect_findings(mode: str, timeout: float, calibration: bool = True,
                      progress=None) -> list[Finding]:
@@ -603,6 +643,7 @@ def collect_findings(mode: str, timeout: float, calibration: bool = True,
         findings += gpu_facts()
     else:
         findings.append(Finding("gpu", "GPU", "none visible to torch: CPU mode"))
+        findings.append(stages_by_gpu())
     findings += versions()
     if mode == "cpu":
         wheel = _version("nvidia-cublas", "nvidia-cublas-cu13", "nvidia-cublas-cu12")

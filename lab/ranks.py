@@ -83,9 +83,10 @@ def worker_only() -> bool:
     return os.environ.get(MERGER_ENV) == "launcher" or os.environ.get("RANK") != "0"
 
 
-def join() -> World:
+def join(prefix: str = PREFIX) -> World:
     """This rank's World, from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-    MASTER_PORT) through torch.distributed's env:// rendezvous."""
+    MASTER_PORT) through torch.distributed's env:// rendezvous; the run's keys under `prefix`
+    (lab.compare's PREFIX, lab.autotune's lab/tune/workers.py PREFIX)."""
     import torch.distributed as dist
 
     try:
@@ -94,7 +95,7 @@ def join() -> World:
         raise LabError(f"this rank could not reach the run's store at "
                        f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} "
                        f"({exc}); start the ranks with torchrun or --gpus") from None
-    store = dist.PrefixStore(PREFIX, store)
+    store = dist.PrefixStore(prefix, store)
     local = int(os.environ.get("LOCAL_RANK", rank))
     merges = rank == 0 and os.environ.get(MERGER_ENV) != "launcher"
     return World(store, rank, size, local, merges)
@@ -103,15 +104,22 @@ def join() -> World:
 # ---------------------------------------------------------------- the plan every rank shares
 
 
-def hand_out_order(units: list) -> list[int]:
-    """Indices of `units` in the order they are handed out: largest M*N*K first (a stable sort,
-    so equal sizes keep the plan's order)."""
-    return sorted(range(len(units)), key=lambda i: -_volume(units[i]))
+def hand_out_order(items: list) -> list[int]:
+    """Indices of `items` (lists of units, lab/run.py work_items) in the order they are handed
+    out: largest M*N*K first (a stable sort, so equal sizes keep the plan's order)."""
+    return sorted(range(len(items)), key=lambda i: -_volume(items[i][0]))
 
 
 def _volume(unit) -> int:
     M, N, K = unit.shape
     return M * N * K
+
+
+def _split(item: list, rows: list[Row]) -> list[tuple[object, list[Row]]]:
+    """An item's rows, unit by unit."""
+    from lab.run import unit_key
+
+    return [(u, [r for r in rows if unit_key(r) == u.key]) for u in item]
 
 
 def _get(store, key: str) -> str:
@@ -149,7 +157,7 @@ def work(world: World, spec, env_of: Callable[[float | None], dict], on_row=None
     go (and the units to run), then take units until none are left, each unit's rows stored under
     unit/<index>. `env_of(read_bw)`: this rank's environment (lab/env.py collect); `measure_bw()`:
     its GPU's read bandwidth in bytes/s, or None."""
-    from lab.run import execute, units
+    from lab.run import execute, work_items
 
     store = world.store
     if spec.mode == "gpu":
@@ -164,8 +172,8 @@ def work(world: World, spec, env_of: Callable[[float | None], dict], on_row=None
     go = _get(store, "go")
     if go != "ok":  # refused by the merger (it says why)
         return
-    todo = json.loads(_get(store, "plan"))  # indices into units(spec), in hand-out order
-    plan = units(spec)
+    todo = json.loads(_get(store, "plan"))  # indices into work_items(spec), in hand-out order
+    plan = work_items(spec)
     fault = _fault(world.rank)
     taken = 0
     while True:
@@ -177,7 +185,7 @@ def work(world: World, spec, env_of: Callable[[float | None], dict], on_row=None
         taken += 1
         if fault is not None and taken == fault:
             os._exit(9)  # a test's killed rank: no word, no rows, as a SIGKILL leaves it
-        rows = execute(spec, on_row, only=[plan[index]], gpu_columns=True)
+        rows = execute(spec, on_row, only=plan[index], gpu_columns=True)
         for r in rows:
             r.rank = world.rank
             if read_bw is not None:
@@ -217,25 +225,10 @@ def _gpu_broken(mode: str) -> str | None:
 # ---------------------------------------------------------------- the merger
 
 
-@dataclass
-class Merged:
-    """What the merger gathered: the rows in plan order, the units lost and why, each rank's GPU,
-    rank 0's environment with the run's GPUs added."""
-
-    rows: list[Row]
-    lost: list[tuple[object, str]]  # (Unit, why)
-    gpus: dict[int, dict]
-    env: dict
-
-
-def merge(store, size: int, spec, done_keys: set, journal: Path | None,
-          dead: Callable[[int], str | None] = lambda rank: None, say=print) -> Merged:
-    """Gather a run from its ranks (module docstring). `done_keys`: the unit keys an earlier run
-    of the same CSV already holds (--resume), not run again; `journal`: where each finished unit's
-    rows are appended as they arrive (None: nowhere); `dead(rank)`: why a rank's process is gone,
-    or None while it lives (the launcher watches its processes; under torchrun nobody can)."""
-    from lab.run import units
-
+def gather(store, size: int, dead: Callable[[int], str | None] = lambda rank: None) -> dict:
+    """What every rank published under env/<rank> (its "gpu" and more), once all have; refuses
+    (setting go to "refused", so the ranks stop) a run whose GPUs are of different models, or one
+    whose rank ended before publishing, in one sentence."""
     for rank in range(size):  # every rank's GPU, before any work
         while not _has(store, f"env/{rank}"):
             why = dead(rank)
@@ -253,8 +246,32 @@ def merge(store, size: int, spec, done_keys: set, journal: Path | None,
         raise LabError(f"the GPUs of this run are of different models ({named}); a % of cuBLAS "
                        f"is one GPU model's measurement, so run each model on its own (pick its "
                        f"GPUs with CUDA_VISIBLE_DEVICES)")
-    plan = units(spec)
-    todo = [i for i in hand_out_order(plan) if plan[i].key not in done_keys]
+    return told
+
+
+@dataclass
+class Merged:
+    """What the merger gathered: the rows in plan order, the units lost and why, each rank's GPU,
+    rank 0's environment with the run's GPUs added."""
+
+    rows: list[Row]
+    lost: list[tuple[object, str]]  # (Unit, why)
+    gpus: dict[int, dict]
+    env: dict
+
+
+def merge(store, size: int, spec, done_keys: set, journal: Path | None,
+          dead: Callable[[int], str | None] = lambda rank: None, say=print) -> Merged:
+    """Gather a run from its ranks (module docstring). `done_keys`: the unit keys an earlier run
+    of the same CSV already holds (--resume), not run again; `journal`: where each finished unit's
+    rows are appended as they arrive (None: nowhere); `dead(rank)`: why a rank's process is gone,
+    or None while it lives (the launcher watches its processes; under torchrun nobody can)."""
+    from lab.run import work_items
+
+    told = gather(store, size, dead)
+    gpus = {r: t["gpu"] for r, t in told.items()}
+    plan = work_items(spec)
+    todo = [i for i in hand_out_order(plan) if any(u.key not in done_keys for u in plan[i])]
     store.set("plan", json.dumps(todo))
     store.set("go", "ok")
     pending = set(todo)
@@ -268,7 +285,8 @@ def merge(store, size: int, spec, done_keys: set, journal: Path | None,
                 got[i] = rows
                 pending.discard(i)
                 if journal is not None:
-                    _append(journal, plan[i], rows)
+                    for unit, mine in _split(plan[i], rows):
+                        _append(journal, unit, mine)
         for rank in range(size):
             if rank in finished:
                 continue
@@ -288,7 +306,7 @@ def merge(store, size: int, spec, done_keys: set, journal: Path | None,
                 why = (f"rank {taker} ({_where(gpus[int(taker)])}) was running it when it "
                        f"stopped: {finished[int(taker)]}" if taker is not None
                        else "no rank was left to run it")
-                lost.append((plan[i], why))
+                lost.extend((u, why) for u in plan[i] if u.key not in done_keys)
             pending = {i for i in pending if _has(store, f"unit/{i}")}
             if not pending:
                 break
@@ -424,13 +442,14 @@ class Launcher:
     LOCAL_RANK, MASTER_ADDR, MASTER_PORT), this process hosting the store, as torchrun's agent
     does (TORCHELASTIC_USE_AGENT_STORE), and merging."""
 
-    def __init__(self, n: int, argv: list[str], mode: str):
+    def __init__(self, n: int, argv: list[str], mode: str, module: str = "lab.compare",
+                 prefix: str = PREFIX):
         import torch.distributed as dist
 
         self.n = n
         self.store_server = dist.TCPStore("127.0.0.1", 0, None, True, JOIN_TIMEOUT,
                                           wait_for_workers=False)
-        self.store = dist.PrefixStore(PREFIX, self.store_server)
+        self.store = dist.PrefixStore(prefix, self.store_server)
         port = self.store_server.port
         self.procs = []
         base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
@@ -439,7 +458,7 @@ class Launcher:
         for rank in range(n):
             env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0")
             self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "lab.compare", *strip_gpus(argv)], env=env))
+                [sys.executable, "-m", module, *strip_gpus(argv)], env=env))
 
     def dead(self, rank: int) -> str | None:
         code = self.procs[rank].poll()
@@ -447,12 +466,15 @@ class Launcher:
             return None
         return f"its process ended with exit status {code}"
 
-    def close(self) -> None:
+    def close(self, grace_s: float = 60.0) -> None:
+        """Wait for the ranks to end, `grace_s` in all (not per rank), then end those left."""
+        deadline = time.monotonic() + grace_s
         for p in self.procs:
             try:
-                p.wait(timeout=60)
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
 
 
 def merge_in_thread(size, spec, done, journal, say) -> tuple[threading.Thread, dict]:
@@ -477,22 +499,24 @@ def merge_in_thread(size, spec, done, journal, say) -> tuple[threading.Thread, d
 
 
 def spread(rows: list[Row]) -> list[tuple[str, float, int]]:
-    """Per GPU (UUID or index), the median % of cuBLAS of the rows whose configuration (stage,
-    backend, params, shape, layout, precision) was measured on more than one GPU: [(gpu, median,
-    rows)], or [] when no configuration ran on two GPUs."""
-    from statistics import median
+    """Per GPU (UUID or index), the median over the configurations (stage, backend, params,
+    shape, layout, precision) measured on every GPU of the run of that GPU's mean % of cuBLAS
+    for the configuration: [(gpu, median, configurations)], the same configurations for every
+    GPU, so the medians differ only by the GPUs; [] when no configuration ran on all of them."""
+    from statistics import mean, median
 
     by_config: dict[tuple, dict[str, list[float]]] = {}
+    gpus_seen: set[str] = set()
     for r in rows:
         if r.backend == "cublas" or r.pct_cublas is None or not (r.gpu_uuid or r.gpu_index is not None):
             continue
         gpu = r.gpu_uuid or f"GPU {r.gpu_index}"
+        gpus_seen.add(gpu)
         key = (r.stage, r.backend, r.params, r.M, r.N, r.K, r.layout, r.precision)
         by_config.setdefault(key, {}).setdefault(gpu, []).append(float(r.pct_cublas))
-    per_gpu: dict[str, list[float]] = {}
-    for gpus in by_config.values():
-        if len(gpus) < 2:
-            continue
-        for gpu, xs in gpus.items():
-            per_gpu.setdefault(gpu, []).extend(xs)
-    return [(g, median(xs), len(xs)) for g, xs in sorted(per_gpu.items())]
+    if len(gpus_seen) < 2:
+        return []
+    shared = [g for g in by_config.values() if set(g) == gpus_seen]
+    if not shared:
+        return []
+    return [(gpu, median(mean(g[gpu]) for g in shared), len(shared)) for gpu in sorted(gpus_seen)]

@@ -129,6 +129,15 @@ def validate(spec: RunSpec) -> None:
         raise LabError(f"none of the stages asked for computes in {', '.join(spec.precisions)} "
                        f"on {', '.join(spec.backends)}; python -m lab.compare --list shows each "
                        f"stage's precisions")
+    target = built_for(spec)
+    for v in spec.variants:  # a stage named for a GPU it does not run on: one sentence
+        if v.implicit or v.dispatch or target is None:
+            continue
+        why = [not_here(spec, target, v, b, p) for b in spec.backends for p in spec.precisions
+               if spec.runs(v, b, p)]
+        if why and all(why):
+            raise LabError(f"stage {v.stage.name} {why[0]}, and {target[1]}; python -m "
+                           f"lab.compare --list says where each stage runs")
     if not isinstance(spec.repeat, int) or spec.repeat < 1:
         raise LabError(f"--repeat must be a whole number of 1 or more, not {spec.repeat}")
     if spec.cublas_timing not in CUBLAS_TIMINGS:
@@ -153,6 +162,40 @@ def validate(spec: RunSpec) -> None:
 
 
 MAX_BYTES = 2**40  # a size needing more than this (1 TiB) is refused in every mode
+
+
+def built_for(spec: RunSpec) -> tuple[tuple[int, int], str] | None:
+    """(compute capability, words) of the GPU the run's kernels must run on: GPU mode's GPU
+    ("this GPU, NVIDIA A100-SXM4-80GB, is compute capability 8.0 (sm_80)"), or in CPU mode the
+    architecture LAB_CUDA_ARCH names for the CUDA builds; None where nothing narrows it (CPU mode
+    builds for sm_90, and the Hopper stages for sm_90a, as they always do; a GPU-mode spec
+    checked where no GPU is, as the tests of the commands do)."""
+    from lab.base.contract import capability_of, sm
+
+    if spec.mode == "gpu":
+        import torch
+
+        from lab.base import device
+
+        if not torch.cuda.is_available():
+            return None
+        dev = torch.device("cuda", torch.cuda.current_device())
+        cc = device.capability(dev)
+        return cc, (f"this GPU, {device.gpu_name(dev)}, is compute capability {cc[0]}.{cc[1]} "
+                    f"({sm(cc)})")
+    arch = os.environ.get("LAB_CUDA_ARCH")
+    if arch:
+        return capability_of(arch), f"the CUDA builds are for {arch} (LAB_CUDA_ARCH)"
+    return None
+
+
+def not_here(spec: RunSpec, target, variant: Variant, backend: str, precision: str) -> str | None:
+    """Why `variant` on `backend` does not run in `precision` on the run's target (built_for),
+    as a clause (Offer.runs_on); None where it runs, or where nothing narrows the target (CPU
+    mode's Triton rows run under the interpreter)."""
+    if target is None or (spec.mode == "cpu" and backend != "cuda"):
+        return None
+    return variant.stage.offer(backend).runs_on(target[0], precision, variant.params_for(backend))
 
 
 def interpretable(shape: Shape) -> bool:
@@ -201,37 +244,70 @@ def _error_row(row: Row, exc: BaseException) -> Row:
     return row
 
 
+CUBLAS_PART = "cublas"  # the stage of the unit that holds a shape's cuBLAS row
+
+
 @dataclass(frozen=True)
 class Unit:
-    """One piece of a run's work: a shape in one layout and precision, in one repeat, with its
-    cuBLAS row and every stage row beside it. The rows of a unit are timed on one GPU, the
-    baseline included; lab/ranks.py hands units out to the GPUs of a run."""
+    """One piece of a run's work: one stage's rows (both backends; or the cuBLAS row, stage
+    CUBLAS_PART) of a shape in one layout and precision, in one repeat. On one GPU the units of a
+    shape run together (execute(): one set of inputs, one cuBLAS row); lab/ranks.py hands them
+    out to the GPUs of a run one by one, each stage row timed beside a cuBLAS launch on its own
+    GPU (work_items)."""
 
     repeat: int
     shape: Shape
     layout: str
     precision: str
+    stage: str = CUBLAS_PART
+
+    @property
+    def base(self) -> tuple:
+        """(repeat, M, N, K, layout, precision): the shape's inputs, shared by its units."""
+        return (self.repeat, *self.shape, self.layout, self.precision)
 
     @property
     def key(self) -> tuple:
-        """(repeat, M, N, K, layout, precision): what names the unit in a CSV (units_done)."""
-        return (self.repeat, *self.shape, self.layout, self.precision)
+        """(repeat, M, N, K, layout, precision, stage): what names the unit in a CSV."""
+        return (*self.base, self.stage)
 
     def __str__(self) -> str:
         M, N, K = self.shape
-        return f"{self.precision} {self.layout} {M}x{N}x{K}, repeat {self.repeat}"
+        return f"{self.stage} {self.precision} {self.layout} {M}x{N}x{K}, repeat {self.repeat}"
 
 
 def units(spec: RunSpec) -> list[Unit]:
-    """The run's units in the order a single GPU runs them: repeat, shape, layout, precision."""
-    return [Unit(repeat, shape, layout, precision)
-            for repeat in range(spec.repeat) for shape in spec.shapes
-            for layout in spec.layouts_for(shape) for precision in spec.precisions]
+    """The run's units in the order a single GPU runs them: repeat, shape, layout, precision,
+    then the cuBLAS row and each stage listed that computes in the precision."""
+    out = []
+    for repeat in range(spec.repeat):
+        for shape in spec.shapes:
+            for layout in spec.layouts_for(shape):
+                for precision in spec.precisions:
+                    if spec.mode == "gpu" and spec.cublas:
+                        out.append(Unit(repeat, shape, layout, precision))
+                    for listed in spec.variants:
+                        if any(spec.runs(listed, be, precision) for be in spec.backends):
+                            out.append(Unit(repeat, shape, layout, precision, listed.label))
+    return out
+
+
+def work_items(spec: RunSpec) -> list[list[Unit]]:
+    """What a GPU of a run over several takes at a time: one unit, each stage row timed beside
+    a cuBLAS launch of its own GPU; with --cublas-timing once (every row held against the
+    shape's one cuBLAS row) all the units of a shape, so that row is timed on their GPU."""
+    plan = units(spec)
+    if spec.cublas_timing == "adjacent":
+        return [[u] for u in plan]
+    items: dict[tuple, list[Unit]] = {}
+    for u in plan:
+        items.setdefault(u.base, []).append(u)
+    return list(items.values())
 
 
 def unit_key(row: Row) -> tuple:
     """The key of the unit a row belongs to (a run without --repeat has repeat None: 0)."""
-    return (row.repeat or 0, row.M, row.N, row.K, row.layout, row.precision)
+    return (row.repeat or 0, row.M, row.N, row.K, row.layout, row.precision, row.stage)
 
 
 def execute(spec: RunSpec, on_row: Callable[[Row], None] | None = None,
@@ -258,10 +334,14 @@ def execute(spec: RunSpec, on_row: Callable[[Row], None] | None = None,
         if on_row:
             on_row(row)
 
+    groups: dict[tuple, list[Unit]] = {}  # the units of a shape share its inputs
     for unit in units(spec) if only is None else only:
+        groups.setdefault(unit.base, []).append(unit)
+    for group in groups.values():
+        unit = group[0]
         runs = spec.mode == "gpu" or interpretable(unit.shape)
         _run_precision(spec, unit.shape, unit.layout, unit.precision, spec.seed + unit.repeat,
-                       unit.repeat, runs, gpu, emit)
+                       unit.repeat, runs, gpu, emit, stages={u.stage for u in group})
         if device == "cuda":
             torch.cuda.empty_cache()
     return rows
@@ -285,13 +365,16 @@ SIZE_SKIP = "CPU mode runs Triton under its interpreter only"
 
 
 def _run_precision(spec: RunSpec, shape: Shape, layout: str, precision: str, seed: int, repeat: int,
-                   runs: bool, gpu, emit) -> None:
+                   runs: bool, gpu, emit, stages: set | None = None) -> None:
+    """The rows of one shape in one layout and precision: the cuBLAS row and each stage's, or
+    those of the units in `stages` (their Unit.stage; None: all)."""
     import torch
 
     from lab.base.dtypes import DTYPE_NAMES, OUT_DTYPE_NAMES
 
     M, N, K = shape
     device = "cuda" if spec.mode == "gpu" else "cpu"
+    target = built_for(spec)  # the GPU (or LAB_CUDA_ARCH's build) rows must run on
     # fp8: e4m3 operands with per-tensor scales (scales), the others None
     a, b, scales = chk.inputs_for(precision, M, N, K, seed, device, layout) if runs \
         else (None,) * 3
@@ -304,16 +387,25 @@ def _run_precision(spec: RunSpec, shape: Shape, layout: str, precision: str, see
                 repeat=repeat if spec.repeat > 1 else None, dtype=DTYPE_NAMES[precision],
                 model=model, layer=layer)
     cublas = None  # the checked cuBLAS launch, timed beside each stage row (adjacent)
+    wanted = [v for v in spec.variants if stages is None or v.label in stages]
     if spec.mode == "gpu" and spec.cublas:
-        row, cublas = _run_cublas(a, b, ref, spec, base, host, gpu, scales)
-        emit(row)
+        if stages is None or CUBLAS_PART in stages:
+            row, cublas = _run_cublas(a, b, ref, spec, base, host, gpu, scales)
+            emit(row)
+        elif wanted:  # the shape's cuBLAS row runs elsewhere: a launch to time beside these
+            cublas = _cublas_launch(a, b, precision, scales)
     from lab.tune.auto import resolve_variant
 
     def run_row(row: Row, variant: Variant, backend: str, api=None) -> None:
         try:
-            if spec.mode == "cpu" and backend == "cuda":
+            offer = variant.stage.offer(backend)
+            why = not_here(spec, target, variant, backend, precision)
+            if why:  # a GPU the kernels do not run on ('all', or one precision of several)
+                row.status = "skipped"
+                row.detail = f"it {why}, and {target[1]}"
+            elif spec.mode == "cpu" and backend == "cuda":
                 _compile_only(row, variant, shape, layout, precision)
-            elif spec.mode == "cpu" and not variant.stage.offer(backend).interpreted:
+            elif spec.mode == "cpu" and not offer.interpreted:
                 row.status = "skipped"
                 row.detail = ("a GPU-only kernel, which the Triton interpreter cannot run "
                               "(run it on an sm_90 GPU)")
@@ -327,7 +419,7 @@ def _run_precision(spec: RunSpec, shape: Shape, layout: str, precision: str, see
         except Exception as exc:  # the row fails; the run goes on
             _error_row(row, exc)
 
-    for listed in spec.variants:
+    for listed in wanted:
         for backend in spec.backends:
             if not spec.runs(listed, backend, precision):
                 continue
@@ -508,28 +600,35 @@ def scaled_mm_launch(a, b, c, scales, fast_accum: bool = FP8_FAST_ACCUM):
 
 def _run_cublas(a, b, ref, spec: RunSpec, base: dict, host=None, gpu=None, scales=None):
     """The shape's cuBLAS row, and its launch (None if it failed) for the adjacent baselines."""
-    import torch
-
-    from lab.base.dtypes import OUT_DTYPE_NAMES
-
     precision = base["precision"]
     row = Row(stage="cublas", backend="cublas", cublas_timing=spec.cublas_timing,
               detail=CUBLAS_AT[precision], **base)
     try:
-        c = torch.empty((a.shape[0], b.shape[1]), device=a.device,
-                        dtype=getattr(torch, OUT_DTYPE_NAMES[precision]))
-        if scales is not None:
-            launch = scaled_mm_launch(a, b, c, scales)
-        else:
-            def launch():  # the switches are process-wide: set them on every call
-                _cublas_mode(precision)
-                torch.matmul(a, b, out=c)
+        launch, c = _cublas_launch(a, b, precision, scales, with_out=True)
         _check_and_time(row, launch, a, b, c, ref, spec, host, gpu=gpu)
         if spec.api and row.status == "pass":  # torch.matmul's own CPU time per call
             row.api_us = _cpu_us(launch, max(10, min(API_CPU_CALLS, int(200 / row.median_ms))))
     except Exception as exc:
         _error_row(row, exc)
     return row, (launch if row.status == "pass" else None)
+
+
+def _cublas_launch(a, b, precision: str, scales=None, with_out: bool = False):
+    """cuBLAS's launch on these operands (torch.matmul, or torch._scaled_mm for fp8), and its
+    output with `with_out`."""
+    import torch
+
+    from lab.base.dtypes import OUT_DTYPE_NAMES
+
+    c = torch.empty((a.shape[0], b.shape[1]), device=a.device,
+                    dtype=getattr(torch, OUT_DTYPE_NAMES[precision]))
+    if scales is not None:
+        launch = scaled_mm_launch(a, b, c, scales)
+    else:
+        def launch():  # the switches are process-wide: set them on every call
+            _cublas_mode(precision)
+            torch.matmul(a, b, out=c)
+    return (launch, c) if with_out else launch
 
 
 def _scale_kwargs(scales) -> dict:

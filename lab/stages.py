@@ -115,6 +115,26 @@ class Stage:
     def all_precisions(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(p for b in BACKENDS for p in self.precisions_for(b)))
 
+    def _offers_in(self, precision: str | None) -> list[Offer]:
+        return [o for o in map(self.offer, BACKENDS)
+                if precision is None or precision in o.precisions]
+
+    def requirement(self, precision: str | None = None) -> str:
+        """The GPUs the stage runs on in `precision` (None: in any of its precisions), through
+        whichever backend runs on the most: "sm_75+", "sm_80+" or "sm_90a" (Offer.requirement;
+        the defaults' parameters)."""
+        params = self.defaults()
+        best = min(self._offers_in(precision),
+                   key=lambda o: (o.min_capability(precision, params), o.arch is not None))
+        return best.requirement(precision, params)
+
+    def runs_on(self, capability: tuple[int, int], precision: str | None = None) -> bool:
+        """Whether a backend of the stage runs it in `precision` (None: in any) on a GPU of
+        compute capability `capability`, with the defaults' parameters (Offer.runs_on)."""
+        params = self.defaults()
+        return any(o.runs_on(capability, precision, params) is None
+                   for o in self._offers_in(precision))
+
     def defaults(self) -> dict[str, object]:
         return {p.name: p.default for p in self.params}
 

@@ -6,6 +6,7 @@ ran under."""
 from __future__ import annotations
 
 import math
+import os
 
 from lab.computed import baseline_within_noise, within_noise
 from lab.row import OK_STATUSES, Row
@@ -189,7 +190,8 @@ def _title(rows: list[Row], mode: str) -> str:
     what = "".join(f", {s}" for s in same)
     if mode == "gpu":
         return f"GPU run{what}: median of L2-flushed repetitions"
-    return (f"CPU mode{what}: Triton under the interpreter, CUDA compiled with NVRTC for sm_90 "
+    arch = os.environ.get("LAB_CUDA_ARCH") or "sm_90"  # lab/toolchain/nvrtc.py's target off a GPU
+    return (f"CPU mode{what}: Triton under the interpreter, CUDA compiled with NVRTC for {arch} "
             f"(no times)")
 
 

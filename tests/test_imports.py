@@ -219,7 +219,7 @@ def test_lab_imports_no_launcher_package_and_the_twins_import_no_twin():
 
 # lab/tune/'s modules in the order lab/tune/__init__.py lists them: each imports only earlier ones.
 TUNE_LAYERS = ("space", "seeds", "prune", "search", "pool", "cache", "gpu", "tuner", "auto",
-               "report", "dryrun", "cli")
+               "report", "dryrun", "workers", "cli")
 
 
 def test_the_tuner_modules_import_only_the_ones_listed_before_them():

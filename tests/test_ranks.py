@@ -18,7 +18,7 @@ from lab import ranks
 from lab.base.errors import LabError
 from lab.csvfile import read_csv
 from lab.row import Row
-from lab.run import RunSpec, Unit, units
+from lab.run import RunSpec, Unit, units, work_items
 from lab.shapes import Shape
 from lab.stages import parse_variants
 
@@ -84,16 +84,16 @@ def test_a_killed_rank_loses_only_its_unit_and_a_resume_adds_it(one_rank, tmp_pa
     assert done.returncode == 1, done.stderr
     assert "rank 1 (" in done.stderr and "exit status 9" in done.stderr
     lost = [line for line in done.stdout.splitlines() if line.startswith("lost: ")]
-    assert len(lost) == 1 and "was running it when it stopped" in done.stdout
+    assert len(lost) == 1 and "was running it when it stopped" in " ".join(done.stdout.split())
     assert "1 unit lost" in done.stdout and "--resume" in done.stdout
     full = _rows(one_rank)
     part = _rows(path)
-    assert len(part) == len(full) - 2  # one unit: tiled and naive at one shape
+    assert len(part) == len(full) - 1  # one unit: one stage at one shape
     resumed = _compare([*ARGS, "--gpus", "2", "--csv", str(path), "--resume"])
     assert resumed.returncode == 0, resumed.stderr
     assert _rows(path).equals(full)
     env = json.loads(path.with_suffix(".env.json").read_text())
-    assert env["resumed"].startswith(f"{len(full) - 2} rows")
+    assert env["resumed"].startswith(f"{len(full) - 1} rows")
 
 
 def test_resume_of_one_process_runs_only_what_the_csv_lacks(one_rank, tmp_path):
@@ -129,12 +129,24 @@ def _spec(shapes, repeat=1):
 
 @pytest.mark.fast
 def test_units_are_handed_out_largest_first():
-    plan = units(_spec([(16, 16, 16), (64, 64, 64), (8, 8, 8), (64, 64, 64)], repeat=2))
+    plan = work_items(_spec([(16, 16, 16), (64, 64, 64), (8, 8, 8), (64, 64, 64)], repeat=2))
     order = ranks.hand_out_order(plan)
-    sizes = [plan[i].shape[0] for i in order]
+    sizes = [plan[i][0].shape[0] for i in order]
     assert sizes == sorted(sizes, reverse=True)
     assert order[:4] == [1, 3, 5, 7]  # equal sizes keep the plan's order
-    assert str(plan[1]) == "fp32 nn 64x64x64, repeat 0"
+    assert str(plan[1][0]) == "tiled fp32 nn 64x64x64, repeat 0"
+
+
+@pytest.mark.fast
+def test_a_unit_is_one_stage_or_the_cublas_row_and_one_gpu_runs_a_shapes_units_together():
+    spec = RunSpec(parse_variants(["tiled", "naive"]), ["cuda", "triton"],
+                   [Shape(64, 64, 64), Shape(32, 32, 32)], mode="gpu", repeat=1)
+    plan = units(spec)
+    assert [u.stage for u in plan] == ["cublas", "tiled", "naive"] * 2
+    assert [len(item) for item in work_items(spec)] == [1] * 6  # adjacent baselines
+    spec.cublas_timing = "once"  # every row against the shape's one cuBLAS row: kept together
+    assert [[u.stage for u in item] for item in work_items(spec)] == [
+        ["cublas", "tiled", "naive"]] * 2
 
 
 def _store():
@@ -166,7 +178,7 @@ def test_the_merger_refuses_gpus_of_two_models_in_one_sentence():
 def test_the_merger_names_the_unit_a_stopped_rank_held_and_journals_the_others(tmp_path):
     server, store = _store()
     spec = _spec([(16, 16, 16), (32, 32, 32)])
-    plan = units(spec)
+    plan = work_items(spec)
     for r in (0, 1):
         store.set(f"env/{r}", _told("NVIDIA H200", r))
     row = Row("tiled", "triton", "fp32", 32, 32, 32, rank=0, gpu_index=0)
@@ -180,11 +192,11 @@ def test_the_merger_names_the_unit_a_stopped_rank_held_and_journals_the_others(t
     merged = ranks.merge(store, 2, spec, set(), journal, say=said.append)
     assert [(r.M, r.rank) for r in merged.rows] == [(32, 0)]
     (unit, why), = merged.lost
-    assert unit == plan[0] and "rank 1 (GPU 1 of h) was running it" in why
+    assert unit == plan[0][0] and "rank 1 (GPU 1 of h) was running it" in why
     assert "illegal memory access" in why and any("rank 1" in s for s in said)
     assert json.loads(store.get("plan")) == [1, 0]  # largest first
     (line,) = journal.read_text().splitlines()
-    assert json.loads(line)["unit"] == [0, 32, 32, 32, "nn", "fp32"]
+    assert json.loads(line)["unit"] == [0, 32, 32, 32, "nn", "fp32", "tiled"]
     assert merged.env["world_size"] == 2 and merged.env["gpus"][1]["uuid"] == "GPU-1"
 
 
@@ -195,13 +207,13 @@ def test_resume_reads_the_csv_and_the_journal_a_stopped_run_left(tmp_path):
     path = tmp_path / "run.csv"
     write_csv([Row("tiled", "triton", "fp32", 16, 16, 16)], path, {"mode": "cpu"})
     with open(ranks.journal_path(path), "w") as f:
-        f.write(json.dumps({"unit": [0, 32, 32, 32, "nn", "fp32"],
+        f.write(json.dumps({"unit": [0, 32, 32, 32, "nn", "fp32", "tiled"],
                             "rows": [Row("tiled", "triton", "fp32", 32, 32, 32).__dict__]}) + "\n")
         f.write('{"unit": [0, 8, 8')  # cut short by the stop: that unit runs again
     rows = ranks.earlier_rows(path)
     assert [r.M for r in rows] == [16, 32]
-    assert ranks.done_keys(rows) == {Unit(0, Shape(16, 16, 16), "nn", "fp32").key,
-                                     Unit(0, Shape(32, 32, 32), "nn", "fp32").key}
+    assert ranks.done_keys(rows) == {Unit(0, Shape(16, 16, 16), "nn", "fp32", "tiled").key,
+                                     Unit(0, Shape(32, 32, 32), "nn", "fp32", "tiled").key}
 
 
 @pytest.mark.fast
@@ -211,6 +223,7 @@ def test_the_spread_between_gpus_counts_configurations_measured_on_several():
                    gpu_uuid=f"GPU-{gpu}")
 
     rows = [row(0, 90.0), row(1, 94.0), row(0, 92.0), row(1, 96.0),
-            row(0, 50.0, M=128)]  # measured on GPU 0 only: not in the spread
-    assert ranks.spread(rows) == [("GPU-0", 91.0, 2), ("GPU-1", 95.0, 2)]
-    assert ranks.spread(rows[:1] + rows[4:]) == []
+            row(0, 50.0, M=128),  # measured on GPU 0 only: not in the spread
+            row(0, 80.0, M=256), row(0, 82.0, M=256), row(1, 84.0, M=256)]  # means 81 and 84
+    assert ranks.spread(rows) == [("GPU-0", 86.0, 2), ("GPU-1", 89.5, 2)]
+    assert ranks.spread([row(0, 90.0), row(0, 91.0)]) == []

@@ -50,6 +50,19 @@ DOT_PRECISION = {"fp32": "ieee", "tf32": "tf32", "3xtf32": "tf32x3", "bf16": "ie
 # The precisions a Triton twin gains by passing DOT_PRECISION to tl.dot (and loading the operands
 # in their own dtype): the twins whose registry entry offers them.
 TL_DOT_PRECISIONS = ("fp32", "tf32", "3xtf32", "bf16", "fp16")
+# Where tl.dot meets the tensor cores: Triton emits mma.sync for it from sm_80 on. Compiled for
+# sm_75, Triton 3.9 lowers a tf32, bf16 or fp16 tl.dot to FMA instructions instead (no mma in
+# the PTX: a CUDA-core kernel, and for tf32 an fp32 one, TF32 being Ampere's), and it refuses
+# e4m3 operands below sm_89 (the fp8 record's min_capability). So a twin whose tl.dot computes in
+# a tensor-core precision declares sm_80 for it (Offer.requires: tl_dot_requires); its fp32
+# (IEEE, FMA) rows run from sm_75 like the CUDA-core ladder.
+TL_DOT_REQUIRES = {"tf32": (8, 0), "3xtf32": (8, 0), "bf16": (8, 0), "fp16": (8, 0)}
+
+
+def tl_dot_requires(precisions) -> dict:
+    """Offer.requires of a twin whose tl.dot computes in `precisions`: TL_DOT_REQUIRES for those
+    of them that run on the tensor cores."""
+    return {p: cc for p, cc in TL_DOT_REQUIRES.items() if p in precisions}
 
 
 def dot_meta(kernel, p) -> dict:

@@ -341,8 +341,9 @@ def kernels(params, precision: str) -> tuple[str, ...]:
     return ("decode_kernel",) + (("decode_reduce_kernel",) if split != 1 else ())
 
 
+# tl.dot on the tensor cores: sm_80+ (_common.TL_DOT_REQUIRES), fp8 sm_89+ (its record)
 OFFER = Offer("decode", "triton", precisions=PRECISIONS, kernels=kernels, validate=validate,
-              resolve=resolve, show=show)
+              resolve=resolve, show=show, requires={"all": (8, 0)})
 
 
 def _swapped(p):

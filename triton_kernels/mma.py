@@ -256,7 +256,8 @@ def vec_width_and_hints(p) -> dict:
 
 
 OFFER = Offer("mma", "triton", precisions=tuple(ELEM_BYTES), kernels=("matmul_mma_kernel",),
-              validate=validate, resolve=resolve, show=config_text)
+              validate=validate, resolve=resolve, show=config_text,
+              requires={"all": (8, 0)})  # tensor cores (mma.sync): _common.TL_DOT_REQUIRES
 
 
 @entry(OFFER)

@@ -69,7 +69,7 @@ def matmul_tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stri
 
 # fp32 is the lesson; tf32, 3xtf32, bf16 and fp16 run the variant (triton_kernels/variants/tiled.py)
 OFFER = Offer("tiled", "triton", precisions=variant.PRECISIONS, kernels=("matmul_tiled_kernel",),
-              validate=variant.validate)
+              validate=variant.validate, requires=common.tl_dot_requires(variant.PRECISIONS))
 
 
 @entry(OFFER)

@@ -147,7 +147,8 @@ def vector_meta(p, BK: int) -> dict:
 # tl.dot takes the precision as one argument (_common.DOT_PRECISION): every precision is offered
 OFFER = Offer("vectorized", "triton", precisions=PRECISIONS,
               kernels=("matmul_vectorized_kernel",),
-              validate=lambda params, precision: validate(**params))
+              validate=lambda params, precision: validate(**params),
+              requires=common.tl_dot_requires(PRECISIONS))
 
 
 @entry(OFFER)

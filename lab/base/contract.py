@@ -28,12 +28,36 @@ from typing import Callable, Mapping
 
 from lab.base.errors import LabError
 from lab.base.precisions import NAMES
+from lab.base.precisions import get as precision_record
 
 # precision names (lab/stages.py explains each); a launcher offers a subset
 PRECISIONS = NAMES  # lab/base/precisions.py: one record per precision
 # Offer.arch: an architecture-specific target and the one compute capability that runs it
 # (sm_90a code runs on 9.0 only, not on later GPUs)
 ARCH_CAPABILITY = {"sm_90a": (9, 0)}
+# The oldest GPU the lab runs on: NVRTC 13 (CUDA 13), which builds the CUDA stages, targets
+# sm_75 (Turing) and newer, as torch's CUDA 13 builds do. Offer.requires raises it per stage.
+FLOOR = (7, 5)
+# The architectures the lab names when it says where a stage runs (--list --stage NAME), and
+# that tests/test_arch_matrix.py builds every CUDA stage for: Turing, Ampere (A100; RTX 30),
+# Ada (L4, L40S, RTX 40) and Hopper (H100, H200; sm_90a beside it for its own instructions).
+ARCHS = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
+
+
+def sm(capability: tuple[int, int]) -> str:
+    """The architecture name of a compute capability: (8, 6) -> "sm_86"."""
+    return f"sm_{capability[0]}{capability[1]}"
+
+
+def capability_of(arch: str) -> tuple[int, int]:
+    """The compute capability of an architecture name: "sm_86" -> (8, 6), "sm_90a" -> (9, 0),
+    "sm_120" -> (12, 0)."""
+    digits = arch.removeprefix("sm_").rstrip("a")
+    return int(digits[:-1]), int(digits[-1])
+
+
+def _param_text(value) -> str:
+    return str(int(value)) if isinstance(value, bool) else str(value)
 
 
 def _accept(params: Mapping, precision: str) -> None:
@@ -82,10 +106,22 @@ class Offer:
     interpreted: Triton only -- whether the Triton interpreter (TRITON_INTERPRET=1, CPU mode) can
         run the kernel; False for a GPU-only kernel such as a Gluon one, whose CPU-mode rows are
         skipped with one sentence.
-    arch: the architecture-specific GPU target the kernels need, or None for any GPU the lab runs
-        on: "sm_90a" for Hopper's wgmma and TMA instructions (compute capability 9.0 only; a
-        Triton twin that lowers to them needs it too). lab.matmul's automatic choice
-        (lab/dispatch.py) reads it through runs_on(); prepare() refuses another GPU itself.
+    arch: the architecture-specific GPU target the kernels need, or None: "sm_90a" for Hopper's
+        wgmma and TMA instructions (compute capability 9.0 only, not later GPUs; a Triton twin
+        that lowers to them needs it too).
+    requires: where arch is None, the oldest compute capability the kernels run on, as
+        {condition: (major, minor)}: "all" for every call (mma's {"all": (8, 0)}), a precision
+        name (gemv's bf16 and fp16, each at (8, 0)) or "name=value" for a parameter's value
+        (double_buffered's {"pipeline=cp_async": (8, 0)}). Every condition that holds for a call
+        applies, and so do the lab's FLOOR (sm_75) and the precision record's min_capability
+        (fp8: 8.9), the newest of them winning; {} is a kernel that runs from sm_75 on. Declare
+        the instructions' truth: mma.sync with bf16 or TF32, cp.async and cvt to bf16 exist from
+        sm_80, e4m3 MMA from sm_89; tests/test_arch_matrix.py builds every CUDA stage for each
+        of ARCHS it declares, and below its oldest where NVRTC can.
+    Where the kernels run is read through runs_on(capability, precision, params) (None, or the
+    clause that says what they need), requirement() ("sm_80+", "sm_90a") and archs() (which of
+    ARCHS): by prepare() (lab/base/entry.py refuses another GPU in one sentence), lab.compare
+    (rows skipped, --list), lab.doctor and lab.matmul's automatic choice (lab/dispatch.py).
     """
 
     stage: str
@@ -99,6 +135,7 @@ class Offer:
     tuning: Tuning = field(default_factory=Tuning)
     interpreted: bool = True
     arch: str | None = None
+    requires: Mapping[str, tuple[int, int]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.precisions if p not in PRECISIONS]
@@ -108,14 +145,73 @@ class Offer:
         if self.arch is not None and self.arch not in ARCH_CAPABILITY:
             raise ValueError(f"Offer of {self.stage} ({self.backend}): arch must be None or one "
                              f"of {', '.join(ARCH_CAPABILITY)}, not {self.arch!r}")
+        for key, cc in self.requires.items():
+            name, eq, _ = key.partition("=")
+            if not ((key == "all" or key in self.precisions or (eq and name))
+                    and isinstance(cc, tuple) and len(cc) == 2 and cc > FLOOR
+                    and self.arch is None):
+                raise ValueError(f"Offer of {self.stage} ({self.backend}): requires maps 'all', "
+                                 f"one of its precisions or 'name=value' to a compute "
+                                 f"capability newer than {FLOOR}, such as (8, 0), and is not "
+                                 f"given beside arch; not {key!r}: {cc!r}")
 
-    def runs_on(self, capability: tuple[int, int]) -> str | None:
-        """None when the kernels run on a GPU of compute capability `capability`, else why not
-        (a clause: "needs sm_90a (compute capability 9.0)")."""
-        need = ARCH_CAPABILITY.get(self.arch) if self.arch else None
-        if need is None or tuple(capability) == need:
+    def _needs(self, precision: str, params: Mapping | None) -> list[tuple[tuple, str]]:
+        """(capability, why) of every condition that holds for a call: why is "" for the floor
+        and "all", else " for <precision>" or " with name=value"."""
+        found = [(FLOOR, ""), (tuple(self.requires.get("all", FLOOR)), ""),
+                 (tuple(precision_record(precision).min_capability), f" for {precision}"),
+                 (tuple(self.requires.get(precision, FLOOR)), f" for {precision}")]
+        for key, cc in self.requires.items():
+            name, eq, value = key.partition("=")
+            if eq and params and name in params and _param_text(params[name]) == value:
+                found.append((tuple(cc), f" with {key}"))
+        return found
+
+    def min_capability(self, precision: str | None = None,
+                       params: Mapping | None = None) -> tuple[int, int]:
+        """The oldest compute capability whose GPUs run the kernels for a call in `precision`
+        with `params` (arch's one capability where arch is set); precision None: the oldest
+        over its precisions (where it runs at all)."""
+        if self.arch:
+            return ARCH_CAPABILITY[self.arch]
+        if precision is None:
+            return min(self.min_capability(p, params) for p in self.precisions)
+        return max(cc for cc, _ in self._needs(precision, params))
+
+    def requirement(self, precision: str | None = None, params: Mapping | None = None) -> str:
+        """Where the kernels run, as --list and the pages write it: "sm_90a" (that target only)
+        or "sm_80+" (compute capability 8.0 and newer)."""
+        return self.arch or sm(self.min_capability(precision, params)) + "+"
+
+    def archs(self, precision: str | None = None, params: Mapping | None = None
+              ) -> tuple[str, ...]:
+        """The architectures of ARCHS (and arch) the kernels run on for such a call."""
+        if self.arch:
+            return (self.arch,)
+        need = self.min_capability(precision, params)
+        return tuple(a for a in ARCHS if capability_of(a) >= need)
+
+    def runs_on(self, capability: tuple[int, int], precision: str | None = None,
+                params: Mapping | None = None) -> str | None:
+        """None when the kernels run on a GPU of compute capability `capability` for a call in
+        `precision` with `params` (precision None: in any of its precisions), else why not, a
+        clause: "needs sm_90a (compute capability 9.0)", "needs sm_80 or newer (compute
+        capability 8.0+) for bf16"."""
+        cc = tuple(capability)
+        if self.arch:
+            need = ARCH_CAPABILITY[self.arch]
+            return None if cc == need else f"needs {self.arch} (compute capability " \
+                                             f"{need[0]}.{need[1]})"
+        need = self.min_capability(precision, params)
+        if cc >= need:
             return None
-        return f"needs {self.arch} (compute capability {need[0]}.{need[1]})"
+        why = ""
+        if precision is not None:
+            base = max(cc_ for cc_, w in self._needs(precision, params) if not w)
+            if need > base:  # a precision or a parameter asks for more than the kernels do
+                why = next(w for cc_, w in self._needs(precision, params) if cc_ == need)
+        return (f"needs {sm(need)} or newer (compute capability {need[0]}.{need[1]}+)"
+                f"{why}")
 
     @property
     def where(self) -> str:

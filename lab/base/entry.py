@@ -4,6 +4,8 @@ A stage's `prepare(a, b, c, **params)` and `lab.matmul` are public: a user may h
 tensors. Before a launcher's own code runs, the decorated prepare:
 
 1. resolves the precision (lab/base/dtypes.py) and checks the parameters (the Offer's validate);
+   tensors on a GPU the stage's kernels do not run on (Offer.runs_on: an sm_90a stage off
+   Hopper, mma on sm_75) are refused in one sentence;
 2. **checks** the operands (lab/base/checks.py), warning once about a long call under the Triton
    interpreter;
 3. handles **empty problems**: M = 0 or N = 0 launches nothing; K = 0 writes zeros (as
@@ -21,10 +23,12 @@ import os
 from dataclasses import replace
 from typing import Callable
 
+from lab.base import device as _device
 from lab.base.checks import check_operands, scales_for
-from lab.base.contract import Offer, Prepared
+from lab.base.contract import Offer, Prepared, sm
 from lab.base.describe import describe
 from lab.base.dtypes import DTYPE_NAMES, OUT_DTYPE_NAMES, precision_for
+from lab.base.errors import LabError
 from lab.base.needs import CUDA, TRITON, Needs
 
 # The Triton interpreter runs every program in numpy: about 1.5 s for a 256^3 problem with the
@@ -65,6 +69,17 @@ def _copy_back(kernel: Prepared, buf, user_c) -> Prepared:
                     kernel_only=kernel.kernel_only or kernel, **kernel.extra)
 
 
+def refuse_gpu(offer: Offer, device, precision: str, params: dict) -> None:
+    """LabError (one sentence) when `device` is a GPU the offer's kernels do not run on for a
+    `precision` call with `params` (Offer.runs_on); nothing for CPU and meta tensors."""
+    cc = _device.capability(device)
+    why = offer.runs_on(cc, precision, params) if cc is not None else None
+    if why:
+        raise LabError(f"{offer.where} {why}, and this GPU, {_device.gpu_name(device)}, is "
+                       f"compute capability {cc[0]}.{cc[1]} ({sm(cc)}); python -m lab.compare "
+                       f"--list marks the stages that run on it")
+
+
 def entry(offer: Offer, needs: Needs | None = None):
     """Decorator for a stage's `prepare(problem, **params)`, declared by its Offer: the public
     `prepare(a, b, c, precision=None, scale_a=None, scale_b=None, **params)` (the scales: fp8's
@@ -83,6 +98,7 @@ def entry(offer: Offer, needs: Needs | None = None):
                     **params):
             precision = precision_for(a, precision, where, offer.precisions)
             offer.validate(params, precision)  # the stage's parameter rules first
+            refuse_gpu(offer, getattr(a, "device", None), precision, params)  # its GPUs
             out = OUT_DTYPE_NAMES[precision]
             call_needs = replace(needs, dtypes=(DTYPE_NAMES[precision],),
                                  out=None if out == DTYPE_NAMES[precision] else out)

@@ -14,9 +14,11 @@ another process, test file or command gets them without compiling again.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,21 @@ KERNEL_DIR = Path(__file__).resolve().parents[2] / "cuda_kernels"
 # Without a GPU, compile for sm_90: the NVIDIA H100 80GB HBM3 that results/ were measured on.
 # On a GPU the launcher asks the device for its architecture instead.
 DEFAULT_ARCH = "sm_90"
+_TARGET = threading.local()  # building_for's architecture, per thread
+
+
+@contextlib.contextmanager
+def building_for(arch: str):
+    """While the block runs, this thread's builds that name no architecture target `arch`, ahead
+    of LAB_CUDA_ARCH and the GPU present: how tests/test_arch_matrix.py builds every stage's
+    launcher (its OFFER.compile) for sm_75 ... sm_90 without such a GPU, several threads at once
+    (NVRTC releases the GIL)."""
+    before = getattr(_TARGET, "arch", None)
+    _TARGET.arch = arch
+    try:
+        yield
+    finally:
+        _TARGET.arch = before
 
 
 @dataclass(frozen=True)
@@ -196,9 +213,11 @@ def compile_kernel(
     is its own build. `offsets64` defines OFFSET64=1: common.cuh's offset_t becomes 64-bit, for
     a problem whose operands span 2^31 elements or more (lab/base/problem.py: Problem.offsets64);
     without it no define is added, so the 32-bit build's options (and cache entry) are the ones
-    every build had before the switch existed.
+    every build had before the switch existed. `arch`: the target, else building_for()'s, else
+    $LAB_CUDA_ARCH, else the GPU present's, else DEFAULT_ARCH (sm_90).
     """
-    arch = arch or os.environ.get("LAB_CUDA_ARCH") or device_arch() or DEFAULT_ARCH
+    arch = (arch or getattr(_TARGET, "arch", None) or os.environ.get("LAB_CUDA_ARCH")
+            or device_arch() or DEFAULT_ARCH)
     defines = {**(defines or {}), "UNROLL": bool(unroll), **layout_defines(layout)}
     if offsets64:
         defines["OFFSET64"] = True

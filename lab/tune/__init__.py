@@ -12,6 +12,8 @@ has the whole story). One module per concern, each importing only those above it
     auto.py     `stage:auto` rows: lookup, resolve, resolve_variant
     report.py   text output: progress, the per-search report, dry-run lines
     dryrun.py   --dry-run and --compile-all (no GPU)
+    workers.py  a search over several GPUs: ranks of torch.distributed evaluate the candidates
+                (--gpus N, torchrun), the finalists are timed on one
     cli.py      argparse and main()
 
 The search:

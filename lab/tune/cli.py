@@ -71,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-all", action="store_true",
                    help="with --dry-run: compile every valid configuration, in search order "
                         "(minutes to hours; --max-configs N stops after N)")
+    p.add_argument("--gpus", metavar="N",
+                   help="search on N GPUs of this machine at once (a number or all): N ranks of "
+                        "torch.distributed, each owning one GPU, evaluate the candidates as each "
+                        "GPU comes free; the finalists and cuBLAS are timed on one GPU, and this "
+                        "process writes the cache (torchrun starts the ranks instead, on one "
+                        "machine or several: docs/MULTIGPU.md). With a time budget, N GPUs try "
+                        "about N times the candidates; a search that tries its whole space or "
+                        "--max-configs ends sooner")
     p.add_argument("--show", action="store_true",
                    help="print the cache's entries (those of --stage, if given) and exit")
     return p
@@ -189,7 +197,23 @@ def _for_backend(stage, backend: str, restrict: dict) -> dict:
 
 
 def _main(argv: list[str] | None) -> int:
+    from lab import ranks
+
     args = build_parser().parse_args(argv)
+    if args.gpus is not None and ranks.in_rank():
+        raise LabError("--gpus starts the ranks itself; under torchrun leave it out (torchrun's "
+                       "--nproc-per-node says how many)")
+    if args.show or args.dry_run:  # no GPU: one process answers (rank 0 under torchrun)
+        if ranks.worker_only():
+            return 0
+        if args.gpus is not None:
+            print(f"{'--show' if args.show else '--dry-run'} uses no GPU; --gpus is left aside",
+                  file=sys.stderr)
+    elif ranks.worker_only():  # a rank that serves its GPU: the coordinator checked the request
+        from lab.tune import workers as w
+
+        w.serve(ranks.join(w.PREFIX))
+        return 0
     if args.show:
         return _show(args)
     if (args.sample is not None or args.compile_all) and not args.dry_run:
@@ -284,11 +308,18 @@ def _main(argv: list[str] | None) -> int:
     except CacheError as exc:
         print(f"warning: {exc.args[0].split(';')[0]}; it is kept aside under a .corrupt name "
               f"before the first new entry is written", file=sys.stderr)
-    status = 0
+    if args.gpus is not None or ranks.in_rank():
+        return _over_gpus(args, argv, jobs, path)
     gpu = gpu_name()
     print(f"tuning on {gpu}; cache {path}")
+    return _tune_all(jobs, args, path, gpu)
+
+
+def _tune_all(jobs, args, path, gpu, workers=None) -> int:
+    status = 0
     for st, r, be, shape, lay, precision in jobs:
-        code, interrupted = _tune_one(st, be, shape, lay, precision, args, path, gpu, r)
+        code, interrupted = _tune_one(st, be, shape, lay, precision, args, path, gpu, r,
+                                      workers)
         status = max(status, code)
         if interrupted:  # Ctrl-C ends this search (its best so far is kept) and the command
             print("interrupted: the remaining searches were not started", file=sys.stderr)
@@ -296,9 +327,57 @@ def _main(argv: list[str] | None) -> int:
     return status
 
 
+def _over_gpus(args, argv, jobs, path) -> int:
+    """The searches on several GPUs (lab/tune/workers.py): this process coordinates (the --gpus
+    launcher, or rank 0 under torchrun, whose GPU work runs in a thread); any other rank serves
+    its GPU until the coordinator stops it."""
+    from lab import ranks
+    from lab.tune import workers as w
+
+    def say(text: str) -> None:
+        print(wrap(text, subsequent="  "), file=sys.stderr, flush=True)
+
+    launcher = thread = None
+    box: dict = {}
+    if ranks.in_rank():
+        world = ranks.join(w.PREFIX)  # rank 0 under torchrun (the others serve, above)
+        thread, box = w.serve_in_thread(world)
+        size, store, dead = world.size, world.store, (lambda rank: None)
+    else:
+        size = ranks.count_gpus(args.gpus, "gpu")
+        say(f"{size} ranks on this machine, one per GPU")
+        launcher = ranks.Launcher(size, sys.argv[1:] if argv is None else list(argv), "gpu",
+                                  module="lab.autotune", prefix=w.PREFIX)
+        store, dead = launcher.store, launcher.dead
+    from lab.tune.gpu import gpu_sm_count
+
+    workers = None
+    try:
+        workers = w.Workers(store, size, dead, say, gpu_name(), gpu_sm_count())
+        print(f"tuning on {size} x {workers.gpu_name}; cache {path}")
+        status = _tune_all(jobs, args, path, workers.gpu_name, workers)
+    finally:
+        if workers is not None:
+            workers.stop()
+        if launcher is not None:
+            launcher.close()
+        if thread is not None:
+            thread.join(timeout=60)
+    if "error" in box:
+        raise box["error"]
+    if workers.lost_trials or workers.lost:
+        for job, params, why in workers.lost_trials:
+            say(f"lost: {job['stage']} {job['backend']} {job['M']}x{job['N']}x{job['K']} "
+                f"{params_text(params)}: {why}")
+        say(f"{len(workers.lost)} of {size} GPUs stopped during the run; the searches went on "
+            f"without them, and a candidate a stopped GPU was evaluating was not timed")
+        return max(status, 1)
+    return status
+
+
 
 def _tune_one(stage, backend, shape, layout, precision, args, path, gpu,
-              restrict: dict | None = None) -> tuple[int, bool]:
+              restrict: dict | None = None, workers=None) -> tuple[int, bool]:
     M, N, K = shape
     title = f"{stage.name} {backend} {layout} {M}x{N}x{K}" + (
         f" {precision}" if precision != "fp32" else "")
@@ -307,7 +386,7 @@ def _tune_one(stage, backend, shape, layout, precision, args, path, gpu,
         outcome = tune(stage, backend, M, N, K, layout=layout, precision=precision,
                        budget_s=args.budget_s, max_configs=args.max_configs, retune=args.retune,
                        cache=path, gpu=gpu, on_progress=on_progress, restrict=restrict,
-                       jobs=args.jobs)
+                       jobs=args.jobs, workers=workers)
     finally:
         close()
     for line in report_lines(outcome, title):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 from lab.base.contract import Tuning
 from lab.base.errors import LabError
@@ -86,6 +86,27 @@ class Result:
 Progress = Callable[[str, int, int, "Trial | None", "Trial | None"], None]
 
 
+class Pool(Protocol):
+    """GPUs that evaluate candidates at the same time, for search(pool=...).
+
+    slots: how many candidates can be in flight (the GPUs still working); busy: how many are.
+    submit(trial): start evaluating trial.params (resource check, correctness, short timing) on
+    a free GPU. collect(block): the trials finished since the last call, their status, ms,
+    detail and resources filled in (block: wait for at least one while any is in flight).
+    refine(finalists, rep_ms, rounds, on_progress): time every finalist on one GPU, `rounds`
+    times in turn, setting refined_ms (the lowest median) or detail."""
+
+    slots: int
+    busy: int
+
+    def submit(self, trial: Trial) -> None: ...
+
+    def collect(self, block: bool) -> list[Trial]: ...
+
+    def refine(self, finalists: list[Trial], rep_ms: float, rounds: int,
+               on_progress: "Progress | None") -> None: ...
+
+
 @dataclass
 class Candidates:
     """What search() draws its candidates from (and what the dry run describes): the enumerated
@@ -146,7 +167,8 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
            short_rep_ms: float = SHORT_REP_MS, long_rep_ms: float = LONG_REP_MS, top: int = TOP,
            refine_rounds: int = REFINE_ROUNDS, enumerate_limit: int = ENUMERATE_LIMIT,
            sm_count: int | None = None, prefetch: Callable[[list[dict]], None] | None = None,
-           compile_ahead: int = 0, identity: Callable[[dict], object] | None = None) -> Result:
+           compile_ahead: int = 0, identity: Callable[[dict], object] | None = None,
+           pool: "Pool | None" = None) -> Result:
     """Search `space` (lab/tune/__init__.py has the steps) and return every trial and the winner.
 
     launch_factory(params) -> launch: a lab.base.contract.Prepared (prepare()'s), whose `resources`
@@ -168,6 +190,11 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
     automatic values made concrete for the shape by OFFER.resolve); configurations with the same
     identity are one candidate, tried once (the first in enumeration order: the defaults first).
     Without it every distinct value tuple is its own candidate.
+    pool: GPUs that evaluate candidates at the same time (Pool; lab/tune/workers.py spreads them
+    over the ranks of a run on several GPUs). The search then keeps every GPU busy: it picks a
+    candidate whenever one is free, from the best of the trials finished so far, and the
+    refinement times every finalist on one GPU (pool.refine). launch_factory, checker and timer
+    are not used; the pool's GPUs run their own.
     """
     start = clock()
     cands = candidates(space, validate=validate, identity=identity, shape=shape,
@@ -241,8 +268,22 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
             out.append(picked[0])
         return out
 
+    def finish(trial: Trial) -> None:
+        """A candidate the pool evaluated: its launch no longer counts if it was pruned."""
+        nonlocal launched
+        if trial.status == "pruned":
+            launched -= 1
+        if on_progress:
+            on_progress("search", sum(t.status != "new" for t in trials), total + extra, trial,
+                        best())
+
     try:
         while True:
+            if pool is not None:
+                for t in pool.collect(block=pool.busy >= pool.slots):
+                    finish(t)
+                if pool.busy >= pool.slots:
+                    continue  # every GPU is busy: wait for one
             if max_configs is not None and launched >= max_configs:
                 stopped = "max-configs"
                 break
@@ -251,6 +292,10 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
                 break
             picked = pick()
             if picked is None:
+                if pool is not None and pool.busy:  # a result to come may name new neighbours
+                    for t in pool.collect(block=True):
+                        finish(t)
+                    continue
                 break
             params, how = picked
             trial = Trial(dict(params), len(trials), how=how)
@@ -264,17 +309,33 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
                     ahead = min(ahead, max_configs - launched - 1)
                 if ahead > 0:
                     prefetch(upcoming(ahead))
-            _evaluate(trial, space, launch_factory, checker, timer, probe, limits, short_rep_ms,
-                      launches)
+            if pool is not None:
+                # built here first (waiting for the compile-ahead's build): a candidate that
+                # does not build, or does not fit, is settled without a GPU
+                if probe is not None and not _builds(trial, probe, limits):
+                    if on_progress:
+                        on_progress("search", sum(t.status != "new" for t in trials),
+                                    total + extra, trial, best())
+                    continue
+                pool.submit(trial)
+                launched += 1  # given back by finish() if the GPU prunes it
+                continue
+            _evaluate(trial, space.key, launch_factory, checker, timer, probe, limits,
+                      short_rep_ms, launches)
             if trial.status != "pruned":
                 launched += 1
             keep_launches()
             if on_progress:
                 on_progress("search", len(trials), total + extra, trial, best())
+        if pool is not None:
+            while pool.busy:  # the candidates still on a GPU finish
+                for t in pool.collect(block=True):
+                    finish(t)
     except KeyboardInterrupt:
         stopped = "interrupted"
-        if trials and trials[-1].status == "new":
-            trials[-1].status, trials[-1].detail = "error", "interrupted"
+        for t in trials:
+            if t.status == "new":
+                t.status, t.detail = "error", "interrupted"
     if prefetch is not None and compile_ahead > 0:
         prefetch([])  # nothing more is wanted: queued builds go before the refinement's timings
 
@@ -288,13 +349,43 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
     )
     if result.not_reached == 0 and stopped != "interrupted":
         result.stopped = ""  # the limit came when nothing was left anyway
-    _refine(result, space, timer, launches, long_rep_ms, top, refine_rounds, on_progress)
+    _refine(result, space, timer, launches, long_rep_ms, top, refine_rounds, on_progress, pool)
     result.elapsed_s = clock() - start
     return result
 
 
-def _evaluate(trial: Trial, space: Space, launch_factory, checker, timer, probe, limits,
-              rep_ms: float, launches: dict) -> None:
+def _builds(trial: Trial, probe, limits) -> bool:
+    """Whether a candidate builds and fits (its resources before any launch); if not, the trial
+    is pruned or an error, as _evaluate would leave it."""
+    try:
+        res = probe(trial.params)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a compile error: this trial fails, the rest go on
+        _failed(trial, exc)
+        return False
+    problem = resource_problem(res, limits)
+    if problem:
+        trial.status, trial.detail, trial.resources = "pruned", problem, res
+        return False
+    return True
+
+
+def _failed(trial: Trial, exc: Exception) -> None:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    if type(exc).__name__ == "OutOfResources":  # Triton: shared memory or registers
+        trial.status, trial.detail = "pruned", first
+        return
+    trial.status = "error"
+    trial.detail = first if isinstance(exc, LabError) else f"{type(exc).__name__}: {first}"
+
+
+def _evaluate(trial: Trial, key: Callable[[dict], object], launch_factory, checker, timer, probe,
+              limits, rep_ms: float, launches: dict) -> None:
+    """One candidate: resource check, build and launch, correctness check, short timing; the
+    trial's status, detail, resources and ms are set, and a timed launch is kept in
+    `launches[key(params)]`."""
     params = trial.params
     try:
         res = probe(params) if probe else None
@@ -317,21 +408,15 @@ def _evaluate(trial: Trial, space: Space, launch_factory, checker, timer, probe,
             return
         trial.ms = float(timer(params, launch, rep_ms))
         trial.status = "timed"
-        launches[space.key(params)] = launch
+        launches[key(params)] = launch
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a compile error or a launcher bug: this trial fails, the rest go on
-        text = str(exc).strip().splitlines()
-        first = text[0] if text else ""
-        if type(exc).__name__ == "OutOfResources":  # Triton: shared memory or registers
-            trial.status, trial.detail = "pruned", first
-            return
-        trial.status = "error"
-        trial.detail = first if isinstance(exc, LabError) else f"{type(exc).__name__}: {first}"
+        _failed(trial, exc)
 
 
 def _refine(result: Result, space: Space, timer, launches: dict, rep_ms: float, top: int,
-            rounds: int, on_progress) -> None:
+            rounds: int, on_progress, pool=None) -> None:
     timed = sorted((t for t in result.trials if t.status == "timed"), key=lambda t: (t.ms, t.order))
     finalists = timed[:top]
     default_key = space.key(space.default)
@@ -340,6 +425,16 @@ def _refine(result: Result, space: Space, timer, launches: dict, rep_ms: float, 
     d = result.default_trial
     if d is not None and d.status == "timed" and d not in finalists:
         finalists.append(d)
+    if pool is not None:  # every finalist timed on one of the pool's GPUs, in turn
+        result.finalists = finalists
+        try:
+            pool.refine(finalists, rep_ms, rounds, on_progress)
+        except KeyboardInterrupt:
+            result.stopped = "interrupted"
+        ranked = [t for t in finalists if t.refined_ms is not None] or timed[:1]
+        if ranked:
+            result.winner = min(ranked, key=lambda t: (t.best_ms, t.order))
+        return
     finalists = [t for t in finalists if space.key(t.params) in launches]
     result.finalists = finalists
     total = len(finalists) * rounds
