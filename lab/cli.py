@@ -96,7 +96,7 @@ def check_writable(path: str) -> tuple:
         except OSError as exc:
             raise LabError(f"cannot write {p}: {exc.strerror or exc}") from None
         if not existed:
-            p.unlink()
+            p.unlink(missing_ok=True)  # another process may have checked the same path at once
     return csv, env
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from lab.axes import parse_backends, parse_choices, parse_layouts
 from lab.cli import ArgumentParser, guarded, plural, wrap
@@ -248,8 +249,15 @@ def list_suites(sizes: str | None = None) -> str:
     return wrapped(listing([SUITES[n] for n in rows], rows))
 
 
+_EARLY: list = []  # the --gpus launcher, started as soon as the GPUs are counted (_main)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return guarded(_main, argv)
+    try:
+        return guarded(_main, argv)
+    finally:
+        while _EARLY:  # a run refused after its ranks started: they end with it
+            _EARLY.pop().kill()
 
 
 def _main(argv: list[str] | None) -> int:
@@ -299,7 +307,9 @@ def _main(argv: list[str] | None) -> int:
         raise LabError("--gpus starts the ranks itself; under torchrun leave it out (torchrun's "
                        "--nproc-per-node says how many)")
     csv_paths = None
-    if args.csv:  # before any work: a long GPU run must not end in an unwritable path
+    if args.csv and ranks_mod.worker_only():  # a rank that only works writes no file
+        csv_paths = (Path(args.csv), Path(args.csv).with_suffix(".env.json"))
+    elif args.csv:  # before any work: a long GPU run must not end in an unwritable path
         csv_paths = check_writable(args.csv)
     plotter = None
     if args.plot:  # the folder, and that plotting can be imported, before any work
@@ -316,6 +326,11 @@ def _main(argv: list[str] | None) -> int:
     from lab.run import RunSpec, detect_mode, validate
 
     mode = detect_mode(args.mode)  # CPU mode: the Triton interpreter on before any kernel import
+    if args.gpus is not None and not ranks_mod.in_rank():
+        # the ranks start now, importing and setting up their GPUs while this process plans
+        n = ranks_mod.count_gpus(args.gpus, mode)
+        _EARLY.append(ranks_mod.Launcher(n, sys.argv[1:] if argv is None else list(argv), mode))
+        _EARLY[-1].started_after = time.time() - ranks_mod._process_started()
     if args.precision is None:  # the default: say so where a named stage has no fp32 (its Offer,
         for v in variants:      # read here, imports its kernels: after detect_mode)
             if v.implicit or v.dispatch:
@@ -489,9 +504,12 @@ def _run_over_gpus(args, argv, spec, mode, err, csv_paths, earlier):
     if ranks_mod.in_rank():
         world = ranks_mod.join()
 
-        def on_row(r):
-            print(f"  [rank {world.rank}] {r.stage:<24} {r.backend:<7} {r.layout} "
-                  f"{r.M}x{r.N}x{r.K}: {r.status}", file=sys.stderr, flush=True)
+        started = float(os.environ.get(ranks_mod.STARTED_ENV) or time.time())
+
+        def on_row(r):  # seconds since the run started (the launcher's start under --gpus)
+            print(f"  [rank {world.rank} {time.time() - started:6.1f} s] {r.stage:<24} "
+                  f"{r.backend:<7} {r.layout} {r.M}x{r.N}x{r.K}: {r.status}", file=sys.stderr,
+                  flush=True)
 
         def env_of(bw):
             return env.collect(mode, args.seed, read_bw=bw)
@@ -509,10 +527,11 @@ def _run_over_gpus(args, argv, spec, mode, err, csv_paths, earlier):
             raise box["error"]
         merged = box["merged"]
     else:
-        n = ranks_mod.count_gpus(args.gpus, mode)
+        launcher = _EARLY.pop()
+        n = launcher.n
         say(f"{n} ranks on this machine" + (", one per GPU" if mode == "gpu" else
-                                            " (CPU mode)"))
-        launcher = ranks_mod.Launcher(n, sys.argv[1:] if argv is None else list(argv), mode)
+                                            " (CPU mode)")
+            + f", started {launcher.started_after:.1f} s after the command")
         try:
             merged = ranks_mod.merge(launcher.store, n, spec, done, journal, dead=launcher.dead,
                                      say=say)

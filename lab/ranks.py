@@ -56,6 +56,7 @@ POLL_S = 0.2  # the merger's look at the store between units
 MERGER_ENV = "LAB_MERGER"  # "launcher": the process that started the ranks merges, not rank 0
 FAULT_ENV = "LAB_FAULT"  # a test's injected fault: "die:RANK:NTH" (the rank's NTH unit, 1-based)
 JOURNAL_SUFFIX = ".partial"
+STARTED_ENV = "LAB_RUN_STARTED"  # the launcher's start (time.time()), for the ranks' progress lines
 
 
 @dataclass
@@ -447,6 +448,7 @@ class Launcher:
         import torch.distributed as dist
 
         self.n = n
+        self.started_after = 0.0  # seconds from the command's start to the ranks' (a note)
         self.store_server = dist.TCPStore("127.0.0.1", 0, None, True, JOIN_TIMEOUT,
                                           wait_for_workers=False)
         self.store = dist.PrefixStore(prefix, self.store_server)
@@ -454,7 +456,8 @@ class Launcher:
         self.procs = []
         base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                     WORLD_SIZE=str(n), LOCAL_WORLD_SIZE=str(n),
-                    TORCHELASTIC_USE_AGENT_STORE="True", **{MERGER_ENV: "launcher"})
+                    TORCHELASTIC_USE_AGENT_STORE="True",
+                    **{MERGER_ENV: "launcher", STARTED_ENV: str(_process_started())})
         for rank in range(n):
             env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0")
             self.procs.append(subprocess.Popen(
@@ -466,6 +469,13 @@ class Launcher:
             return None
         return f"its process ended with exit status {code}"
 
+    def kill(self) -> None:
+        """End every rank now (a run refused after they started)."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
     def close(self, grace_s: float = 60.0) -> None:
         """Wait for the ranks to end, `grace_s` in all (not per rank), then end those left."""
         deadline = time.monotonic() + grace_s
@@ -475,6 +485,17 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def _process_started() -> float:
+    """When this process started (time.time()), from /proc where there is one, else now."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
 
 
 def merge_in_thread(size, spec, done, journal, say) -> tuple[threading.Thread, dict]:

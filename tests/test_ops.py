@@ -169,3 +169,77 @@ def test_on_the_gpu_bf16_training_and_cuda_graph_capture():
     torch.cuda.synchronize()
     want = (xs.float() @ ws.float().t())
     assert ((out.float() - want).norm() / want.norm()).item() < 2e-2
+
+
+GPU_PRECISIONS = [(torch.float32, 1e-4), (torch.bfloat16, 2e-2), (torch.float16, 5e-3)]
+
+
+def _rel(got, want) -> float:
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", GPU_PRECISIONS, ids=lambda v: str(v).removeprefix("torch."))
+@pytest.mark.parametrize("lead", [(96,), (3, 40)], ids=["2d", "3d"])
+def test_on_the_gpu_forward_and_backward_match_float64(dtype, tol, lead):
+    if not HAS_GPU:
+        pytest.skip("needs a CUDA GPU")
+    torch.manual_seed(5)
+    x = torch.randn(*lead, 320, device="cuda", dtype=dtype, requires_grad=True)
+    w = torch.randn(272, 320, device="cuda", dtype=dtype, requires_grad=True)
+    b = torch.randn(272, device="cuda", dtype=dtype, requires_grad=True)
+    y = lab.ops.linear(x, w, b)
+    g = torch.randn_like(y)
+    y.backward(g)
+    xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, b))
+    yd = torch.nn.functional.linear(xd, wd, bd)
+    yd.backward(g.double())
+    assert y.dtype == dtype and y.shape == (*lead, 272)
+    for got, want in ((y, yd), (x.grad, xd.grad), (w.grad, wd.grad), (b.grad, bd.grad)):
+        assert _rel(got, want) < tol
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_fp8_runs_forward_and_refuses_a_gradient():
+    if not HAS_GPU or torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("needs a GPU with fp8 (compute capability 8.9 or newer)")
+    torch.manual_seed(6)
+    a = (torch.randn(128, 256, device="cuda") / 2).to(torch.float8_e4m3fn)
+    w = (torch.randn(192, 256, device="cuda") / 2).to(torch.float8_e4m3fn)
+    y = lab.ops.matmul(a, w.t())
+    assert y.dtype == torch.bfloat16
+    assert _rel(y, a.double() @ w.double().t()) < 2e-2
+    y8 = lab.ops.matmul(a.clone().requires_grad_(), w.t())
+    with pytest.raises(Exception, match="no gradient for float8"):
+        y8.float().sum().backward()
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_torch_compile_fullgraph_and_opcheck():
+    if not HAS_GPU:
+        pytest.skip("needs a CUDA GPU")
+    torch.manual_seed(7)
+
+    def block(x, w1, w2):
+        return lab.ops.linear(torch.nn.functional.silu(lab.ops.linear(x, w1)), w2)
+
+    x = torch.randn(2, 64, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w1 = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w2 = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(block)(x, w1, w2)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(block, fullgraph=True)  # inductor, as a model would compile
+    y = compiled(x, w1, w2)
+    y.float().square().mean().backward()
+    xd, w1d, w2d = (t.detach().double().requires_grad_() for t in (x, w1, w2))
+    F = torch.nn.functional
+    yd = F.linear(F.silu(F.linear(xd, w1d)), w2d)
+    yd.square().mean().backward()
+    assert _rel(y, yd) < 2e-2 and _rel(x.grad, xd.grad) < 3e-2 and _rel(w1.grad, w1d.grad) < 3e-2
+    a = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+    bm = torch.randn(128, 96, device="cuda", dtype=torch.bfloat16)
+    torch.library.opcheck(torch.ops.lab.matmul.default, (a, bm, "auto", "", ""))
+    torch.library.opcheck(torch.ops.lab.matmul_out.default,
+                          (a, bm, torch.empty(64, 96, device="cuda", dtype=torch.bfloat16),
+                           "auto", "", ""))

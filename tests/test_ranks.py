@@ -55,7 +55,7 @@ def test_n_ranks_give_the_rows_of_one_process(n, one_rank, tmp_path):
     path = tmp_path / f"ranks{n}.csv"
     done = _compare([*ARGS, "--gpus", str(n), "--csv", str(path)])
     assert done.returncode == 0, done.stderr
-    assert f"{n} ranks on this machine (CPU mode)" in done.stderr
+    assert f"{n} ranks on this machine (CPU mode), started " in done.stderr
     assert _rows(path).equals(_rows(one_rank))
     df = read_csv(path)
     assert set(df["rank"].dropna().astype(int)) <= set(range(n))
@@ -227,3 +227,12 @@ def test_the_spread_between_gpus_counts_configurations_measured_on_several():
             row(0, 80.0, M=256), row(0, 82.0, M=256), row(1, 84.0, M=256)]  # means 81 and 84
     assert ranks.spread(rows) == [("GPU-0", 86.0, 2), ("GPU-1", 89.5, 2)]
     assert ranks.spread([row(0, 90.0), row(0, 91.0)]) == []
+
+
+def test_a_run_refused_after_its_ranks_started_ends_them_and_says_one_sentence():
+    done = _compare(["--stage", "mma", "--backend", "triton", "--mode", "cpu", "--sizes", "16",
+                     "--gpus", "2"])
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "does not compute in fp32" in errors[0]
+    assert "Traceback" not in done.stderr

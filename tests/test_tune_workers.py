@@ -77,6 +77,39 @@ def test_a_pool_search_tries_the_whole_space_and_finds_the_same_winner_as_one_gp
     assert pool.refined_by and pool.refined_by[0] == many.ranked[0].params
 
 
+def test_a_pool_search_builds_on_threads_and_settles_what_does_not_build_without_a_gpu():
+    from concurrent.futures import ThreadPoolExecutor
+
+    restrict = {"BM": (64, 128), "BN": (64, 128), "BK": (8, 16)}
+    space = at.space_of("vectorized", "cuda", restrict)
+    offer = get_stage("vectorized").offer("cuda")
+
+    def build(params):  # BK=8 with BM=64 'fails to compile'; BM=128,BN=128,BK=8 spills
+        time.sleep(0.001)
+        if params["BK"] == 8 and params["BM"] == 64:
+            raise RuntimeError("nvrtc: error")
+        if params["BK"] == 8 and params["BN"] == 128:
+            return {"spill_bytes": 64}
+        return None
+
+    ahead = at.CompileAhead(build, space.key, 2)
+    pool = LocalPool(slots=2, lag=1)
+    r = at.search(space, launch_factory=None, checker=None, timer=None, pool=pool,
+                  validate=at.validator(offer), budget_s=1e9, shape=(4096, 4096, 4096),
+                  clock=Clock(), build_async=ahead.future, prefetch=ahead.prefetch,
+                  compile_ahead=ahead.lookahead)
+    ahead.close()
+    assert all(t.status == "error" and "nvrtc" in t.detail for t in r.trials
+               if t.params["BM"] == 64 and t.params["BK"] == 8)
+    assert all(t.status == "pruned" for t in r.trials
+               if (t.params["BM"], t.params["BN"], t.params["BK"]) == (128, 128, 8))
+    timed = [t for t in r.trials if t.status == "timed"]
+    settled = [t for t in r.trials if t.status in ("error", "pruned")]
+    assert settled and timed and len(timed) + len(settled) == len(r.trials) == r.valid
+    assert pool.submitted == len(timed)  # the GPUs saw only what built and fitted
+    assert r.winner.params["BK"] == 16
+
+
 def test_a_pool_search_stops_at_max_configs_counting_the_candidates_in_flight():
     space = at.space_of("vectorized", "cuda")
     offer = get_stage("vectorized").offer("cuda")

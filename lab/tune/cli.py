@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=default_jobs(), metavar="N",
                    help=f"CUDA: compile up to N upcoming candidates on N threads while one is "
                         f"timed (default min(8, CPUs) = {default_jobs()}; 1 compiles one at a "
-                        f"time)")
+                        f"time); with --gpus, N threads per GPU")
     p.add_argument("--retune", action="store_true",
                    help="search again even when the cache has an entry (the new one replaces it)")
     p.add_argument("--cache", metavar="PATH",

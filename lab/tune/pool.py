@@ -61,6 +61,7 @@ class CompileAhead:
         self._lock = threading.Lock()
         self.submitted: list[dict] = []  # every configuration handed to the pool, in order
         self.dropped = 0  # ... and how many of them were dropped before they started
+        self._held: set = set()  # builds asked for through future(): never dropped
 
     @property
     def lookahead(self) -> int:
@@ -73,13 +74,24 @@ class CompileAhead:
             wanted.setdefault(self._key(params), params)
         with self._lock:
             for k, fut in list(self._futures.items()):
-                if k not in wanted and fut.cancel():
+                if k not in wanted and k not in self._held and fut.cancel():
                     del self._futures[k]
                     self.dropped += 1
             for k, params in wanted.items():
                 if k not in self._futures:
                     self._futures[k] = self._pool.submit(self._probe, dict(params))
                     self.submitted.append(dict(params))
+
+    def future(self, params: dict) -> Future:
+        """The build of `params` as a Future (submitted now unless it is queued or done)."""
+        k = self._key(params)
+        with self._lock:
+            self._held.add(k)
+            fut = self._futures.get(k)
+            if fut is None or fut.cancelled():
+                fut = self._futures[k] = self._pool.submit(self._probe, dict(params))
+                self.submitted.append(dict(params))
+        return fut
 
     def probe(self, params: dict) -> dict | None:
         with self._lock:

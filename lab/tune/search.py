@@ -168,7 +168,8 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
            refine_rounds: int = REFINE_ROUNDS, enumerate_limit: int = ENUMERATE_LIMIT,
            sm_count: int | None = None, prefetch: Callable[[list[dict]], None] | None = None,
            compile_ahead: int = 0, identity: Callable[[dict], object] | None = None,
-           pool: "Pool | None" = None) -> Result:
+           pool: "Pool | None" = None,
+           build_async: Callable[[dict], object] | None = None) -> Result:
     """Search `space` (lab/tune/__init__.py has the steps) and return every trial and the winner.
 
     launch_factory(params) -> launch: a lab.base.contract.Prepared (prepare()'s), whose `resources`
@@ -194,7 +195,10 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
     over the ranks of a run on several GPUs). The search then keeps every GPU busy: it picks a
     candidate whenever one is free, from the best of the trials finished so far, and the
     refinement times every finalist on one GPU (pool.refine). launch_factory, checker and timer
-    are not used; the pool's GPUs run their own.
+    are not used; the pool's GPUs run their own. build_async(params) -> a Future of the
+    candidate's resources (CompileAhead.future): with a pool, candidates are built on the compile
+    threads while the GPUs time others, and handed to a GPU once built and fitting; up to
+    `compile_ahead` candidates are picked ahead of the GPUs.
     """
     start = clock()
     cands = candidates(space, validate=validate, identity=identity, shape=shape,
@@ -277,13 +281,56 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
             on_progress("search", sum(t.status != "new" for t in trials), total + extra, trial,
                         best())
 
+    building: list[tuple[Trial, object]] = []  # pool: candidates whose build is under way
+    ready: list[Trial] = []  # pool: built and fitting, waiting for a free GPU
+    window = max(1, compile_ahead)  # pool: candidates built or building beyond the GPUs'
+
+    def settle(trial: Trial) -> None:
+        """A pool candidate that did not build or fit: settled here, no GPU launch."""
+        nonlocal launched
+        launched -= 1
+        if on_progress:
+            on_progress("search", sum(t.status != "new" for t in trials), total + extra, trial,
+                        best())
+
+    def advance() -> bool:
+        """Pool: move finished builds on, hand built candidates to free GPUs, take finished
+        results; whether anything moved."""
+        moved = False
+        for item in list(building):
+            trial, fut = item
+            if not fut.done():
+                continue
+            building.remove(item)
+            moved = True
+            if _built(trial, fut, limits):
+                ready.append(trial)
+            else:
+                settle(trial)
+        while ready and pool.busy < pool.slots:
+            pool.submit(ready.pop(0))
+            moved = True
+        for t in pool.collect(block=False):
+            finish(t)
+            moved = True
+        return moved
+
+    def wait() -> None:
+        if advance():
+            return
+        if pool.busy and not building:  # nothing to hand out until a GPU answers
+            for t in pool.collect(block=True):
+                finish(t)
+        else:
+            time.sleep(0.005)
+
     try:
         while True:
             if pool is not None:
-                for t in pool.collect(block=pool.busy >= pool.slots):
-                    finish(t)
-                if pool.busy >= pool.slots:
-                    continue  # every GPU is busy: wait for one
+                advance()
+                if pool.busy >= pool.slots and len(building) + len(ready) >= window:
+                    wait()  # every GPU busy and enough candidates built ahead
+                    continue
             if max_configs is not None and launched >= max_configs:
                 stopped = "max-configs"
                 break
@@ -292,9 +339,8 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
                 break
             picked = pick()
             if picked is None:
-                if pool is not None and pool.busy:  # a result to come may name new neighbours
-                    for t in pool.collect(block=True):
-                        finish(t)
+                if pool is not None and (pool.busy or building or ready):
+                    wait()  # a result to come may name new neighbours
                     continue
                 break
             params, how = picked
@@ -310,15 +356,15 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
                 if ahead > 0:
                     prefetch(upcoming(ahead))
             if pool is not None:
-                # built here first (waiting for the compile-ahead's build): a candidate that
-                # does not build, or does not fit, is settled without a GPU
-                if probe is not None and not _builds(trial, probe, limits):
-                    if on_progress:
-                        on_progress("search", sum(t.status != "new" for t in trials),
-                                    total + extra, trial, best())
-                    continue
-                pool.submit(trial)
-                launched += 1  # given back by finish() if the GPU prunes it
+                # built here first, on the compile threads (build_async), while the GPUs time
+                # others; a candidate that does not build, or does not fit, never reaches a GPU
+                launched += 1  # given back if it is settled here or pruned on a GPU
+                if build_async is not None:
+                    building.append((trial, build_async(params)))
+                elif probe is not None and not _builds(trial, probe, limits):
+                    settle(trial)
+                else:
+                    ready.append(trial)
                 continue
             _evaluate(trial, space.key, launch_factory, checker, timer, probe, limits,
                       short_rep_ms, launches)
@@ -328,9 +374,8 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
             if on_progress:
                 on_progress("search", len(trials), total + extra, trial, best())
         if pool is not None:
-            while pool.busy:  # the candidates still on a GPU finish
-                for t in pool.collect(block=True):
-                    finish(t)
+            while pool.busy or building or ready:  # what is built or on a GPU finishes
+                wait()
     except KeyboardInterrupt:
         stopped = "interrupted"
         for t in trials:
@@ -352,6 +397,12 @@ def search(space: Space, *, launch_factory: Callable[[dict], object],
     _refine(result, space, timer, launches, long_rep_ms, top, refine_rounds, on_progress, pool)
     result.elapsed_s = clock() - start
     return result
+
+
+def _built(trial: Trial, fut, limits) -> bool:
+    """Whether a candidate's finished build (a Future of its resources) fits; if not, the trial
+    is pruned or an error, as _evaluate would leave it."""
+    return _builds(trial, lambda params: fut.result(), limits)
 
 
 def _builds(trial: Trial, probe, limits) -> bool:

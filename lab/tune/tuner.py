@@ -124,7 +124,7 @@ def tune(stage, backend: str, M: int, N: int, K: int, *, layout: str = "nn",
                         prefetch=ahead.prefetch if ahead else None,
                         compile_ahead=ahead.lookahead if ahead else 0,
                         identity=build_identity(offer, M, N, K, precision, sm_count),
-                        pool=pool)
+                        pool=pool, build_async=ahead.future if ahead and pool else None)
         if ahead is not None:
             ahead.close()
         if bench is not None and cublas and result.winner is not None:

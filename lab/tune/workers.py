@@ -15,6 +15,10 @@ where a candidate is evaluated:
   task, evaluates it on its GPU (resource check, correctness, short timing: the same steps as on
   one GPU) and stores the trial under result/<n>. So a candidate starts as soon as a GPU is free,
   and the next pick is made from the best of the trials finished so far (search(pool=...)).
+- **Builds.** A CUDA candidate is built first by the coordinator's compile threads (--jobs per
+  GPU; search(build_async=...)), into the build cache every rank reads, while the GPUs time
+  others; one that does not build or does not fit an SM is settled there and never reaches a
+  GPU. A Triton candidate is built by the rank that evaluates it.
 - **The refinement** times every finalist, and cuBLAS, on one GPU, in turn, as one task: GPUs of
   one model differ by a few percent, so the finalists are compared on the same one.
 - **Same model.** Every rank publishes its GPU first; a run whose GPUs are of different models is
