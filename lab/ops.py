@@ -51,7 +51,7 @@ def _opt(text: str) -> str | None:
 
 
 def _out_dtype(a: Tensor) -> torch.dtype:
-    return torch.bfloat16 if a.dtype == torch.float8_e4m3fn else a.dtype
+    return lab._out_dtype(a)  # the precision record's C (float8 e4m3 operands: bfloat16)
 
 
 def _check_2d(a: Tensor, b: Tensor) -> None:

@@ -158,8 +158,14 @@ def test_the_shipped_table_loads_and_names_only_what_can_run_on_its_gpus():
 
 @pytest.mark.fast
 def test_the_shipped_table_is_package_data():
-    text = (ROOT / "pyproject.toml").read_text()
-    assert 'lab = ["data/*.json"]' in text
+    import fnmatch
+    import tomllib
+
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "lab.data" in conf["packages"]  # listed, so setuptools installs it without a warning
+    globs = conf["package-data"]["lab.data"]
+    assert any(fnmatch.fnmatch("dispatch.json", g) for g in globs)
+    assert (ROOT / "lab" / "data" / "dispatch.json").is_file()
 
 
 # ------------------------------------------------------------------------------ the choice
