@@ -252,12 +252,29 @@ def list_suites(sizes: str | None = None) -> str:
 _EARLY: list = []  # the --gpus launcher, started as soon as the GPUs are counted (_main)
 
 
+RANK_ERROR_WAIT_S = 5.0  # a --gpus rank's wait before it says an error of the request (below)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
+        if ranks_mod.in_rank() and os.environ.get(ranks_mod.MERGER_ENV) == "launcher":
+            return guarded(_rank_main, argv)
         return guarded(_main, argv)
     finally:
         while _EARLY:  # a run refused after its ranks started: they end with it
             _EARLY.pop().kill()
+
+
+def _rank_main(argv: list[str] | None) -> int:
+    """A rank started by --gpus: the launcher checks the same request with the same code and ends
+    the ranks when it refuses it, so a rank that finds the request wrong waits a moment before it
+    says so (the launcher's one sentence comes first and this rank ends unheard); it speaks only
+    when its own trouble is not the launcher's."""
+    try:
+        return _main(argv)
+    except LabError as exc:
+        time.sleep(RANK_ERROR_WAIT_S)
+        raise LabError(f"rank {os.environ.get('RANK')}: {exc}") from None
 
 
 def _main(argv: list[str] | None) -> int:
@@ -323,14 +340,21 @@ def _main(argv: list[str] | None) -> int:
 
         baseline = base_mod.load(args.baseline)
 
+    launch_argv = sys.argv[1:] if argv is None else list(argv)
+    if args.gpus is not None and not ranks_mod.in_rank() and args.gpus != "all":
+        # a number of ranks: they start now, importing torch and setting up their GPUs while this
+        # process does the same and plans (the number is checked against the GPUs below)
+        _EARLY.append(ranks_mod.Launcher(ranks_mod.count_gpus(args.gpus, "cpu"), launch_argv,
+                                         "unknown"))
+
     from lab.run import RunSpec, detect_mode, validate
 
     mode = detect_mode(args.mode)  # CPU mode: the Triton interpreter on before any kernel import
     if args.gpus is not None and not ranks_mod.in_rank():
-        # the ranks start now, importing and setting up their GPUs while this process plans
-        n = ranks_mod.count_gpus(args.gpus, mode)
-        _EARLY.append(ranks_mod.Launcher(n, sys.argv[1:] if argv is None else list(argv), mode))
-        _EARLY[-1].started_after = time.time() - ranks_mod._process_started()
+        n = ranks_mod.count_gpus(args.gpus, mode)  # refuses more ranks than GPUs (main() ends them)
+        if not _EARLY:  # --gpus all: counted first
+            _EARLY.append(ranks_mod.Launcher(n, launch_argv, mode))
+        _EARLY[-1].store  # open the store now (torch is imported): the ranks join while we plan
     if args.precision is None:  # the default: say so where a named stage has no fp32 (its Offer,
         for v in variants:      # read here, imports its kernels: after detect_mode)
             if v.implicit or v.dispatch:

@@ -445,16 +445,15 @@ class Launcher:
 
     def __init__(self, n: int, argv: list[str], mode: str, module: str = "lab.compare",
                  prefix: str = PREFIX):
-        import torch.distributed as dist
-
+        """Start the ranks at once (this needs no torch: they import theirs while this process
+        goes on, and wait for the store, which `store` opens on the port chosen here)."""
         self.n = n
-        self.started_after = 0.0  # seconds from the command's start to the ranks' (a note)
-        self.store_server = dist.TCPStore("127.0.0.1", 0, None, True, JOIN_TIMEOUT,
-                                          wait_for_workers=False)
-        self.store = dist.PrefixStore(prefix, self.store_server)
-        port = self.store_server.port
+        self.prefix = prefix
+        self.started_after = time.time() - _process_started()  # a note: when the ranks started
+        self.port = _free_port()
+        self._store = None
         self.procs = []
-        base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+        base = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self.port),
                     WORLD_SIZE=str(n), LOCAL_WORLD_SIZE=str(n),
                     TORCHELASTIC_USE_AGENT_STORE="True",
                     **{MERGER_ENV: "launcher", STARTED_ENV: str(_process_started())})
@@ -462,6 +461,22 @@ class Launcher:
             env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank), GROUP_RANK="0")
             self.procs.append(subprocess.Popen(
                 [sys.executable, "-m", module, *strip_gpus(argv)], env=env))
+
+    @property
+    def store(self):
+        """The run's store, hosted here (opened on first use; the ranks wait for it)."""
+        if self._store is None:
+            import torch.distributed as dist
+
+            try:
+                self.store_server = dist.TCPStore("127.0.0.1", self.port, None, True,
+                                                  JOIN_TIMEOUT, wait_for_workers=False)
+            except (RuntimeError, OSError) as exc:
+                self.kill()
+                raise LabError(f"could not open the run's store on port {self.port} of this "
+                               f"machine ({str(exc).splitlines()[0]}); run the command again")
+            self._store = dist.PrefixStore(self.prefix, self.store_server)
+        return self._store
 
     def dead(self, rank: int) -> str | None:
         code = self.procs[rank].poll()
@@ -485,6 +500,13 @@ class Launcher:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def _free_port() -> int:
+    """A TCP port of this machine that nothing listens on now (the store takes it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _process_started() -> float:

@@ -84,8 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_EARLY: list = []  # the --gpus launcher, started right after the command line is read (_main)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return guarded(_main, argv)
+    try:
+        return guarded(_main, argv)
+    finally:
+        while _EARLY:  # a request refused after its ranks started: they end with it
+            _EARLY.pop().kill()
 
 
 def _parse_stages(text: str | None, backends=None) -> list[tuple[object, dict]]:
@@ -216,6 +223,14 @@ def _main(argv: list[str] | None) -> int:
         return 0
     if args.show:
         return _show(args)
+    if args.gpus is not None and args.gpus != "all" and not args.dry_run:
+        # a number of ranks: they start now, importing torch and setting up their GPUs while
+        # this process checks the request (the number is checked against the GPUs later)
+        from lab.tune import workers as w
+
+        _EARLY.append(ranks.Launcher(ranks.count_gpus(args.gpus, "cpu"),
+                                     sys.argv[1:] if argv is None else list(argv), "gpu",
+                                     module="lab.autotune", prefix=w.PREFIX))
     if (args.sample is not None or args.compile_all) and not args.dry_run:
         raise LabError(f"{'--sample' if args.sample is not None else '--compile-all'} belongs "
                        f"to --dry-run (how many builds it compiles); add --dry-run or drop it")
@@ -344,10 +359,12 @@ def _over_gpus(args, argv, jobs, path) -> int:
         thread, box = w.serve_in_thread(world)
         size, store, dead = world.size, world.store, (lambda rank: None)
     else:
-        size = ranks.count_gpus(args.gpus, "gpu")
-        say(f"{size} ranks on this machine, one per GPU")
-        launcher = ranks.Launcher(size, sys.argv[1:] if argv is None else list(argv), "gpu",
-                                  module="lab.autotune", prefix=w.PREFIX)
+        size = ranks.count_gpus(args.gpus, "gpu")  # refuses more ranks than GPUs
+        launcher = _EARLY.pop() if _EARLY else ranks.Launcher(
+            size, sys.argv[1:] if argv is None else list(argv), "gpu", module="lab.autotune",
+            prefix=w.PREFIX)
+        say(f"{size} ranks on this machine, one per GPU, started {launcher.started_after:.1f} s "
+            f"after the command")
         store, dead = launcher.store, launcher.dead
     from lab.tune.gpu import gpu_sm_count
 
