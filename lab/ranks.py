@@ -13,9 +13,10 @@ docs/MULTIGPU.md is the user's page. How it works:
   A rank owns one GPU, its LOCAL_RANK. The ranks coordinate through torch.distributed's key-value
   store (`torch.distributed.rendezvous("env://")`), and nothing else: no collective runs, so a
   rank that dies cannot leave the others waiting in one.
-- **Work.** The run is cut into units (lab/run.py Unit: a shape in one layout and precision, in
-  one repeat: its cuBLAS row and every stage row beside it, so that a row's baseline is timed on
-  its own GPU). Each rank takes the next unit from a shared counter (`store.add`) when it has
+- **Work.** The run is cut into units (lab/run.py Unit: one stage's rows, or the cuBLAS row, of
+  a shape in one layout and precision, in one repeat; each stage row is timed beside a cuBLAS
+  launch on its own GPU; work_items() keeps a shape's units together under --cublas-timing
+  once). Each rank takes the next unit from a shared counter (`store.add`) when it has
   finished the last one, so a slow unit keeps one GPU busy while the others go on; units are
   handed out largest first (M*N*K), which leaves the small ones to fill the end.
 - **Merging.** One process merges (merge()): the launching process under `--gpus`, rank 0 under
