@@ -42,7 +42,8 @@ from lab.tune.search import Trial
 
 PREFIX = "lab-autotune/"  # the run's keys in the store
 POLL_S = 0.05  # the coordinator's look at the store while candidates are in flight
-TASK_WAIT_S = 2.0  # a rank's wait for its next task, between looks at whether the run is over
+TASK_WAIT_S = 300.0  # a rank's wait for its next task before it looks again (c10d logs a warning
+# for every wait that times out, so a short one filled the output while one GPU refined the finalists)
 
 
 def job_of(stage: str, backend: str, M: int, N: int, K: int, layout: str, precision: str) -> dict:
