@@ -40,14 +40,19 @@ from cuda_kernels._build import (LINE_ALIGN, aligned_buffer, cdiv, compile_kerne
 from lab.base.contract import Offer, Prepared
 from lab.base.errors import LabError
 from lab.base.precisions import c_bytes, cuda_defines, elem_bytes
+from lab.base.precisions import get as get_precision
 from lab.base.entry import entry
 from lab.base.device import DEFAULT_SMS, sm_count
 from lab.toolchain.tma import MapSpec, max_active_clusters, tma_launcher
 
 PRECISIONS = ("bf16", "fp16", "tf32", "fp8")  # every TMA stage's; 3xtf32 where a stage says `split`
-DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16", "fp8")  # lab/base/precisions.py
+# fp8 with row-wise and block-wise scales, where a stage says `scaled` (persistent's variant file)
+SCALED_PRECISIONS = ("fp8_row", "fp8_block")
+SCALE_DEFINES = {"row": "SCALE_ROW", "block": "SCALE_BLOCK"}  # beside fp8's PREC_FP8
+BLOCK_BN = (64, 128)  # fp8_block's tile lies in one of B's 128-column scale blocks
+DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16", "fp8", *SCALED_PRECISIONS)
 # A's and B's element, and C's (the operands', but fp8's C is bfloat16): lab/base/precisions.py
-ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16", "fp8")
+ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16", "fp8", *SCALED_PRECISIONS)
 C_BYTES = c_bytes(*ELEM_BYTES)
 ARCH = "sm_90a"
 SMEM_PER_BLOCK = 227 * 1024  # an H100 block's opt-in shared-memory limit
@@ -117,6 +122,9 @@ class HopperStage:
     split_defaults: dict = field(default_factory=dict)
     # tf32's A may be M-major, through registers (variants/persistent.cu's A_REGS)
     tf32_regs: bool = False
+    # fp8_row and fp8_block too (the variant file's SCALE_ROW / SCALE_BLOCK); fp8_block's tile is
+    # 128 columns wide by default (two accumulator sets: the k-tile's product and the sum)
+    scaled: bool = False
     lesson_case: Callable[[dict, str], bool] | None = None
     knobs: tuple = field(init=False)
 
@@ -159,11 +167,16 @@ class HopperStage:
 
     @property
     def precisions(self) -> tuple:
-        return PRECISIONS + (("3xtf32",) if self.split else ())
+        return (PRECISIONS + (("3xtf32",) if self.split else ())
+                + (SCALED_PRECISIONS if self.scaled else ()))
 
     def defaults_for(self, precision: str | None) -> dict:
-        """The automatic row of `precision` (3xtf32: split_defaults over the others')."""
-        return {**self.defaults, **(self.split_defaults if precision == "3xtf32" else {})}
+        """The automatic row of `precision` (3xtf32: split_defaults over the others'; fp8_block:
+        BN 128)."""
+        extra = self.split_defaults if precision == "3xtf32" else {}
+        if precision == "fp8_block":
+            extra = {"BN": BLOCK_BN[-1]}
+        return {**self.defaults, **extra}
 
     def config(self, precision: str | None = None, **params) -> dict:
         """The build defines: the precision's defaults with the explicit (non-zero) values over
@@ -202,6 +215,9 @@ class HopperStage:
         if not _int(group) or group < 1:
             raise LabError(f"{where}: group must be a positive integer")
         c = self.config(precision, **params)
+        if precision == "fp8_block" and c["BN"] not in BLOCK_BN:
+            raise LabError(f"{where}: in fp8_block a tile lies in one of B's 128-column scale "
+                           f"blocks, so BN must be 64 or 128 (0: 128)")
         cl = self.cluster_of(c)
         if cl > 1 and c["BN"] % (64 * cl):
             raise LabError(f"{where}: a cluster of {cl} blocks splits each B tile into {cl} "
@@ -238,6 +254,9 @@ class HopperStage:
         `c_trans`: the kernel computes C^T = B^T A^T (swapped(); None: as `layout` says), and
         stores it from registers."""
         d = {DEFINES[precision]: 1, "GROUP": group, **(c or self.defaults_for(precision))}
+        kind = get_precision(precision).scale
+        if kind in SCALE_DEFINES:
+            d[SCALE_DEFINES[kind]] = 1
         if d.pop("STORE", 1) == 2:  # the row's choice, not a define: C from registers
             tma_store = False
         if c_trans is None:
@@ -330,6 +349,8 @@ class HopperStage:
                 np.int32(p.K), np.int64(p.c.ld if c_buf is None else c_buf.stride(0)))
         if p.scales is not None:  # fp8: scale_a, scale_b (the tensors: a plan swaps them)
             args += tuple(p.scales)
+            if get_precision(precision).scale in SCALE_DEFINES:  # and their strides
+                args += tuple(np.int64(x) for s in p.scales for x in s.stride())
         kernel = tma_launcher(b, grid, block, args, smem, specs, cl)
         res = resources(b, grid, block, smem)
         names = tuple(name for name, _, _ in w["copies"])

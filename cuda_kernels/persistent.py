@@ -36,7 +36,8 @@ def lesson_case(defines: dict, layout: str) -> bool:
     reads: one block per cluster (CLUSTER=1), C stored from registers (TMA_STORE=0, not
     C_TRANS), and not TF32 with an M-major A (A through registers)."""
     return (defines.get("CLUSTER") == 1 and defines.get("TMA_STORE") == 0
-            and not defines.get("C_TRANS") and not ("PREC_TF32" in defines and layout[0] == "t"))
+            and not defines.get("C_TRANS") and not ("PREC_TF32" in defines and layout[0] == "t")
+            and not defines.get("SCALE_ROW") and not defines.get("SCALE_BLOCK"))
 
 
 STAGE = HopperStage(
@@ -52,6 +53,8 @@ STAGE = HopperStage(
     # tf32: an M-major A through registers, and nn as C^T = B^T A^T, so no layout but tn copies
     # an operand (cuda_kernels/_tma.py kernel_layout)
     tf32_regs=True,
+    # fp8 with row-wise and block-wise scales (the variant file's SCALE_ROW and SCALE_BLOCK)
+    scaled=True,
 )
 OFFER = STAGE.offer()
 prepare = STAGE.prepare_for(OFFER)

@@ -41,6 +41,8 @@ independent uniform roundings), which does not grow with K, so the relative erro
     bf16       bfloat16, C bf16    2^-8     ~3e-3 (+1e-3 C)    2e-2
     fp16       float16, C fp16     2^-11    ~4e-4 (+2e-4 C)    1e-2
     fp8        e4m3 x scale, C bf16 (exact)  ~1.7e-3 (C) + accumulation   2e-2
+    fp8_row    the same, scales per row / column                          2e-2
+    fp8_block  the same, scales per block, fp32 every 128 of K   ~1.1e-3   1e-2
 
 fp8 is the exception in two ways. Its operands are the e4m3 values and scales the kernel
 receives, exact in float64, so their rounding (2^-4) is not counted; C is bf16. And the tensor
@@ -132,13 +134,58 @@ def quantize_e4m3(x):
     return q, scale
 
 
-def make_scaled_inputs(M: int, N: int, K: int, seed: int, device: str, layout: str = "nn"):
-    """fp8's operands: make_inputs' standard-normal A and B quantized to float8 e4m3 with
-    per-tensor scales (quantize_e4m3). Returns (a, b, scale_a, scale_b); the product the kernels
-    compute is scale_a * scale_b * (a @ b), and reference(a, b, (scale_a, scale_b)) is its float64
-    value. `layout` as make_inputs."""
+def _block_amax(x, rows: int, cols: int):
+    """The largest |x| of each rows x cols block of 2-D `x` (edge blocks partial), float32."""
+    import torch
+
+    R, C = x.shape
+    rp, cp = -(-R // rows) * rows, -(-C // cols) * cols
+    padded = torch.zeros((rp, cp), dtype=torch.float32, device=x.device)
+    padded[:R, :C] = x.abs()
+    return padded.reshape(rp // rows, rows, cp // cols, cols).amax(dim=(1, 3))
+
+
+def expand_scale(s, rows: int, cols: int, R: int, C: int):
+    """A scale tensor of one value per rows x cols block, repeated to an R x C matrix."""
+    return s.repeat_interleave(rows, 0).repeat_interleave(cols, 1)[:R, :C]
+
+
+def quantize_scaled(a, b, kind: str):
+    """float32 A (M x K) and B (K x N) as float8 e4m3 with scales of `kind` (a precision record's
+    `scale`), each scale mapping its block's largest magnitude to E4M3_MAX: "tensor" one each
+    (quantize_e4m3); "row" one per row of A, shape (M, 1), and per column of B, (1, N); "block"
+    one per 1 x 128 slice of A along K, (M, ceil(K/128)), and per 128 x 128 block of B,
+    (ceil(K/128), ceil(N/128)), as DeepSeek-V3 quantizes activations and weights. Returns
+    (qa, qb, scale_a, scale_b), A ~ scale_a * qa blockwise."""
+    import torch
+
+    from lab.base.checks import SCALE_BLOCK as S
+
+    if kind == "tensor":
+        (qa, sa), (qb, sb) = quantize_e4m3(a), quantize_e4m3(b)
+        return qa, qb, sa, sb
+    K = a.shape[1]
+    blocks = {"row": ((1, K), (K, 1)), "block": ((1, S), (S, S))}[kind]
+    (ra, ca), (rb, cb) = blocks
+    sa = (_block_amax(a, ra, ca).clamp(min=1e-12) / E4M3_MAX).contiguous()
+    sb = (_block_amax(b, rb, cb).clamp(min=1e-12) / E4M3_MAX).contiguous()
+
+    def q(x, s, r, c):
+        full = expand_scale(s, r, c, *x.shape)
+        return (x / full).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return q(a, sa, ra, ca), q(b, sb, rb, cb), sa, sb
+
+
+def make_scaled_inputs(M: int, N: int, K: int, seed: int, device: str, layout: str = "nn",
+                       kind: str = "tensor"):
+    """The fp8 precisions' operands: make_inputs' standard-normal A and B quantized to float8
+    e4m3 with scales of `kind` (quantize_scaled). Returns (a, b, scale_a, scale_b); the product
+    the kernels compute is the scaled one, and reference(a, b, (scale_a, scale_b)) is its
+    float64 value. `layout` as make_inputs."""
     a, b = make_inputs(M, N, K, seed, device, layout="nn")
-    (qa, sa), (qb, sb) = quantize_e4m3(a), quantize_e4m3(b)
+    qa, qb, sa, sb = quantize_scaled(a, b, kind)
+    if kind == "block":  # A's scales M-major, as torch._scaled_mm's block-wise recipe takes them
+        sa = sa.t().contiguous().t()
     if layout[0] == "t":
         qa = qa.t().contiguous().t()
     if layout[1] == "t":
@@ -148,14 +195,14 @@ def make_scaled_inputs(M: int, N: int, K: int, seed: int, device: str, layout: s
 
 def inputs_for(precision: str, M: int, N: int, K: int, seed: int, device: str,
                layout: str = "nn"):
-    """The operands a row of `precision` multiplies: (a, b, scales), scales None except fp8's
-    (scale_a, scale_b)."""
+    """The operands a row of `precision` multiplies: (a, b, scales), scales None except the fp8
+    precisions' (scale_a, scale_b), of their record's kind."""
     import torch
 
-    from lab.base.dtypes import DTYPE_NAMES, SCALED
+    from lab.base.dtypes import DTYPE_NAMES, SCALE_KIND
 
-    if precision in SCALED:
-        a, b, sa, sb = make_scaled_inputs(M, N, K, seed, device, layout)
+    if precision in SCALE_KIND:
+        a, b, sa, sb = make_scaled_inputs(M, N, K, seed, device, layout, SCALE_KIND[precision])
         return a, b, (sa, sb)
     dtype = getattr(torch, DTYPE_NAMES[precision])
     a, b = make_inputs(M, N, K, seed, device, dtype=dtype, layout=layout)
@@ -163,13 +210,24 @@ def inputs_for(precision: str, M: int, N: int, K: int, seed: int, device: str,
 
 
 def reference(a, b, scales=None):
-    """torch.matmul on float64-upcast inputs (times scale_a * scale_b where fp8's `scales` are
-    given)."""
-    ref = a.double() @ b.double()
-    if scales is not None:
-        sa, sb = scales
-        ref *= sa.double().item() * sb.double().item()
-    return ref
+    """torch.matmul on float64-upcast inputs; with `scales` (the fp8 precisions'), the scaled
+    product: per-tensor scales multiply the product; row scales (M, 1) and (1, N) scale its rows
+    and columns; block scales ((M, K/128) for A, (K/128, N/128) for B) scale each operand's
+    blocks before the product (exact in float64: the same sum as scaling each 128-long partial
+    sum)."""
+    from lab.base.checks import SCALE_BLOCK as S
+
+    if scales is None:
+        return a.double() @ b.double()
+    sa, sb = scales
+    (M, K), N = a.shape, b.shape[1]
+    if sa.numel() == 1 and sb.numel() == 1 and tuple(sa.shape) != (M, 1):
+        return (a.double() @ b.double()) * (sa.double().item() * sb.double().item())
+    if tuple(sa.shape) == (M, 1) and tuple(sb.shape) == (1, N):
+        return (a.double() @ b.double()) * sa.double() * sb.double()
+    xa = a.double() * expand_scale(sa.double(), 1, S, M, K)
+    xb = b.double() * expand_scale(sb.double(), S, S, K, N)
+    return xa @ xb
 
 
 def compare(c, ref, K: int, precision: str = "fp32") -> CheckResult:

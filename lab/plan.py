@@ -224,8 +224,9 @@ def _replay(launch, a, b, c, scales=(None, None)):
             if slot is None:
                 slot = next((k for k, v in views if x.data_ptr() == v.data_ptr()
                              and x.shape == v.shape and x.stride() == v.stride()), None)
-            if slot is None and x.numel() == 1:
-                slot = next((k for k, v in user_scales if x.data_ptr() == v.data_ptr()), None)
+            if slot is None:  # a user's scale tensor (a per-tensor one possibly as a view)
+                slot = next((k for k, v in user_scales if x.data_ptr() == v.data_ptr() and (
+                    x.numel() == 1 or (x.shape == v.shape and x.stride() == v.stride()))), None)
             if slot is not None:
                 template[pos] = None
                 subs.append((pos, slot))

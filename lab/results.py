@@ -367,8 +367,9 @@ def caption(root: Path = RESULTS, here: str = "README.md") -> str:
     n = SUMMARY_SIZE[0]
     when = str(env.get("timestamp", ""))[:10]
     commit = str(env.get("commit") or "")[:7]
+    drawn = set(_precisions(canonical_rows(root)))  # the notes of the precisions drawn only
     versus = " ".join(f"{g(r.word, r.glossary)}: {r.plot_note}." for r in precisions.RECORDS
-                      if r.plot_note)
+                      if r.plot_note and r.name in drawn)
     tables = ("the table below" if here == "results/README.md" else
               f"the tables of [results/README.md]({_rel('results/README.md', here)})")
     marked = "; ".join(f"`{st}` is drawn as the words \"{' '.join(words.split())}\" in place "

@@ -559,19 +559,30 @@ CUBLAS_AT = {r.name: r.cublas for r in PRECISION_RECORDS}
 FP8_FAST_ACCUM = True
 
 
-def scaled_mm_launch(a, b, c, scales, fast_accum: bool = FP8_FAST_ACCUM):
+def scaled_mm_launch(a, b, c, scales, fast_accum: bool = FP8_FAST_ACCUM, kind: str = "tensor"):
     """cuBLAS fp8 as torch exposes it: torch._scaled_mm takes A row-major and B column-major
     (both K-major), K and N multiples of 16 and 16-byte aligned lines. An operand lying the other
     way is copied K-major inside the call; where K or N is not a multiple of 16 (or a line is off
     16 bytes), A and B are copied into zero-padded K-major buffers and C is computed into a padded
     buffer and copied back, also inside the call: what a caller who holds the operands so pays
-    (the lab's fp8 kernels pay their own copies likewise). The buffers are made once, here."""
+    (the lab's fp8 kernels pay their own copies likewise). The buffers are made once, here.
+    kind: the scales' (a precision record's `scale`): "row" scales go as they are ((M, 1) and
+    (1, N), scale_b padded with ones where N is); "block" scales are laid out once, here, as this
+    torch's block-wise recipe reads them (block_recipe), which needs fast_accum off."""
     import torch
 
     sa, sb = scales
     M, K = a.shape
     N = b.shape[1]
     kp, np_ = -(-K // 16) * 16, -(-N // 16) * 16
+    if kind == "block":
+        layout, why = block_recipe(a.device)
+        if layout is None:
+            raise LabError(f"torch._scaled_mm has no block-scaled fp8 here: {why}")
+        sa, sb = layout(sa, sb)
+        fast_accum = False
+    elif kind == "row" and np_ != N:
+        sb = torch.cat([sb, torch.ones((1, np_ - N), dtype=sb.dtype, device=sb.device)], 1)
 
     def aligned(t, ld):
         return t.data_ptr() % 16 == 0 and ld % 16 == 0
@@ -598,13 +609,78 @@ def scaled_mm_launch(a, b, c, scales, fast_accum: bool = FP8_FAST_ACCUM):
     return padded
 
 
+# the scale layouts torch._scaled_mm may take for 1 x 128 (A) and 128 x 128 (B) block scales,
+# given the lab's (M, K/128) and (K/128, N/128) tensors: torch's checks (ScaledBlas.cpp,
+# is_blockwise_1x128_scaling / is_blockwise_128x128_scaling) want A's scales M-major, and B's
+# checked on B^T, so K/128-major, with the other dimension rounded up to 4 in some versions
+def _col_major(x):
+    return x.t().contiguous().t()
+
+
+def _padded_col_major(x):
+    import torch
+
+    r, c = x.shape
+    ld = -(-r // 4) * 4
+    buf = torch.zeros((c, ld), dtype=x.dtype, device=x.device)
+    buf[:, :r] = x.t()
+    return buf.t()[:r]
+
+
+BLOCK_LAYOUTS = {
+    "A M-major, B K/128-major": lambda sa, sb: (_col_major(sa), _col_major(sb)),
+    "A M-major, B row-major": lambda sa, sb: (_col_major(sa), sb.contiguous()),
+    "A M-major, B K/128-major, lines of 4": lambda sa, sb: (_col_major(sa), _padded_col_major(sb)),
+}
+_BLOCK_RECIPE: dict = {}
+
+
+def block_recipe(device):
+    """(layout, "") where this torch's _scaled_mm computes the block-scaled product (1 x 128 on A,
+    128 x 128 on B) from scales laid out by `layout(sa, sb)`; (None, why) where it refuses every
+    layout of BLOCK_LAYOUTS or gives a wrong product with each. Found once per process, on a
+    384 x 384 x 640 product with random scales against its float64 reference."""
+    import torch
+
+    from lab import check as chk
+
+    key = str(device)
+    if key in _BLOCK_RECIPE:
+        return _BLOCK_RECIPE[key]
+    M, N, K = 384, 384, 640
+    a, b, sa, sb = chk.make_scaled_inputs(M, N, K, 7, device, "nt", "block")
+    gen = torch.Generator(device=device).manual_seed(8)
+    sa = sa * torch.rand(sa.shape, generator=gen, device=device) * 4
+    sb = sb * torch.rand(sb.shape, generator=gen, device=device) * 4
+    ref = chk.reference(a, b, (sa, sb))
+    tried = []
+    for name, layout in BLOCK_LAYOUTS.items():
+        try:
+            xa, xb = layout(sa, sb)
+            out = torch._scaled_mm(a, b, scale_a=xa, scale_b=xb, out_dtype=torch.bfloat16,
+                                   use_fast_accum=False)
+        except Exception as exc:  # refused: the first line of torch's reason
+            tried.append(f"{name}: refused ({str(exc).strip().splitlines()[0][:80]})")
+            continue
+        err = (torch.linalg.vector_norm(out.double() - ref) / torch.linalg.vector_norm(ref)).item()
+        if err < 1e-2:
+            _BLOCK_RECIPE[key] = (layout, "")
+            return _BLOCK_RECIPE[key]
+        tried.append(f"{name}: relative error {err:.1e}")
+    _BLOCK_RECIPE[key] = (None, "; ".join(tried))
+    return _BLOCK_RECIPE[key]
+
+
 def _run_cublas(a, b, ref, spec: RunSpec, base: dict, host=None, gpu=None, scales=None):
     """The shape's cuBLAS row, and its launch (None if it failed) for the adjacent baselines."""
     precision = base["precision"]
     row = Row(stage="cublas", backend="cublas", cublas_timing=spec.cublas_timing,
               detail=CUBLAS_AT[precision], **base)
     try:
-        launch, c = _cublas_launch(a, b, precision, scales, with_out=True)
+        launch, c, stand_in = _cublas_launch(a, b, precision, scales, with_out=True)
+        if stand_in:  # no cuBLAS call computes this product: the speed a user gives up instead
+            row.detail = stand_in
+            ref = chk.reference(a, b, _unit_scales(a))
         _check_and_time(row, launch, a, b, c, ref, spec, host, gpu=gpu)
         if spec.api and row.status == "pass":  # torch.matmul's own CPU time per call
             row.api_us = _cpu_us(launch, max(10, min(API_CPU_CALLS, int(200 / row.median_ms))))
@@ -613,22 +689,39 @@ def _run_cublas(a, b, ref, spec: RunSpec, base: dict, host=None, gpu=None, scale
     return row, (launch if row.status == "pass" else None)
 
 
-def _cublas_launch(a, b, precision: str, scales=None, with_out: bool = False):
-    """cuBLAS's launch on these operands (torch.matmul, or torch._scaled_mm for fp8), and its
-    output with `with_out`."""
+def _unit_scales(a):
     import torch
 
-    from lab.base.dtypes import OUT_DTYPE_NAMES
+    return tuple(torch.ones(1, dtype=torch.float32, device=a.device) for _ in range(2))
+
+
+def _cublas_launch(a, b, precision: str, scales=None, with_out: bool = False):
+    """cuBLAS's launch on these operands (torch.matmul, or torch._scaled_mm for the fp8
+    precisions), and with `with_out` its output and, where this torch has no cuBLAS call for the
+    precision's scales (fp8_block without a block-wise recipe), the row's detail for the stand-in
+    it times instead: per-tensor cuBLAS fp8 on the same operands ("" otherwise)."""
+    import torch
+
+    from lab.base.dtypes import OUT_DTYPE_NAMES, SCALE_KIND
 
     c = torch.empty((a.shape[0], b.shape[1]), device=a.device,
                     dtype=getattr(torch, OUT_DTYPE_NAMES[precision]))
+    stand_in = ""
     if scales is not None:
-        launch = scaled_mm_launch(a, b, c, scales)
+        kind = SCALE_KIND[precision]
+        if kind == "block" and block_recipe(a.device)[0] is None:
+            stand_in = (f"no block-scaled cuBLAS in this torch ({block_recipe(a.device)[1]}): "
+                        f"cuBLAS fp8 with per-tensor scales and promoted accumulation "
+                        f"(use_fast_accum=False) on the same operands, the speed a user gives "
+                        f"up, checked against that product")
+            launch = scaled_mm_launch(a, b, c, _unit_scales(a), fast_accum=False)
+        else:
+            launch = scaled_mm_launch(a, b, c, scales, kind=kind)
     else:
         def launch():  # the switches are process-wide: set them on every call
             _cublas_mode(precision)
             torch.matmul(a, b, out=c)
-    return (launch, c) if with_out else launch
+    return (launch, c, stand_in) if with_out else launch
 
 
 def _scale_kwargs(scales) -> dict:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from lab.base import precisions
 from lab.base.dtypes import DTYPE_NAMES
 from lab.run import LAYOUTS  # noqa: F401  (re-exported: the four operand layouts nn, nt, tn, tt)
 from lab.stages import PRECISIONS, get_stage, parse_variants
@@ -37,7 +38,7 @@ cpu_only = pytest.mark.skipif(HAS_GPU, reason="CPU-mode test (GPU present)")
 # its element size in bytes.
 # (TC_PRECISIONS: those of the mma and wgmma stages; fp8, whose e4m3 operands wgmma reads from
 # TMA tiles only, is the TMA stages' alone: FP8_STAGES)
-TC_PRECISIONS = tuple(p for p in PRECISIONS if p not in ("fp32", "fp8"))
+TC_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp32" and not precisions.get(p).scaled)
 FP8_STAGES = ("tma_wgmma", "warp_specialized", "persistent")
 DTYPE = {p: getattr(torch, DTYPE_NAMES[p]) for p in PRECISIONS}
 ES = {p: DTYPE[p].itemsize for p in PRECISIONS}

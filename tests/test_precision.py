@@ -205,16 +205,16 @@ def test_fp8_scales_are_checked_in_one_sentence():
 
     a = torch.zeros((4, 4), dtype=torch.float8_e4m3fn)
     where = "stage persistent (cuda)"
-    one = scales_for(a, "fp8", None, 0.5, where)
+    one = scales_for(a, a, "fp8", None, 0.5, where)
     assert one[0].item() == 1.0 and one[1].item() == 0.5 and one[1].dtype == torch.float32
     bad = [(torch.ones(2), "one float32 value"), (torch.ones(1, dtype=torch.float64),
                                                   "one float32 value"),
            ("2", "a number or a one-element float32 tensor"), (float("inf"), "finite")]
     for value, words in bad:
         with pytest.raises(LabError, match=words) as exc:
-            scales_for(a, "fp8", value, None, where)
+            scales_for(a, a, "fp8", value, None, where)
         assert "\n" not in str(exc.value)
-    with pytest.raises(LabError, match="fp8's per-tensor scales, and this call computes in bf16"):
+    with pytest.raises(LabError, match="the fp8 precisions' scales, and this call computes in bf16"):
         x, y = chk.make_inputs(8, 8, 8, 0, "cpu", dtype=torch.bfloat16)
         matmul(x, y, stage="tiled", backend="triton", scale_a=2.0)
 

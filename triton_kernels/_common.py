@@ -22,6 +22,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 # where triton.set_allocator keeps its function (read by _ensure_tma_scratch only)
 from triton.runtime import _allocation as _triton_allocation
 
+from lab.base import precisions
+from lab.base.checks import SCALE_BLOCK
 from lab.base.contract import Offer
 from lab.base.errors import LabError
 from lab.base.device import DEFAULT_SMS
@@ -46,7 +48,7 @@ toolchain.kernels_imported(os.environ.get("TRITON_INTERPRET") == "1")
 # in wgmma's own fp32 accumulator: Triton never adds partial sums into a second fp32 register
 # set every few k-steps (a smaller max_num_imprecise_acc would).
 DOT_PRECISION = {"fp32": "ieee", "tf32": "tf32", "3xtf32": "tf32x3", "bf16": "ieee",
-                 "fp16": "ieee", "fp8": "ieee"}
+                 "fp16": "ieee", "fp8": "ieee", "fp8_row": "ieee", "fp8_block": "ieee"}
 # The precisions a Triton twin gains by passing DOT_PRECISION to tl.dot (and loading the operands
 # in their own dtype): the twins whose registry entry offers them.
 TL_DOT_PRECISIONS = ("fp32", "tf32", "3xtf32", "bf16", "fp16")
@@ -176,6 +178,21 @@ def scale_args(p) -> tuple:
     is not None` is decided at compile time), so those kernels compile to what they were before
     fp8."""
     return tuple(p.scales) if getattr(p, "scales", None) is not None else (None, None)
+
+
+SCALE_CODES = {"row": 1, "block": 2}  # the constexpr SCALE of a kernel that reads these scales
+
+
+def scale_meta(p) -> dict:
+    """The meta-parameters of fp8_row's and fp8_block's scales for problem p: SCALE (1 row, 2
+    block) and the scale tensors' strides (stride_sa0, stride_sa1, stride_sb0, stride_sb1); {} for
+    per-tensor scales and the other precisions, whose kernels read none of them."""
+    kind = precisions.get(getattr(p, "precision", "fp32")).scale
+    if kind not in SCALE_CODES:
+        return {}
+    sa, sb = p.scales
+    return {"SCALE": SCALE_CODES[kind], "stride_sa0": sa.stride(0), "stride_sa1": sa.stride(1),
+            "stride_sb0": sb.stride(0), "stride_sb1": sb.stride(1)}
 
 
 # -------------------------------------- TMA tensor descriptors (the tma_wgmma and persistent twins)
@@ -404,14 +421,15 @@ def with_tma_scratch(launch):
 
 # ---------------- the TMA twins' tile and launcher (tma_wgmma, persistent, warp_specialized)
 
-TMA_ELEM_BYTES = {"tf32": 4, "3xtf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}  # A's and B's bytes
-# C's bytes (its staging tile for the TMA store): the operands' except fp8, whose C is bfloat16
-# (lab/base/problem.py OUT_DTYPE_NAMES)
-TMA_C_BYTES = {**TMA_ELEM_BYTES, "fp8": 2}
+TMA_PRECISIONS = ("tf32", "3xtf32", "bf16", "fp16", "fp8", "fp8_row", "fp8_block")
+TMA_ELEM_BYTES = precisions.elem_bytes(*TMA_PRECISIONS)  # A's and B's bytes
+# C's bytes (its staging tile for the TMA store): the operands' except the fp8 precisions', whose
+# C is bfloat16 (lab/base/precisions.py)
+TMA_C_BYTES = precisions.c_bytes(*TMA_PRECISIONS)
 # precisions whose operands wgmma reads K-major only (its transpose bits exist for 16-bit types):
 # kmajor's automatic value is on for them, and a kernel with no transposing round trip
 # (warp_specialized's Gluon twin) refuses kmajor=0
-KMAJOR_ONLY = ("tf32", "3xtf32", "fp8")
+KMAJOR_ONLY = precisions.where(kmajor_only=True)
 FP8_MIN_BLOCK_K = 32  # an fp8 wgmma's k (tl.dot refuses a smaller k-tile of 8-bit operands)
 AUTO_SWITCH = -1  # a -1/0/1 parameter's automatic value (kmajor, subtile)
 ZERO_AUTOMATIC = ("BLOCK_N", "BLOCK_K", "num_stages")  # 0 is their automatic value
@@ -467,9 +485,15 @@ def tma_fit_refusal(precision: str, c: dict, smem: int) -> str | None:
     """Why a concrete tile `c` (no automatic values left) needing `smem` bytes of shared memory
     cannot compile in `precision`, in words that follow the configuration, or None."""
     per_thread = c["BLOCK_M"] * c["BLOCK_N"] // (32 * c["num_warps"])
-    if precision == "fp8" and c["BLOCK_K"] < FP8_MIN_BLOCK_K:
+    if precisions.get(precision).scale == "block":  # a k-step's own sum beside the accumulator
+        per_thread *= 2
+    if precisions.get(precision).elem_bytes == 1 and c["BLOCK_K"] < FP8_MIN_BLOCK_K:
         return (f"has a k-step of {c['BLOCK_K']}, below fp8 wgmma's k of {FP8_MIN_BLOCK_K}; "
                 f"raise BLOCK_K")
+    if precisions.get(precision).scale == "block" and (SCALE_BLOCK % c["BLOCK_K"]
+                                                        or SCALE_BLOCK % c["BLOCK_N"]):
+        return (f"has a tile that spans more than one of B's {SCALE_BLOCK} x {SCALE_BLOCK} "
+                f"scale blocks: BLOCK_K and BLOCK_N must divide {SCALE_BLOCK} in {precision}")
     if per_thread > 128:
         return (f"gives each thread {per_thread} fp32 accumulators, more than the 128 that fit in "
                 f"its registers; raise num_warps or lower BLOCK_M/BLOCK_N")
@@ -537,7 +561,7 @@ def tma_launch(stage: str, kernel, grid: tuple, args: tuple, **meta):
 # The lesson kernel takes none of these; its variant (triton_kernels/variants/<stage>.py, the
 # twin's former kernel, of the same name) takes them all.
 LESSON_CASE = {"C_DESC": True, "C_T": False, "SUBTILE": False, "UPCAST": False,
-               "OFFSET64": False}
+               "OFFSET64": False, "SCALE": 0}
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # meta that is not a kernel parameter
 
 

@@ -119,6 +119,10 @@ AUTO = {
     "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 3, "kmajor": 1, "subtile": 1},
     "3xtf32": {"BLOCK_N": 128, "BLOCK_K": 32, "num_stages": 4, "kmajor": 1, "subtile": 0},
     "fp8": {"BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 3, "kmajor": 1, "subtile": 0},
+    # the variant's scaled fp8 (variants/persistent.py): row scales in the epilogue, fp8's tile;
+    # block scales promote each k-step into a second fp32 accumulator, so a 128-column tile
+    "fp8_row": {"BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 3, "kmajor": 1, "subtile": 0},
+    "fp8_block": {"BLOCK_N": 128, "BLOCK_K": 128, "num_stages": 4, "kmajor": 1, "subtile": 0},
 }
 FALLBACKS = ({"subtile": 1}, {"subtile": 1, "BLOCK_N": 128},
              {"subtile": 1, "BLOCK_N": 128, "num_stages": 3})
@@ -201,4 +205,5 @@ def prepare(p, **params):
     return TWIN.launch(s, matmul_persistent_kernel, variant.matmul_persistent_kernel, (programs,),
                        extra={"programs": programs}, **s.meta, NUM_SMS=s.sms,
                        SUBTILE=bool(config["subtile"]), FLATTEN=bool(config["flatten"]),
-                       **dot_meta(matmul_persistent_kernel, s.q), num_stages=config["num_stages"])
+                       **dot_meta(matmul_persistent_kernel, s.q), **common.scale_meta(s.q),
+                       num_stages=config["num_stages"])

@@ -48,14 +48,15 @@ import triton
 import triton.language as tl
 
 from lab.base.contract import PRECISIONS as ALL_PRECISIONS
+from lab.base.precisions import get as precision_record
 from lab.base.contract import Offer
 from lab.base.entry import entry
 from triton_kernels import _common as common
 from triton_kernels._common import (block_k, block_tile_launch, dot_meta, launcher,
                                     validate_block_tile)
 
-# every precision but fp8 (whose e4m3 tl.dot and scales belong to the TMA stages' twins)
-PRECISIONS = tuple(p for p in ALL_PRECISIONS if p != "fp8")
+# every precision but the fp8 ones (whose e4m3 tl.dot and scales belong to the TMA stages' twins)
+PRECISIONS = tuple(p for p in ALL_PRECISIONS if not precision_record(p).scaled)
 
 
 @triton.jit

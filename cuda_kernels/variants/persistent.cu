@@ -41,6 +41,56 @@
 #define A_REGS_LOOP 1  // this kernel takes TF32 with an M-major A through registers (A_REGS)
 #include "tma_tiles.cuh"
 
+// fp8 with row-wise or block-wise scales (SCALE_ROW / SCALE_BLOCK beside PREC_FP8; precisions
+// fp8_row and fp8_block, docs/stages/persistent.md "fp8 with row-wise and block-wise scales").
+// The kernel takes the scale tensors' strides after the two scale pointers.
+#if defined(SCALE_ROW) || defined(SCALE_BLOCK)
+#if !defined(PREC_FP8)
+#error "SCALE_ROW and SCALE_BLOCK scale fp8 operands (PREC_FP8)"
+#endif
+#define SCALES_STRIDED 1
+#else
+#define SCALES_STRIDED 0
+#endif
+#if defined(SCALE_BLOCK)
+static_assert(BN == 64 || BN == 128, "fp8_block: a tile lies in one 128-column scale block of B");
+static_assert(BK == 128, "fp8_block: a k-tile is one 128-long scale block of K");
+// fp8_block: a warpgroup's k-tile product alone in `part` (its first wgmma overwrites D,
+// scale-d 0), one commit group; the caller scales it into the accumulators (promotion)
+__device__ __forceinline__ void mma_tile_fresh(float* part, u32 slot, int wg) {
+    wg_fence();
+#pragma unroll
+    for (int j = 0; j < NSTEP; ++j) {
+        if constexpr (BN == 64)
+            wgmma_ss_e4m3_n64(part, a_desc(slot, wg, j), b_desc(slot, j), j > 0);
+        else
+            wgmma_ss_e4m3_n128(part, a_desc(slot, wg, j), b_desc(slot, j), j > 0);
+    }
+    wg_commit();
+}
+#endif
+#if defined(SCALE_ROW)
+// fp8_row: a warpgroup's 64 x BN accumulators (rows from m0, columns from n0) times A's scale of
+// their row and B's of their column (store_acc's register order), before C is rounded
+__device__ __forceinline__ void scale_rows_cols(float* acc, const float* __restrict__ sa,
+                                                const float* __restrict__ sb, long long sa0,
+                                                long long sb1, int M, int N, int m0, int n0,
+                                                int warp, int lane) {
+    const int r = m0 + 16 * warp + (lane >> 2);
+    const float a0 = r < M ? sa[r * sa0] : 0.f, a1 = r + 8 < M ? sa[(r + 8) * sa0] : 0.f;
+    const int cbase = n0 + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int c = cbase + 8 * j;
+        const float b0 = c < N ? sb[c * sb1] : 0.f, b1 = c + 1 < N ? sb[(c + 1) * sb1] : 0.f;
+        acc[4 * j] *= a0 * b0;
+        acc[4 * j + 1] *= a0 * b1;
+        acc[4 * j + 2] *= a1 * b0;
+        acc[4 * j + 3] *= a1 * b1;
+    }
+}
+#endif
+
 // TF32 with A M-major (A_REGS): wgmma reads 32-bit shared operands K-major only, so A goes through
 // registers instead (a_frags_mn, mma_tile_rs): layouts tt, and nn run as C^T = B^T A^T (C_TRANS:
 // the launcher swaps the operands, the kernel stores D transposed).
@@ -248,6 +298,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if defined(PREC_FP8)
                       , const float* __restrict__ scale_a, const float* __restrict__ scale_b
 #endif
+#if SCALES_STRIDED
+                      , long long sa_s0, long long sa_s1, long long sb_s0, long long sb_s1
+#endif
                       ) {
     extern __shared__ unsigned char smem_raw[];
     // full[0..STAGES), empty[STAGES..2 STAGES), 3xTF32's ready[2 STAGES..3 STAGES)
@@ -315,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         setmaxnreg_inc<CONSUMER_REGS>();
         WALK;
         const int cw = wg - 1;  // this consumer's warpgroup: rows 64 cw .. of each tile
-#if defined(PREC_FP8)
+#if defined(PREC_FP8) && !SCALES_STRIDED
         const float scale = *scale_a * *scale_b;  // C = scale_a * scale_b * (A @ B)
 #endif
         // a slot is free once the consumers of every block its loads land in have released it
@@ -329,6 +382,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
         };
         float acc[ACC];
+#if defined(SCALE_BLOCK)
+        float part[ACC];  // fp8_block: a k-tile's product before its promotion
+#pragma unroll
+        for (int i = 0; i < ACC; ++i) part[i] = 0.f;
+#endif
 #if A_REGS
         u32 fa[2][NSTEP][4];
 #endif
@@ -359,6 +417,46 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             }
             wg_wait<0>();
             release((it - 1) % STAGES);
+#elif defined(SCALE_BLOCK)
+            // fp8_block: each k-tile's product alone in `part`, waited for, then scaled by its
+            // rows' 1 x 128 scales of A and the tile's 128 x 128 scale of B and added into acc in
+            // fp32 (the promotion), as DeepGEMM does. The next k-tile's scales are loaded while
+            // this one's wgmma run; while one consumer warpgroup promotes, the other's wgmma
+            // can keep the tensor cores busy. (A second set of products, the next k-tile's wgmma
+            // issued before this one's promotion, makes ptxas serialize every wgmma: C7514,
+            // "non wgmma instructions reading accumulator registers" inside a pipeline stage.)
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
+            {
+                // rows past M read row 0's scales: their products are 0 (TMA fills A's rows
+                // past M with zeros), so no load or promotion branches on the row
+                const int r = (bm * CLUSTER + rank) * BM + 64 * cw + 16 * warp + (lane >> 2);
+                const float* sa_row = scale_a + (r < M ? r : 0) * sa_s0;
+                const long long sa_8 = r + 8 < M ? 8 * sa_s0 : 0;
+                const float* sb_col = scale_b + (bn * BN / 128) * sb_s1;
+                float a0 = sa_row[0], a1 = sa_row[sa_8], b = sb_col[0];
+                for (int kt = 0; kt < KT; ++kt, ++it) {
+                    const int s = it % STAGES;
+                    mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+                    mma_tile_fresh(part, ring + s * SLOT, cw);
+                    const int kn = kt + 1 < KT ? kt + 1 : kt;
+                    const float na0 = sa_row[kn * sa_s1], na1 = sa_row[sa_8 + kn * sa_s1],
+                                nb = sb_col[kn * sb_s0];
+                    wg_wait<0>();
+                    const float f0 = a0 * b, f1 = a1 * b;
+#pragma unroll
+                    for (int j = 0; j < ACC; j += 4) {
+                        reg_fence(part[j]), reg_fence(part[j + 1]), reg_fence(part[j + 2]),
+                            reg_fence(part[j + 3]);
+                        acc[j] = fmaf(part[j], f0, acc[j]);
+                        acc[j + 1] = fmaf(part[j + 1], f0, acc[j + 1]);
+                        acc[j + 2] = fmaf(part[j + 2], f1, acc[j + 2]);
+                        acc[j + 3] = fmaf(part[j + 3], f1, acc[j + 3]);
+                    }
+                    release(s);
+                    a0 = na0, a1 = na1, b = nb;
+                }
+            }
 #else
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
@@ -375,7 +473,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #pragma unroll
             for (int i = 0; i < ACC; ++i) reg_fence(acc[i]);
-#if defined(PREC_FP8)
+#if defined(SCALE_ROW)
+            scale_rows_cols(acc, scale_a, scale_b, sa_s0, sb_s1, M, N,
+                            (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
+#elif defined(PREC_FP8) && !SCALES_STRIDED
             scale_acc(acc, scale);
 #endif
 #if C_TRANS

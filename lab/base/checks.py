@@ -3,15 +3,15 @@
 `check_operands`: torch tensors, 2-D, inner dimensions equal, C of shape M x N, dtypes the stage
 supports, one device for all three (a CUDA GPU for CUDA stages), an output whose elements do not
 overlap each other (no broadcast `expand()`ed C) nor an input, and sizes and strides that fit the
-32-bit integers the kernels take them as (lab/base/index_range.py). `scales_for`: fp8's
-per-tensor scales, checked and made tensors. Every refusal is one LabError sentence.
+32-bit integers the kernels take them as (lab/base/index_range.py). `scales_for`: the fp8
+precisions' scales (per tensor, per row, per block), checked and made tensors. Every refusal is one LabError sentence.
 """
 
 from __future__ import annotations
 
 import math
 
-from lab.base.dtypes import SCALED
+from lab.base.dtypes import SCALE_KIND, SCALED
 from lab.base.errors import LabError
 from lab.base.index_range import check_index_range
 from lab.base.needs import CUDA, Needs
@@ -151,35 +151,70 @@ def overlap_message(where: str, name: str) -> str:
             f"already overwritten, so pass a separate C")
 
 
-def scales_for(a, precision: str, scale_a, scale_b, where: str) -> tuple | None:
-    """fp8's per-tensor scales as two float32 tensors of one element on A's device (a Python
-    number becomes one; None is 1); None for a precision without scales. LabError (one
-    sentence) for scales given to another precision, or a scale of another kind, size, dtype or
-    device."""
+def scale_shapes(kind: str, M: int, N: int, K: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shapes of scale_a and scale_b for scales of `kind` (a precision record's `scale`), as
+    torch._scaled_mm takes them: tensor (1,) and (1,); row (M, 1) and (1, N); block (M, ceil(K/128))
+    (one per 1 x 128 slice of A along K) and (ceil(K/128), ceil(N/128)) (one per 128 x 128 block of
+    B)."""
+    kb, nb = -(-K // SCALE_BLOCK), -(-N // SCALE_BLOCK)
+    return {"tensor": ((1,), (1,)), "row": ((M, 1), (1, N)),
+            "block": ((M, kb), (kb, nb))}[kind]
+
+
+SCALE_BLOCK = 128  # fp8_block's scale granularity along K (A and B) and along N (B)
+SCALE_WORDS = {"tensor": "a per-tensor scale", "row": "row-wise scales",
+               "block": "1 x 128 and 128 x 128 block scales"}
+
+
+def scales_for(a, b, precision: str, scale_a, scale_b, where: str) -> tuple | None:
+    """The scales of a scaled precision (its record's `scale`: tensor, row or block) as two
+    float32 tensors on A's device, in the shapes scale_shapes gives (per-tensor: a Python number
+    becomes a one-element tensor; None is 1 for per-tensor scales and required otherwise); None
+    for a precision without scales. LabError (one sentence) for scales given to another
+    precision, or a scale of another kind, shape, dtype or device. Row and block scales keep
+    their strides (the kernels read them through their strides)."""
     import torch
 
     if precision not in SCALED:
         if scale_a is not None or scale_b is not None:
-            raise LabError(f"{where}: scale_a and scale_b are fp8's per-tensor scales, and this "
-                           f"call computes in {precision}")
+            raise LabError(f"{where}: scale_a and scale_b are the fp8 precisions' scales, and "
+                           f"this call computes in {precision}")
         return None
+    kind = SCALE_KIND[precision]
+    M, K = a.shape
+    N = b.shape[1]
+    shapes = scale_shapes(kind, M, N, K)
     out = []
-    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
-        if s is None:
-            s = 1.0
-        if isinstance(s, (int, float)) and not isinstance(s, bool):
-            if not math.isfinite(s):
-                raise LabError(f"{where}: {name} must be finite, not {s}")
-            s = torch.full((1,), float(s), dtype=torch.float32, device=a.device)
-        if not isinstance(s, torch.Tensor):
-            raise LabError(f"{where}: {name} must be a number or a one-element float32 tensor, "
-                           f"not {type(s).__name__}")
-        if s.numel() != 1 or s.dtype != torch.float32:
-            raise LabError(f"{where}: {name} must be one float32 value (a per-tensor scale), but "
-                           f"it is {str(s.dtype).removeprefix('torch.')} of shape "
-                           f"{tuple(s.shape)}")
+    for name, s, shape in (("scale_a", scale_a, shapes[0]), ("scale_b", scale_b, shapes[1])):
+        if kind != "tensor":
+            if not isinstance(s, torch.Tensor):
+                got = "none" if s is None else type(s).__name__
+                raise LabError(f"{where}: {precision} takes {SCALE_WORDS[kind]}: {name} must be "
+                               f"a float32 tensor of shape {shape}, not {got}")
+            if tuple(s.shape) != shape or s.dtype != torch.float32:
+                raise LabError(f"{where}: {precision} takes {SCALE_WORDS[kind]}: {name} must be "
+                               f"float32 of shape {shape}, but it is "
+                               f"{str(s.dtype).removeprefix('torch.')} of shape {tuple(s.shape)}")
+        else:
+            if s is None:
+                s = 1.0
+            if isinstance(s, (int, float)) and not isinstance(s, bool):
+                if not math.isfinite(s):
+                    raise LabError(f"{where}: {name} must be finite, not {s}")
+                s = torch.full((1,), float(s), dtype=torch.float32, device=a.device)
+            if not isinstance(s, torch.Tensor):
+                raise LabError(f"{where}: {name} must be a number or a one-element float32 "
+                               f"tensor, not {type(s).__name__}")
+            if s.numel() != 1 or s.dtype != torch.float32:
+                raise LabError(f"{where}: {name} must be one float32 value (a per-tensor scale), "
+                               f"but it is {str(s.dtype).removeprefix('torch.')} of shape "
+                               f"{tuple(s.shape)}")
         if s.device != a.device:
             raise LabError(f"{where}: {name} is on {device_name(s)} and the operands on "
                            f"{device_name(a)}; move it with .to(a.device)")
-        out.append(s.detach().reshape(1) if s.dim() != 1 or s.requires_grad else s)
+        if kind == "tensor":
+            s = s.detach().reshape(1) if s.dim() != 1 or s.requires_grad else s
+        elif s.requires_grad:
+            s = s.detach()
+        out.append(s)
     return tuple(out)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from lab.base.dtypes import SCALE_KIND
 from lab.base.needs import CUDA, Needs
 from lab.base.problem import Operand, Problem
 from lab.base.timer import timer
@@ -29,10 +30,16 @@ def describe(a, b, c, needs: Needs = CUDA, precision: str = "fp32",
     if not needs.blas:
         return p
     clock = None
-    if p.c.col_major:  # C^T = B^T A^T: C^T is row-major; A^T, B^T swap roles and layouts
+    kind = SCALE_KIND.get(precision, "")
+    # C^T = B^T A^T: C^T is row-major; A^T, B^T swap roles and layouts (and row scales with them;
+    # block scales are not the same kind on both sides, so a column-major C of fp8_block goes
+    # through a row-major buffer instead, below)
+    if p.c.col_major and kind != "block":
+        if kind == "row":
+            scales = (scales[1].t(), scales[0].t())
         p = replace(p, M=N, N=M, a=replace(p.b.transposed(), name="A"),
                     b=replace(p.a.transposed(), name="B"), c=replace(p.c.transposed(), name="C"),
-                    swapped=True)
+                    swapped=True, scales=scales)
     if not p.c.row_major:  # no unit stride: compute into a buffer, copy back inside the call
         buf = c.new_empty((p.M, p.N))
         p = replace(p, copy_back=(buf, p.c.tensor), c=Operand.of("C", buf))

@@ -19,8 +19,10 @@ DTYPE_NAMES = {r.name: r.dtype for r in _precisions.RECORDS}
 OUT_DTYPE_NAMES = {r.name: r.c_dtype for r in _precisions.RECORDS}
 # the precision a dtype means when none is named (float32 tensors: IEEE fp32)
 PRECISION_OF_DTYPE = {dt: _precisions.of_dtype(dt) for dt in dict.fromkeys(DTYPE_NAMES.values())}
-# precisions whose operands come with per-tensor scales: C = scale_a * scale_b * (A @ B)
+# precisions whose operands come with scales (fp8: per tensor, C = scale_a * scale_b * (A @ B);
+# fp8_row: per row of A and column of B; fp8_block: per 1 x 128 slice of A and 128 x 128 block of B)
 SCALED = _precisions.where(scaled=True)
+SCALE_KIND = {r.name: r.scale for r in _precisions.RECORDS if r.scale}
 
 
 def dtypes_of(stage, backend: str | None = None) -> tuple[str, ...]:

@@ -119,7 +119,7 @@ def entry(offer: Offer, needs: Needs | None = None):
             # refused); the tensors themselves are kept where they need no detaching, so a plan
             # (lab/plan.py) can find them in the launch's steps
             a, b, c = (t.detach() if t.requires_grad else t for t in (a, b, c))
-            scales = scales_for(a, precision, scale_a, scale_b, where)
+            scales = scales_for(a, b, precision, scale_a, scale_b, where)
             p = describe(a, b, c, needs, precision, scales)
             launch = inner(p, **params)
             if not isinstance(launch, Prepared):

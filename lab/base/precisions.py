@@ -43,7 +43,13 @@ class Precision:
     units: str = ""
     products: int = 1
     tensor_cores: bool = True
-    scaled: bool = False      # C = scale_a * scale_b * (A @ B), per-tensor scales (fp8)
+    # the operands' scales (fp8): "" none; "tensor": one float32 each, C = scale_a * scale_b *
+    # (A @ B); "row": one per row of A, shape (M, 1), and per column of B, (1, N), C[m, n] =
+    # scale_a[m] * scale_b[n] * (A @ B)[m, n]; "block": A one per 1 x 128 slice along K, shape
+    # (M, ceil(K/128)), B one per 128 x 128 block, (ceil(K/128), ceil(N/128)), each 128-long
+    # partial sum scaled and added in fp32 (DeepSeek-V3's recipe). The shapes are torch's
+    # (torch._scaled_mm), so a caller's scale tensors pass as they are.
+    scale: str = ""
     tl_dot: str | None = None  # Triton tl.dot's input_precision, None where tl.dot takes none
     kmajor_only: bool = False  # Hopper's wgmma reads its operands from shared memory K-major only
     # the oldest GPU (compute capability) whose tensor cores multiply these operands: e4m3 from
@@ -64,6 +70,11 @@ class Precision:
     def c_bytes(self) -> int:
         """Bytes of one element of C."""
         return DTYPE_BYTES[self.c_dtype]
+
+    @property
+    def scaled(self) -> bool:
+        """Its operands come with scales (scale: tensor, row or block)."""
+        return bool(self.scale)
 
     @property
     def baseline(self) -> str:
@@ -113,12 +124,33 @@ RECORDS: tuple[Precision, ...] = (
               accumulate_u=2.0**-14,
               cublas="cuBLAS fp8 (torch._scaled_mm, e4m3 with per-tensor scales, bf16 output, "
                      "fast accumulation)",
-              scaled=True, kmajor_only=True, cuda_define="PREC_FP8", min_capability=(8, 9),
+              scale="tensor", kmajor_only=True, cuda_define="PREC_FP8", min_capability=(8, 9),
               note=" cuBLAS fp8 (`torch._scaled_mm`) takes B column-major only, so its `nn` row "
                    "includes torch's copy of B; kernel against kernel, in `nt`, see "
                    "[docs/stages/persistent.md]({persistent}).",
               plot_note="against cuBLAS fp8 through torch._scaled_mm (per-tensor scales); in "
                         "layout nn its time includes torch's copy of B"),
+    Precision("fp8_row", "fp8 row-scaled", "fp8-row-and-block", "float8_e4m3fn", "bfloat16",
+              unit_roundoff=2.0**-4, floor=2e-2,
+              # the whole K in wgmma's fp8 accumulator, as per-tensor fp8: its sqrt(K) term
+              accumulate_u=2.0**-14,
+              cublas="cuBLAS fp8 with row-wise scales (torch._scaled_mm, scale_a (M, 1), "
+                     "scale_b (1, N), bf16 output, fast accumulation)",
+              units="fp8", scale="row", kmajor_only=True, min_capability=(8, 9),
+              cuda_define="PREC_FP8",  # fp8's build, with SCALE_ROW (cuda_kernels/_tma.py)
+              plot_note="against cuBLAS fp8 with row-wise scales through torch._scaled_mm"),
+    Precision("fp8_block", "fp8 block-scaled", "fp8-row-and-block", "float8_e4m3fn", "bfloat16",
+              unit_roundoff=2.0**-4,
+              # each 128-long partial sum leaves wgmma's accumulator for an fp32 one, so the
+              # error no longer grows with K beside C's bf16 rounding (about 1.1e-3): fp32's
+              # sqrt(K) term and a floor half fp8's
+              floor=1e-2,
+              cublas="cuBLAS fp8 with 1 x 128 and 128 x 128 block scales (torch._scaled_mm), "
+                     "bf16 output",
+              units="fp8", scale="block", kmajor_only=True, min_capability=(8, 9),
+              cuda_define="PREC_FP8",  # fp8's build, with SCALE_BLOCK (cuda_kernels/_tma.py)
+              plot_note="against cuBLAS fp8 with block scales through torch._scaled_mm where "
+                        "this torch offers them, else per-tensor fp8 (the detail says which)"),
 )
 
 BY_NAME = {r.name: r for r in RECORDS}
@@ -134,7 +166,8 @@ def get(name: str) -> Precision:
 
 
 def where(**fields) -> tuple[str, ...]:
-    """The names of the precisions whose record has these field values, e.g. where(scaled=True)."""
+    """The names of the precisions whose record has these field values, e.g. where(scale="row")
+    (scaled=True: those with scales of any kind)."""
     return tuple(r.name for r in RECORDS if all(getattr(r, k) == v for k, v in fields.items()))
 
 

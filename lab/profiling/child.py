@@ -51,7 +51,9 @@ def run_target(args, shape) -> int:
             _cublas_mode(precision)
             torch.matmul(a, b, out=c)
         if scales is not None:  # fp8: torch._scaled_mm, as lab.compare's cuBLAS row
-            launch = scaled_mm_launch(a, b, c, scales)
+            from lab.base.dtypes import SCALE_KIND
+
+            launch = scaled_mm_launch(a, b, c, scales, kind=SCALE_KIND[precision])
     else:
         from lab.stages import parse_variants
 

@@ -32,7 +32,8 @@ def triton_launch(variant, shape, precision: str = "fp32") -> dict:
     import torch
 
     from lab.base.describe import describe
-    from lab.base.dtypes import DTYPE_NAMES, OUT_DTYPE_NAMES, SCALED
+    from lab.base.checks import scale_shapes
+    from lab.base.dtypes import DTYPE_NAMES, OUT_DTYPE_NAMES, SCALE_KIND, SCALED
     from lab.base.needs import TRITON
 
     from lab.toolchain.triton import recording
@@ -46,8 +47,8 @@ def triton_launch(variant, shape, precision: str = "fp32") -> dict:
     a = torch.empty((M, K), device=device, dtype=dtype)
     b = torch.empty((K, N), device=device, dtype=dtype)
     c = torch.empty((M, N), device=device, dtype=getattr(torch, OUT_DTYPE_NAMES[precision]))
-    scales = (tuple(torch.ones(1, device=device) for _ in range(2)) if precision in SCALED
-              else None)
+    scales = (tuple(torch.ones(shape, device=device) for shape in
+                    scale_shapes(SCALE_KIND[precision], M, N, K)) if precision in SCALED else None)
     # the stage's own part of prepare (meta tensors cannot pass the shared device check)
     with recording() as calls:
         module.prepare.inner(describe(a, b, c, TRITON, precision, scales), **params)

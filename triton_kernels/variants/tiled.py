@@ -18,12 +18,13 @@ import triton
 import triton.language as tl
 
 from lab.base.contract import PRECISIONS as ALL_PRECISIONS
+from lab.base.precisions import get as precision_record
 from lab.base.errors import LabError
 from triton_kernels import _common as common
 from triton_kernels._common import cdiv, dot_meta, launcher, offsets_meta, problem_args
 
-# every precision but fp8 (whose e4m3 tl.dot and scales belong to the TMA stages' twins)
-PRECISIONS = tuple(p for p in ALL_PRECISIONS if p != "fp8")
+# every precision but the fp8 ones (whose e4m3 tl.dot and scales belong to the TMA stages' twins)
+PRECISIONS = tuple(p for p in ALL_PRECISIONS if not precision_record(p).scaled)
 
 
 @triton.jit
