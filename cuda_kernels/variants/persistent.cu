@@ -53,6 +53,10 @@
 #define SCALES_STRIDED 0
 #endif
 #if defined(SCALE_BLOCK)
+#ifndef SCALE_AHEAD
+#define SCALE_AHEAD 2  // k-tiles ahead that fp8_block loads its scales (at least 1)
+#endif
+static_assert(SCALE_AHEAD >= 1 && SCALE_AHEAD <= 8, "SCALE_AHEAD must be 1..8");
 static_assert(BN == 64 || BN == 128, "fp8_block: a tile lies in one 128-column scale block of B");
 static_assert(BK == 128, "fp8_block: a k-tile is one 128-long scale block of K");
 // fp8_block: a warpgroup's k-tile product alone in `part` (its first wgmma overwrites D,
@@ -420,9 +424,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #elif defined(SCALE_BLOCK)
             // fp8_block: each k-tile's product alone in `part`, waited for, then scaled by its
             // rows' 1 x 128 scales of A and the tile's 128 x 128 scale of B and added into acc in
-            // fp32 (the promotion), as DeepGEMM does. The next k-tile's scales are loaded while
-            // this one's wgmma run; while one consumer warpgroup promotes, the other's wgmma
-            // can keep the tensor cores busy. (A second set of products, the next k-tile's wgmma
+            // fp32 (the promotion), as DeepGEMM does; while one consumer warpgroup promotes, the
+            // other's wgmma can keep the tensor cores busy. (A second set of products, the next k-tile's wgmma
             // issued before this one's promotion, makes ptxas serialize every wgmma: C7514,
             // "non wgmma instructions reading accumulator registers" inside a pipeline stage.)
 #pragma unroll
@@ -434,14 +437,28 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 const float* sa_row = scale_a + (r < M ? r : 0) * sa_s0;
                 const long long sa_8 = r + 8 < M ? 8 * sa_s0 : 0;
                 const float* sb_col = scale_b + (bn * BN / 128) * sb_s1;
-                float a0 = sa_row[0], a1 = sa_row[sa_8], b = sb_col[0];
+                // the scales of k-tiles kt .. kt + SCALE_AHEAD - 1, loaded SCALE_AHEAD k-tiles
+                // before their use: a load of global memory takes longer than a k-tile's wgmma,
+                // and Nsight Compute showed the promotion waiting on it with one k-tile ahead
+                float qa0[SCALE_AHEAD], qa1[SCALE_AHEAD], qb[SCALE_AHEAD];
+#pragma unroll
+                for (int d = 0; d < SCALE_AHEAD; ++d) {
+                    const int k = d < KT ? d : KT - 1;
+                    qa0[d] = sa_row[k * sa_s1], qa1[d] = sa_row[sa_8 + k * sa_s1];
+                    qb[d] = sb_col[k * sb_s0];
+                }
                 for (int kt = 0; kt < KT; ++kt, ++it) {
                     const int s = it % STAGES;
                     mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
                     mma_tile_fresh(part, ring + s * SLOT, cw);
-                    const int kn = kt + 1 < KT ? kt + 1 : kt;
+                    const int kn = kt + SCALE_AHEAD < KT ? kt + SCALE_AHEAD : KT - 1;
                     const float na0 = sa_row[kn * sa_s1], na1 = sa_row[sa_8 + kn * sa_s1],
                                 nb = sb_col[kn * sb_s0];
+                    const float a0 = qa0[0], a1 = qa1[0], b = qb[0];
+#pragma unroll
+                    for (int d = 0; d + 1 < SCALE_AHEAD; ++d)
+                        qa0[d] = qa0[d + 1], qa1[d] = qa1[d + 1], qb[d] = qb[d + 1];
+                    qa0[SCALE_AHEAD - 1] = na0, qa1[SCALE_AHEAD - 1] = na1, qb[SCALE_AHEAD - 1] = nb;
                     wg_wait<0>();
                     const float f0 = a0 * b, f1 = a1 * b;
 #pragma unroll
@@ -454,7 +471,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         acc[j + 3] = fmaf(part[j + 3], f1, acc[j + 3]);
                     }
                     release(s);
-                    a0 = na0, a1 = na1, b = nb;
                 }
             }
 #else
