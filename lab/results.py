@@ -50,6 +50,10 @@ SUMMARY_SIZE = (4096, 4096, 4096)
 # Stages measured on the shapes they are built for rather than in the canonical square run
 # (Stage.square_run False in the registry: decode, whose page has its tables).
 OWN_SHAPES = tuple(s.name for s in STAGES if not s.square_run)
+# Precisions added after the canonical run (an NVIDIA H100, 2026-11-26): fp8 with row-wise and
+# block-wise scales, measured on DeepGEMM's shapes and 8192^3 on an H200 (docs/stages/
+# persistent.md, results/2026-11-29-h200/fp8-scaled.csv) until a new canonical run takes them
+AFTER_CANONICAL = ("fp8_row", "fp8_block")
 # Stages the canonical run measures at its square shapes although they are built for others
 # (Stage.built_for): the ladder picture leaves their square-shape bars out and writes these words
 # in their slot (gemv, C with one column or a few, runs at 1% of cuBLAS at 4096^3 by design;
