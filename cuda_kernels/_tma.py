@@ -195,7 +195,9 @@ class HopperStage:
         staging chunks per warpgroup (tma_tiles.cuh's C_STAGE_BYTES)."""
         store = self.store_allowed(c) if tma_store is None else tma_store
         staging = 2 * 64 * 128 * c[self.warpgroups] if store else 0
-        return c["STAGES"] * self.slot_lines(c, precision) * 128 + 1024 + staging
+        # fp8_block's SCALE_TMA switch: a ring of A's scales, BM floats per slot
+        scales = c["STAGES"] * 64 * c[self.warpgroups] * 4 if c.get("SCALE_TMA") else 0
+        return c["STAGES"] * self.slot_lines(c, precision) * 128 + 1024 + staging + scales
 
     def validate(self, params, precision: str | None = None) -> None:
         """LabError (one sentence) for an unknown parameter, a value outside `choices`, or a ring
@@ -333,6 +335,8 @@ class HopperStage:
         # the automatic CLUSTER: 1 for TMA stores straight into C, 2 through the buffer (there
         # the operands are copied too, and clusters of two measured faster: with_cluster)
         c = self.with_cluster(c, store and c_buf is None)
+        if c.get("SCALE_TMA") and not _scale_tma_fits(p):  # the bulk copy's alignment
+            c = {**c, "SCALE_TMA": 0}
         b = self.build(precision, w["layout"], group, c, store, c_trans=swap)
         cl = self.cluster_of(c)
         clusters = None
@@ -387,6 +391,16 @@ class HopperStage:
 
 
 # ------------------------------------------------------------------------------ the plan
+
+
+def _scale_tma_fits(p) -> bool:
+    """Whether fp8_block's A scales can be bulk-copied per k-tile (the SCALE_TMA switch):
+    M-major, 16-byte aligned columns, M a multiple of 4."""
+    if p.scales is None or get_precision(p.precision).scale != "block":
+        return False
+    sa = p.scales[0]
+    return (sa.stride(0) == 1 and (sa.stride(1) * 4) % 16 == 0 and sa.data_ptr() % 16 == 0
+            and p.M % 4 == 0)
 
 
 def kernel_layout(layout: str, precision: str, regs: bool = False) -> str:

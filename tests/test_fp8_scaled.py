@@ -178,9 +178,32 @@ def test_cuda_builds_compile_and_refuse_a_block_tile_across_scale_blocks():
         build = persistent.STAGE.build(precision, "nt", 8, {k: c[k] for k in persistent.STAGE.knobs})
         assert build.spill_bytes == 0, precision
     assert persistent.STAGE.defaults_for("fp8_block")["BN"] == 128
+    # the SCALE_TMA switch: A's scales by bulk copy into a ring of BM floats per slot
+    c = {k: v for k, v in persistent.STAGE.resolve({}, 4096, 7168, 16384, "fp8_block", 132).items()
+         if k in persistent.STAGE.knobs}
+    tma = {**c, "SCALE_TMA": 1}
+    assert persistent.STAGE.build("fp8_block", "nt", 8, tma).spill_bytes == 0
+    assert (persistent.STAGE.smem_bytes(tma, precision="fp8_block")
+            - persistent.STAGE.smem_bytes(c, precision="fp8_block")) == c["STAGES"] * 128 * 4
     with pytest.raises(LabError, match="BN must be 64 or 128"):
         persistent.OFFER.validate({"BN": 256}, "fp8_block")
     persistent.OFFER.validate({"BN": 256}, "fp8_row")
+
+
+def test_scale_tma_needs_m_major_aligned_scales():
+    from cuda_kernels._tma import _scale_tma_fits
+    from lab.base.describe import describe
+    from lab.base.needs import CUDA
+
+    a, b, (sa, sb) = chk.inputs_for("fp8_block", 64, 96, 256, 0, "cpu", "nt")
+    c = torch.empty((64, 96), dtype=torch.bfloat16)
+    assert sa.stride(0) == 1  # lab.check makes A's block scales M-major, as torch takes them
+    assert _scale_tma_fits(describe(a, b, c, CUDA, "fp8_block", (sa, sb)))
+    row_major = sa.contiguous()
+    assert not _scale_tma_fits(describe(a, b, c, CUDA, "fp8_block", (row_major, sb)))
+    a2, b2, (sa2, sb2) = chk.inputs_for("fp8_block", 66, 96, 256, 0, "cpu", "nt")  # M % 4 != 0
+    c2 = torch.empty((66, 96), dtype=torch.bfloat16)
+    assert not _scale_tma_fits(describe(a2, b2, c2, CUDA, "fp8_block", (sa2, sb2)))
 
 
 def test_block_tiles_lie_in_one_scale_block_and_hold_two_accumulators():

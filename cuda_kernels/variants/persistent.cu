@@ -53,6 +53,34 @@
 #define SCALES_STRIDED 0
 #endif
 #if defined(SCALE_BLOCK)
+// SCALE_TMA (a build switch, off by default): the producer copies each k-tile's BM scales of A
+// (M-major and 16-byte aligned, M a multiple of 4: the launcher builds it only then) into a small
+// ring beside the operands' with one bulk copy announced on the slot's barrier, and the consumers
+// read them from shared memory instead of loading them from global memory ahead of time
+#ifndef SCALE_TMA
+#define SCALE_TMA 0
+#endif
+#if SCALE_TMA
+// the slot barrier's expected bytes raised without an arrival (the producer's one arrival is
+// load_tile's arrive.expect_tx, issued after this)
+__device__ __forceinline__ void mbar_expect_tx_only(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+            "r"(dst),
+        "l"(reinterpret_cast<u64>(src)), "r"(bytes), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ float lds_f32(u32 addr) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+#endif
 #ifndef SCALE_AHEAD
 #define SCALE_AHEAD 2  // k-tiles ahead that fp8_block loads its scales (at least 1)
 #endif
@@ -310,6 +338,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // full[0..STAGES), empty[STAGES..2 STAGES), 3xTF32's ready[2 STAGES..3 STAGES)
     __shared__ alignas(8) u64 bars[(2 + SPLIT) * STAGES];
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
+#if defined(SCALE_BLOCK) && SCALE_TMA  // A's scales, BM floats per slot, after C's staging
+    const u32 scale_ring = ring + STAGES * SLOT + (TMA_STORE ? CONSUMERS * C_STAGE_BYTES : 0);
+#endif
     const u32 full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[STAGES]);
     // the barrier the consumers wait on: the TMA bytes landed (full), or (3xTF32) B split as well
     const u32 ready0 = SPLIT ? smem_u32(&bars[2 * STAGES]) : full0;
@@ -354,6 +385,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int kt = 0; kt < KT; ++kt, ++it) {
                     const int s = it % STAGES;
                     if (it >= STAGES) mbar_wait(empty0 + 8 * s, ((it / STAGES) - 1) & 1);
+#if defined(SCALE_BLOCK) && SCALE_TMA
+                    if (m0 < M) {  // A's scales of rows m0 .. of this k-tile, before the tile
+                        const int bytes = 4 * min(BM, M - m0);
+                        mbar_expect_tx_only(full0 + 8 * s, bytes);
+                        bulk_load(scale_ring + s * (4 * BM), scale_a + kt * sa_s1 + m0, bytes,
+                                  full0 + 8 * s);
+                    }
+#endif
                     if (CLUSTER > 1)
                         load_tile_multicast<CLUSTER>(&tma_a, &tma_b, ring + s * SLOT, full0 + 8 * s,
                                                      kt, m0, n0, rank);
@@ -454,7 +493,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     const int kn = kt + SCALE_AHEAD < KT ? kt + SCALE_AHEAD : KT - 1;
                     const float na0 = sa_row[kn * sa_s1], na1 = sa_row[sa_8 + kn * sa_s1],
                                 nb = sb_col[kn * sb_s0];
+#if SCALE_TMA  // A's scales from the slot's part of the scale ring (rows past M: 0)
+                    const u32 srow = scale_ring + s * (4 * BM) + 4 * (64 * cw + 16 * warp + (lane >> 2));
+                    const float a0 = r < M ? lds_f32(srow) : 0.f,
+                                a1 = r + 8 < M ? lds_f32(srow + 32) : 0.f, b = qb[0];
+#else
                     const float a0 = qa0[0], a1 = qa1[0], b = qb[0];
+#endif
 #pragma unroll
                     for (int d = 0; d + 1 < SCALE_AHEAD; ++d)
                         qa0[d] = qa0[d + 1], qa1[d] = qa1[d + 1], qb[d] = qb[d + 1];
