@@ -206,6 +206,15 @@ def test_scale_tma_needs_m_major_aligned_scales():
     assert not _scale_tma_fits(describe(a2, b2, c2, CUDA, "fp8_block", (sa2, sb2)))
 
 
+def test_the_triton_twin_runs_fp8_block_unflattened_unless_told():
+    from triton_kernels import persistent
+
+    assert persistent.resolve_config("fp8_block", {})["flatten"] is False
+    assert persistent.resolve_config("fp8_block", {"flatten": True})["flatten"] is True
+    assert persistent.resolve_config("fp8_row", {})["flatten"] is True
+    assert persistent.resolve_config("bf16", {})["flatten"] is True
+
+
 def test_block_tiles_lie_in_one_scale_block_and_hold_two_accumulators():
     from triton_kernels import persistent
 

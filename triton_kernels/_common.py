@@ -646,9 +646,14 @@ class TmaTwin:
                                  "subtile") if k in self.param_order)
 
     # ---------------------------------------------------------------- parameters
-    def given(self, params: dict) -> dict:
-        """The parameters with the defaults under them (automatic values still 0 and -1)."""
-        return {**self.defaults, **params}
+    def given(self, params: dict, precision: str | None = None) -> dict:
+        """The parameters with the defaults under them (automatic values still 0 and -1). A
+        parameter whose default is True or False (persistent's flatten) takes the value of
+        `precision`'s AUTO row where the row names one and `params` does not."""
+        row = self.auto.get(precision, {}) if precision else {}
+        own = {k: row[k] for k, d in self.defaults.items()
+               if isinstance(d, bool) and k in row and k not in params}
+        return {**self.defaults, **own, **params}
 
     def refusal(self, c: dict, precision: str) -> str | None:
         """Why concrete configuration `c` cannot run in `precision`, or None."""
@@ -662,7 +667,7 @@ class TmaTwin:
                sms: int = DEFAULT_SMS) -> dict:
         """The configuration that runs: the registry's order, automatic values made concrete for
         `precision` (and, given M and N, the shape: tma_resolve)."""
-        r = tma_resolve(self.given(params), self.auto[precision], self.fallbacks,
+        r = tma_resolve(self.given(params, precision), self.auto[precision], self.fallbacks,
                         lambda c: self.refusal(c, precision) is None, M=M, N=N, sms=sms)
         return {k: r[k] for k in self.param_order}
 
