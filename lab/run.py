@@ -613,7 +613,7 @@ def scaled_mm_launch(a, b, c, scales, fast_accum: bool = FP8_FAST_ACCUM, kind: s
 # given the lab's (M, K/128) and (K/128, N/128) tensors: torch's checks (ScaledBlas.cpp,
 # is_blockwise_1x128_scaling / is_blockwise_128x128_scaling) want A's scales M-major, and B's
 # checked on B^T, so K/128-major, with the other dimension rounded up to 4 in some versions
-def _col_major(x):
+def col_major(x):
     return x.t().contiguous().t()
 
 
@@ -628,9 +628,10 @@ def _padded_col_major(x):
 
 
 BLOCK_LAYOUTS = {
-    "A M-major, B K/128-major": lambda sa, sb: (_col_major(sa), _col_major(sb)),
-    "A M-major, B row-major": lambda sa, sb: (_col_major(sa), sb.contiguous()),
-    "A M-major, B K/128-major, lines of 4": lambda sa, sb: (_col_major(sa), _padded_col_major(sb)),
+    "A M-major, B K/128-major": lambda sa, sb: (col_major(sa), col_major(sb)),
+    "A M-major, B row-major": lambda sa, sb: (col_major(sa), sb.contiguous()),
+    "A M-major, B K/128-major, lines of 4": lambda sa, sb: (col_major(sa),
+                                                            _padded_col_major(sb)),
 }
 _BLOCK_RECIPE: dict = {}
 
@@ -687,6 +688,13 @@ def _run_cublas(a, b, ref, spec: RunSpec, base: dict, host=None, gpu=None, scale
     except Exception as exc:
         _error_row(row, exc)
     return row, (launch if row.status == "pass" else None)
+
+
+def cublas_launch(a, b, precision: str, scales=None):
+    """The cuBLAS call lab.compare's cuBLAS row times for these operands and precision (with
+    `scales` for the fp8 precisions; fp8_block's stand-in where this torch has no block-wise
+    call), as a launch callable that writes a C of its own."""
+    return _cublas_launch(a, b, precision, scales)
 
 
 def _unit_scales(a):

@@ -9,8 +9,9 @@
     sizes off every tile and off 128, a column-major C, and a planted defect (the scales of B
     read in the wrong order) caught by the check; a plan replays a second call with new scales.
 (d) On an sm_90 GPU: the compiled kernels (CUDA: cuda_kernels/variants/persistent.cu's
-    SCALE_ROW and SCALE_BLOCK builds, every switch), and the cuBLAS baselines (torch._scaled_mm row-wise;
-    block-wise where this torch's recipe computes the product, lab/run.py block_recipe).
+    SCALE_ROW and SCALE_BLOCK builds, every switch), and the cuBLAS baselines (torch._scaled_mm
+    row-wise; block-wise where this torch's recipe computes the product, lab/run.py
+    block_recipe).
 """
 
 from __future__ import annotations
@@ -175,7 +176,8 @@ def test_cuda_builds_compile_and_refuse_a_block_tile_across_scale_blocks():
 
     for precision in KINDS:
         c = persistent.STAGE.resolve({}, 4096, 7168, 16384, precision, 132)
-        build = persistent.STAGE.build(precision, "nt", 8, {k: c[k] for k in persistent.STAGE.knobs})
+        knobs = {k: c[k] for k in persistent.STAGE.knobs}
+        build = persistent.STAGE.build(precision, "nt", 8, knobs)
         assert build.spill_bytes == 0, precision
     assert persistent.STAGE.defaults_for("fp8_block")["BN"] == 128
     # the SCALE_TMA switch: A's scales by bulk copy into a ring of BM floats per slot

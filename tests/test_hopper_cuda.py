@@ -75,7 +75,10 @@ def test_builds_compile_without_spills_and_issue_hgmma_and_tma(stage, precision,
     # fp8's wgmma (e4m3 x e4m3, k = 32) is QGMMA in the SASS, the others HGMMA
     mma = {"bf16": r"HGMMA\.64x256x16\.F32\.BF16", "fp16": r"HGMMA\.64x256x16\.F32",
            "tf32": r"HGMMA\.64x256x8\.F32\.TF32", "3xtf32": r"HGMMA\.64x128x8\.F32\.TF32",
-           "fp8": r"QGMMA\.64x256x32\.F32\.E4M3\.E4M3"}[precision]
+           "fp8": r"QGMMA\.64x256x32\.F32\.E4M3\.E4M3",
+           "fp8_row": r"QGMMA\.64x256x32\.F32\.E4M3\.E4M3",
+           # two accumulator sets (the k-tile's product beside the sum): a 128-column tile
+           "fp8_block": r"QGMMA\.64x128x32\.F32\.E4M3\.E4M3"}[precision]
     assert re.search(mma, text), "no wgmma of the tile's shape and type in the SASS"
     assert "UTMALDG.2D" in text, "no TMA load in the SASS"
     assert ("USETMAXREG" in text) == (stage != "tma_wgmma")

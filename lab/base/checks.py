@@ -4,7 +4,8 @@
 supports, one device for all three (a CUDA GPU for CUDA stages), an output whose elements do not
 overlap each other (no broadcast `expand()`ed C) nor an input, and sizes and strides that fit the
 32-bit integers the kernels take them as (lab/base/index_range.py). `scales_for`: the fp8
-precisions' scales (per tensor, per row, per block), checked and made tensors. Every refusal is one LabError sentence.
+precisions' scales (per tensor, per row, per block), checked and made tensors. Every refusal is
+one LabError sentence.
 """
 
 from __future__ import annotations

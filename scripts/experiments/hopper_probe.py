@@ -10,8 +10,8 @@ Each check runs the launcher's `launch(problem, precision, group, config)` for t
 NVRTC as a define) and compares C with float64 of the inputs (lab.check.compare). Each timing is
 lab.timing.bench_adjacent: the launch and torch.matmul at the same precision (tf32: TF32
 allowed; the fp8 precisions: torch._scaled_mm as lab.compare's cuBLAS row, lab/run.py
-_cublas_launch) interleaved, L2 flushed. Needs an
-sm_90 GPU. One line per row on stdout; --out DIR also writes probe.csv.
+cublas_launch) interleaved, L2 flushed. Needs an sm_90 GPU. One line per row on stdout; --out DIR
+also writes probe.csv.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
 
     from lab.check import compare, inputs_for, reference
     from lab.base.dtypes import OUT_DTYPE_NAMES
-    from lab.run import _cublas_launch
+    from lab.run import cublas_launch
     from lab.timing import bench_adjacent
 
     mod = importlib.import_module(f"cuda_kernels.{args.stage}")
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
                     if timed and res.passed:
                         torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
                         cb = torch.empty_like(c)
-                        blas = (_cublas_launch(a, b, prec, scales) if scales is not None
+                        blas = (cublas_launch(a, b, prec, scales) if scales is not None
                                 else lambda: torch.matmul(a, b, out=cb))
                         t, base = bench_adjacent(launch, blas)
                         torch.backends.cuda.matmul.allow_tf32 = False

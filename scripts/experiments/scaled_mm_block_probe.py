@@ -12,7 +12,7 @@ the other ways round (to name a product that is wrong in a known way). Prints on
 import torch
 
 from lab import check as chk
-from lab.run import BLOCK_LAYOUTS, _col_major
+from lab.run import BLOCK_LAYOUTS, col_major
 
 
 def rel(x, ref):
@@ -36,9 +36,9 @@ def main():
     refs["no A scales"] = chk.reference(a, b, (torch.ones_like(sa), sb))
     layouts = dict(BLOCK_LAYOUTS)
     layouts["A row-major, B row-major"] = lambda x, y: (x.contiguous(), y.contiguous())
-    layouts["A row-major, B K/128-major"] = lambda x, y: (x.contiguous(), _col_major(y))
+    layouts["A row-major, B K/128-major"] = lambda x, y: (x.contiguous(), col_major(y))
     layouts["A M-major, B as (N/128, K/128) row-major"] = lambda x, y: (
-        _col_major(x), y.t().contiguous())
+        col_major(x), y.t().contiguous())
     for name, layout in layouts.items():
         for fast in (False, True):
             try:
