@@ -174,7 +174,7 @@ class HopperStage:
         """The automatic row of `precision` (3xtf32: split_defaults over the others'; fp8_block:
         BN 128)."""
         extra = self.split_defaults if precision == "3xtf32" else {}
-        if precision == "fp8_block":
+        if precision and get_precision(precision).scale == "block":
             extra = {"BN": BLOCK_BN[-1]}
         return {**self.defaults, **extra}
 
@@ -217,7 +217,7 @@ class HopperStage:
         if not _int(group) or group < 1:
             raise LabError(f"{where}: group must be a positive integer")
         c = self.config(precision, **params)
-        if precision == "fp8_block" and c["BN"] not in BLOCK_BN:
+        if precision and get_precision(precision).scale == "block" and c["BN"] not in BLOCK_BN:
             raise LabError(f"{where}: in fp8_block a tile lies in one of B's 128-column scale "
                            f"blocks, so BN must be 64 or 128 (0: 128)")
         cl = self.cluster_of(c)

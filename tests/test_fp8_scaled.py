@@ -136,6 +136,22 @@ def test_persistent_triton_computes_the_scaled_product(interpreter, precision, l
 
 
 @pytest.mark.parametrize("precision", KINDS)
+def test_dimensions_of_one_odd_sizes_and_sliced_operands(interpreter, precision):
+    for M, N, K in ((1, 64, 256), (64, 1, 256), (64, 64, 1), (1, 1, 1), (3, 5, 7)):
+        a, b, scales = chk.inputs_for(precision, M, N, K, 0, "cpu", "nt")
+        c = _run(a, b, scales, precision)
+        assert chk.compare(c, chk.reference(a, b, scales), K, precision).passed, (M, N, K)
+    M, N, K = 70, 96, 256  # views into larger tensors, at offsets
+    big_a, big_b, _ = chk.inputs_for(precision, M + 5, N + 3, K + 32, 1, "cpu", "nn")
+    a, b = big_a[5:, 32:], big_b[32:, 3:]
+    gen = torch.Generator().manual_seed(2)
+    scales = tuple(torch.rand(shape, generator=gen) + 0.5
+                   for shape in scale_shapes(KINDS[precision], M, N, K))
+    c = _run(a, b, scales, precision)
+    assert chk.compare(c, chk.reference(a, b, scales), K, precision).passed
+
+
+@pytest.mark.parametrize("precision", KINDS)
 def test_a_column_major_c_and_a_wide_tile(interpreter, precision):
     M, N, K = 70, 150, 256
     a, b, scales = chk.inputs_for(precision, M, N, K, 4, "cpu", "nt")
