@@ -1,5 +1,7 @@
 """Launcher for cuda_kernels/persistent.cu: warp_specialized's producer and consumers in one
-resident block per SM that walks the output tiles (sm_90a), in bf16, fp16, tf32, 3xtf32 and fp8.
+resident block per SM that walks the output tiles (sm_90a), in bf16, fp16, tf32, 3xtf32 and fp8,
+and fp8 with row-wise and block-wise scales (fp8_row, fp8_block: the variant file's SCALE_ROW and
+SCALE_BLOCK builds).
 
 The operand plan, the tensor maps and the launch are cuda_kernels/_tma.py's; the grid is its
 PERSISTENT schedule. persistent.cu is the lesson: the tile walk over warp_specialized's kernel, one
@@ -34,7 +36,8 @@ from cuda_kernels._tma import PERSISTENT, HopperStage
 def lesson_case(defines: dict, layout: str) -> bool:
     """Whether persistent.cu (the lesson) is the build for these defines and the layout the kernel
     reads: one block per cluster (CLUSTER=1), C stored from registers (TMA_STORE=0, not
-    C_TRANS), and not TF32 with an M-major A (A through registers)."""
+    C_TRANS), not TF32 with an M-major A (A through registers), and not fp8 with row-wise or
+    block-wise scales (SCALE_ROW, SCALE_BLOCK)."""
     return (defines.get("CLUSTER") == 1 and defines.get("TMA_STORE") == 0
             and not defines.get("C_TRANS") and not ("PREC_TF32" in defines and layout[0] == "t")
             and not defines.get("SCALE_ROW") and not defines.get("SCALE_BLOCK"))

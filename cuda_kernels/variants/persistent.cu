@@ -14,7 +14,12 @@
 //   - TF32 with an M-major A (A_REGS: layouts tt, and nn as C^T = B^T A^T, C_TRANS): A's fragments
 //     from the landed TMA tile into registers and the register-A wgmma (a_frags_mn, mma_tile_rs,
 //     store_acc_t below; "Variant: TF32 without a copy").
-// Each is a define the launcher sets. With all three off this is persistent.cu's kernel (the walk
+//   - fp8 with row-wise or block-wise scales (SCALE_ROW, SCALE_BLOCK beside PREC_FP8; precisions
+//     fp8_row and fp8_block): row scales multiply the accumulators in the epilogue
+//     (scale_rows_cols); block scales promote each k-tile's product into the fp32 sum
+//     (mma_tile_fresh, then the consumer's loop; docs/stages/persistent.md, "fp8 with row-wise and
+//     block-wise scales").
+// Each is a define the launcher sets. With all of them off this is persistent.cu's kernel (the walk
 // written as tile_of over cluster tiles, WALK), and its builds of that case are persistent.cu's
 // instruction for instruction (tests/test_lessons_hopper.py). Read persistent.cu first: its header
 // describes the tile walk, the ring across tiles and the launch. This file is the former
