@@ -50,6 +50,10 @@ PRECISIONS = ("bf16", "fp16", "tf32", "fp8")  # every TMA stage's; 3xtf32 where 
 SCALED_PRECISIONS = ("fp8_row", "fp8_block")
 SCALE_DEFINES = {"row": "SCALE_ROW", "block": "SCALE_BLOCK"}  # beside fp8's PREC_FP8
 BLOCK_BN = (64, 128)  # fp8_block's tile lies in one of B's 128-column scale blocks
+# fp8_block's automatic row takes three consumer warpgroups (a 192 x 128 tile) where a stage offers
+# them (persistent): each waits for its k-tile's wgmma before promoting it, and a third warpgroup
+# keeps the tensor cores fed meanwhile. On an H200 (results/2026-11-30-h200/fp8-block-consumers.csv)
+# three ran DeepGEMM's shapes at M = 4096 and 8192^3 1.05-1.51x faster than two.
 DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16", "fp8", *SCALED_PRECISIONS)
 # A's and B's element, and C's (the operands', but fp8's C is bfloat16): lab/base/precisions.py
 ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16", "fp8", *SCALED_PRECISIONS)
@@ -176,6 +180,8 @@ class HopperStage:
         extra = self.split_defaults if precision == "3xtf32" else {}
         if precision and get_precision(precision).scale == "block":
             extra = {"BN": BLOCK_BN[-1]}
+            if 3 in self.choices.get(self.warpgroups, ()):
+                extra[self.warpgroups] = 3  # measured: BLOCK_BN's note
         return {**self.defaults, **extra}
 
     def config(self, precision: str | None = None, **params) -> dict:
@@ -220,6 +226,9 @@ class HopperStage:
         if precision and get_precision(precision).scale == "block" and c["BN"] not in BLOCK_BN:
             raise LabError(f"{where}: in fp8_block a tile lies in one of B's 128-column scale "
                            f"blocks, so BN must be 64 or 128 (0: 128)")
+        if c[self.warpgroups] == 3 and c["BN"] > 128:
+            raise LabError(f"{where}: three consumer warpgroups hold 160 registers a thread, too "
+                           f"few for BN={c['BN']}'s accumulators, so BN must be 64 or 128")
         cl = self.cluster_of(c)
         if cl > 1 and c["BN"] % (64 * cl):
             raise LabError(f"{where}: a cluster of {cl} blocks splits each B tile into {cl} "

@@ -36,17 +36,19 @@ from cuda_kernels._tma import PERSISTENT, HopperStage
 def lesson_case(defines: dict, layout: str) -> bool:
     """Whether persistent.cu (the lesson) is the build for these defines and the layout the kernel
     reads: one block per cluster (CLUSTER=1), C stored from registers (TMA_STORE=0, not
-    C_TRANS), not TF32 with an M-major A (A through registers), and not fp8 with row-wise or
-    block-wise scales (SCALE_ROW, SCALE_BLOCK)."""
+    C_TRANS), not TF32 with an M-major A (A through registers), not fp8 with row-wise or
+    block-wise scales (SCALE_ROW, SCALE_BLOCK), and at most two consumer warpgroups (three
+    share the registers differently: the variant file's CONSUMERS == 3)."""
     return (defines.get("CLUSTER") == 1 and defines.get("TMA_STORE") == 0
             and not defines.get("C_TRANS") and not ("PREC_TF32" in defines and layout[0] == "t")
-            and not defines.get("SCALE_ROW") and not defines.get("SCALE_BLOCK"))
+            and not defines.get("SCALE_ROW") and not defines.get("SCALE_BLOCK")
+            and defines.get("CONSUMERS", 2) < 3)
 
 
 STAGE = HopperStage(
     "persistent", "persistent.cu", "matmul_persistent", warpgroups="CONSUMERS",
     defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 0, "STORE": 1},
-    choices={"CONSUMERS": (0, 1, 2), "BN": (0, 64, 128, 192, 256),
+    choices={"CONSUMERS": (0, 1, 2, 3), "BN": (0, 64, 128, 192, 256),
              "STAGES": (0, 2, 3, 4, 5, 6, 7, 8), "CLUSTER": (0, 1, 2), "STORE": (0, 1, 2)},
     producer=True, schedule=PERSISTENT, tma_store=True, lesson_case=lesson_case,
     # 3xtf32: a 128 x 128 tile, the most a consumer's registers hold with a fresh sum beside the

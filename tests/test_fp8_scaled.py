@@ -195,14 +195,25 @@ def test_cuda_builds_compile_and_refuse_a_block_tile_across_scale_blocks():
         knobs = {k: c[k] for k in persistent.STAGE.knobs}
         build = persistent.STAGE.build(precision, "nt", 8, knobs)
         assert build.spill_bytes == 0, precision
-    assert persistent.STAGE.defaults_for("fp8_block")["BN"] == 128
+    d = persistent.STAGE.defaults_for("fp8_block")
+    assert (d["BN"], d["CONSUMERS"]) == (128, 3)  # a 192 x 128 tile: three consumer warpgroups
+    assert persistent.STAGE.defaults_for("fp8")["CONSUMERS"] == 2
+    # two consumers (the tile of the per-tensor builds) and 64-column tiles build spill-free too
+    for extra in ({"CONSUMERS": 2}, {"BN": 64}):
+        knobs = {k: c[k] for k in persistent.STAGE.knobs}
+        assert persistent.STAGE.build("fp8_block", "nt", 8, {**knobs, **extra}).spill_bytes == 0
+    # three consumers share the registers differently: never the lesson's build
+    assert not persistent.lesson_case({"CLUSTER": 1, "TMA_STORE": 0, "CONSUMERS": 3}, "nn")
+    assert persistent.lesson_case({"CLUSTER": 1, "TMA_STORE": 0, "CONSUMERS": 2}, "nn")
+    with pytest.raises(LabError, match="three consumer warpgroups hold 160 registers"):
+        persistent.OFFER.validate({"CONSUMERS": 3, "BN": 256}, "bf16")
     # the SCALE_TMA switch: A's scales by bulk copy into a ring of BM floats per slot
     c = {k: v for k, v in persistent.STAGE.resolve({}, 4096, 7168, 16384, "fp8_block", 132).items()
          if k in persistent.STAGE.knobs}
     tma = {**c, "SCALE_TMA": 1}
     assert persistent.STAGE.build("fp8_block", "nt", 8, tma).spill_bytes == 0
     assert (persistent.STAGE.smem_bytes(tma, precision="fp8_block")
-            - persistent.STAGE.smem_bytes(c, precision="fp8_block")) == c["STAGES"] * 128 * 4
+            - persistent.STAGE.smem_bytes(c, precision="fp8_block")) == c["STAGES"] * 192 * 4
     with pytest.raises(LabError, match="BN must be 64 or 128"):
         persistent.OFFER.validate({"BN": 256}, "fp8_block")
     persistent.OFFER.validate({"BN": 256}, "fp8_row")

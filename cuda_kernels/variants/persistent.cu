@@ -33,6 +33,10 @@
 #ifndef CONSUMERS
 #define CONSUMERS 2
 #endif
+#if CONSUMERS == 3 && !defined(PRODUCER_REGS)  // 512 threads: 24 + 3 x 160 registers per lane
+#define PRODUCER_REGS 24
+#define CONSUMER_REGS 160
+#endif
 #ifndef CLUSTER
 #define CLUSTER 2
 #endif
@@ -93,15 +97,20 @@ static_assert(SCALE_AHEAD >= 1 && SCALE_AHEAD <= 8, "SCALE_AHEAD must be 1..8");
 static_assert(BN == 64 || BN == 128, "fp8_block: a tile lies in one 128-column scale block of B");
 static_assert(BK == 128, "fp8_block: a k-tile is one 128-long scale block of K");
 // fp8_block: a warpgroup's k-tile product alone in `part` (its first wgmma overwrites D,
-// scale-d 0), one commit group; the caller scales it into the accumulators (promotion)
-__device__ __forceinline__ void mma_tile_fresh(float* part, u32 slot, int wg) {
+// scale-d 0), one commit group; the caller scales it into the accumulators (promotion). `da`, `db`:
+// the low words of the descriptors of the k-tile's first k-step (a_desc, b_desc: their high words
+// are the same constant, K-major with the 128-byte swizzle); a k-step starts 32 bytes on, 2 in the
+// address field, so the loop adds small numbers instead of building each descriptor
+constexpr u64 DESC_HI = (static_cast<u64>(1024 >> 4) << 32) | (static_cast<u64>(1) << 62);  // hopper.cuh's gmma_desc
+__device__ __forceinline__ void mma_tile_fresh(float* part, u32 da, u32 db) {
     wg_fence();
 #pragma unroll
     for (int j = 0; j < NSTEP; ++j) {
+        const u64 a = DESC_HI | (da + 2 * j), b = DESC_HI | (db + 2 * j);
         if constexpr (BN == 64)
-            wgmma_ss_e4m3_n64(part, a_desc(slot, wg, j), b_desc(slot, j), j > 0);
+            wgmma_ss_e4m3_n64(part, a, b, j > 0);
         else
-            wgmma_ss_e4m3_n128(part, a_desc(slot, wg, j), b_desc(slot, j), j > 0);
+            wgmma_ss_e4m3_n128(part, a, b, j > 0);
     }
     wg_commit();
 }
@@ -431,6 +440,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         };
         float acc[ACC];
 #if defined(SCALE_BLOCK)
+        // slot 0's descriptors of this warpgroup's A rows and of the B tile; slot s adds
+        // s * SLOT / 16 (the shuffle tells ptxas the warpgroup is the same in every lane)
+        const int cwu = __shfl_sync(0xffffffffu, cw, 0);
+        const u32 da0 = static_cast<u32>(a_desc(ring, cwu, 0)), db0 = static_cast<u32>(b_desc(ring, 0));
         float part[ACC];  // fp8_block: a k-tile's product before its promotion
 #pragma unroll
         for (int i = 0; i < ACC; ++i) part[i] = 0.f;
@@ -469,18 +482,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             // fp8_block: each k-tile's product alone in `part`, waited for, then scaled by its
             // rows' 1 x 128 scales of A and the tile's 128 x 128 scale of B and added into acc in
             // fp32 (the promotion), as DeepGEMM does; while one consumer warpgroup promotes, the
-            // other's wgmma can keep the tensor cores busy. (A second set of products, the next k-tile's wgmma
-            // issued before this one's promotion, makes ptxas serialize every wgmma: C7514,
-            // "non wgmma instructions reading accumulator registers" inside a pipeline stage.)
+            // other's wgmma can keep the tensor cores busy. (A second set of products, the next
+            // k-tile's wgmma issued before this one's promotion, makes ptxas serialize every wgmma:
+            // C7514, "non wgmma instructions reading accumulator registers" inside a pipeline
+            // stage.) The wgmma wait exposes every instruction of the loop, so it is written for
+            // few: the slot, its phase, the descriptors and the scale pointers step along instead
+            // of being computed from the k-tile's index (Nsight Compute on the H200: the loop's
+            // integer work, not the FFMAs alone, kept the tensor pipe idle).
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
             {
                 // rows past M read row 0's scales: their products are 0 (TMA fills A's rows
                 // past M with zeros), so no load or promotion branches on the row
                 const int r = (bm * CLUSTER + rank) * BM + 64 * cw + 16 * warp + (lane >> 2);
-                const float* sa_row = scale_a + (r < M ? r : 0) * sa_s0;
+                const float* pa = scale_a + (r < M ? r : 0) * sa_s0;
                 const long long sa_8 = r + 8 < M ? 8 * sa_s0 : 0;
-                const float* sb_col = scale_b + (bn * BN / 128) * sb_s1;
+                const float* pb = scale_b + (bn * BN / 128) * sb_s1;
                 // the scales of k-tiles kt .. kt + SCALE_AHEAD - 1, loaded SCALE_AHEAD k-tiles
                 // before their use: a load of global memory takes longer than a k-tile's wgmma,
                 // and Nsight Compute showed the promotion waiting on it with one k-tile ahead
@@ -488,18 +505,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
                 for (int d = 0; d < SCALE_AHEAD; ++d) {
                     const int k = d < KT ? d : KT - 1;
-                    qa0[d] = sa_row[k * sa_s1], qa1[d] = sa_row[sa_8 + k * sa_s1];
-                    qb[d] = sb_col[k * sb_s0];
+                    qa0[d] = pa[k * sa_s1], qa1[d] = pa[sa_8 + k * sa_s1], qb[d] = pb[k * sb_s0];
                 }
-                for (int kt = 0; kt < KT; ++kt, ++it) {
-                    const int s = it % STAGES;
-                    mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-                    mma_tile_fresh(part, ring + s * SLOT, cw);
-                    const int kn = kt + SCALE_AHEAD < KT ? kt + SCALE_AHEAD : KT - 1;
-                    const float na0 = sa_row[kn * sa_s1], na1 = sa_row[sa_8 + kn * sa_s1],
-                                nb = sb_col[kn * sb_s0];
+                // pa, pb: at the k-tile the loop loads next (the last k-tile once past it)
+                const int ahead = SCALE_AHEAD < KT ? SCALE_AHEAD : KT - 1;
+                pa += ahead * sa_s1, pb += ahead * sb_s0;
+                int s = it % STAGES;
+                u32 phase = (it / STAGES) & 1, off = s * (SLOT / 16);
+#if SCALE_TMA  // A's scales of this thread's rows in slot 0's part of the scale ring
+                const u32 srow0 = scale_ring + 4 * (64 * cw + 16 * warp + (lane >> 2));
+#endif
+                for (int kt = 0; kt < KT; ++kt) {
+                    mbar_wait(full0 + 8 * s, phase);
+                    mma_tile_fresh(part, da0 + off, db0 + off);  // the slot's descriptors
+                    const float na0 = pa[0], na1 = pa[sa_8], nb = pb[0];
+                    if (kt + ahead + 1 < KT) pa += sa_s1, pb += sb_s0;
 #if SCALE_TMA  // A's scales from the slot's part of the scale ring (rows past M: 0)
-                    const u32 srow = scale_ring + s * (4 * BM) + 4 * (64 * cw + 16 * warp + (lane >> 2));
+                    const u32 srow = srow0 + s * (4 * BM);
                     const float a0 = r < M ? lds_f32(srow) : 0.f,
                                 a1 = r + 8 < M ? lds_f32(srow + 32) : 0.f, b = qb[0];
 #else
@@ -521,7 +543,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                         acc[j + 3] = fmaf(part[j + 3], f1, acc[j + 3]);
                     }
                     release(s);
+                    if (++s == STAGES) s = 0, phase ^= 1, off = 0;
+                    else off += SLOT / 16;
                 }
+                it += KT;
             }
 #else
 #pragma unroll
