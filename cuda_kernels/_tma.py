@@ -53,7 +53,7 @@ BLOCK_BN = (64, 128)  # fp8_block's tile lies in one of B's 128-column scale blo
 # fp8_block's automatic row takes three consumer warpgroups (a 192 x 128 tile) where a stage offers
 # them (persistent): each waits for its k-tile's wgmma before promoting it, and a third warpgroup
 # keeps the tensor cores fed meanwhile. On an H200 (results/2026-11-30-h200/fp8-block-consumers.csv)
-# three ran DeepGEMM's shapes at M = 4096 and 8192^3 1.05-1.51x faster than two.
+# three ran DeepGEMM's shapes at M = 4096 and 8192^3 1.03-1.52x faster than two.
 DEFINES = cuda_defines("tf32", "3xtf32", "bf16", "fp16", "fp8", *SCALED_PRECISIONS)
 # A's and B's element, and C's (the operands', but fp8's C is bfloat16): lab/base/precisions.py
 ELEM_BYTES = elem_bytes("tf32", "3xtf32", "bf16", "fp16", "fp8", *SCALED_PRECISIONS)

@@ -257,11 +257,11 @@ def hopper_triton(persistent: bool = False) -> tuple[Param, ...]:
     """The Triton twins of the TMA stages: tiles, pipeline depth, and the copies and stores that
     Triton 3.6's wgmma lowering calls for (triton_kernels/tma_wgmma.py, persistent.py)."""
     stages = "3; 4 for 3xtf32" if persistent else "4; 3 for 3xtf32"
-    extra = (Param("flatten", True, (False, True),
+    extra = (Param("flatten", -1, (-1, 0, 1),
                    "Triton: fuse the tile loop and the k-loop into one pipelined loop "
                    "(tl.range flatten=True), so that the next tile's loads are issued before this "
-                   "tile's C store (off by default in fp8_block, where it measured slower)",
-                   ("triton",)),) if persistent else ()
+                   "tile's C store (-1: per precision, on; off in fp8_block, where it measured "
+                   "slower)", ("triton",)),) if persistent else ()
     return (
         Param("BLOCK_M", 128, (64, 128, 256), "Triton block tile rows", ("triton",)),
         Param("BLOCK_N", 0, (0, 64, 128, 256),

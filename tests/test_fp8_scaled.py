@@ -242,6 +242,16 @@ def test_the_triton_twin_runs_fp8_block_unflattened_unless_told():
     assert persistent.resolve_config("fp8_block", {"flatten": True})["flatten"] is True
     assert persistent.resolve_config("fp8_row", {})["flatten"] is True
     assert persistent.resolve_config("bf16", {})["flatten"] is True
+    # lab.matmul and lab.compare pass every registry parameter, the defaults included
+    # (Variant.params_for): the registry's automatic -1 must leave the choice to the precision
+    from lab.stages import Variant, get_stage
+
+    every = Variant(get_stage("persistent"), get_stage("persistent").defaults()).params_for("triton")
+    assert "flatten" in every
+    assert persistent.resolve_config("fp8_block", every)["flatten"] is False
+    assert persistent.resolve_config("fp8", every)["flatten"] is True
+    with pytest.raises(LabError, match="flatten must be -1"):
+        persistent.OFFER.validate({"flatten": 2}, "fp8")
 
 
 def test_block_tiles_lie_in_one_scale_block_and_hold_two_accumulators():

@@ -446,8 +446,8 @@ def _pow2(x) -> bool:
 def tma_param_refusal(c: dict, switches: tuple[str, ...]) -> str | None:
     """Why the TMA twins cannot take the parameters `c` (automatic values, 0 and -1, allowed), in
     words that follow "<stage> (Triton) with ...: ", or None. `switches`: the -1/0/1 parameters."""
-    for name in switches:
-        if not _is_int(c[name]) or c[name] not in (AUTO_SWITCH, 0, 1):
+    for name in switches:  # True and False stand for 1 and 0
+        if not (_is_int(c[name]) or isinstance(c[name], bool)) or c[name] not in (AUTO_SWITCH, 0, 1):
             return f"{name} must be -1 (automatic), 0 or 1"
     tiles = (c["BLOCK_M"], c["BLOCK_N"] or 64, c["BLOCK_K"] or 16)
     if not all(_pow2(t) and 16 <= t <= 256 for t in tiles) or c["BLOCK_M"] < 64:
@@ -623,8 +623,7 @@ class TmaTwin:
     limits: the stage's own limits beside tma_param_refusal's, as data, each with the reason its
         refusal gives (limit_refusal: num_warps, min_stages, rows_per_warp; kmajor_only: the
         precisions whose operands the kernel reads K-major only, so kmajor=0 is refused
-        there). A parameter whose default is a bool (persistent's flatten) takes True or False
-        (0 or 1). A refusal of a concrete tile names the tile, the warps, the ring's depth and,
+        there). A refusal of a concrete tile names the tile, the warps, the ring's depth and,
         where the stage has it, subtile. interpreted: False for a Gluon kernel, which the
         Triton interpreter cannot run: setup() refuses CPU tensors."""
 
@@ -646,14 +645,9 @@ class TmaTwin:
                                  "subtile") if k in self.param_order)
 
     # ---------------------------------------------------------------- parameters
-    def given(self, params: dict, precision: str | None = None) -> dict:
-        """The parameters with the defaults under them (automatic values still 0 and -1). A
-        parameter whose default is True or False (persistent's flatten) takes the value of
-        `precision`'s AUTO row where the row names one and `params` does not."""
-        row = self.auto.get(precision, {}) if precision else {}
-        own = {k: row[k] for k, d in self.defaults.items()
-               if isinstance(d, bool) and k in row and k not in params}
-        return {**self.defaults, **own, **params}
+    def given(self, params: dict) -> dict:
+        """The parameters with the defaults under them (automatic values still 0 and -1)."""
+        return {**self.defaults, **params}
 
     def refusal(self, c: dict, precision: str) -> str | None:
         """Why concrete configuration `c` cannot run in `precision`, or None."""
@@ -667,7 +661,7 @@ class TmaTwin:
                sms: int = DEFAULT_SMS) -> dict:
         """The configuration that runs: the registry's order, automatic values made concrete for
         `precision` (and, given M and N, the shape: tma_resolve)."""
-        r = tma_resolve(self.given(params, precision), self.auto[precision], self.fallbacks,
+        r = tma_resolve(self.given(params), self.auto[precision], self.fallbacks,
                         lambda c: self.refusal(c, precision) is None, M=M, N=N, sms=sms)
         return {k: r[k] for k in self.param_order}
 
@@ -686,10 +680,6 @@ class TmaTwin:
             raise LabError(f"{where}: the precision must be one of {', '.join(self.auto)}, not "
                            f"{precision}")
         why = tma_param_refusal(given, self.switches) or limit_refusal(given, self.limits or {})
-        for k, default in self.defaults.items():  # a switch of True or False (flatten)
-            if isinstance(default, bool) and not why and not (isinstance(given[k], bool)
-                                                              or given[k] in (0, 1)):
-                why = f"{k} must be True or False"
         if why:
             raise LabError(f"{where}: {why}")
         for prec in (precision,) if precision else tuple(self.auto):

@@ -84,7 +84,7 @@ Triton interpreter (CPU tensors) the loop runs as written, to check the numbers 
 the interpreter's tl.dot decodes float8 tiles to fp16 and multiplies them in fp32, exactly).
 
 Knobs: BLOCK_M (128), BLOCK_N (0), BLOCK_K (0), GROUP_M (8), num_warps (8), num_stages (0), kmajor
-(-1), subtile (-1), flatten (True; False in fp8_block, its AUTO row). The automatic values (AUTO,
+(-1), subtile (-1), flatten (-1: True; False in fp8_block). The automatic values (AUTO,
 per precision; resolve()), chosen so that the ring and C's staging tile fit in 227 KiB together:
     precision   BLOCK_N   BLOCK_K            num_stages   kmajor   subtile   shared memory
     bf16, fp16  256       64 (128 bytes)     3            0        0         212,992 bytes
@@ -110,20 +110,26 @@ from triton_kernels.variants import persistent as variant
 STAGE = "persistent"
 PARAM_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "kmajor",
                "subtile", "flatten")
-SWITCHES = ("kmajor", "subtile")
+SWITCHES = ("kmajor", "subtile", "flatten")
 DEFAULTS = {"BLOCK_M": 128, "BLOCK_N": 0, "BLOCK_K": 0, "GROUP_M": 8, "num_warps": 8,
-            "num_stages": 0, "kmajor": -1, "subtile": -1, "flatten": True}
+            "num_stages": 0, "kmajor": -1, "subtile": -1, "flatten": -1}
 AUTO = {
-    "bf16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 3, "kmajor": 0, "subtile": 0},
-    "fp16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 3, "kmajor": 0, "subtile": 0},
-    "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 3, "kmajor": 1, "subtile": 1},
-    "3xtf32": {"BLOCK_N": 128, "BLOCK_K": 32, "num_stages": 4, "kmajor": 1, "subtile": 0},
-    "fp8": {"BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 3, "kmajor": 1, "subtile": 0},
+    "bf16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 3, "kmajor": 0, "subtile": 0,
+             "flatten": True},
+    "fp16": {"BLOCK_N": 256, "BLOCK_K": 64, "num_stages": 3, "kmajor": 0, "subtile": 0,
+             "flatten": True},
+    "tf32": {"BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 3, "kmajor": 1, "subtile": 1,
+             "flatten": True},
+    "3xtf32": {"BLOCK_N": 128, "BLOCK_K": 32, "num_stages": 4, "kmajor": 1, "subtile": 0,
+               "flatten": True},
+    "fp8": {"BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 3, "kmajor": 1, "subtile": 0,
+            "flatten": True},
     # the variant's scaled fp8 (variants/persistent.py): row scales in the epilogue, fp8's tile;
     # block scales promote each k-step into a second fp32 accumulator, so a 128-column tile
-    "fp8_row": {"BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 3, "kmajor": 1, "subtile": 0},
-    # and the k-loop on its own (flatten off): 54% of the stand-in against 48% flattened on the
-    # H200 (results/2026-11-29-h200/fp8-scaled.csv)
+    "fp8_row": {"BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 3, "kmajor": 1, "subtile": 0,
+                "flatten": True},
+    # and the k-loop on its own (flatten off): 53.7% of the stand-in against 47.4% flattened on
+    # the H200 (geometric means, results/2026-11-30-h200/fp8-scaled.csv)
     "fp8_block": {"BLOCK_N": 128, "BLOCK_K": 128, "num_stages": 4, "kmajor": 1, "subtile": 0,
                   "flatten": False},
 }
