@@ -626,10 +626,11 @@ STAGES: tuple[Stage, ...] = (
         "across tiles (each tile's stores overlap the next tile's loads), and clusters of two "
         "blocks share each B tile through TMA multicast",
         params=(
-            Param("CONSUMERS", 0, (0, 1, 2),
-                  "consumer warpgroups per block, 64 rows each (0: 2)", ("cuda",)),
+            Param("CONSUMERS", 0, (0, 1, 2, 3),
+                  "consumer warpgroups per block, 64 rows each (0: 2; 3 for fp8_block; 3 takes "
+                  "BN 64 or 128)", ("cuda",)),
             Param("BN", 0, (0, 64, 128, 192, 256),
-                  "block tile columns (0: 256; 128 for 3xtf32)", ("cuda",)),
+                  "block tile columns (0: 256; 128 for 3xtf32 and fp8_block)", ("cuda",)),
             Param("STAGES", 0, (0, 2, 3, 4, 5, 6, 7, 8), "ring slots (0: 4)", ("cuda",)),
             Param("CLUSTER", 0, (0, 1, 2),
                   "blocks per cluster sharing each B tile by TMA multicast (0: 1 where C goes out "

@@ -207,6 +207,11 @@ def test_cuda_builds_compile_and_refuse_a_block_tile_across_scale_blocks():
     assert persistent.lesson_case({"CLUSTER": 1, "TMA_STORE": 0, "CONSUMERS": 2}, "nn")
     with pytest.raises(LabError, match="three consumer warpgroups hold 160 registers"):
         persistent.OFFER.validate({"CONSUMERS": 3, "BN": 256}, "bf16")
+    # the command line and lab.matmul take it too (the registry's choices)
+    from lab.stages import parse_variants
+
+    (v,) = parse_variants(["persistent:CONSUMERS=3,BN=128"])
+    persistent.OFFER.validate(v.params_for("cuda"), "fp8")
     # the SCALE_TMA switch: A's scales by bulk copy into a ring of BM floats per slot
     c = {k: v for k, v in persistent.STAGE.resolve({}, 4096, 7168, 16384, "fp8_block", 132).items()
          if k in persistent.STAGE.knobs}
