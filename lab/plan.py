@@ -191,7 +191,9 @@ def make_plan(launch, prepare, kwargs: dict, a, b, c, where: str,
     """The Plan of a call whose prepare() returned `launch` for user tensors a, b, c (`where`:
     "stage <name> (<backend>)", for messages; `scales`: fp8's scale_a and scale_b as given)."""
     replay = _replay(launch, a, b, c, scales)
-    derived = replay is not None and any(slot >= 3 for _, _, subs in replay for _, slot in subs)
+    # transposed views (slots 3-5) are made per call only where a step takes one; fp8's scales
+    # (slots 6, 7) are the user's tensors as given
+    derived = replay is not None and any(3 <= slot < 6 for _, _, subs in replay for _, slot in subs)
     return Plan(replay, prepare, kwargs, a, b, c, derived=derived, where=where)
 
 
