@@ -42,7 +42,8 @@ from lab.toolchain.sass import sass
 STAGES = ("tma_wgmma", "warp_specialized", "persistent")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
          "3xtf32": torch.float32, "fp8": torch.float8_e4m3fn}
-OUT = {p: getattr(torch, OUT_DTYPE_NAMES[p]) for p in DTYPE}  # C's dtype (fp8: bfloat16)
+# C's dtype (the fp8 precisions: bfloat16), for every precision a stage offers
+OUT = {p: getattr(torch, OUT_DTYPE_NAMES[p]) for p in (*DTYPE, "fp8_row", "fp8_block")}
 
 
 def _mod(stage):
@@ -409,13 +410,11 @@ needs_hopper = pytest.mark.skipif(
 
 
 def _operands(M, N, K, layout, precision, seed=0):
-    """A and B of `precision` (fp8: e4m3, lab.check.make_scaled_inputs) and prepare()'s scale
-    arguments ({} but fp8's scale_a and scale_b)."""
-    if precision == "fp8":
-        a, b, sa, sb = chk.make_scaled_inputs(M, N, K, seed, "cuda", layout)
-        return a, b, {"scale_a": sa, "scale_b": sb}
-    a, b = chk.make_inputs(M, N, K, seed, "cuda", DTYPE[precision], layout)
-    return a, b, {}
+    """A and B of `precision` (the fp8 precisions: e4m3 with scales of their kind,
+    lab.check.inputs_for) and prepare()'s scale arguments ({} but the fp8 precisions' scale_a
+    and scale_b)."""
+    a, b, scales = chk.inputs_for(precision, M, N, K, seed, "cuda", layout)
+    return a, b, ({} if scales is None else {"scale_a": scales[0], "scale_b": scales[1]})
 
 
 def _check(c, a, b, precision, scales=None):
