@@ -127,7 +127,8 @@ class HopperStage:
     # tf32's A may be M-major, through registers (variants/persistent.cu's A_REGS)
     tf32_regs: bool = False
     # fp8_row and fp8_block too (the variant file's SCALE_ROW / SCALE_BLOCK); fp8_block's tile is
-    # 128 columns wide by default (two accumulator sets: the k-tile's product and the sum)
+    # 128 columns wide by default (two accumulator sets: the k-tile's product and the sum), and
+    # 192 rows where the stage offers three consumer warpgroups (BLOCK_BN's note)
     scaled: bool = False
     lesson_case: Callable[[dict, str], bool] | None = None
     knobs: tuple = field(init=False)
@@ -176,7 +177,7 @@ class HopperStage:
 
     def defaults_for(self, precision: str | None) -> dict:
         """The automatic row of `precision` (3xtf32: split_defaults over the others'; fp8_block:
-        BN 128)."""
+        BN 128, and three consumer warpgroups where the stage offers them)."""
         extra = self.split_defaults if precision == "3xtf32" else {}
         if precision and get_precision(precision).scale == "block":
             extra = {"BN": BLOCK_BN[-1]}

@@ -482,7 +482,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             // fp8_block: each k-tile's product alone in `part`, waited for, then scaled by its
             // rows' 1 x 128 scales of A and the tile's 128 x 128 scale of B and added into acc in
             // fp32 (the promotion), as DeepGEMM does; while one consumer warpgroup promotes, the
-            // other's wgmma can keep the tensor cores busy. (A second set of products, the next
+            // others' wgmma can keep the tensor cores busy. (A second set of products, the next
             // k-tile's wgmma issued before this one's promotion, makes ptxas serialize every wgmma:
             // C7514, "non wgmma instructions reading accumulator registers" inside a pipeline
             // stage.) The wgmma wait exposes every instruction of the loop, so it is written for
