@@ -135,8 +135,10 @@ class HopperStage:
 
     def store_allowed(self, c: dict) -> bool:
         """Whether C may go out through TMA stores in this configuration: the stage stores that
-        way, and neither the row's STORE=2 nor a probe's TMA_STORE=0 define says otherwise."""
-        return self.tma_store and c.get("STORE", 1) != 2 and bool(c.get("TMA_STORE", 1))
+        way, neither the row's STORE=2 nor a probe's TMA_STORE=0 define says otherwise, and K is
+        not split (a split build stores fp32 partial sums into a workspace: splitk_plan)."""
+        return (self.tma_store and c.get("STORE", 1) != 2 and bool(c.get("TMA_STORE", 1))
+                and c.get("SPLITK", 1) <= 1)
 
     @staticmethod
     def cluster_of(c: dict) -> int:
@@ -157,10 +159,13 @@ class HopperStage:
         too (bf16 nn 0.619-0.623 ms against 0.715 ms, tf32 1.136-1.143 ms against 1.474-1.482 ms,
         fp8 and bf16 nt within 1%). A B tile
         that does not split into two multicast loads of whole 64-column boxes (BN 64, 192: an
-        N-major B is loaded in boxes 64 columns wide) takes one block."""
+        N-major B is loaded in boxes 64 columns wide) takes one block, and so does a split-K
+        build (SPLITK: few tiles, each block's C written by the reduction; three consumer
+        warpgroups in clusters of two spill there)."""
         if c.get("CLUSTER", 1) != 0:
             return c
-        return {**c, "CLUSTER": 1 if store or c["BN"] % 128 else 2}
+        one = store or c["BN"] % 128 or c.get("SPLITK", 1) > 1
+        return {**c, "CLUSTER": 1 if one else 2}
 
     def __post_init__(self):
         object.__setattr__(self, "knobs", tuple(self.choices))
@@ -227,6 +232,10 @@ class HopperStage:
         if precision and get_precision(precision).scale == "block" and c["BN"] not in BLOCK_BN:
             raise LabError(f"{where}: in fp8_block a tile lies in one of B's 128-column scale "
                            f"blocks, so BN must be 64 or 128 (0: 128)")
+        if c.get("SPLITK", 1) > 1 and precision and precision not in SPLITK_PRECISIONS:
+            raise LabError(f"{where}: split-K runs {', '.join(SPLITK_PRECISIONS)} (C from fp32 "
+                           f"partial sums added in a second kernel), not {precision}; use "
+                           f"SPLITK=1")
         if c[self.warpgroups] == 3 and c["BN"] > 128:
             raise LabError(f"{where}: three consumer warpgroups hold 160 registers a thread, too "
                            f"few for BN={c['BN']}'s accumulators, so BN must be 64 or 128")
@@ -249,6 +258,8 @@ class HopperStage:
         `store` (TMA stores straight into C), or, not given, whether a contiguous M x N C has
         16-byte lines (a C without them goes through an aligned buffer: launch())."""
         c = self.config(precision, **params)
+        if "SPLITK" in c:  # the splits that run: at most one per k-tile
+            c["SPLITK"] = splits_for(c["SPLITK"], K, precision)
         if store is None:
             store = self.store_allowed(c) and (N * C_BYTES.get(precision, 4)) % LINE_ALIGN == 0
         c = self.with_cluster(c, bool(store))
@@ -266,6 +277,8 @@ class HopperStage:
         `c_trans`: the kernel computes C^T = B^T A^T (swapped(); None: as `layout` says), and
         stores it from registers."""
         d = {DEFINES[precision]: 1, "GROUP": group, **(c or self.defaults_for(precision))}
+        if d.pop("SPLITK", 1) > 1:  # the split-K build (the count of splits is an argument)
+            d["SPLITK"], tma_store = 1, False
         kind = get_precision(precision).scale
         if kind in SCALE_DEFINES:
             d[SCALE_DEFINES[kind]] = 1
@@ -292,7 +305,7 @@ class HopperStage:
         c = c or self.defaults_for(precision)
         wgs, cl = c[self.warpgroups], self.cluster_of(c)
         # a cluster takes `cl` tiles down M with the same columns
-        tiles = cdiv(M, 64 * wgs * cl) * cdiv(N, c["BN"])
+        tiles = cdiv(M, 64 * wgs * cl) * cdiv(N, c["BN"]) * c.get("SPLITK", 1)  # split-K: units
         resident = clusters if clusters is not None else sms // cl
         blocks = cl * self.schedule.blocks(tiles, resident)
         return ((blocks, 1, 1), (128 * (wgs + self.producer), 1, 1),
@@ -305,7 +318,7 @@ class HopperStage:
         if swap:  # the kernel's M x N is C^T's
             M, N = N, M
         c = self.resolve(params, M, N, K, precision, DEFAULT_SMS, store=False if swap else None)
-        c = {k: c[k] for k in self.knobs}
+        c = {k: c[k] for k in self.knobs}  # (resolve keeps SPLITK to the k-tiles there are)
         return (self.build(precision, layout, params.get("group", 8), c),
                 self.geometry(M, N, c, tma_store=False if swap else None, precision=precision))
 
@@ -326,6 +339,9 @@ class HopperStage:
 
         self.require_hopper(p)
         c = c or self.defaults_for(precision)
+        if "SPLITK" in c:  # at most one split per k-tile; one is the unsplit kernel
+            c = {**c, "SPLITK": splits_for(c["SPLITK"], p.K, precision)}
+        splits = c.get("SPLITK", 1)
         w = plan(p, self.tf32_regs)
         swap = w["swap"]
         M, N = (p.N, p.M) if swap else (p.M, p.N)  # the kernel's D: C, or C^T
@@ -365,11 +381,21 @@ class HopperStage:
             args += tuple(p.scales)
             if get_precision(precision).scale in SCALE_DEFINES:  # and their strides
                 args += tuple(np.int64(x) for s in p.scales for x in s.stride())
+        reduce = None
+        if splits > 1:  # the workspace's slabs, and the kernel that adds them into C
+            work, ldw, reduce, red = splitk_plan(p, precision, splits)
+            args += (work, np.int64(ldw), np.int32(splits))
         kernel = tma_launcher(b, grid, block, args, smem, specs, cl)
         res = resources(b, grid, block, smem)
         names = tuple(name for name, _, _ in w["copies"])
         facts = dict(copies=names, tma_store=store, cluster=cl, c_trans=swap,
-                     c_buffer=c_buf is not None)
+                     c_buffer=c_buf is not None, splits=splits)
+        if reduce is not None:  # copies, partial sums, their sum into C
+            steps = [copy_step(dst, src) for _, dst, src in w["copies"]] + [kernel.step,
+                                                                             reduce.step]
+            return Prepared.of_steps(steps, resources=res, build=b, kernel_only=kernel,
+                                     reduce_build=red, workspace=work,
+                                     setup_reusable=True, **facts)
         if not w["copies"] and c_buf is None:
             return Prepared.of_steps([kernel.step], resources=res, build=b, **facts)
         # the copies are part of the computation, so of the timed call
@@ -379,7 +405,11 @@ class HopperStage:
         return Prepared.of_steps(steps, resources=res, build=b, kernel_only=kernel, **facts)
 
     def offer(self) -> Offer:
-        return Offer(self.stage, "cuda", precisions=self.precisions, kernels=(self.kernel,),
+        def kernels(params, precision) -> tuple:  # split-K adds the reduction after the kernel
+            split = (params or {}).get("SPLITK", 1) > 1
+            return (self.kernel,) + (("splitk_reduce",) if split else ())
+
+        return Offer(self.stage, "cuda", precisions=self.precisions, kernels=kernels,
                      validate=self.validate, resolve=self.resolve, show=self.show,
                      compile=self.compile_for, arch=ARCH)
 
@@ -398,6 +428,43 @@ class HopperStage:
             return out
 
         return prepare
+
+
+# ------------------------------------------------------------------------------ split-K
+# persistent's SPLITK knob (cuda_kernels/variants/persistent.cu, "split-K"): the precisions whose
+# kernel keeps its sum in the plain accumulators (not 3xtf32's three products, fp8_block's
+# promotion or fp8_row's epilogue scales; tf32 may read A through registers)
+SPLITK_PRECISIONS = ("bf16", "fp16", "fp8")
+REDUCE_THREADS = 256  # splitk_reduce.cu's RTHREADS: one thread per 4 elements of a row of C
+
+
+def splits_for(splits: int, K: int, precision: str | None) -> int:
+    """The splits a launch runs for a SPLITK of `splits`: at most one per k-tile of 128 bytes of K
+    (so no split is empty), at least 1."""
+    bk = 128 // ELEM_BYTES.get(precision, 2)
+    return max(1, min(splits, cdiv(K, bk)))
+
+
+def splitk_plan(p, precision: str, splits: int):
+    """(workspace, ldw, reduce launch, its build) of a split-K launch: `splits` slabs of M rows of
+    ldw floats (N rounded up to 4: splitk_reduce.cu reads a float4 of each slab), allocated once per
+    prepare (every call rewrites all of it), and splitk_reduce.cu built for C's 16-bit type and
+    launched over C (row-major, ldc; 8-byte stores where its base and ldc allow them)."""
+    import numpy as np
+    import torch
+
+    ldw = cdiv(p.N, 4) * 4
+    work = torch.empty(splits * p.M * ldw, dtype=torch.float32, device=p.c.tensor.device)
+    c = p.c.tensor
+    vec = c.data_ptr() % 8 == 0 and p.c.ld % 4 == 0
+    out = "OUT_F16" if precision == "fp16" else "OUT_BF16"  # fp8's C is bfloat16
+    red = compile_kernel("splitk_reduce.cu", "splitk_reduce",
+                         {"SPLITK": splits, "VEC_C": int(vec), "RTHREADS": REDUCE_THREADS, out: 1},
+                         offsets64=p.M * max(p.c.ld, ldw) >= 2 ** 31)
+    grid = (cdiv(p.M * cdiv(p.N, 4), REDUCE_THREADS), 1, 1)
+    reduce = launcher(red, grid, (REDUCE_THREADS, 1, 1),
+                      (work, c, np.int32(p.M), np.int32(p.N), np.int32(ldw), np.int32(p.c.ld)))
+    return work, ldw, reduce, red
 
 
 # ------------------------------------------------------------------------------ the plan

@@ -640,6 +640,11 @@ STAGES: tuple[Stage, ...] = (
                   "how C leaves the block (0: 1; 1: through shared memory and TMA stores; 2: from "
                   "registers, the lesson's epilogue: STORE=2,CLUSTER=1 runs "
                   "cuda_kernels/persistent.cu, anything else its variant file)", ("cuda",)),
+            Param("SPLITK", 0, (0, 1, 2, 3, 4, 5, 6, 8, 12, 16),
+                  "bf16, fp16, fp8: K cut into this many ranges, each its own work unit (few "
+                  "output tiles, long K); fp32 partial sums in a workspace, added in a fixed "
+                  "order by a second kernel, cuda_kernels/splitk_reduce.cu (0: 1, no split)",
+                  ("cuda",)),
             group(8),
             *hopper_triton(persistent=True),
         ),

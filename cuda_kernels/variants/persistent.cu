@@ -19,6 +19,12 @@
 //     (scale_rows_cols); block scales promote each k-tile's product into the fp32 sum
 //     (mma_tile_fresh, then the consumer's loop; docs/stages/persistent.md, "fp8 with row-wise and
 //     block-wise scales").
+//   - split-K (SPLITK = 1; the row's SPLITK knob, 2 or more splits): few output tiles and a long
+//     K (a 256 x 2304 layer with K = 16384 is 18 tiles of 128 x 256 for 132 SMs), so each tile's
+//     k-tiles are cut into `splits` contiguous ranges, a work unit is a (tile, range) pair, and
+//     the blocks walk units instead of tiles. A unit's fp32 sum goes to its slab of a workspace
+//     (store_ws below), and a second kernel (cuda_kernels/splitk_reduce.cu) adds the slabs in a
+//     fixed order and rounds C ("Variant: split-K for few tiles").
 // Each is a define the launcher sets. With all of them off this is persistent.cu's kernel (the walk
 // written as tile_of over cluster tiles, WALK), and its builds of that case are persistent.cu's
 // instruction for instruction (tests/test_lessons_hopper.py). Read persistent.cu first: its header
@@ -149,6 +155,12 @@ __device__ __forceinline__ void scale_rows_cols(float* acc, const float* __restr
 #endif
 #if A_REGS
 #include "wgmma_ops.cuh"  // A from registers
+#endif
+#ifndef SPLITK
+#define SPLITK 0
+#endif
+#if SPLITK && (SPLIT || A_REGS || SCALES_STRIDED || TMA_STORE || C_TRANS)
+#error "SPLITK: bf16, fp16 and per-tensor fp8 (and TF32 with a K-major A), C from registers (TMA_STORE=0)"
 #endif
 // A thread's accumulator rows in its warp's 16: ROW_MUL * (lane / 4) and ROW_STEP below that;
 // a register A with paired rows (a_frags_mn) makes them 2 (lane / 4) and the next row
@@ -331,6 +343,31 @@ __device__ __forceinline__ void store_acc_tma(const float* acc, const TensorMap*
 }
 
 
+#if SPLITK
+// ------------------------------------------------------------------------------ split-K
+// A warpgroup's 64 x BN fp32 partial sums into its unit's slab of the workspace (rows of ldw
+// floats, ldw a multiple of 4, the slab's base 16-byte aligned), rows from m0 and columns from
+// n0 where they fall inside M x N: each accumulator pair is one aligned 8-byte store.
+__device__ __forceinline__ void store_ws(const float* acc, float* __restrict__ W, int M, int N,
+                                         long long ldw, int m0, int n0, int warp, int lane) {
+    const int r = m0 + 16 * warp + (lane >> 2);
+    const int cbase = n0 + 2 * (lane & 3);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = r + 8 * h;
+        if (row >= M) continue;
+        float* line = W + row * ldw;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int c = cbase + 8 * j;  // even; ldw a multiple of 4: c + 1 < ldw
+            if (c < N)
+                *reinterpret_cast<float2*>(line + c) =
+                    make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        }
+    }
+}
+#endif
+
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -346,6 +383,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
 #if SCALES_STRIDED
                       , long long sa_s0, long long sa_s1, long long sb_s0, long long sb_s1
+#endif
+#if SPLITK  // the workspace: `splits` slabs of M rows of ldw floats
+                      , float* __restrict__ W, long long ldw, int splits
 #endif
                       ) {
     extern __shared__ unsigned char smem_raw[];
@@ -363,10 +403,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // tile is (BM * CLUSTER) x BN, and the clusters walk those in grouped order. Each role works
     // out the grid itself after its setmaxnreg (WALK): ptxas keeps a value that lives across
     // setmaxnreg in local memory (3xTF32's build spilled grid_m and tiles so).
+#if SPLITK  // a "tile" of the walk is a unit: tile t % cells, k-tiles of range t / cells
+#define WALK                                                               \
+    const int grid_m = CEIL_DIV(M, BM * CLUSTER), grid_n = CEIL_DIV(N, BN); \
+    const int cells = grid_m * grid_n, tiles = cells * splits;              \
+    const int KT = CEIL_DIV(K, BK)
+    // unit t: its tile (bm, bn), split sp and k-tiles KT0 .. KT1 - 1 (ranges of KT / splits or
+    // one more; the launcher keeps splits <= KT, so none is empty)
+#define UNIT                                                               \
+    const int sp = t / cells;                                               \
+    tile_of(t - sp * cells, grid_m, grid_n, bm, bn);                        \
+    const int KT0 = sp * KT / splits, KT1 = (sp + 1) * KT / splits
+#else
 #define WALK                                                               \
     const int grid_m = CEIL_DIV(M, BM * CLUSTER), grid_n = CEIL_DIV(N, BN); \
     const int tiles = grid_m * grid_n;                                      \
     const int KT = CEIL_DIV(K, BK)
+#define UNIT tile_of(t, grid_m, grid_n, bm, bn)
+#define KT0 0
+#define KT1 KT
+#endif
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
     const int rank = CLUSTER > 1 ? static_cast<int>(cluster_rank()) : 0;
     const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;
@@ -394,9 +450,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
             int it = 0;
             for (int t = first; t < tiles; t += stride) {
                 int bm, bn;
-                tile_of(t, grid_m, grid_n, bm, bn);
+                UNIT;
                 const int m0 = (bm * CLUSTER + rank) * BM, n0 = bn * BN;
-                for (int kt = 0; kt < KT; ++kt, ++it) {
+                for (int kt = KT0; kt < KT1; ++kt, ++it) {
                     const int s = it % STAGES;
                     if (it >= STAGES) mbar_wait(empty0 + 8 * s, ((it / STAGES) - 1) & 1);
 #if defined(SCALE_BLOCK) && SCALE_TMA
@@ -454,7 +510,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         int it = 0;
         for (int t = first; t < tiles; t += stride) {
             int bm, bn;
-            tile_of(t, grid_m, grid_n, bm, bn);
+            UNIT;
 #if SPLIT  // 3xTF32: tma_tiles.cuh's split3x
             it = mma_tile_loop_3x(acc, ring, ready0, it, KT, cw, warp, lane, release);
 #elif A_REGS
@@ -551,7 +607,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #else
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[i] = 0.f;
-            for (int kt = 0; kt < KT; ++kt, ++it) {
+            for (int kt = 0; kt < KT1 - KT0; ++kt, ++it) {
                 const int s = it % STAGES;
                 const u32 slot = ring + s * SLOT;
                 mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
@@ -570,7 +626,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #elif defined(PREC_FP8) && !SCALES_STRIDED
             scale_acc(acc, scale);
 #endif
-#if C_TRANS
+#if SPLITK  // the unit's partial sums into slab sp (splitk_reduce.cu adds the slabs and rounds C)
+            store_ws(acc, W + static_cast<long long>(sp) * M * ldw, M, N, ldw,
+                     (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
+#elif C_TRANS
             store_acc_t(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
 #elif TMA_STORE
             store_acc_tma(acc, &tma_c, ring + STAGES * SLOT + cw * C_STAGE_BYTES,
@@ -588,4 +647,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     // its barriers
     if (CLUSTER > 1) cluster_sync();
 #undef WALK
+#undef UNIT
+#if !SPLITK
+#undef KT0
+#undef KT1
+#endif
 }
