@@ -8,8 +8,10 @@ ask choose() which stage x backend, with which parameters, runs a call (docs/DIS
 2. The table (lab/data/dispatch.json, or the file $LAB_DISPATCH_TABLE names): entries measured by
    lab.compare, one per GPU, shape bucket, precision and layout, each naming the stage x backend
    (and parameters) that measured fastest there and the runners-up. The call's own bucket first
-   (Choice.source "table"), then the measured buckets of the same GPU, precision and layout
-   nearest to it (source "nearest"; bucket_distance(), same class only: thin or not).
+   (Choice.source "table"), except where the call's own shape was measured in that bucket and
+   another configuration measured fastest there (source "shape": the entry's `shapes`), then the
+   measured buckets of the same GPU, precision and layout nearest to it (source "nearest";
+   bucket_distance(), same class only: thin or not).
 3. The rule (source "rule"): by architecture and shape (RULE below, the only place this module
    names stages), then any stage of the registry that can run the call, the last rung first.
 4. Every candidate is checked before it is taken (why_not): the stage x backend offers the
@@ -55,6 +57,10 @@ FLAGS = ("a1", "a4", "a128")  # the bucket's alignment flags, least aligned firs
 FLAG_WEIGHT = 2.0  # bucket_distance(): one step of alignment weighs as much as two of size
 MAX_DISTANCE = 6.0  # nearest buckets further than this are not used (the rule decides)
 KEEP = 4  # stage x backend pairs an entry keeps: the choice and up to three runners-up
+# A shape of a bucket whose own fastest configuration beat the bucket's choice there by more than
+# this fraction keeps that configuration in the entry's `shapes` (a call of exactly that shape
+# takes it): less would be the runs' spread
+SHAPE_MARGIN = 0.03
 HOPPER = (9, 0)  # the compute capability whose GPUs run sm_90a code (Offer.arch)
 
 # The rule for a call the table does not answer: the registry's (lab/stages.py FALLBACK_RULE).
@@ -112,8 +118,8 @@ def target_of(device) -> Target:
 class Choice:
     """What runs a call: the stage, the backend, the parameters (registry names; {} = the
     defaults, whose automatic values the launcher resolves for the call's shape), why (`reason`,
-    one or more clauses joined by '; '), where it came from (`source`: "table", "nearest" or
-    "rule") and, from the table, its entry's record (`measured`: each shape's median ms, % of
+    one or more clauses joined by '; '), where it came from (`source`: "shape", "table",
+    "nearest" or "rule") and, from the table, its entry's record (`measured`: each shape's median ms, % of
     cuBLAS and the CSV it was read from)."""
 
     stage: str
@@ -137,7 +143,8 @@ class Choice:
 
 
 # how a Choice's source reads in a row's detail and in `which`
-SOURCE_WORDS = {"table": "from the dispatch table", "nearest": "from the dispatch table's "
+SOURCE_WORDS = {"shape": "from the dispatch table, measured at this shape",
+                "table": "from the dispatch table", "nearest": "from the dispatch table's "
                 "nearest measured bucket", "rule": "by the rule"}
 
 
@@ -271,7 +278,22 @@ def choose(M: int, N: int, K: int, precision: str, layout: str = "nn",
             why_no_table = f"the dispatch table has no entry for {target.gpu}"
         else:
             found = table.candidates(target.gpu, where, precision, layout)
+            shape = f"{M}x{N}x{K}"
             for entry, distance in found:
+                for item in (entry.get("shapes", []) if distance == 0 else []):
+                    if item["measured"][0]["shape"] != shape:
+                        continue
+                    m = item["measured"][0]
+                    choice = attempt(item["stage"], item["backend"], item.get("params", {}),
+                                     f"measured fastest at {shape} itself, {precision} {layout} "
+                                     f"on {target.gpu} ({m['median_ms']:.4g} ms"
+                                     + (f", {m['pct_cublas']:.1f}% of cuBLAS"
+                                        if m.get("pct_cublas") is not None else "")
+                                     + f", {m['csv']}), where its bucket {where} takes "
+                                     f"{entry['stage']} ({entry['backend']})", "shape",
+                                     item["measured"])
+                    if choice is not None:
+                        return choice
                 for item in [entry, *entry.get("next", [])]:
                     source = "table" if distance == 0 else "nearest"
                     choice = attempt(item["stage"], item["backend"], item.get("params", {}),
@@ -454,10 +476,14 @@ def _entry_problem(e) -> str:
         return f"names an unknown precision {e['precision']!r}"
     if e["layout"] not in LAYOUTS:
         return f"names an unknown layout {e['layout']!r}"
-    nxt = e.get("next", [])
+    nxt, shapes = e.get("next", []), e.get("shapes", [])
     if not isinstance(nxt, list):
         return "has a next that is not a list"
-    for item in [e, *nxt]:
+    if not isinstance(shapes, list) or not all(
+            isinstance(x, dict) and isinstance(x.get("measured"), list) and len(x["measured"]) == 1
+            for x in shapes):
+        return "has shapes that are not a list of choices measured at one shape each"
+    for item in [e, *nxt, *shapes]:
         if not isinstance(item, dict) or not isinstance(item.get("stage"), str):
             return "has a choice without a stage"
         if item.get("backend") not in BACKENDS:
@@ -719,8 +745,26 @@ def _entry(key: tuple, configs: dict, by: str, keep: int) -> dict:
         if len(ranked) == keep:
             break
     top, rest = ranked[0], ranked[1:]
-    return {"gpu": gpu, "bucket": where, "precision": precision, "layout": layout, **top,
-            "next": rest}
+    entry = {"gpu": gpu, "bucket": where, "precision": precision, "layout": layout, **top,
+             "next": rest}
+    # a shape whose own fastest configuration beat the choice there by more than SHAPE_MARGIN
+    # (or that the choice did not measure) keeps it, for a call of exactly that shape
+    mine = figures[(top["stage"], top["backend"], tuple(sorted(top["params"].items())))]
+    shaped = []
+    for s in shapes if len(shapes) > 1 else ():
+        fastest = max((c for c in figures if s in figures[c]),
+                      key=lambda c: (speed(figures[c][s]), c[0], c[1]))
+        if s in mine and speed(figures[fastest][s]) <= speed(mine[s]) * (1 + SHAPE_MARGIN):
+            continue
+        f = figures[fastest][s]
+        shaped.append({"stage": fastest[0], "backend": fastest[1], "params": dict(fastest[2]),
+                       "measured": [{"shape": "x".join(map(str, s)),
+                                     "median_ms": float(f"{f[0]:.5g}"),
+                                     "pct_cublas": None if f[1] is None else round(f[1], 1),
+                                     "repeats": f[2], "ran": f[4], "csv": f[3]}]})
+    if shaped:
+        entry["shapes"] = shaped
+    return entry
 
 
 def dump_table(data: dict) -> str:

@@ -416,6 +416,47 @@ def test_the_builder_ranks_by_pct_of_cublas_and_across_the_shapes_of_a_bucket(tm
 
 
 @pytest.mark.fast
+def test_a_measured_shape_whose_own_fastest_beats_the_buckets_choice_keeps_it(tmp_path):
+    """Two layers in one bucket: three consumer warpgroups win the bucket (far ahead at the
+    narrow layer), the defaults win the other layer by 12 points: a call of exactly that layer
+    takes the defaults (source "shape"), the narrow layer and an unmeasured shape of the bucket
+    the bucket's choice. A win inside SHAPE_MARGIN keeps no shape of its own."""
+    c3 = "CONSUMERS=3,BN=128,STAGES=4,CLUSTER=1,STORE=1,group=8"
+    rows = [_row("persistent", "cuda", 0.600, 100.0, M=4096, N=4096, K=11008, layout="nt"),
+            _row("persistent:CONSUMERS=3,BN=128", "cuda", 0.680, 88.0, M=4096, N=4096, K=11008,
+                 layout="nt", params=c3),
+            _row("persistent", "cuda", 0.620, 75.0, M=4096, N=2304, K=16384, layout="nt"),
+            _row("persistent:CONSUMERS=3,BN=128", "cuda", 0.470, 99.0, M=4096, N=2304, K=16384,
+                 layout="nt", params=c3),
+            # another bucket: tma_wgmma 2% ahead of the choice at one of its two shapes
+            _row("persistent", "cuda", 0.100, 100.0, M=256, N=4096, K=4096, layout="nt"),
+            _row("tma_wgmma", "cuda", 0.098, 102.0, M=256, N=4096, K=4096, layout="nt"),
+            _row("persistent", "cuda", 0.100, 100.0, M=256, N=3000, K=4096, layout="nt"),
+            _row("tma_wgmma", "cuda", 0.150, 70.0, M=256, N=3000, K=4096, layout="nt")]
+    data = dispatch.build_table([_csv(tmp_path / "s.csv", rows)])
+    by = {e["bucket"]: e for e in data["entries"]}
+    e = by["4096x4096x16384:a128"]
+    assert (e["stage"], e["params"]) == ("persistent", {"CONSUMERS": 3, "BN": 128})
+    (x,) = e["shapes"]
+    assert (x["stage"], x["backend"], x["params"]) == ("persistent", "cuda", {})
+    assert x["measured"][0]["shape"] == "4096x4096x11008" and x["measured"][0]["pct_cublas"] == 100
+    assert "shapes" not in by["256x4096x4096:a128"]  # 102 against 100: inside the margin
+    table = dispatch.Table(Path("t.json"), dispatch.parse_table(dispatch.dump_table(data)))
+    c = dispatch.choose(4096, 4096, 11008, "bf16", "nt", FAKE, table=table)
+    assert (c.stage, c.params, c.source) == ("persistent", {}, "shape")
+    assert "measured fastest at 4096x4096x11008 itself" in c.reason and "100.0%" in c.reason
+    for M, N, K in ((4096, 2304, 16384), (4096, 3072, 16384)):
+        c = dispatch.choose(M, N, K, "bf16", "nt", FAKE, table=table)
+        assert (c.params, c.source) == ({"CONSUMERS": 3, "BN": 128}, "table")
+    assert dispatch.SOURCE_WORDS["shape"]
+    # a table whose shapes are not choices measured at one shape each is refused
+    bad = dict(e, shapes=[dict(x, measured=x["measured"] * 2)])
+    with pytest.raises(LabError) as info:
+        table_of(bad)
+    assert "shapes that are not a list of choices measured at one shape each" in refusal(info)
+
+
+@pytest.mark.fast
 def test_the_builder_keeps_the_newest_files_rows_and_the_parameters_a_row_set(tmp_path):
     old = _csv(tmp_path / "old.csv", [_row("persistent", "cuda", 0.10, 200.0),
                                       _row("tma_wgmma", "cuda", 0.20, 100.0)],
