@@ -136,8 +136,7 @@ class HopperStage:
     def store_allowed(self, c: dict) -> bool:
         """Whether C may go out through TMA stores in this configuration: the stage stores that
         way, neither the row's STORE=2 nor a probe's TMA_STORE=0 define says otherwise, and K is
-        not split (a split build's units store fp32 partial sums, which a tile's last unit adds
-        and stores from registers: splitk_plan)."""
+        not split (a split build stores fp32 partial sums into a workspace: splitk_plan)."""
         return (self.tma_store and c.get("STORE", 1) != 2 and bool(c.get("TMA_STORE", 1))
                 and c.get("SPLITK", 1) <= 1)
 
@@ -161,7 +160,7 @@ class HopperStage:
         fp8 and bf16 nt within 1%). A B tile
         that does not split into two multicast loads of whole 64-column boxes (BN 64, 192: an
         N-major B is loaded in boxes 64 columns wide) takes one block, and so does a split-K
-        build (SPLITK: few tiles, C stored from registers by each tile's last unit; three consumer
+        build (SPLITK: few tiles, each block's C written by the reduction; three consumer
         warpgroups in clusters of two spill there)."""
         if c.get("CLUSTER", 1) != 0:
             return c
@@ -235,7 +234,7 @@ class HopperStage:
                            f"blocks, so BN must be 64 or 128 (0: 128)")
         if c.get("SPLITK", 1) > 1 and precision and precision not in SPLITK_PRECISIONS:
             raise LabError(f"{where}: split-K runs {', '.join(SPLITK_PRECISIONS)} (C from fp32 "
-                           f"partial sums a tile's last unit adds), not {precision}; use "
+                           f"partial sums added in a second kernel), not {precision}; use "
                            f"SPLITK=1")
         if c[self.warpgroups] == 3 and c["BN"] > 128:
             raise LabError(f"{where}: three consumer warpgroups hold 160 registers a thread, too "
@@ -382,17 +381,21 @@ class HopperStage:
             args += tuple(p.scales)
             if get_precision(precision).scale in SCALE_DEFINES:  # and their strides
                 args += tuple(np.int64(x) for s in p.scales for x in s.stride())
-        work = None
-        if splits > 1:  # the workspace's slabs and the tiles' counters
-            work, ldw, counters = splitk_plan(p, M, N, c, self.warpgroups, splits)
-            args += (work, np.int64(ldw), np.int32(splits), counters)
+        reduce = None
+        if splits > 1:  # the workspace's slabs, and the kernel that adds them into C
+            work, ldw, reduce, red = splitk_plan(p, precision, splits)
+            args += (work, np.int64(ldw), np.int32(splits))
         kernel = tma_launcher(b, grid, block, args, smem, specs, cl)
         res = resources(b, grid, block, smem)
         names = tuple(name for name, _, _ in w["copies"])
         facts = dict(copies=names, tma_store=store, cluster=cl, c_trans=swap,
                      c_buffer=c_buf is not None, splits=splits)
-        if work is not None:  # every call rewrites the slabs and leaves the counters at 0
-            facts.update(workspace=work, counters=counters, setup_reusable=True)
+        if reduce is not None:  # copies, partial sums, their sum into C
+            steps = [copy_step(dst, src) for _, dst, src in w["copies"]] + [kernel.step,
+                                                                             reduce.step]
+            return Prepared.of_steps(steps, resources=res, build=b, kernel_only=kernel,
+                                     reduce_build=red, workspace=work,
+                                     setup_reusable=True, **facts)
         if not w["copies"] and c_buf is None:
             return Prepared.of_steps([kernel.step], resources=res, build=b, **facts)
         # the copies are part of the computation, so of the timed call
@@ -402,7 +405,11 @@ class HopperStage:
         return Prepared.of_steps(steps, resources=res, build=b, kernel_only=kernel, **facts)
 
     def offer(self) -> Offer:
-        return Offer(self.stage, "cuda", precisions=self.precisions, kernels=(self.kernel,),
+        def kernels(params, precision) -> tuple:  # split-K adds the reduction after the kernel
+            split = (params or {}).get("SPLITK", 1) > 1
+            return (self.kernel,) + (("splitk_reduce",) if split else ())
+
+        return Offer(self.stage, "cuda", precisions=self.precisions, kernels=kernels,
                      validate=self.validate, resolve=self.resolve, show=self.show,
                      compile=self.compile_for, arch=ARCH)
 
@@ -428,6 +435,7 @@ class HopperStage:
 # kernel keeps its sum in the plain accumulators (not 3xtf32's three products, fp8_block's
 # promotion or fp8_row's epilogue scales; tf32 may read A through registers)
 SPLITK_PRECISIONS = ("bf16", "fp16", "fp8")
+REDUCE_THREADS = 256  # splitk_reduce.cu's RTHREADS: one thread per 4 elements of a row of C
 
 
 def splits_for(splits: int, K: int, precision: str | None) -> int:
@@ -437,20 +445,26 @@ def splits_for(splits: int, K: int, precision: str | None) -> int:
     return max(1, min(splits, cdiv(K, bk)))
 
 
-def splitk_plan(p, M: int, N: int, c: dict, warpgroups: str, splits: int):
-    """(workspace, ldw, counters) of a split-K launch, allocated once per prepare: `splits` slabs
-    of M rows of ldw floats (N rounded up to 4), which every call rewrites, and one counter per
-    tile, block of a cluster and consumer warpgroup, zeroed here and left at zero by every call
-    (the last unit of a tile sets its counter back: variants/persistent.cu's reduce_unit)."""
+def splitk_plan(p, precision: str, splits: int):
+    """(workspace, ldw, reduce launch, its build) of a split-K launch: `splits` slabs of M rows of
+    ldw floats (N rounded up to 4: splitk_reduce.cu reads a float4 of each slab), allocated once per
+    prepare (every call rewrites all of it), and splitk_reduce.cu built for C's 16-bit type and
+    launched over C (row-major, ldc; 8-byte stores where its base and ldc allow them)."""
+    import numpy as np
     import torch
 
-    ldw = cdiv(N, 4) * 4
-    dev = p.c.tensor.device
-    work = torch.empty(splits * M * ldw, dtype=torch.float32, device=dev)
-    cl, wgs = c.get("CLUSTER", 1) or 1, c[warpgroups]
-    cells = cdiv(M, 64 * wgs * cl) * cdiv(N, c["BN"])
-    counters = torch.zeros(cells * cl * wgs, dtype=torch.int32, device=dev)
-    return work, ldw, counters
+    ldw = cdiv(p.N, 4) * 4
+    work = torch.empty(splits * p.M * ldw, dtype=torch.float32, device=p.c.tensor.device)
+    c = p.c.tensor
+    vec = c.data_ptr() % 8 == 0 and p.c.ld % 4 == 0
+    out = "OUT_F16" if precision == "fp16" else "OUT_BF16"  # fp8's C is bfloat16
+    red = compile_kernel("splitk_reduce.cu", "splitk_reduce",
+                         {"SPLITK": splits, "VEC_C": int(vec), "RTHREADS": REDUCE_THREADS, out: 1},
+                         offsets64=p.M * max(p.c.ld, ldw) >= 2 ** 31)
+    grid = (cdiv(p.M * cdiv(p.N, 4), REDUCE_THREADS), 1, 1)
+    reduce = launcher(red, grid, (REDUCE_THREADS, 1, 1),
+                      (work, c, np.int32(p.M), np.int32(p.N), np.int32(ldw), np.int32(p.c.ld)))
+    return work, ldw, reduce, red
 
 
 # ------------------------------------------------------------------------------ the plan

@@ -26,9 +26,9 @@ from registers: cuda_kernels/_tma.py HopperStage.with_cluster), STORE (how C lea
 the automatic row, through shared memory and TMA stores where C's lines are 16-byte aligned (a C
 whose lines are not is computed into an aligned buffer and copied); 2 from registers, the lesson's
 epilogue), SPLITK (bf16, fp16, fp8: K cut into that many ranges, each a work unit of its own,
-for shapes with few output tiles and a long K; the fp32 partial sums go to a workspace and the
-last unit of each tile adds them in a fixed order and stores C; 0: 1, no split) and group
-(tile-rows walked together). `persistent:STORE=2,CLUSTER=1` runs the lesson.
+for shapes with few output tiles and a long K; the fp32 partial sums go to a workspace and
+cuda_kernels/splitk_reduce.cu adds them in a fixed order; 0: 1, no split) and group (tile-rows
+walked together). `persistent:STORE=2,CLUSTER=1` runs the lesson.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 // Split-K reduction (not a stage of its own: the second kernel of a split-K launch, see
-// warptiling.cu). C = W[0] + W[1] + ... + W[SPLITK-1], where W[s] is the M x N partial product of
+// warptiling.cu and the split-K builds of cuda_kernels/variants/persistent.cu). C = W[0] + W[1] + ... + W[SPLITK-1], where W[s] is the M x N partial product of
 // split s, stored as slab s of the workspace (rows of ldw floats, ldw a multiple of 4; slab s
 // starts at s*M*ldw). C is row-major with leading dimension ldc.
 //
@@ -15,7 +15,25 @@
 // Offsets (common.cuh's offset_t): the element index e, the row i and i * ldc are 64-bit in the
 // OFFSET64 build (a C of more than 2^31 elements: M * ceil(N/4) chunks may pass 2^31 too); the
 // workspace is addressed in size_t in both builds.
+// OUT_BF16 / OUT_F16 (persistent's split-K in bf16, fp8 and fp16): C holds 16-bit elements, each
+// the fp32 sum rounded to nearest even (as the kernels' own epilogues round it); a row's four
+// elements are one 8-byte store where C's base and ldc allow it (VEC_C), else single elements.
 #include "common.cuh"
+
+#if defined(OUT_BF16) || defined(OUT_F16)
+typedef unsigned short out_t;  // the bits of a bfloat16 or a half
+__device__ __forceinline__ unsigned pack2(float x, float y) {  // x in the low half
+    unsigned v;
+#if defined(OUT_BF16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(v) : "f"(y), "f"(x));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(v) : "f"(y), "f"(x));
+#endif
+    return v;
+}
+#else
+typedef float out_t;
+#endif
 
 #ifndef SPLITK
 #define SPLITK 2
@@ -25,7 +43,7 @@
 #endif
 
 extern "C" __global__ void __launch_bounds__(RTHREADS)
-splitk_reduce(const float* __restrict__ W, float* __restrict__ C, int M, int N, int ldw, int ldc) {
+splitk_reduce(const float* __restrict__ W, out_t* __restrict__ C, int M, int N, int ldw, int ldc) {
     const int chunks = (N + 3) / 4;  // float4 chunks per row
     const offset_t e = (offset_t)blockIdx.x * RTHREADS + (offset_t)threadIdx.x;
     if (e >= (offset_t)M * chunks) return;
@@ -45,8 +63,20 @@ splitk_reduce(const float* __restrict__ W, float* __restrict__ C, int M, int N, 
         sum.z += v[s].z;
         sum.w += v[s].w;
     }
-    float* c = C + i * ldc + j;
+    out_t* c = C + i * ldc + j;
     const int valid = N - j < 4 ? N - j : 4;
+#if defined(OUT_BF16) || defined(OUT_F16)
+    const unsigned lo = pack2(sum.x, sum.y), hi = pack2(sum.z, sum.w);
+    if (VEC_C && valid == 4) {
+        *reinterpret_cast<uint2*>(c) = make_uint2(lo, hi);
+        return;
+    }
+    c[0] = static_cast<out_t>(lo & 0xffffu);
+    if (valid > 1) c[1] = static_cast<out_t>(lo >> 16);
+    if (valid > 2) c[2] = static_cast<out_t>(hi & 0xffffu);
+    if (valid > 3) c[3] = static_cast<out_t>(hi >> 16);
+    return;
+#endif
     if (VEC_C && valid == 4) {
         *reinterpret_cast<float4*>(c) = sum;
         return;

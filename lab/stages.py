@@ -643,7 +643,7 @@ STAGES: tuple[Stage, ...] = (
             Param("SPLITK", 0, (0, 1, 2, 3, 4, 5, 6, 8, 12, 16),
                   "bf16, fp16, fp8: K cut into this many ranges, each its own work unit (few "
                   "output tiles, long K); fp32 partial sums in a workspace, added in a fixed "
-                  "order by each tile's last unit (0: 1, no split)",
+                  "order by a second kernel, cuda_kernels/splitk_reduce.cu (0: 1, no split)",
                   ("cuda",)),
             group(8),
             *hopper_triton(persistent=True),

@@ -1,19 +1,18 @@
-"""persistent's split-K (the SPLITK knob: cuda_kernels/variants/persistent.cu's SPLITK build),
-for layers with few output tiles and a long K.
+"""persistent's split-K (the SPLITK knob: cuda_kernels/variants/persistent.cu's SPLITK build and
+cuda_kernels/splitk_reduce.cu's 16-bit outputs), for layers with few output tiles and a long K.
 
-CPU: the split build compiles for sm_90a in bf16, fp16 and fp8 without spills, issues wgmma and TMA
-loads, stores its partial sums as 8-byte global stores, counts on the tile's counter with an atomic
-add behind a GPU-scope fence, reads the slabs back from L2 (LDG.E.64.STRONG.GPU) and has no TMA
-store of C; the grid counts work units (tiles x splits, at most the SMs); SPLITK is kept to one
-split per k-tile and refused in one sentence where the kernel's sum is not the plain accumulators
-(tf32, 3xtf32, fp8_row, fp8_block); a split build is never the lesson; the launch (kernel mocked)
-passes the workspace, its leading dimension, the split count and zeroed counters (one per tile,
-block of a cluster and consumer warpgroup) after the kernel's arguments, in one step.
+CPU: the split build compiles for sm_90a in bf16, fp16 and fp8 without spills, issues wgmma and
+TMA loads, stores its partial sums as 8-byte global stores and has no TMA store of C; the
+reduction compiles for bf16 and fp16 C and converts with cvt.rn; the grid counts work units
+(tiles x splits, at most the SMs); SPLITK is kept to one split per k-tile and refused in one
+sentence where the kernel's sum is not the plain accumulators (tf32, 3xtf32, fp8_row, fp8_block);
+a split build is never the lesson; the launch (kernels mocked) passes the workspace, its leading
+dimension and the split count after the kernel's arguments and adds the reduction as the call's
+last step.
 
 GPU (marked `gpu`; sm_90 only): every layout at edge sizes with 2, 3 and 16 splits and both
 cluster sizes, against the float64 reference; a column-major C and a C with odd leading dimension
-(single-element stores); two calls give the same bits (the fixed-order sum) and leave the
-counters at zero.
+(the reduction's single-element stores); two calls give the same bits (the fixed-order sum).
 """
 
 from __future__ import annotations
@@ -53,14 +52,20 @@ def test_split_build_stores_partial_sums_not_c(precision):
     assert build.spill_bytes == 0
     text = sass(build)
     assert re.search(r"[HQ]GMMA\.64x256", text) and "UTMALDG" in text
-    assert "UTMASTG" not in text, "C is stored from registers by the tile's last unit"
+    assert "UTMASTG" not in text, "C leaves through the reduction, not TMA stores"
     assert re.search(r"STG\.E\.64", text), "the workspace: 8-byte stores of accumulator pairs"
-    assert re.search(r"ATOMG\.E\.ADD|RED\.E\.ADD|ATOM\.E\.ADD", text), "the tile's counter"
-    assert "LDG.E.64.STRONG.GPU" in text, "the slabs read back from L2, not L1"
-    assert "MEMBAR.ALL.GPU" in text, "stores fenced before the count, counts before the reads"
     # 256 x 2304 is 2 x 9 tiles of 128 x 256: 18 tiles x 4 splits = 72 units, one block each
     assert grid[0] == 72 and block[0] == 384
     assert smem == 4 * (128 + 256) * 128 + 1024  # no staging for C's TMA stores
+
+
+@pytest.mark.parametrize("out", ("OUT_BF16", "OUT_F16"))
+def test_reduction_rounds_to_16_bit_c(out):
+    build = tma.compile_kernel("splitk_reduce.cu", "splitk_reduce",
+                               {"SPLITK": 3, "VEC_C": 1, "RTHREADS": 256, out: 1})
+    text = sass(build)
+    assert len(re.findall(r"LDG\.E\.128", text)) == 3, "one float4 of each slab"
+    assert "F2FP" in text and "STG.E.64" in text
 
 
 def test_splits_are_units_of_the_walk_and_kept_to_the_k_tiles():
@@ -79,10 +84,13 @@ def test_splits_are_units_of_the_walk_and_kept_to_the_k_tiles():
     assert STAGE.resolve({"SPLITK": 1, "STORE": 2}, 256, 2304, 16384, "bf16", 132)["CLUSTER"] == 2
 
 
-def test_split_builds_are_never_the_lesson():
+def test_split_builds_are_never_the_lesson_and_name_the_reduction():
     d = {"CLUSTER": 1, "TMA_STORE": 0, "CONSUMERS": 2}
     assert persistent.lesson_case(d, "nn")
     assert not persistent.lesson_case({**d, "SPLITK": 1}, "nn")
+    kernels = persistent.OFFER.kernels
+    assert kernels({"SPLITK": 4}, "bf16") == ("matmul_persistent", "splitk_reduce")
+    assert kernels({"SPLITK": 1}, "bf16") == ("matmul_persistent",)
 
 
 @pytest.mark.parametrize("precision", ("tf32", "3xtf32", "fp8_row", "fp8_block"))
@@ -104,10 +112,10 @@ def _problem(M, N, K, layout, precision, c=None):
 
 
 @pytest.mark.parametrize("precision", SPLIT_PRECISIONS)
-def test_launch_passes_the_workspace_and_zeroed_counters(precision, monkeypatch):
+def test_launch_passes_the_workspace_and_adds_the_reduction(precision, monkeypatch):
     import numpy as np
 
-    seen = {}
+    seen, reduced = {}, {}
 
     class Fake:
         step = (lambda *args: None, ())
@@ -116,29 +124,33 @@ def test_launch_passes_the_workspace_and_zeroed_counters(precision, monkeypatch)
         seen.update(build=build, grid=grid, args=args, specs=specs, cluster=cluster)
         return Fake()
 
+    def fake_launcher(build, grid, block, args):
+        if build.kernel == "splitk_reduce":
+            reduced.update(build=build, grid=grid, args=args)
+        return Fake()
+
     monkeypatch.setattr(tma, "tma_launcher", fake_tma)
+    monkeypatch.setattr(tma, "launcher", fake_launcher)
     monkeypatch.setattr(tma, "max_active_clusters", lambda *a: 66)
-    M, N, K = 300, 1001, 4096  # C's lines are 2002 bytes: no buffer, stored from registers
+    M, N, K = 300, 1001, 4096  # C's lines are 2002 bytes: no buffer, the reduction writes C
     p = _problem(M, N, K, "nt", precision)
     out = STAGE.launch(p, precision, c=STAGE.config(precision, SPLITK=3))
     assert out.extra["splits"] == 3 and not out.extra["tma_store"] and not out.extra["c_buffer"]
-    assert len(out.steps) == 1 and out.extra["workspace"] is not None
+    assert len(out.steps) == 2  # the kernel, then the reduction
     args = seen["args"]
-    work, ldw, splits, counters = args[-4:]
+    work, ldw, splits = args[-3:]
     assert isinstance(ldw, np.int64) and ldw == 1004 and int(splits) == 3
     assert work.dtype == torch.float32 and work.numel() == 3 * M * 1004
-    # 3 x 4 tiles of 128 x 256 (CLUSTER 1), two consumer warpgroups each
-    assert counters.dtype == torch.int32 and counters.numel() == 3 * 4 * 2
-    assert int(counters.abs().sum()) == 0 and out.extra["counters"] is counters
     assert args[2] is p.c.tensor and 2 not in {s.arg for s in seen["specs"]}
     if precision == "fp8":  # the scales still follow ldc, the workspace after them
-        assert args[7] is p.scales[0] and args[8] is p.scales[1] and len(args) == 13
-    assert "-DSPLITK=1" in " ".join(seen["build"].options)
-    # clusters of two and three consumer warpgroups: a counter per block and warpgroup
-    STAGE.launch(p, precision, c=STAGE.config(precision, SPLITK=2, CONSUMERS=3, BN=128))
-    assert seen["args"][-1].numel() == 2 * 8 * 3
-    STAGE.launch(p, precision, c=STAGE.config(precision, SPLITK=2, CLUSTER=2))
-    assert seen["args"][-1].numel() == 2 * 4 * 2 * 2
+        assert args[7] is p.scales[0] and args[8] is p.scales[1] and len(args) == 12
+    opts = " ".join(reduced["build"].options)
+    assert "-DSPLITK=3" in opts and ("-DOUT_F16=1" if precision == "fp16" else "-DOUT_BF16=1") \
+        in opts
+    assert "-DVEC_C=0" in opts  # 1001 columns: rows off 8 bytes, single-element stores
+    r = reduced["args"]
+    assert r[0] is work and r[1] is p.c.tensor and int(r[4]) == 1004 and int(r[5]) == 1001
+    assert reduced["grid"][0] == -(-M * 251 // 256)
     # SPLITK=1: the unsplit kernel, one step
     out = STAGE.launch(p, precision, c=STAGE.config(precision, SPLITK=1))
     assert out.extra["splits"] == 1 and len(out.steps) in (1, 2)  # (2: the aligned C buffer)
@@ -190,8 +202,6 @@ def test_split_k_into_odd_and_column_major_c_gives_the_same_bits_twice(precision
         run()
         _check(c, a, b, precision, scales)
         first = c.clone()
-        for _ in range(3):
-            c.fill_(float("nan"))
-            run()
-            assert torch.equal(c.view(torch.int16), first.view(torch.int16)), "not reproducible"
-        assert int(run.extra["counters"].abs().sum()) == 0, "a counter left for the next call"
+        c.fill_(float("nan"))
+        run()
+        assert torch.equal(c.view(torch.int16), first.view(torch.int16)), "not reproducible"

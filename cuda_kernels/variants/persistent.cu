@@ -23,8 +23,8 @@
 //     K (a 256 x 2304 layer with K = 16384 is 18 tiles of 128 x 256 for 132 SMs), so each tile's
 //     k-tiles are cut into `splits` contiguous ranges, a work unit is a (tile, range) pair, and
 //     the blocks walk units instead of tiles. A unit's fp32 sum goes to its slab of a workspace
-//     (store_ws below); the last unit of a tile to finish (a counter per tile and consumer
-//     warpgroup) adds the slabs in a fixed order and stores C ("Variant: split-K for few tiles").
+//     (store_ws below), and a second kernel (cuda_kernels/splitk_reduce.cu) adds the slabs in a
+//     fixed order and rounds C ("Variant: split-K for few tiles").
 // Each is a define the launcher sets. With all of them off this is persistent.cu's kernel (the walk
 // written as tile_of over cluster tiles, WALK), and its builds of that case are persistent.cu's
 // instruction for instruction (tests/test_lessons_hopper.py). Read persistent.cu first: its header
@@ -366,67 +366,6 @@ __device__ __forceinline__ void store_ws(const float* acc, float* __restrict__ W
         }
     }
 }
-
-// A release / acquire fence at GPU scope (fence.acq_rel.gpu; __threadfence is the stronger,
-// sequentially consistent fence.sc.gpu, which this pattern does not need)
-__device__ __forceinline__ void fence_acq_rel_gpu() {
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-}
-
-// The same places of a slab added into (ADD) or copied to the accumulators, read from L2
-// (ld.global.cg: other SMs wrote them during this kernel, so no L1 copy may be used). Places
-// outside M x N are left as they are (store_acc does not store them).
-template <bool ADD>
-__device__ __forceinline__ void load_ws(float* acc, const float* W, int M, int N, long long ldw,
-                                        int m0, int n0, int warp, int lane) {
-    const int r = m0 + 16 * warp + (lane >> 2);
-    const int cbase = n0 + 2 * (lane & 3);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = r + 8 * h;
-        if (row >= M) continue;
-        const float* line = W + row * ldw;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int c = cbase + 8 * j;
-            if (c >= N) continue;
-            const float2 v = __ldcg(reinterpret_cast<const float2*>(line + c));
-            float& x = acc[4 * j + 2 * h];
-            float& y = acc[4 * j + 2 * h + 1];
-            x = ADD ? x + v.x : v.x;
-            y = ADD ? y + v.y : v.y;
-        }
-    }
-}
-
-// A unit's epilogue: its partial sums into slab sp, then a count on the tile's counter (one per
-// tile, block of the cluster and consumer warpgroup: each warpgroup's 64 rows are a reduction of
-// their own). The warpgroup that counts last (the splits - 1 others are done and their slabs
-// visible: each stored, fenced, then counted) adds slabs 0, 1, ..., splits - 1 in that order,
-// whichever unit arrived when, so every call gives the same bits, stores C and sets the counter
-// back to 0 for the next call. `last` is a shared word per warpgroup, barrier `bar` its own.
-__device__ __forceinline__ void reduce_unit(float* acc, float* __restrict__ W,
-                                            c_elem_t* __restrict__ C, unsigned* counter,
-                                            volatile int* last, int sp, int splits, int M, int N,
-                                            long long ldw, long long ldc, int m0, int n0,
-                                            int warp, int lane, int bar) {
-    const long long slab = static_cast<long long>(M) * ldw;
-    store_ws(acc, W + sp * slab, M, N, ldw, m0, n0, warp, lane);
-    fence_acq_rel_gpu();  // this thread's stores before its warpgroup's count
-    named_barrier(bar, 128);
-    if (warp == 0 && lane == 0) {
-        const unsigned before = atomicAdd(counter, 1u);
-        *last = before == static_cast<unsigned>(splits - 1);
-        if (before == static_cast<unsigned>(splits - 1)) *counter = 0u;
-    }
-    named_barrier(bar, 128);
-    if (!*last) return;
-    fence_acq_rel_gpu();  // the other units' counts before their slabs are read
-    load_ws<false>(acc, W, M, N, ldw, m0, n0, warp, lane);
-    for (int s = 1; s < splits; ++s)
-        load_ws<true>(acc, W + s * slab, M, N, ldw, m0, n0, warp, lane);
-    store_acc(acc, C, M, N, ldc, m0, n0, warp, lane);
-}
 #endif
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -445,18 +384,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if SCALES_STRIDED
                       , long long sa_s0, long long sa_s1, long long sb_s0, long long sb_s1
 #endif
-#if SPLITK  // the workspace: `splits` slabs of M rows of ldw floats; a counter per tile, block
-            // of the cluster and consumer warpgroup, 0 between calls
-                      , float* __restrict__ W, long long ldw, int splits,
-                      unsigned* __restrict__ counters
+#if SPLITK  // the workspace: `splits` slabs of M rows of ldw floats
+                      , float* __restrict__ W, long long ldw, int splits
 #endif
                       ) {
     extern __shared__ unsigned char smem_raw[];
     // full[0..STAGES), empty[STAGES..2 STAGES), 3xTF32's ready[2 STAGES..3 STAGES)
     __shared__ alignas(8) u64 bars[(2 + SPLIT) * STAGES];
-#if SPLITK
-    __shared__ int last_unit[CONSUMERS];  // reduce_unit's word: this warpgroup counted last
-#endif
     const u32 ring = (smem_u32(smem_raw) + 1023u) & ~1023u;
 #if defined(SCALE_BLOCK) && SCALE_TMA  // A's scales, BM floats per slot, after C's staging
     const u32 scale_ring = ring + STAGES * SLOT + (TMA_STORE ? CONSUMERS * C_STAGE_BYTES : 0);
@@ -692,10 +626,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #elif defined(PREC_FP8) && !SCALES_STRIDED
             scale_acc(acc, scale);
 #endif
-#if SPLITK  // the unit's partial sums into slab sp; the tile's last unit adds them into C
-            reduce_unit(acc, W, C, counters + ((t - sp * cells) * CLUSTER + rank) * CONSUMERS + cw,
-                        &last_unit[cw], sp, splits, M, N, ldw, ldc,
-                        (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane, 1 + cw);
+#if SPLITK  // the unit's partial sums into slab sp (splitk_reduce.cu adds the slabs and rounds C)
+            store_ws(acc, W + static_cast<long long>(sp) * M * ldw, M, N, ldw,
+                     (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
 #elif C_TRANS
             store_acc_t(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
 #elif TMA_STORE
