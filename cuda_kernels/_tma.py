@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from cuda_kernels._build import (LINE_ALIGN, aligned_buffer, cdiv, compile_kernel, device_arch_of,
                                  launcher, resources, stage_source)
-from lab.base.contract import Offer, Prepared
+from lab.base.contract import Offer, Prepared, Tuning
 from lab.base.errors import LabError
 from lab.base.precisions import c_bytes, cuda_defines, elem_bytes
 from lab.base.precisions import get as get_precision
@@ -409,9 +409,15 @@ class HopperStage:
             split = (params or {}).get("SPLITK", 1) > 1
             return (self.kernel,) + (("splitk_reduce",) if split else ())
 
+        def tile_of(params) -> tuple[int, int]:  # 0 reads as the defaults (the split precisions')
+            rows = 64 * (params.get("CONSUMERS") or self.defaults[self.warpgroups])
+            return rows, params.get("BN") or self.defaults["BN"]
+
+        # the tuner's split-K seeds (lab/tune/seeds.py): SPLITK over the defaults' tile
+        tuning = Tuning(split="SPLITK", tile_of=tile_of) if "SPLITK" in self.choices else Tuning()
         return Offer(self.stage, "cuda", precisions=self.precisions, kernels=kernels,
                      validate=self.validate, resolve=self.resolve, show=self.show,
-                     compile=self.compile_for, arch=ARCH)
+                     compile=self.compile_for, arch=ARCH, tuning=tuning)
 
     def prepare_for(self, offer: Offer):
         """The stage's public prepare(a, b, c, precision=None, **params) (lab/base/entry.py's
@@ -435,7 +441,6 @@ class HopperStage:
 # kernel keeps its sum in the plain accumulators (not 3xtf32's three products, fp8_block's
 # promotion or fp8_row's epilogue scales; tf32 may read A through registers)
 SPLITK_PRECISIONS = ("bf16", "fp16", "fp8")
-REDUCE_THREADS = 256  # splitk_reduce.cu's RTHREADS: one thread per 4 elements of a row of C
 
 
 def splits_for(splits: int, K: int, precision: str | None) -> int:
@@ -447,22 +452,23 @@ def splits_for(splits: int, K: int, precision: str | None) -> int:
 
 def splitk_plan(p, precision: str, splits: int):
     """(workspace, ldw, reduce launch, its build) of a split-K launch: `splits` slabs of M rows of
-    ldw floats (N rounded up to 4: splitk_reduce.cu reads a float4 of each slab), allocated once per
-    prepare (every call rewrites all of it), and splitk_reduce.cu built for C's 16-bit type and
-    launched over C (row-major, ldc; 8-byte stores where its base and ldc allow them)."""
+    ldw floats (warptiling's workspace_ld: splitk_reduce.cu reads a float4 of each slab), allocated
+    once per prepare (every call rewrites all of it), and warptiling's reduction built for C's
+    16-bit type and launched over C (row-major, ldc; 8-byte stores where its base and ldc allow
+    them)."""
     import numpy as np
     import torch
 
-    ldw = cdiv(p.N, 4) * 4
+    from cuda_kernels import warptiling
+
+    ldw = warptiling.workspace_ld(p.N)
     work = torch.empty(splits * p.M * ldw, dtype=torch.float32, device=p.c.tensor.device)
     c = p.c.tensor
     vec = c.data_ptr() % 8 == 0 and p.c.ld % 4 == 0
-    out = "OUT_F16" if precision == "fp16" else "OUT_BF16"  # fp8's C is bfloat16
-    red = compile_kernel("splitk_reduce.cu", "splitk_reduce",
-                         {"SPLITK": splits, "VEC_C": int(vec), "RTHREADS": REDUCE_THREADS, out: 1},
-                         offsets64=p.M * max(p.c.ld, ldw) >= 2 ** 31)
-    grid = (cdiv(p.M * cdiv(p.N, 4), REDUCE_THREADS), 1, 1)
-    reduce = launcher(red, grid, (REDUCE_THREADS, 1, 1),
+    red = warptiling.build_reduce(splits, vec, offsets64=p.M * max(p.c.ld, ldw) >= 2 ** 31,
+                                  out="fp16" if precision == "fp16" else "bf16")  # fp8's C: bf16
+    grid, block, _ = warptiling.reduce_geometry(p.M, p.N)
+    reduce = launcher(red, grid, block,
                       (work, c, np.int32(p.M), np.int32(p.N), np.int32(ldw), np.int32(p.c.ld)))
     return work, ldw, reduce, red
 

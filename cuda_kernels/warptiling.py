@@ -157,11 +157,18 @@ def build(BM: int = 128, BN: int = 128, BK: int = 16, WM: int = 64, WN: int = 64
                       layout=layout, offsets64=offsets64)
 
 
-def build_reduce(splitk: int = 2, vec_c: bool = True, offsets64: bool = False, **_):
-    """The split-K reduction kernel (splitk_reduce.cu) for `splitk` slabs."""
-    return compile_kernel("splitk_reduce.cu", "splitk_reduce",
-                          {"SPLITK": splitk, "VEC_C": bool(vec_c), "RTHREADS": REDUCE_THREADS},
-                          offsets64=offsets64)
+# C's element type -> splitk_reduce.cu's output switch (fp32 writes floats: no switch)
+REDUCE_OUT = {"fp32": None, "bf16": "OUT_BF16", "fp16": "OUT_F16"}
+
+
+def build_reduce(splitk: int = 2, vec_c: bool = True, offsets64: bool = False, out: str = "fp32",
+                 **_):
+    """The split-K reduction kernel (splitk_reduce.cu) for `splitk` slabs, rounding to C's type
+    `out` (fp32, or bf16 / fp16 for the Hopper stage's 16-bit C: cuda_kernels/_tma.py)."""
+    defines = {"SPLITK": splitk, "VEC_C": bool(vec_c), "RTHREADS": REDUCE_THREADS}
+    if REDUCE_OUT[out]:
+        defines[REDUCE_OUT[out]] = 1
+    return compile_kernel("splitk_reduce.cu", "splitk_reduce", defines, offsets64=offsets64)
 
 
 def geometry(M: int, N: int, K: int, BM: int = 128, BN: int = 128, WM: int = 64, WN: int = 64,

@@ -10,6 +10,9 @@ tests/conftest.py.
   every command's refusal of a user's mistake looks like; stage_option_errors: the mistakes in
   --stage, --backend and a size option that every command refuses alike.
 - check_in_layout: a prepared launch checked against torch.matmul on the GPU, shape by shape.
+- gpu_operands / check_scaled: a precision's operands on the GPU (the fp8 precisions with their
+  scales, as prepare() takes them) and C checked against the float64 reference of the scaled
+  product.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from lab.base import precisions
 from lab.base.dtypes import DTYPE_NAMES
 from lab.run import LAYOUTS  # noqa: F401  (re-exported: the four operand layouts nn, nt, tn, tt)
 from lab.stages import PRECISIONS, get_stage, parse_variants
+
+from lab import check as chk
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_GPU = torch.cuda.is_available()
@@ -247,3 +252,18 @@ def run_sanitized(sanitizer: str, tool: str, label: str, *args: str):
                 PYTORCH_NO_CUDA_MEMORY_CACHING="1")
     out = r.stdout + r.stderr
     return r, out, "\n".join(out.strip().splitlines()[-30:])
+
+
+def gpu_operands(M: int, N: int, K: int, layout: str, precision: str, seed: int = 0):
+    """A and B of `precision` on the GPU (the fp8 precisions: e4m3 with scales of their kind,
+    lab.check.inputs_for) and prepare()'s scale arguments ({} but the fp8 precisions' scale_a
+    and scale_b)."""
+    a, b, scales = chk.inputs_for(precision, M, N, K, seed, "cuda", layout)
+    return a, b, ({} if scales is None else {"scale_a": scales[0], "scale_b": scales[1]})
+
+
+def check_scaled(c, a, b, precision: str, scales: dict | None = None) -> None:
+    """C against the float64 reference (times the scales of gpu_operands' dict, if any)."""
+    s = (scales["scale_a"], scales["scale_b"]) if scales else None
+    res = chk.compare(c.float(), chk.reference(a, b, s), a.shape[1], precision)
+    assert res.passed, res.reason

@@ -798,6 +798,25 @@ def test_no_seeds_where_the_rule_does_not_apply(stage, restrict, shape):
     assert at.splitk_seeds(at.space_of(stage, "cuda", restrict), *shape) == []
 
 
+def test_persistent_seeds_its_split_over_the_defaults_tile():
+    """persistent's tile is 64 x CONSUMERS rows by BN columns (Tuning.tile_of): its seeds keep the
+    defaults and set SPLITK so that tiles x SPLITK lands near 1x, 2x, 4x the SMs."""
+    space = at.space_of("persistent", "cuda")
+    assert space.tuning.split == "SPLITK" and space.tuning.tile_of({}) == (128, 256)
+    # 256 x 2304 with K = 16384: 2 x 9 = 18 tiles of 128 x 256; SPLITK choices 1 ... 16
+    seeds = at.splitk_seeds(space, 256, 2304, 16384, sm_count=132)
+    assert [s["SPLITK"] for s in seeds] == [8, 16]  # 144 units near 132; 288 near 264 and 528
+    default = space.default
+    for s in seeds:
+        assert {k: v for k, v in s.items() if k != "SPLITK"} == \
+            {k: v for k, v in default.items() if k != "SPLITK"}
+    assert at.splitk_seeds(space, 4096, 4096, 4096, sm_count=132) == []  # 512 tiles: no split
+    # a 64 x 128 tile (one consumer warpgroup, BN 128) counts 4 x 18 = 72 tiles: 2, 4 and 8 splits
+    small = at.space_of("persistent", "cuda", {"CONSUMERS": (1,), "BN": (128,)})
+    assert [s["SPLITK"] for s in at.splitk_seeds(small, 256, 2304, 16384, sm_count=132)] == \
+        [2, 4, 8]
+
+
 def test_seeds_follow_a_restriction_and_the_sm_count_of_the_limits():
     space = at.space_of("warptiling", "cuda", {"splitk": (1, 8, 16), "BM": (128,)})
     seeds = at.splitk_seeds(space, *SPLITK_SHAPE)

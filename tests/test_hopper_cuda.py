@@ -31,7 +31,7 @@ import sys
 import pytest
 import torch
 
-from helpers import LAYOUTS, ROOT
+from helpers import LAYOUTS, ROOT, check_scaled, gpu_operands
 from lab import check as chk
 from lab.base.errors import LabError
 from lab.base.describe import describe
@@ -409,21 +409,6 @@ needs_hopper = pytest.mark.skipif(
     reason="needs an sm_90 GPU (H100, H200)")
 
 
-def _operands(M, N, K, layout, precision, seed=0):
-    """A and B of `precision` (the fp8 precisions: e4m3 with scales of their kind,
-    lab.check.inputs_for) and prepare()'s scale arguments ({} but the fp8 precisions' scale_a
-    and scale_b)."""
-    a, b, scales = chk.inputs_for(precision, M, N, K, seed, "cuda", layout)
-    return a, b, ({} if scales is None else {"scale_a": scales[0], "scale_b": scales[1]})
-
-
-def _check(c, a, b, precision, scales=None):
-    """C against the float64 reference (times scale_a * scale_b: `scales`, _operands' dict)."""
-    s = (scales["scale_a"], scales["scale_b"]) if scales else None
-    res = chk.compare(c.float(), chk.reference(a, b, s), a.shape[1], precision)
-    assert res.passed, res.reason
-
-
 @gpu
 @needs_hopper
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -431,10 +416,10 @@ def _check(c, a, b, precision, scales=None):
 def test_every_layout_at_edge_sizes(stage, layout, precision):
     m = _mod(stage)
     for M, N, K in ((333, 257, 129), (129, 520, 1000), (64, 8, 8), (1, 1, 1)):
-        a, b, scales = _operands(M, N, K, layout, precision)
+        a, b, scales = gpu_operands(M, N, K, layout, precision)
         c = torch.full((M, N), float("nan"), device="cuda", dtype=OUT[precision])
         m.prepare(a, b, c, precision=precision, **scales)()
-        _check(c, a, b, precision, scales)
+        check_scaled(c, a, b, precision, scales)
 
 
 @gpu
@@ -447,24 +432,24 @@ def test_views_odd_leading_dimensions_and_column_major_c(stage):
     b = torch.randn(257, 3001, device="cuda").bfloat16()[:, :129]  # 6002-byte lines: copied
     c = torch.full((129, 297), float("nan"), device="cuda").bfloat16().t()  # column-major C
     m.prepare(a, b, c, precision="bf16")()
-    _check(c, a, b, "bf16")
+    check_scaled(c, a, b, "bf16")
     # tf32 (persistent: nn as C^T = B^T A^T, tt with A through registers) and fp8 (both operands
     # K-major: copied where they are not, and K = 257 bytes per line: copied where they are) into
     # a column-major C (C^T = B^T A^T, the scales the same) and into a row-major C with an odd
     # leading dimension (lines off 16-byte boundaries: direct stores)
     for precision in ("tf32", "fp8"):
         for layout in LAYOUTS:
-            a, b, scales = _operands(300, 129, 257, layout, precision)
+            a, b, scales = gpu_operands(300, 129, 257, layout, precision)
             dt = OUT[precision]
             for c in (torch.full((129, 300), float("nan"), device="cuda", dtype=dt).t(),
                       torch.full((300, 135), float("nan"), device="cuda", dtype=dt)[:, 3:132]):
                 m.prepare(a, b, c, precision=precision, **scales)()
-                _check(c, a, b, precision, scales)
+                check_scaled(c, a, b, precision, scales)
     for M, N, K in ((7919 // 8, 6007 // 8, 3001), (1, 1000, 3001)):
-        a, b, _ = _operands(M, N, K, "nn", "bf16")
+        a, b, _ = gpu_operands(M, N, K, "nn", "bf16")
         c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         m.prepare(a, b, c, precision="bf16")()
-        _check(c, a, b, "bf16")
+        check_scaled(c, a, b, "bf16")
 
 
 @gpu
@@ -474,29 +459,29 @@ def test_lab_matmul_replays_on_new_tensors(stage):
     import lab
 
     for i in range(3):  # new tensors each call: the maps follow their addresses
-        a, b, _ = _operands(300, 200, 100, "nn", "bf16", seed=i)
+        a, b, _ = gpu_operands(300, 200, 100, "nn", "bf16", seed=i)
         c = lab.matmul(a, b, stage=stage, backend="cuda")
-        _check(c, a, b, "bf16")
-    a, b, _ = _operands(300, 200, 100, "nn", "bf16", seed=7)
+        check_scaled(c, a, b, "bf16")
+    a, b, _ = gpu_operands(300, 200, 100, "nn", "bf16", seed=7)
     out = torch.empty(300, 200, device="cuda", dtype=torch.bfloat16)
     for i in range(2):  # the same tensors, new values
         a.copy_(torch.randn_like(a.float()).bfloat16())
         lab.matmul(a, b, stage=stage, backend="cuda", out=out)
-        _check(out, a, b, "bf16")
+        check_scaled(out, a, b, "bf16")
     # fp8: new operands and new scale tensors each call (nt: no copy; tn: both copied in the
     # call), then the same tensors with new scale values (read on the GPU in every call, not baked
     # into the plan)
     for layout in ("nt", "tn"):
         for i in range(3):
-            a, b, scales = _operands(300, 200, 96, layout, "fp8", seed=i)
+            a, b, scales = gpu_operands(300, 200, 96, layout, "fp8", seed=i)
             c = lab.matmul(a, b, stage=stage, backend="cuda", **scales)
             assert c.dtype == torch.bfloat16
-            _check(c, a, b, "fp8", scales)
+            check_scaled(c, a, b, "fp8", scales)
         out = torch.empty(300, 200, device="cuda", dtype=torch.bfloat16)
         for factor in (2.0, 0.25):
             scales["scale_a"].mul_(factor)
             lab.matmul(a, b, stage=stage, backend="cuda", out=out, **scales)
-            _check(out, a, b, "fp8", scales)
+            check_scaled(out, a, b, "fp8", scales)
 
 
 @gpu
@@ -511,7 +496,7 @@ def test_3xtf32_is_as_accurate_as_cublas_fp32_over_many_tiles(stage):
     before, matmul.allow_tf32 = matmul.allow_tf32, False
     try:
         for M, N, K, layout in ((2048, 2048, 4000, "nt"), (1100, 2200, 1000, "nn")):
-            a, b, _ = _operands(M, N, K, layout, "3xtf32")
+            a, b, _ = gpu_operands(M, N, K, layout, "3xtf32")
             c = torch.full((M, N), float("nan"), device="cuda")
             m.prepare(a, b, c, precision="3xtf32")()
             ref = chk.reference(a, b)
@@ -538,10 +523,10 @@ def test_fp8_over_many_tiles_and_in_clusters(stage):
         rows += [({"CLUSTER": 2}, 4096, 2048, 1040), ({"CLUSTER": 2, "BN": 128}, 1000, 1001, 512)]
     for params, M, N, K in rows:
         for layout in ("nt", "nn"):
-            a, b, scales = _operands(M, N, K, layout, "fp8", seed=M + N)
+            a, b, scales = gpu_operands(M, N, K, layout, "fp8", seed=M + N)
             c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             m.prepare(a, b, c, precision="fp8", **params, **scales)()
-            _check(c, a, b, "fp8", scales)
+            check_scaled(c, a, b, "fp8", scales)
 
 
 @gpu

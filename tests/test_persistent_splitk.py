@@ -22,8 +22,7 @@ import re
 import pytest
 import torch
 
-from helpers import LAYOUTS
-from lab import check as chk
+from helpers import LAYOUTS, check_scaled, gpu_operands
 from lab.base.describe import describe
 from lab.base.errors import LabError
 from lab.base.needs import CUDA
@@ -164,29 +163,18 @@ needs_hopper = pytest.mark.skipif(
     reason="needs an sm_90 GPU (H100, H200)")
 
 
-def _operands(M, N, K, layout, precision, seed=0):
-    a, b, scales = chk.inputs_for(precision, M, N, K, seed, "cuda", layout)
-    return a, b, ({} if scales is None else {"scale_a": scales[0], "scale_b": scales[1]})
-
-
-def _check(c, a, b, precision, scales):
-    s = (scales["scale_a"], scales["scale_b"]) if scales else None
-    res = chk.compare(c.float(), chk.reference(a, b, s), a.shape[1], precision)
-    assert res.passed, res.reason
-
-
 @gpu
 @needs_hopper
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("precision", SPLIT_PRECISIONS)
 def test_split_k_at_edge_sizes(precision, layout):
     for M, N, K in ((333, 257, 1029), (129, 520, 5000), (64, 8, 8), (1, 1, 300), (256, 2304, 4096)):
-        a, b, scales = _operands(M, N, K, layout, precision)
+        a, b, scales = gpu_operands(M, N, K, layout, precision)
         for params in ({"SPLITK": 2}, {"SPLITK": 3, "CLUSTER": 2},
                        {"SPLITK": 16, "CONSUMERS": 3, "BN": 128}):
             c = torch.full((M, N), float("nan"), device="cuda", dtype=OUT[precision])
             persistent.prepare(a, b, c, precision=precision, **params, **scales)()
-            _check(c, a, b, precision, scales)
+            check_scaled(c, a, b, precision, scales)
 
 
 @gpu
@@ -194,14 +182,41 @@ def test_split_k_at_edge_sizes(precision, layout):
 @pytest.mark.parametrize("precision", SPLIT_PRECISIONS)
 def test_split_k_into_odd_and_column_major_c_gives_the_same_bits_twice(precision):
     M, N, K = 300, 129, 3001 if precision != "fp8" else 3008
-    a, b, scales = _operands(M, N, K, "nt", precision, seed=3)
+    a, b, scales = gpu_operands(M, N, K, "nt", precision, seed=3)
     dt = OUT[precision]
     for c in (torch.full((N, M), float("nan"), device="cuda", dtype=dt).t(),
               torch.full((M, 135), float("nan"), device="cuda", dtype=dt)[:, 3:132]):
         run = persistent.prepare(a, b, c, precision=precision, SPLITK=5, **scales)
         run()
-        _check(c, a, b, precision, scales)
+        check_scaled(c, a, b, precision, scales)
         first = c.clone()
         c.fill_(float("nan"))
         run()
         assert torch.equal(c.view(torch.int16), first.view(torch.int16)), "not reproducible"
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("precision", SPLIT_PRECISIONS)
+def test_split_k_on_sliced_operands_and_a_k_past_2_to_the_17(precision):
+    """Operands that are views into larger tensors, at an aligned offset (read in place by TMA)
+    and at an odd one (copied by the plan), and a K of 2^17 + 384 split 16 ways (8,216 of K a
+    unit), into a C view at a column offset."""
+    dt = DTYPE[precision]
+    M, N, K = 200, 136, 3072
+    a0, b0, scales = gpu_operands(M + 9, N + 9, K + 160, "nt", precision, seed=11)
+    # nt: A is M x K row-major, B is K x N with unit stride down K (a view of N x K)
+    for off in (128, 5):  # 128 elements: 16-byte aligned in every precision; 5: not
+        a = a0[3:3 + M, off:off + K]
+        b = b0[off:off + K, 2:2 + N]
+        assert a.dtype == dt and b.dtype == dt
+        c_big = torch.full((M, N + 8), float("nan"), device="cuda", dtype=OUT[precision])
+        c = c_big[:, 8:]
+        persistent.prepare(a, b, c, precision=precision, SPLITK=4, **scales)()
+        check_scaled(c, a, b, precision, scales)
+        assert torch.isnan(c_big[:, :8]).all(), "wrote outside C"
+    M, N, K = 96, 72, 2 ** 17 + 384
+    a, b, scales = gpu_operands(M, N, K, "tn", precision, seed=12)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=OUT[precision])
+    persistent.prepare(a, b, c, precision=precision, SPLITK=16, **scales)()
+    check_scaled(c, a, b, precision, scales)

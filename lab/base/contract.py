@@ -76,10 +76,14 @@ class Tuning:
     split: the parameter that splits K across blocks (warptiling's `splitk`), if any; the tuner
         seeds it from the shape (tiles x split near 1x, 2x, 4x the SM count).
     tile: the two block-tile edge parameters (rows, columns) those seeds shrink, in that order.
+    tile_of: for a launcher whose block tile is not two edge parameters (persistent: 64 rows per
+        consumer warpgroup, BN columns), tile_of(params) -> (rows, columns) of the configuration's
+        tile; the seeds then keep the defaults' tile and set the split only.
     """
 
     split: str | None = None
     tile: tuple[str, ...] = ()
+    tile_of: Callable[[Mapping], tuple[int, int]] | None = None
 
 
 @dataclass(frozen=True)

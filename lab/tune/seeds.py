@@ -35,7 +35,12 @@ def splitk_seeds(space: Space, M: int, N: int, K: int, sm_count: int | None = No
     split = next((p for p in space.searched if p.name == name), None) if name else None
     edges = tuple(space.tuning.tile)
     default = space.default
-    if split is None or len(edges) != 2 or any(e not in default for e in edges) or K < 1:
+    tile_of = space.tuning.tile_of
+    if split is None or K < 1:
+        return []
+    if tile_of is not None and not edges:  # the defaults' tile only, the split alone seeded
+        return _split_only_seeds(space, split, tile_of(default), M, N, K, sms, validate)
+    if len(edges) != 2 or any(e not in default for e in edges):
         return []
     searched = {p.name: p for p in space.searched}
 
@@ -66,6 +71,27 @@ def splitk_seeds(space: Space, M: int, N: int, K: int, sm_count: int | None = No
             if seed is not None and space.key(seed) not in keys:
                 keys.add(space.key(seed))
                 seeds.append(seed)
+    return seeds
+
+
+def _split_only_seeds(space: Space, split, tile: tuple[int, int], M: int, N: int, K: int,
+                      sms: int, validate) -> list[dict]:
+    """splitk_seeds for a launcher whose tile is not two edge parameters (Tuning.tile_of): the
+    defaults with the split nearest 1x, 2x, 4x the SM count over the defaults' `tile`."""
+    splits = allowed_splits(split.choices, K, SEED_MIN_SPLIT_K)
+    tiles = tile_count(M, N, *tile)
+    if not few_tiles(tiles, sms) or not any(s > 1 for s in splits):
+        return []
+    default = space.default
+    seeds, keys = [], {space.key(default)}
+    for factor in SEED_TARGETS:
+        seed = space.full({**{n: default[n] for n in space.names},
+                           split.name: nearest_split(tiles, factor * sms, splits)})
+        if validate is not None and validate(seed) is not None:
+            continue
+        if space.key(seed) not in keys:
+            keys.add(space.key(seed))
+            seeds.append(seed)
     return seeds
 
 
