@@ -49,7 +49,7 @@ PRECISIONS = ("bf16", "fp16", "tf32", "fp8")  # every TMA stage's; 3xtf32 where 
 # fp8 with row-wise and block-wise scales, where a stage says `scaled` (persistent's variant file)
 SCALED_PRECISIONS = ("fp8_row", "fp8_block")
 SCALE_DEFINES = {"row": "SCALE_ROW", "block": "SCALE_BLOCK"}  # beside fp8's PREC_FP8
-BLOCK_BN = (64, 128, 192)  # fp8_block's tile: in one of B's 128-column scale blocks, or 192 over two
+BLOCK_BN = (64, 128)  # fp8_block's tile lies in one of B's 128-column scale blocks
 # fp8_block's automatic row takes three consumer warpgroups (a 192 x 128 tile) where a stage offers
 # them (persistent): each waits for its k-tile's wgmma before promoting it, and a third warpgroup
 # keeps the tensor cores fed meanwhile. On an H200 (results/2026-11-30-h200/fp8-block-consumers.csv)
@@ -185,7 +185,7 @@ class HopperStage:
         BN 128, and three consumer warpgroups where the stage offers them)."""
         extra = self.split_defaults if precision == "3xtf32" else {}
         if precision and get_precision(precision).scale == "block":
-            extra = {"BN": 128}
+            extra = {"BN": BLOCK_BN[-1]}
             if 3 in self.choices.get(self.warpgroups, ()):
                 extra[self.warpgroups] = 3  # measured: BLOCK_BN's note
         return {**self.defaults, **extra}
@@ -231,7 +231,7 @@ class HopperStage:
         c = self.config(precision, **params)
         if precision and get_precision(precision).scale == "block" and c["BN"] not in BLOCK_BN:
             raise LabError(f"{where}: in fp8_block a tile lies in one of B's 128-column scale "
-                           f"blocks or spans two, so BN must be 64, 128 or 192 (0: 128)")
+                           f"blocks, so BN must be 64 or 128 (0: 128)")
         if c.get("SPLITK", 1) > 1 and precision and precision not in SPLITK_PRECISIONS:
             raise LabError(f"{where}: split-K runs {', '.join(SPLITK_PRECISIONS)} (C from fp32 "
                            f"partial sums added in a second kernel), not {precision}; use "

@@ -100,10 +100,7 @@ __device__ __forceinline__ float lds_f32(u32 addr) {
 #define SCALE_AHEAD 2  // k-tiles ahead that fp8_block loads its scales (at least 1)
 #endif
 static_assert(SCALE_AHEAD >= 1 && SCALE_AHEAD <= 8, "SCALE_AHEAD must be 1..8");
-// a tile of 64 or 128 columns lies in one of B's 128-column scale blocks; one of 192 columns
-// (two consumer warpgroups: 2 x 96 accumulators a thread) spans two, split at column 128 of the
-// tile or at column 64 (tiles starting at an odd multiple of 64)
-static_assert(BN == 64 || BN == 128 || BN == 192, "fp8_block: BN must be 64, 128 or 192");
+static_assert(BN == 64 || BN == 128, "fp8_block: a tile lies in one 128-column scale block of B");
 static_assert(BK == 128, "fp8_block: a k-tile is one 128-long scale block of K");
 // fp8_block: a warpgroup's k-tile product alone in `part` (its first wgmma overwrites D,
 // scale-d 0), one commit group; the caller scales it into the accumulators (promotion). `da`, `db`:
@@ -118,10 +115,8 @@ __device__ __forceinline__ void mma_tile_fresh(float* part, u32 da, u32 db) {
         const u64 a = DESC_HI | (da + 2 * j), b = DESC_HI | (db + 2 * j);
         if constexpr (BN == 64)
             wgmma_ss_e4m3_n64(part, a, b, j > 0);
-        else if constexpr (BN == 128)
-            wgmma_ss_e4m3_n128(part, a, b, j > 0);
         else
-            wgmma_ss_e4m3_n192(part, a, b, j > 0);
+            wgmma_ss_e4m3_n128(part, a, b, j > 0);
     }
     wg_commit();
 }
@@ -559,11 +554,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 const float* pa = scale_a + (r < M ? r : 0) * sa_s0;
                 const long long sa_8 = r + 8 < M ? 8 * sa_s0 : 0;
                 const float* pb = scale_b + (bn * BN / 128) * sb_s1;
-#if BN == 192  // the tile's second scale block of B (the last one where the tile passes N)
-                const float* pb1 = scale_b + min(bn * BN / 128 + 1, (N - 1) / 128) * sb_s1;
-                const bool first_wide = (bn * BN) % 128 == 0;  // block 1 covers columns 0..127
-                float qb1[SCALE_AHEAD];
-#endif
                 // the scales of k-tiles kt .. kt + SCALE_AHEAD - 1, loaded SCALE_AHEAD k-tiles
                 // before their use: a load of global memory takes longer than a k-tile's wgmma,
                 // and Nsight Compute showed the promotion waiting on it with one k-tile ahead
@@ -572,16 +562,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                 for (int d = 0; d < SCALE_AHEAD; ++d) {
                     const int k = d < KT ? d : KT - 1;
                     qa0[d] = pa[k * sa_s1], qa1[d] = pa[sa_8 + k * sa_s1], qb[d] = pb[k * sb_s0];
-#if BN == 192
-                    qb1[d] = pb1[k * sb_s0];
-#endif
                 }
                 // pa, pb: at the k-tile the loop loads next (the last k-tile once past it)
                 const int ahead = SCALE_AHEAD < KT ? SCALE_AHEAD : KT - 1;
                 pa += ahead * sa_s1, pb += ahead * sb_s0;
-#if BN == 192
-                pb1 += ahead * sb_s0;
-#endif
                 int s = it % STAGES;
                 u32 phase = (it / STAGES) & 1, off = s * (SLOT / 16);
 #if SCALE_TMA  // A's scales of this thread's rows in slot 0's part of the scale ring
@@ -591,10 +575,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     mbar_wait(full0 + 8 * s, phase);
                     mma_tile_fresh(part, da0 + off, db0 + off);  // the slot's descriptors
                     const float na0 = pa[0], na1 = pa[sa_8], nb = pb[0];
-#if BN == 192
-                    const float nb1 = pb1[0], b_2 = qb1[0];
-                    if (kt + ahead + 1 < KT) pb1 += sb_s0;
-#endif
                     if (kt + ahead + 1 < KT) pa += sa_s1, pb += sb_s0;
 #if SCALE_TMA  // A's scales from the slot's part of the scale ring (rows past M: 0)
                     const u32 srow = srow0 + s * (4 * BM);
@@ -607,31 +587,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
                     for (int d = 0; d + 1 < SCALE_AHEAD; ++d)
                         qa0[d] = qa0[d + 1], qa1[d] = qa1[d + 1], qb[d] = qb[d + 1];
                     qa0[SCALE_AHEAD - 1] = na0, qa1[SCALE_AHEAD - 1] = na1, qb[SCALE_AHEAD - 1] = nb;
-#if BN == 192
-#pragma unroll
-                    for (int d = 0; d + 1 < SCALE_AHEAD; ++d) qb1[d] = qb1[d + 1];
-                    qb1[SCALE_AHEAD - 1] = nb1;
-                    // columns 0-63: B's first block; 64-127: the first where it covers them, else
-                    // the second; 128-191: the second
-                    const float b_mid = first_wide ? b : b_2;
-                    const float g0 = a0 * b_mid, g1 = a1 * b_mid, h0 = a0 * b_2, h1 = a1 * b_2;
-#endif
                     wg_wait<0>();
                     const float f0 = a0 * b, f1 = a1 * b;
 #pragma unroll
                     for (int j = 0; j < ACC; j += 4) {
                         reg_fence(part[j]), reg_fence(part[j + 1]), reg_fence(part[j + 2]),
                             reg_fence(part[j + 3]);
-#if BN == 192  // accumulator group j / 4 holds columns 8 (j / 4) .. of the tile
-                        const float e0 = j < 32 ? f0 : j < 64 ? g0 : h0;
-                        const float e1 = j < 32 ? f1 : j < 64 ? g1 : h1;
-#else
-                        const float e0 = f0, e1 = f1;
-#endif
-                        acc[j] = fmaf(part[j], e0, acc[j]);
-                        acc[j + 1] = fmaf(part[j + 1], e0, acc[j + 1]);
-                        acc[j + 2] = fmaf(part[j + 2], e1, acc[j + 2]);
-                        acc[j + 3] = fmaf(part[j + 3], e1, acc[j + 3]);
+                        acc[j] = fmaf(part[j], f0, acc[j]);
+                        acc[j + 1] = fmaf(part[j + 1], f0, acc[j + 1]);
+                        acc[j + 2] = fmaf(part[j + 2], f1, acc[j + 2]);
+                        acc[j + 3] = fmaf(part[j + 3], f1, acc[j + 3]);
                     }
                     release(s);
                     if (++s == STAGES) s = 0, phase ^= 1, off = 0;

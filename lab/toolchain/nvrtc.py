@@ -187,11 +187,6 @@ def nvrtc_compile(source: str, options: tuple[str, ...], output: str = "cubin") 
 @functools.lru_cache(maxsize=None)
 def _compile(source: str, kernel: str, options: tuple[str, ...], arch: str) -> Build:
     cubin, log = nvrtc_compile(source, options, "cubin")
-    share = next((int(o.split("=", 1)[1]) for o in options if o.startswith("-DFFMA_YIELD=")), 0)
-    if share:  # the FFMA yield experiment (lab/toolchain/sass_patch.py): hints only
-        from lab.toolchain.sass_patch import ffma_yield
-
-        cubin, _ = ffma_yield(cubin, kernel, share)
     return Build(
         source=source, kernel=kernel, arch=arch, options=options, cubin=cubin, log=log,
         **parse_ptxas_log(log, kernel),

@@ -1,10 +1,12 @@
 """persistent's CUDA kernel in fp8_block built with extra defines (build switches that are not
-registry parameters: the FFMA yield rewrite FFMA_YIELD, SCALE_TMA, ...), each timed beside the
+registry parameters, such as SCALE_TMA or SCALE_AHEAD; at commit 5f14903 also the FFMA yield
+rewrite FFMA_YIELD and the 128 x 192 tile, results/2026-11-30-h200/fp8-block-ffma-yield.txt),
+each timed beside the
 block-scale stand-in (per-tensor cuBLAS fp8 with promoted accumulation, lab/run.py) by
 lab.timing.bench_adjacent with L2 flushed, and checked against the float64 reference where the
 shape is small enough.
 
-    python scripts/experiments/fp8_block_variants.py "-" "FFMA_YIELD=9" "FFMA_YIELD=16" \
+    python scripts/experiments/fp8_block_variants.py - SCALE_TMA=1 SCALE_AHEAD=3 \
         --sizes 4096x7168x16384,8192x8192x8192 [--rounds 2]
 
 Each argument is one build: KEY=V,... over the automatic row (`-`: the automatic row itself).
@@ -22,7 +24,7 @@ from cuda_kernels import persistent
 from lab import check as chk
 from lab.base.describe import describe
 from lab.base.needs import CUDA
-from lab.run import _cublas_launch
+from lab.run import scaled_mm_launch
 from lab.timing import bench_adjacent
 
 
@@ -38,7 +40,10 @@ def main() -> None:
     for rnd in range(args.rounds):
         for M, N, K in shapes:
             a, b, (sa, sb) = chk.inputs_for(prec, M, N, K, rnd, "cuda", "nt")
-            base = _cublas_launch(a, b, prec, (sa, sb))
+            # the stand-in: per-tensor cuBLAS fp8 (unit scales) with promoted accumulation
+            one = torch.ones(1, dtype=torch.float32, device="cuda")
+            base = scaled_mm_launch(a, b, torch.empty((M, N), dtype=torch.bfloat16, device="cuda"),
+                                    (one, one), fast_accum=False)
             ref = chk.reference(a, b, (sa, sb)) if M * N * K <= 2 ** 36 else None
             for cfg in args.cfgs:
                 extra = {} if cfg == "-" else {k: int(v) for k, _, v in
