@@ -164,7 +164,7 @@ class HopperStage:
         warpgroups in clusters of two spill there)."""
         if c.get("CLUSTER", 1) != 0:
             return c
-        one = store or c["BN"] % 128 or c.get("SPLITK", 1) > 1
+        one = store or c["BN"] % 128 or c.get("SPLITK", 1) > 1 or c.get("STREAMK")
         return {**c, "CLUSTER": 1 if one else 2}
 
     def __post_init__(self):
@@ -236,6 +236,15 @@ class HopperStage:
             raise LabError(f"{where}: split-K runs {', '.join(SPLITK_PRECISIONS)} (C from fp32 "
                            f"partial sums added in a second kernel), not {precision}; use "
                            f"SPLITK=1")
+        if c.get("STREAMK"):
+            if precision and precision not in SPLITK_PRECISIONS:
+                raise LabError(f"{where}: stream-K runs {', '.join(SPLITK_PRECISIONS)} (parts of "
+                               f"tiles as fp32 sums added in a second kernel), not {precision}; "
+                               f"use STREAMK=0")
+            if c.get("SPLITK", 1) > 1 or c.get("CLUSTER") == 2:
+                raise LabError(f"{where}: stream-K cuts the k-tiles into one range per block by "
+                               f"itself, with one block per cluster, so it takes neither SPLITK "
+                               f"nor CLUSTER=2")
         if c[self.warpgroups] == 3 and c["BN"] > 128:
             raise LabError(f"{where}: three consumer warpgroups hold 160 registers a thread, too "
                            f"few for BN={c['BN']}'s accumulators, so BN must be 64 or 128")
@@ -279,6 +288,8 @@ class HopperStage:
         d = {DEFINES[precision]: 1, "GROUP": group, **(c or self.defaults_for(precision))}
         if d.pop("SPLITK", 1) > 1:  # the split-K build (the count of splits is an argument)
             d["SPLITK"], tma_store = 1, False
+        if d.pop("STREAMK", 0):  # the stream-K build (0: no define, the unsplit kernel's build)
+            d["STREAMK"] = 1
         kind = get_precision(precision).scale
         if kind in SCALE_DEFINES:
             d[SCALE_DEFINES[kind]] = 1
@@ -298,15 +309,20 @@ class HopperStage:
 
     def geometry(self, M: int, N: int, c: dict | None = None, sms: int = DEFAULT_SMS,
                  clusters: int | None = None, tma_store: bool | None = None,
-                 precision: str | None = None):
+                 precision: str | None = None, K: int | None = None):
         """(grid, block, dynamic shared bytes). The schedule gives the blocks: one per tile, or
         (persistent) one per SM, or, in clusters, `clusters` clusters (as many as the GPU holds at
-        once; SMs / CLUSTER without a GPU)."""
+        once; SMs / CLUSTER without a GPU). Stream-K (STREAMK) takes one block per SM, but no
+        more than the tiles' k-tiles (K, as the kernel cuts them: streamk_work)."""
         c = c or self.defaults_for(precision)
         wgs, cl = c[self.warpgroups], self.cluster_of(c)
         # a cluster takes `cl` tiles down M with the same columns
         tiles = cdiv(M, 64 * wgs * cl) * cdiv(N, c["BN"]) * c.get("SPLITK", 1)  # split-K: units
         resident = clusters if clusters is not None else sms // cl
+        if c.get("STREAMK"):
+            work = streamk_work(M, N, K or 1, 64 * wgs, c["BN"], precision)
+            return ((min(resident, work), 1, 1), (128 * (wgs + self.producer), 1, 1),
+                    self.smem_bytes(c, tma_store, precision))
         blocks = cl * self.schedule.blocks(tiles, resident)
         return ((blocks, 1, 1), (128 * (wgs + self.producer), 1, 1),
                 self.smem_bytes(c, tma_store, precision))
@@ -320,7 +336,8 @@ class HopperStage:
         c = self.resolve(params, M, N, K, precision, DEFAULT_SMS, store=False if swap else None)
         c = {k: c[k] for k in self.knobs}  # (resolve keeps SPLITK to the k-tiles there are)
         return (self.build(precision, layout, params.get("group", 8), c),
-                self.geometry(M, N, c, tma_store=False if swap else None, precision=precision))
+                self.geometry(M, N, c, tma_store=False if swap else None, precision=precision,
+                              K=K))
 
     # ---------------------------------------------------------------- launch
     def require_hopper(self, p) -> None:
@@ -370,7 +387,7 @@ class HopperStage:
             _, block, smem = self.geometry(M, N, c, tma_store=store, precision=precision)
             clusters = max_active_clusters(b, block, smem, cl)
         grid, block, smem = self.geometry(M, N, c, sm_count(p.c.tensor.device), clusters,
-                                          store, precision)
+                                          store, precision, K=p.K)
         specs = map_specs(w["a"], w["b"], M, N, p.K, 64 * c[self.warpgroups], c["BN"] // cl,
                           ELEM_BYTES[precision])
         if store:  # C's map: {128 bytes of columns, 64 rows} boxes, as store_acc_tma writes them
@@ -385,14 +402,22 @@ class HopperStage:
         if splits > 1:  # the workspace's slabs, and the kernel that adds them into C
             work, ldw, reduce, red = splitk_plan(p, precision, splits)
             args += (work, np.int64(ldw), np.int32(splits))
+        elif c.get("STREAMK"):  # the tiles' parts: slabs, and the kernel that adds them into C
+            tile = (64 * c[self.warpgroups], c["BN"])
+            splits = streamk_parts(M, N, p.K, *tile, grid[0], group, precision)
+            work, ldw, reduce, red = splitk_plan(p, precision, splits,
+                                                 streamk=(*tile, group, grid[0]), c_out=c_out)
+            args += (work, np.int64(ldw), np.int32(splits))
         kernel = tma_launcher(b, grid, block, args, smem, specs, cl)
         res = resources(b, grid, block, smem)
         names = tuple(name for name, _, _ in w["copies"])
         facts = dict(copies=names, tma_store=store, cluster=cl, c_trans=swap,
-                     c_buffer=c_buf is not None, splits=splits)
-        if reduce is not None:  # copies, partial sums, their sum into C
+                     c_buffer=c_buf is not None, splits=splits, streamk=bool(c.get("STREAMK")))
+        if reduce is not None:  # copies, partial sums, their sum into C (or C's aligned buffer)
             steps = [copy_step(dst, src) for _, dst, src in w["copies"]] + [kernel.step,
                                                                              reduce.step]
+            if c_buf is not None:  # stream-K's whole tiles and summed parts, copied into C
+                steps.append((torch.Tensor.copy_, (user_c, c_buf)))
             return Prepared.of_steps(steps, resources=res, build=b, kernel_only=kernel,
                                      reduce_build=red, workspace=work,
                                      setup_reusable=True, **facts)
@@ -406,7 +431,7 @@ class HopperStage:
 
     def offer(self) -> Offer:
         def kernels(params, precision) -> tuple:  # split-K adds the reduction after the kernel
-            split = (params or {}).get("SPLITK", 1) > 1
+            split = (params or {}).get("SPLITK", 1) > 1 or (params or {}).get("STREAMK")
             return (self.kernel,) + (("splitk_reduce",) if split else ())
 
         def tile_of(params) -> tuple[int, int]:  # 0 reads as the defaults (the split precisions')
@@ -450,26 +475,71 @@ def splits_for(splits: int, K: int, precision: str | None) -> int:
     return max(1, min(splits, cdiv(K, bk)))
 
 
-def splitk_plan(p, precision: str, splits: int):
+def streamk_work(M: int, N: int, K: int, BM: int, BN: int, precision: str | None) -> int:
+    """The k-iterations of a stream-K launch, tiles x k-tiles: it takes no more blocks."""
+    bk = 128 // ELEM_BYTES.get(precision, 2)
+    return cdiv(M, BM) * cdiv(N, BN) * max(1, cdiv(K, bk))
+
+
+def streamk_parts(M: int, N: int, K: int, BM: int, BN: int, blocks: int, group: int,
+                  precision: str | None) -> int:
+    """The most parts any tile of a stream-K launch has (its workspace's slab count). The kernel
+    (variants/persistent.cu, STREAMK) runs the first (T / G) G of the T tiles whole, G = `blocks`
+    at a time, and cuts the other tiles' W k-iterations into GS = min(G, W) ranges, range i being
+    [i W / GS, (i + 1) W / GS); a tile has a part in each range its k-tiles meet. The tile order
+    (`group`) does not change the count."""
+    import numpy as np
+
+    kt = max(1, cdiv(K, 128 // ELEM_BYTES.get(precision, 2)))
+    tiles = cdiv(M, BM) * cdiv(N, BN)
+    dp = tiles // blocks * blocks
+    work = (tiles - dp) * kt
+    if work == 0:
+        return 1
+    gs = min(blocks, work)
+    x = np.arange(tiles - dp, dtype=np.int64) * kt  # each tile's first k-iteration of the W
+    first = ((x + 1) * gs - 1) // work
+    last = ((x + kt) * gs - 1) // work
+    return int((last - first).max()) + 1
+
+
+def splitk_plan(p, precision: str, splits: int, streamk: tuple | None = None, c_out=None):
     """(workspace, ldw, reduce launch, its build) of a split-K launch: `splits` slabs of M rows of
     ldw floats (warptiling's workspace_ld: splitk_reduce.cu reads a float4 of each slab), allocated
     once per prepare (every call rewrites all of it), and warptiling's reduction built for C's
     16-bit type and launched over C (row-major, ldc; 8-byte stores where its base and ldc allow
-    them)."""
+    them). `streamk` = (BM, BN, group, blocks) of a stream-K launch: `splits` is then the most
+    parts a tile has, the reduction adds each tile's own number of them and leaves the tiles of
+    one part (stored by the main kernel) alone; with at most one part a tile there is no
+    reduction (None) and a one-float workspace. `c_out`: the tensor the reduction writes (C, or
+    the aligned buffer a stream-K launch computes C into; default C)."""
     import numpy as np
     import torch
 
     from cuda_kernels import warptiling
 
     ldw = warptiling.workspace_ld(p.N)
-    work = torch.empty(splits * p.M * ldw, dtype=torch.float32, device=p.c.tensor.device)
-    c = p.c.tensor
-    vec = c.data_ptr() % 8 == 0 and p.c.ld % 4 == 0
-    red = warptiling.build_reduce(splits, vec, offsets64=p.M * max(p.c.ld, ldw) >= 2 ** 31,
-                                  out="fp16" if precision == "fp16" else "bf16")  # fp8's C: bf16
+    dev = p.c.tensor.device
+    if streamk is not None and splits == 1:
+        return torch.empty(1, dtype=torch.float32, device=dev), ldw, None, None
+    work = torch.empty(splits * p.M * ldw, dtype=torch.float32, device=dev)
+    c = p.c.tensor if c_out is None else c_out
+    ldc = p.c.ld if c is p.c.tensor else c.stride(0)
+    vec = c.data_ptr() % 8 == 0 and ldc % 4 == 0
+    out = "fp16" if precision == "fp16" else "bf16"  # fp8's C: bf16
+    offsets64 = p.M * max(ldc, ldw) >= 2 ** 31
+    args = (work, c, np.int32(p.M), np.int32(p.N), np.int32(ldw), np.int32(ldc))
+    if streamk is None:
+        red = warptiling.build_reduce(splits, vec, offsets64=offsets64, out=out)
+    else:
+        bm, bn, group, blocks = streamk
+        red = warptiling.build_reduce(splits, vec, offsets64=offsets64, out=out,
+                                      streamk=(bm, bn, group))
+        kt = max(1, cdiv(p.K, 128 // ELEM_BYTES.get(precision, 2)))
+        args += (np.int32(cdiv(p.M, bm)), np.int32(cdiv(p.N, bn)), np.int32(kt),
+                 np.int32(blocks))
     grid, block, _ = warptiling.reduce_geometry(p.M, p.N)
-    reduce = launcher(red, grid, block,
-                      (work, c, np.int32(p.M), np.int32(p.N), np.int32(ldw), np.int32(p.c.ld)))
+    reduce = launcher(red, grid, block, args)
     return work, ldw, reduce, red
 
 

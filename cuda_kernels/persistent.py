@@ -27,8 +27,10 @@ the automatic row, through shared memory and TMA stores where C's lines are 16-b
 whose lines are not is computed into an aligned buffer and copied); 2 from registers, the lesson's
 epilogue), SPLITK (bf16, fp16, fp8: K cut into that many ranges, each a work unit of its own,
 for shapes with few output tiles and a long K; the fp32 partial sums go to a workspace and
-cuda_kernels/splitk_reduce.cu adds them in a fixed order; 0: 1, no split) and group (tile-rows
-walked together). `persistent:STORE=2,CLUSTER=1` runs the lesson.
+cuda_kernels/splitk_reduce.cu adds them in a fixed order; 0: 1, no split), STREAMK (bf16, fp16,
+fp8: 1 cuts the tiles' k-tiles into one range per block, so every SM gets the same work where the
+tiles do not divide evenly among the SMs; a whole tile's C is stored directly and the parts of the
+others added by the same second kernel; 0: off) and group (tile-rows walked together). `persistent:STORE=2,CLUSTER=1` runs the lesson.
 """
 
 from __future__ import annotations
@@ -42,19 +44,21 @@ def lesson_case(defines: dict, layout: str) -> bool:
     C_TRANS), not TF32 with an M-major A (A through registers), not fp8 with row-wise or
     block-wise scales (SCALE_ROW, SCALE_BLOCK), at most two consumer warpgroups (three
     share the registers differently: the variant file's CONSUMERS == 3), and K not split (the
-    variant file's SPLITK)."""
+    variant file's SPLITK) nor cut into ranges (STREAMK)."""
     return (defines.get("CLUSTER") == 1 and defines.get("TMA_STORE") == 0
             and not defines.get("C_TRANS") and not ("PREC_TF32" in defines and layout[0] == "t")
             and not defines.get("SCALE_ROW") and not defines.get("SCALE_BLOCK")
-            and defines.get("CONSUMERS", 2) < 3 and not defines.get("SPLITK"))
+            and defines.get("CONSUMERS", 2) < 3 and not defines.get("SPLITK")
+            and not defines.get("STREAMK"))
 
 
 STAGE = HopperStage(
     "persistent", "persistent.cu", "matmul_persistent", warpgroups="CONSUMERS",
-    defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 0, "STORE": 1, "SPLITK": 1},
+    defaults={"CONSUMERS": 2, "BN": 256, "STAGES": 4, "CLUSTER": 0, "STORE": 1, "SPLITK": 1,
+              "STREAMK": 0},
     choices={"CONSUMERS": (0, 1, 2, 3), "BN": (0, 64, 128, 192, 256),
              "STAGES": (0, 2, 3, 4, 5, 6, 7, 8), "CLUSTER": (0, 1, 2), "STORE": (0, 1, 2),
-             "SPLITK": (0, 1, 2, 3, 4, 5, 6, 8, 12, 16)},
+             "SPLITK": (0, 1, 2, 3, 4, 5, 6, 8, 12, 16), "STREAMK": (0, 1)},
     producer=True, schedule=PERSISTENT, tma_store=True, lesson_case=lesson_case,
     # 3xtf32: a 128 x 128 tile, the most a consumer's registers hold with a fresh sum beside the
     # accumulators (2 x 64) and two sets of A's heads and tails (64); four slots of A, B and B's

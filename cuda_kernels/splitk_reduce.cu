@@ -18,6 +18,13 @@
 // OUT_BF16 / OUT_F16 (persistent's split-K in bf16, fp8 and fp16): C holds 16-bit elements, each
 // the fp32 sum rounded to nearest even (as the kernels' own epilogues round it); a row's four
 // elements are one 8-byte store where C's base and ldc allow it (VEC_C), else single elements.
+// STREAMK (persistent's stream-K builds): the main kernel's first (T / G) G tiles in walk order
+// are whole, and so is a later tile that lies inside one block's range of k-tiles; the others
+// have as many parts as the ranges their k-tiles meet (part j in slab j), up to SPLITK. The
+// thread finds its tile, the tile's place in the walk (the main kernel's tile_of, GROUP
+// tile-rows at a time, inverted) and the ranges that hold its first and last k-tile; a whole
+// tile was stored into C by the main kernel and is left alone, the others' parts are added in the
+// order j = 0, 1, ... (the arguments after ldc: grid_m, grid_n, KT and the main kernel's blocks G).
 #include "common.cuh"
 
 #if defined(OUT_BF16) || defined(OUT_F16)
@@ -42,22 +49,45 @@ typedef float out_t;
 #define RTHREADS 256
 #endif
 
+#ifndef STREAMK
+#define STREAMK 0
+#endif
+
 extern "C" __global__ void __launch_bounds__(RTHREADS)
-splitk_reduce(const float* __restrict__ W, out_t* __restrict__ C, int M, int N, int ldw, int ldc) {
+splitk_reduce(const float* __restrict__ W, out_t* __restrict__ C, int M, int N, int ldw, int ldc
+#if STREAMK
+              , int grid_m, int grid_n, int KT, int G
+#endif
+              ) {
     const int chunks = (N + 3) / 4;  // float4 chunks per row
     const offset_t e = (offset_t)blockIdx.x * RTHREADS + (offset_t)threadIdx.x;
     if (e >= (offset_t)M * chunks) return;
     const offset_t i = e / chunks;
     const int j = 4 * (int)(e - i * chunks);
+#if STREAMK  // this element's tile, its place t in the walk, and its parts
+    const int bm = (int)(i / TBM), bn = j / TBN, first_m = bm / GROUP * GROUP;
+    const int rows = min(grid_m - first_m, GROUP);
+    const long long t = (long long)first_m * grid_n + (long long)bn * rows + (bm - first_m);
+    // the main kernel's walk: DP whole tiles first, then W k-iterations cut into GS ranges
+    const int dp = grid_m * grid_n / G * G;
+    if (t < dp) return;  // a whole tile: stored by the main kernel
+    const long long work = (long long)(grid_m * grid_n - dp) * KT, x = (t - dp) * KT;
+    const long long gs = work < G ? work : G;
+    const int parts = (int)(((x + KT) * gs - 1) / work - ((x + 1) * gs - 1) / work) + 1;
+    if (parts == 1) return;  // the tile inside one range: stored by the main kernel
+#else
+    constexpr int parts = SPLITK;
+#endif
     const size_t slab = (size_t)M * ldw;
     const float* w = W + (size_t)i * ldw + j;
     float4 v[SPLITK];
 #pragma unroll
     for (int s = 0; s < SPLITK; ++s)  // all loads first: SPLITK requests in flight
-        v[s] = *reinterpret_cast<const float4*>(w + s * slab);
+        if (s < parts) v[s] = *reinterpret_cast<const float4*>(w + s * slab);
     float4 sum = v[0];
 #pragma unroll
     for (int s = 1; s < SPLITK; ++s) {  // fixed order: bitwise reproducible
+        if (s >= parts) break;
         sum.x += v[s].x;
         sum.y += v[s].y;
         sum.z += v[s].z;

@@ -162,12 +162,15 @@ REDUCE_OUT = {"fp32": None, "bf16": "OUT_BF16", "fp16": "OUT_F16"}
 
 
 def build_reduce(splitk: int = 2, vec_c: bool = True, offsets64: bool = False, out: str = "fp32",
-                 **_):
+                 streamk: tuple | None = None, **_):
     """The split-K reduction kernel (splitk_reduce.cu) for `splitk` slabs, rounding to C's type
-    `out` (fp32, or bf16 / fp16 for the Hopper stage's 16-bit C: cuda_kernels/_tma.py)."""
+    `out` (fp32, or bf16 / fp16 for the Hopper stage's 16-bit C: cuda_kernels/_tma.py);
+    `streamk` = (BM, BN, GROUP): persistent's stream-K parts, up to `splitk` a tile."""
     defines = {"SPLITK": splitk, "VEC_C": bool(vec_c), "RTHREADS": REDUCE_THREADS}
     if REDUCE_OUT[out]:
         defines[REDUCE_OUT[out]] = 1
+    if streamk is not None:
+        defines.update(STREAMK=1, TBM=streamk[0], TBN=streamk[1], GROUP=streamk[2])
     return compile_kernel("splitk_reduce.cu", "splitk_reduce", defines, offsets64=offsets64)
 
 

@@ -645,6 +645,11 @@ STAGES: tuple[Stage, ...] = (
                   "output tiles, long K); fp32 partial sums in a workspace, added in a fixed "
                   "order by a second kernel, cuda_kernels/splitk_reduce.cu (0: 1, no split)",
                   ("cuda",)),
+            Param("STREAMK", 0, (0, 1),
+                  "bf16, fp16, fp8: 1 cuts the tiles' k-tiles into one equal range per block "
+                  "(stream-K: every SM the same work where the tiles do not divide evenly among "
+                  "the SMs); a whole tile's C stored directly, the parts of the others added by "
+                  "the same second kernel (0: off)", ("cuda",)),
             group(8),
             *hopper_triton(persistent=True),
         ),

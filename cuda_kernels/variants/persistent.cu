@@ -25,6 +25,15 @@
 //     the blocks walk units instead of tiles. A unit's fp32 sum goes to its slab of a workspace
 //     (store_ws below), and a second kernel (cuda_kernels/splitk_reduce.cu) adds the slabs in a
 //     fixed order and rounds C ("Variant: split-K for few tiles").
+//   - stream-K (STREAMK = 1; the row's STREAMK knob): the tiles' k-tiles, T x KT of them in walk
+//     order, cut into one contiguous range per block (range i is [i W / G, (i + 1) W / G) of the
+//     W = T x KT, G blocks), so every SM gets the same work however T divides among the SMs (172
+//     tiles on 132 SMs are two rounds, 1.3 tiles' work a block). A block's range covers the end
+//     of one tile, whole tiles and the start of another: a whole tile's C is stored directly, a
+//     part's fp32 sum goes to slab j of the workspace (j: its place among the tile's parts), and
+//     splitk_reduce.cu (STREAMK) adds a tile's parts in a fixed order and rounds C ("Variant:
+//     stream-K for wave-quantized layers"). The first (T / G) G tiles are not cut at all: they
+//     run whole, G at a time, and only the rest are cut into ranges.
 // Each is a define the launcher sets. With all of them off this is persistent.cu's kernel (the walk
 // written as tile_of over cluster tiles, WALK), and its builds of that case are persistent.cu's
 // instruction for instruction (tests/test_lessons_hopper.py). Read persistent.cu first: its header
@@ -161,6 +170,12 @@ __device__ __forceinline__ void scale_rows_cols(float* acc, const float* __restr
 #endif
 #if SPLITK && (SPLIT || A_REGS || SCALES_STRIDED || TMA_STORE || C_TRANS)
 #error "SPLITK: bf16, fp16 and per-tensor fp8 (and TF32 with a K-major A), C from registers (TMA_STORE=0)"
+#endif
+#ifndef STREAMK
+#define STREAMK 0
+#endif
+#if STREAMK && (SPLITK || SPLIT || A_REGS || SCALES_STRIDED || C_TRANS || CLUSTER != 1)
+#error "STREAMK: bf16, fp16 and per-tensor fp8, one block per cluster"
 #endif
 // A thread's accumulator rows in its warp's 16: ROW_MUL * (lane / 4) and ROW_STEP below that;
 // a register A with paired rows (a_frags_mn) makes them 2 (lane / 4) and the next row
@@ -343,7 +358,7 @@ __device__ __forceinline__ void store_acc_tma(const float* acc, const TensorMap*
 }
 
 
-#if SPLITK
+#if SPLITK || STREAMK
 // ------------------------------------------------------------------------------ split-K
 // A warpgroup's 64 x BN fp32 partial sums into its unit's slab of the workspace (rows of ldw
 // floats, ldw a multiple of 4, the slab's base 16-byte aligned), rows from m0 and columns from
@@ -384,7 +399,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if SCALES_STRIDED
                       , long long sa_s0, long long sa_s1, long long sb_s0, long long sb_s1
 #endif
-#if SPLITK  // the workspace: `splits` slabs of M rows of ldw floats
+#if SPLITK || STREAMK  // the workspace: `splits` slabs of M rows of ldw floats
                       , float* __restrict__ W, long long ldw, int splits
 #endif
                       ) {
@@ -414,6 +429,31 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int sp = t / cells;                                               \
     tile_of(t - sp * cells, grid_m, grid_n, bm, bn);                        \
     const int KT0 = sp * KT / splits, KT1 = (sp + 1) * KT / splits
+#elif STREAMK
+    // the first DP = (T / G) G tiles whole, tile i, i + G, ... in block i (as without STREAMK);
+    // the other T - DP tiles' k-iterations, W = (T - DP) KT, cut into one range per block for
+    // the first GS = min(G, W) blocks: block i's are x0 .. x1 - 1, x0 = i W / GS (counted from
+    // the first tile after DP). `first` and `tiles`: the block's first tile and one past its
+    // last; NEXT_TILE: the one after t (the next whole tile, or the range's tiles in order)
+#define WALK                                                                      \
+    const int grid_m = CEIL_DIV(M, BM), grid_n = CEIL_DIV(N, BN);                 \
+    const int KT = CEIL_DIV(K, BK), G = static_cast<int>(gridDim.x);              \
+    const int dp = grid_m * grid_n / G * G;                                       \
+    const long long work = static_cast<long long>(grid_m * grid_n - dp) * KT;     \
+    const int gs = static_cast<int>(work < G ? work : G);                         \
+    const int me = static_cast<int>(blockIdx.x);                                  \
+    const long long x0 = me < gs ? me * work / gs : 0;                            \
+    const long long x1 = me < gs ? (me + 1) * work / gs : 0;                      \
+    const int sk0 = me < gs ? dp + static_cast<int>(x0 / KT) : grid_m * grid_n;   \
+    const int tiles = me < gs ? dp + static_cast<int>((x1 - 1) / KT) + 1 : grid_m * grid_n; \
+    const int first = me < dp ? me : sk0
+#define NEXT_TILE(t) ((t) < dp ? ((t) + G < dp ? (t) + G : sk0) : (t) + 1)
+    // tile t's k-tiles in this block: all of a whole tile, or its part of the range
+#define UNIT                                                                      \
+    tile_of(t, grid_m, grid_n, bm, bn);                                           \
+    const long long tk = static_cast<long long>(t - dp) * KT;                     \
+    const int KT0 = static_cast<int>(t < dp || x0 <= tk ? 0 : x0 - tk);           \
+    const int KT1 = static_cast<int>(t < dp || x1 - tk >= KT ? KT : x1 - tk)
 #else
 #define WALK                                                               \
     const int grid_m = CEIL_DIV(M, BM * CLUSTER), grid_n = CEIL_DIV(N, BN); \
@@ -425,7 +465,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #endif
     const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31;
     const int rank = CLUSTER > 1 ? static_cast<int>(cluster_rank()) : 0;
+#if !STREAMK  // (STREAMK: WALK gives the first tile, NEXT_TILE the next)
     const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;
+#define NEXT_TILE(t) ((t) + stride)
+#endif
 
 #if SPLIT  // one arrival per splitting warp (the producer's warps 1-3)
     if (threadIdx.x == 0)
@@ -448,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         WALK;
         if (threadIdx.x == 0) {
             int it = 0;
-            for (int t = first; t < tiles; t += stride) {
+            for (int t = first; t < tiles; t = NEXT_TILE(t)) {
                 int bm, bn;
                 UNIT;
                 const int m0 = (bm * CLUSTER + rank) * BM, n0 = bn * BN;
@@ -508,7 +551,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         u32 fa[2][NSTEP][4];
 #endif
         int it = 0;
-        for (int t = first; t < tiles; t += stride) {
+        for (int t = first; t < tiles; t = NEXT_TILE(t)) {
             int bm, bn;
             UNIT;
 #if SPLIT  // 3xTF32: tma_tiles.cuh's split3x
@@ -629,6 +672,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if SPLITK  // the unit's partial sums into slab sp (splitk_reduce.cu adds the slabs and rounds C)
             store_ws(acc, W + static_cast<long long>(sp) * M * ldw, M, N, ldw,
                      (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
+#elif STREAMK
+            if (KT0 == 0 && KT1 == KT) {  // the whole tile in this block: C itself
+#if TMA_STORE
+                store_acc_tma(acc, &tma_c, ring + STAGES * SLOT + cw * C_STAGE_BYTES,
+                              bm * BM + 64 * cw, bn * BN, warp, lane, 1 + cw);
+#else
+                store_acc<A_REGS>(acc, C, M, N, ldc, bm * BM + 64 * cw, bn * BN, warp, lane);
+#endif
+            } else {  // a part: slab j, j = this block - the block whose range holds the tile's
+                      // first k-tile (range i holds x where i = ((x + 1) GS - 1) / W)
+                const int j = static_cast<int>(me - ((tk + 1) * gs - 1) / work);
+                store_ws(acc, W + static_cast<long long>(j) * M * ldw, M, N, ldw,
+                         bm * BM + 64 * cw, bn * BN, warp, lane);
+            }
 #elif C_TRANS
             store_acc_t(acc, C, M, N, ldc, (bm * CLUSTER + rank) * BM + 64 * cw, bn * BN, warp, lane);
 #elif TMA_STORE
@@ -648,7 +705,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     if (CLUSTER > 1) cluster_sync();
 #undef WALK
 #undef UNIT
-#if !SPLITK
+#undef NEXT_TILE
+#if !SPLITK && !STREAMK
 #undef KT0
 #undef KT1
 #endif

@@ -1,0 +1,272 @@
+"""persistent's stream-K (the STREAMK knob: cuda_kernels/variants/persistent.cu's STREAMK build
+and cuda_kernels/splitk_reduce.cu's STREAMK reduction), for layers whose tiles do not divide
+evenly among the SMs.
+
+CPU: the build compiles for sm_90a in bf16, fp16 and fp8 without spills, stores whole tiles
+through TMA stores (from registers with STORE=2) and parts into the workspace; the grid is one block per SM, never more than the
+k-iterations; the kernel's arithmetic, written out here in Python as the kernel and the reduction
+do it, gives every k-tile of every tile to exactly one block, numbers each tile's parts 0, 1, ...
+in the order the reduction adds them, agrees with the reduction on which tiles have one part, and
+streamk_parts() is the most parts a tile has; STREAMK is refused in one sentence beside a
+precision whose sum is not the plain accumulators, SPLITK or CLUSTER=2; it is never the lesson;
+the launch (kernels mocked) passes the workspace and the reduction its grid, k-tiles and blocks,
+and leaves the reduction out where every tile is whole.
+
+GPU (marked `gpu`; sm_90 only): every layout at edge sizes and at model shapes whose tiles do
+not divide evenly among the SMs, against the float64 reference; a column-major C and a C with an
+odd leading dimension; two calls give the same bits.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from helpers import LAYOUTS, check_scaled, gpu_operands
+from lab.base.describe import describe
+from lab.base.errors import LabError
+from lab.base.needs import CUDA
+from lab.toolchain.sass import sass
+
+import cuda_kernels._tma as tma
+from cuda_kernels import persistent, warptiling
+from cuda_kernels.persistent import STAGE
+
+PRECISIONS = ("bf16", "fp16", "fp8")
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}
+OUT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+
+
+def _one_sentence(text: str) -> None:
+    assert "\n" not in text and text.count(". ") == 0, text
+
+
+# ------------------------------------------------------------------------------ CPU
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_streamk_build_stores_whole_tiles_by_tma_and_parts_into_the_workspace(precision):
+    layout = "nt" if precision == "fp8" else "tn"
+    build, (grid, block, smem) = persistent.OFFER.compile({"STREAMK": 1}, 256, 22016, 4096,
+                                                          layout, precision)
+    opts = " ".join(build.options)
+    assert "-DSTREAMK=1" in opts and "-DTMA_STORE=1" in opts and "-DCLUSTER=1" in opts
+    assert "variants" in build.source and build.spill_bytes == 0
+    text = sass(build)
+    assert re.search(r"[HQ]GMMA\.64x256", text) and "UTMALDG" in text
+    assert "UTMASTG" in text, "whole tiles through TMA stores"
+    assert re.search(r"STG\.E\.64", text), "the workspace: 8-byte stores of accumulator pairs"
+    assert grid[0] == 132 and block[0] == 384  # one block per SM
+    assert smem == 4 * (128 + 256) * 128 + 1024 + 2 * 16384  # C's staging for the TMA stores
+    # STORE=2: whole tiles from registers
+    build, _ = persistent.OFFER.compile({"STREAMK": 1, "STORE": 2}, 256, 22016, 4096, layout,
+                                        precision)
+    assert "-DTMA_STORE=0" in " ".join(build.options) and "UTMASTG" not in sass(build)
+    assert build.spill_bytes == 0
+
+
+def test_grid_is_never_more_than_the_k_iterations():
+    # 64 x 64 x 64 in bf16: one tile of one k-tile, so one block
+    _, (grid, _, _) = persistent.OFFER.compile({"STREAMK": 1}, 64, 64, 64, "nt", "bf16")
+    assert grid[0] == 1
+    # 200 x 300 x 640 in fp8: 2 x 2 tiles of 5 k-tiles = 20 k-iterations, 20 blocks
+    assert tma.streamk_work(200, 300, 640, 128, 256, "fp8") == 20
+    _, (grid, _, _) = persistent.OFFER.compile({"STREAMK": 1}, 200, 300, 640, "nt", "fp8")
+    assert grid[0] == 20
+
+
+def _kernel_walk(tiles: int, kt: int, blocks: int):
+    """The kernel's walk as variants/persistent.cu's STREAMK WALK, NEXT_TILE and UNIT compute it:
+    {tile: [(part j, first k-tile, end k-tile, block)]}, whole tiles as part 0 of 0 .. kt."""
+    dp = tiles // blocks * blocks
+    work = (tiles - dp) * kt
+    gs = min(work, blocks)
+    parts: dict[int, list] = {}
+    for me in range(blocks):
+        x0 = me * work // gs if me < gs else 0
+        x1 = (me + 1) * work // gs if me < gs else 0
+        sk0 = dp + x0 // kt if me < gs else tiles
+        end = dp + (x1 - 1) // kt + 1 if me < gs else tiles
+        t = me if me < dp else sk0
+        while t < end:
+            tk = (t - dp) * kt
+            k0 = 0 if t < dp or x0 <= tk else x0 - tk
+            k1 = kt if t < dp or x1 - tk >= kt else x1 - tk
+            whole = k0 == 0 and k1 == kt
+            j = 0 if whole else me - ((tk + 1) * gs - 1) // work
+            parts.setdefault(t, []).append((j, k0, k1, me))
+            t = (t + blocks if t + blocks < dp else sk0) if t < dp else t + 1
+    return parts
+
+
+def _reduce_parts(t: int, tiles: int, kt: int, blocks: int) -> int:
+    """The parts splitk_reduce.cu's STREAMK build counts for the tile at walk place t."""
+    dp = tiles // blocks * blocks
+    if t < dp:
+        return 1
+    work = (tiles - dp) * kt
+    gs = min(work, blocks)
+    x = (t - dp) * kt
+    return ((x + kt) * gs - 1) // work - ((x + 1) * gs - 1) // work + 1
+
+
+@pytest.mark.parametrize("tiles,kt,blocks", [(172, 64, 132), (72, 128, 132), (40, 64, 132),
+                                             (1, 1, 1), (3, 7, 20), (132, 64, 132),
+                                             (300, 3, 132), (5, 100, 7), (133, 64, 132),
+                                             (265, 2, 132)])
+def test_every_k_tile_is_one_blocks_and_parts_are_numbered_as_the_reduction_adds_them(
+        tiles, kt, blocks):
+    work = tiles * kt
+    parts = _kernel_walk(tiles, kt, blocks)
+    dp = tiles // blocks * blocks
+    assert all(len(parts[t]) == 1 for t in range(dp)), "the full rounds' tiles are whole"
+    assert sorted(parts) == list(range(tiles))
+    for t, ps in parts.items():
+        ps.sort()
+        assert [j for j, *_ in ps] == list(range(len(ps))), "parts 0, 1, ... in order"
+        ks = [(k0, k1) for _, k0, k1, _ in ps]
+        assert ks[0][0] == 0 and ks[-1][1] == kt and all(k0 < k1 for k0, k1 in ks)
+        assert all(a[1] == b[0] for a, b in zip(ks, ks[1:])), "the k-tiles once each, in order"
+        assert _reduce_parts(t, tiles, kt, blocks) == len(ps)
+    # every block gets floor or ceil of work / blocks k-iterations (a block past the ranges, when
+    # the last tiles have fewer k-iterations than there are blocks, at most one tile's fewer)
+    per = [sum(k1 - k0 for ps in parts.values() for _, k0, k1, i in ps if i == b)
+           for b in range(blocks)]
+    assert max(per) - min(per) <= (1 if (tiles - dp) * kt >= blocks else kt)
+    assert sum(per) == work
+    M, N, K = 128 * tiles, 256, 64 * kt  # bf16: k-tiles of 64, a column of `tiles` tiles
+    assert tma.streamk_parts(M, N, K, 128, 256, blocks, 8, "bf16") == \
+        max(len(ps) for ps in parts.values())
+
+
+@pytest.mark.parametrize("precision", ("tf32", "3xtf32", "fp8_row", "fp8_block"))
+def test_streamk_is_refused_in_one_sentence_where_the_sum_is_not_plain(precision):
+    with pytest.raises(LabError) as e:
+        persistent.OFFER.validate({"STREAMK": 1}, precision)
+    assert "stream-K runs bf16, fp16, fp8" in str(e.value) and precision in str(e.value)
+    _one_sentence(str(e.value))
+    persistent.OFFER.validate({"STREAMK": 0}, precision)
+
+
+def test_streamk_takes_neither_splitk_nor_clusters_and_is_never_the_lesson():
+    for params in ({"STREAMK": 1, "SPLITK": 2}, {"STREAMK": 1, "CLUSTER": 2}):
+        with pytest.raises(LabError) as e:
+            persistent.OFFER.validate(params, "bf16")
+        assert "takes neither SPLITK nor CLUSTER=2" in str(e.value)
+        _one_sentence(str(e.value))
+    assert STAGE.resolve({"STREAMK": 1}, 256, 22016, 4096, "bf16", 132)["CLUSTER"] == 1
+    d = {"CLUSTER": 1, "TMA_STORE": 0, "CONSUMERS": 2}
+    assert persistent.lesson_case(d, "nn")
+    assert not persistent.lesson_case({**d, "STREAMK": 1}, "nn")
+    assert persistent.OFFER.kernels({"STREAMK": 1}, "bf16") == ("matmul_persistent",
+                                                                 "splitk_reduce")
+    # STREAMK=0 adds no define: the automatic row's build is the one it always was
+    b0 = STAGE.build("bf16", "nt", 8, {**STAGE.defaults_for("bf16"), "CLUSTER": 1})
+    b1 = STAGE.build("bf16", "nt", 8, {**STAGE.defaults_for("bf16"), "CLUSTER": 1, "STREAMK": 0})
+    assert b0.options == b1.options and "STREAMK" not in " ".join(b0.options)
+
+
+def test_streamk_reduction_reads_only_a_tiles_parts():
+    red = warptiling.build_reduce(3, True, out="bf16", streamk=(128, 256, 8))
+    opts = " ".join(red.options)
+    assert all(d in opts for d in ("-DSTREAMK=1", "-DTBM=128", "-DTBN=256", "-DGROUP=8",
+                                   "-DSPLITK=3", "-DOUT_BF16=1"))
+    text = sass(red)
+    assert len(re.findall(r"LDG\.E\.128", text)) == 3 and "F2FP" in text
+    assert red.spill_bytes == 0
+
+
+def _problem(M, N, K, layout, precision):
+    dt = DTYPE[precision]
+    a = torch.zeros(K, M, dtype=dt).t() if layout[0] == "t" else torch.zeros(M, K, dtype=dt)
+    b = torch.zeros(N, K, dtype=dt).t() if layout[1] == "t" else torch.zeros(K, N, dtype=dt)
+    c = torch.empty(M, N, dtype=OUT[precision])
+    scales = (torch.full((1,), 0.5), torch.full((1,), 3.0)) if precision == "fp8" else None
+    return describe(a, b, c, CUDA, precision, scales)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_launch_passes_the_workspace_and_the_reduction_its_walk(precision, monkeypatch):
+    import numpy as np
+
+    seen, reduced = {}, {}
+
+    class Fake:
+        step = (lambda *args: None, ())
+
+    def fake_tma(build, grid, block, args, smem, specs, cluster):
+        seen.update(build=build, grid=grid, args=args)
+        return Fake()
+
+    def fake_launcher(build, grid, block, args):
+        if build.kernel == "splitk_reduce":
+            reduced.update(build=build, grid=grid, args=args)
+        return Fake()
+
+    monkeypatch.setattr(tma, "tma_launcher", fake_tma)
+    monkeypatch.setattr(tma, "launcher", fake_launcher)
+    monkeypatch.setattr(tma, "sm_count", lambda *a: 132)
+    M, N, K = 256, 22016, 4096  # 2 x 86 = 172 tiles of 128 x 256 on 132 SMs
+    p = _problem(M, N, K, "nt", precision)
+    kt = K // (128 // tma.ELEM_BYTES[precision])
+    out = STAGE.launch(p, precision, c=STAGE.config(precision, STREAMK=1))
+    assert out.extra["streamk"] and len(out.steps) == 2  # the kernel, then the reduction
+    parts = tma.streamk_parts(M, N, K, 128, 256, 132, 8, precision)
+    # 132 tiles whole, the other 40 tiles' 40 x kt k-iterations in 132 ranges
+    assert out.extra["splits"] == parts == max(len(p) for p in _kernel_walk(172, kt, 132).values())
+    assert parts > 2
+    work, ldw, splits = seen["args"][-3:]
+    assert int(ldw) == 22016 and int(splits) == parts
+    assert work.dtype == torch.float32 and work.numel() == parts * M * 22016
+    assert seen["grid"][0] == 132
+    r = reduced["args"]
+    assert r[0] is work and r[1] is p.c.tensor
+    assert [int(x) for x in r[6:]] == [2, 86, kt, 132]
+    assert "-DSTREAMK=1" in " ".join(reduced["build"].options)
+    # 132 tiles of one k-tile each on 132 SMs: every tile whole, no reduction, no workspace
+    reduced.clear()
+    p = _problem(128 * 132, 256, 64, "nt", "bf16")
+    out = STAGE.launch(p, "bf16", c=STAGE.config("bf16", STREAMK=1))
+    assert out.extra["splits"] == 1 and len(out.steps) == 1 and not reduced
+    assert seen["args"][-3].numel() == 1 and isinstance(seen["args"][-2], np.int64)
+
+
+# ------------------------------------------------------------------------------ GPU
+gpu = pytest.mark.gpu
+needs_hopper = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 GPU (H100, H200)")
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_streamk_at_edge_sizes(precision, layout):
+    for M, N, K in ((333, 257, 1029), (129, 520, 5000), (64, 8, 8), (1, 1, 300),
+                    (256, 2304, 4096), (1000, 1300, 777)):
+        a, b, scales = gpu_operands(M, N, K, layout, precision)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=OUT[precision])
+        persistent.prepare(a, b, c, precision=precision, STREAMK=1, **scales)()
+        check_scaled(c, a, b, precision, scales)
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_streamk_on_wave_quantized_layers_gives_the_same_bits_twice(precision):
+    # 256 x 22016 x 4096: 172 tiles on 132 SMs; 1024 x 2304 x 2048: 72; a C column-major and a C
+    # with an odd leading dimension
+    for M, N, K in ((256, 22016, 4096), (1024, 2304, 2048)):
+        a, b, scales = gpu_operands(M, N, K, "nt", precision, seed=3)
+        dt = OUT[precision]
+        for c in (torch.full((M, N), float("nan"), device="cuda", dtype=dt),
+                  torch.full((N, M), float("nan"), device="cuda", dtype=dt).t(),
+                  torch.full((M, N + 5), float("nan"), device="cuda", dtype=dt)[:, 3:N + 3]):
+            run = persistent.prepare(a, b, c, precision=precision, STREAMK=1, **scales)
+            run()
+            check_scaled(c, a, b, precision, scales)
+            first = c.clone()
+            c.fill_(float("nan"))
+            run()
+            assert torch.equal(c.view(torch.int16), first.view(torch.int16)), "not reproducible"
