@@ -438,8 +438,10 @@ class HopperStage:
             rows = 64 * (params.get("CONSUMERS") or self.defaults[self.warpgroups])
             return rows, params.get("BN") or self.defaults["BN"]
 
-        # the tuner's split-K seeds (lab/tune/seeds.py): SPLITK over the defaults' tile
-        tuning = Tuning(split="SPLITK", tile_of=tile_of) if "SPLITK" in self.choices else Tuning()
+        # the tuner's seeds (lab/tune/seeds.py): SPLITK over the defaults' tile, and STREAMK
+        tuning = (Tuning(split="SPLITK", tile_of=tile_of,
+                         streamk="STREAMK" if "STREAMK" in self.choices else None)
+                  if "SPLITK" in self.choices else Tuning())
         return Offer(self.stage, "cuda", precisions=self.precisions, kernels=kernels,
                      validate=self.validate, resolve=self.resolve, show=self.show,
                      compile=self.compile_for, arch=ARCH, tuning=tuning)

@@ -15,6 +15,7 @@ import torch
 
 from helpers import cpu_only, run_lab
 from lab import autotune as at
+from lab.tune.seeds import seed_text
 from lab.check import CheckResult
 from lab.base.errors import CompileError, LabError
 from lab.stages import STAGES, Variant, get_stage, parse_variants
@@ -800,7 +801,8 @@ def test_no_seeds_where_the_rule_does_not_apply(stage, restrict, shape):
 
 def test_persistent_seeds_its_split_over_the_defaults_tile():
     """persistent's tile is 64 x CONSUMERS rows by BN columns (Tuning.tile_of): its seeds keep the
-    defaults and set SPLITK so that tiles x SPLITK lands near 1x, 2x, 4x the SMs."""
+    defaults and set SPLITK so that tiles x SPLITK lands near 1x, 2x, 4x the SMs, or, where the
+    tiles pass a round of the SMs unevenly, STREAMK (Tuning.streamk)."""
     space = at.space_of("persistent", "cuda")
     assert space.tuning.split == "SPLITK" and space.tuning.tile_of({}) == (128, 256)
     # 256 x 2304 with K = 16384: 2 x 9 = 18 tiles of 128 x 256; SPLITK choices 1 ... 16
@@ -810,7 +812,15 @@ def test_persistent_seeds_its_split_over_the_defaults_tile():
     for s in seeds:
         assert {k: v for k, v in s.items() if k != "SPLITK"} == \
             {k: v for k, v in default.items() if k != "SPLITK"}
-    assert at.splitk_seeds(space, 4096, 4096, 4096, sm_count=132) == []  # 512 tiles: no split
+    # 4096^3: 512 tiles, no split; three rounds of 132 and 116 more: stream-K
+    assert [s["STREAMK"] for s in at.splitk_seeds(space, 4096, 4096, 4096, sm_count=132)] == [1]
+    # 256 x 22016: 2 x 86 = 172 tiles, a round of 132 and 40 more: stream-K, the split left at 1
+    (seed,) = at.splitk_seeds(space, 256, 22016, 4096, sm_count=132)
+    assert seed["STREAMK"] == 1 and {k: v for k, v in seed.items() if k != "STREAMK"} == \
+        {k: v for k, v in default.items() if k != "STREAMK"}
+    assert seed_text(seed, space.tuning) == "STREAMK=1"
+    assert seed_text(seeds[0], space.tuning) == "SPLITK=8"
+    assert at.splitk_seeds(space, 128 * 132, 256, 4096, sm_count=132) == []  # whole rounds
     # a 64 x 128 tile (one consumer warpgroup, BN 128) counts 4 x 18 = 72 tiles: 2, 4 and 8 splits
     small = at.space_of("persistent", "cuda", {"CONSUMERS": (1,), "BN": (128,)})
     assert [s["SPLITK"] for s in at.splitk_seeds(small, 256, 2304, 16384, sm_count=132)] == \

@@ -79,11 +79,15 @@ class Tuning:
     tile_of: for a launcher whose block tile is not two edge parameters (persistent: 64 rows per
         consumer warpgroup, BN columns), tile_of(params) -> (rows, columns) of the configuration's
         tile; the seeds then keep the defaults' tile and set the split only.
+    streamk: (with tile_of) a 0/1 parameter that shares the k-tiles out evenly over the SMs
+        (persistent's `STREAMK`); the tuner seeds it on where the defaults' tiles pass a round of
+        the SMs unevenly.
     """
 
     split: str | None = None
     tile: tuple[str, ...] = ()
     tile_of: Callable[[Mapping], tuple[int, int]] | None = None
+    streamk: str | None = None
 
 
 @dataclass(frozen=True)

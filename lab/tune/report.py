@@ -88,8 +88,10 @@ def report_lines(outcome: Outcome, title: str) -> list[str]:
                  f"{r.not_reached} not reached"
                  + (f" (stopped: {r.stopped})" if r.stopped else "") + f"; {r.elapsed_s:.0f} s")
     if r.seeds:
+        sk = (f"; {r.tuning.streamk}=1 where the tiles pass a round of the SMs unevenly"
+              if r.tuning.streamk else "")
         lines.append(f"  split-K seeds (tiles x {r.tuning.split} near 1x, 2x, 4x {r.sm_count} "
-                     f"SMs), tried after the defaults: "
+                     f"SMs{sk}), tried after the defaults: "
                      + "; ".join(seed_text(s, r.tuning) for s in r.seeds))
     ranked = r.ranked[:TOP + 2]
     if ranked:

@@ -1,6 +1,7 @@
 """Split-K seeds: for a shape with fewer output tiles than the GPU has SMs, configurations that
 split K so that tiles x split lands near 1x, 2x and 4x the SM count, tried right after the
-defaults (lab/tune/__init__.py, step 3). The parameters they set are the launcher's to name:
+defaults (lab/tune/__init__.py, step 3); for a launcher with stream-K (Tuning.streamk), also the
+defaults with it on where the tiles pass a round of the SMs unevenly. The parameters they set are the launcher's to name:
 `OFFER.tuning.split` and `OFFER.tuning.tile` (lab/base/contract.py Tuning); a space without a split
 gets no seeds. The arithmetic (tiles, the splits a K allows, the split nearest a target) is
 lab/base/splitk.py's, the same the launchers' automatic split (`splitk=0`) uses; the seeds allow
@@ -77,26 +78,36 @@ def splitk_seeds(space: Space, M: int, N: int, K: int, sm_count: int | None = No
 def _split_only_seeds(space: Space, split, tile: tuple[int, int], M: int, N: int, K: int,
                       sms: int, validate) -> list[dict]:
     """splitk_seeds for a launcher whose tile is not two edge parameters (Tuning.tile_of): the
-    defaults with the split nearest 1x, 2x, 4x the SM count over the defaults' `tile`."""
+    defaults with the split nearest 1x, 2x, 4x the SM count over the defaults' `tile` where its
+    tiles are fewer than the SMs; and, where they pass a round of the SMs unevenly (more tiles
+    than SMs, not a multiple of them), the defaults with stream-K on (Tuning.streamk)."""
     splits = allowed_splits(split.choices, K, SEED_MIN_SPLIT_K)
     tiles = tile_count(M, N, *tile)
-    if not few_tiles(tiles, sms) or not any(s > 1 for s in splits):
-        return []
     default = space.default
     seeds, keys = [], {space.key(default)}
-    for factor in SEED_TARGETS:
-        seed = space.full({**{n: default[n] for n in space.names},
-                           split.name: nearest_split(tiles, factor * sms, splits)})
+
+    def add(seed: dict) -> None:
         if validate is not None and validate(seed) is not None:
-            continue
+            return
         if space.key(seed) not in keys:
             keys.add(space.key(seed))
             seeds.append(seed)
+
+    if few_tiles(tiles, sms) and any(s > 1 for s in splits):
+        for factor in SEED_TARGETS:
+            add(space.full({**{n: default[n] for n in space.names},
+                            split.name: nearest_split(tiles, factor * sms, splits)}))
+    streamk = space.tuning.streamk
+    if streamk in space.names and tiles > sms and tiles % sms:
+        add(space.full({**{n: default[n] for n in space.names}, streamk: 1}))
     return seeds
 
 
 def seed_text(seed: dict, tuning) -> str:
-    """rows=128,cols=128,split=16 (the offer's own names): what makes a split-K seed."""
+    """rows=128,cols=128,split=16 (the offer's own names): what makes a split-K seed; a stream-K
+    seed is its parameter at 1 (STREAMK=1)."""
+    if tuning.streamk and seed.get(tuning.streamk) == 1:
+        return f"{tuning.streamk}=1"
     names = (*tuning.tile, tuning.split) if tuning.split else tuple(tuning.tile)
     return ",".join(f"{k}={fmt(seed[k])}" for k in names if k in seed)
 
