@@ -13,6 +13,10 @@ tests/conftest.py.
 - gpu_operands / check_scaled: a precision's operands on the GPU (the fp8 precisions with their
   scales, as prepare() takes them) and C checked against the float64 reference of the scaled
   product.
+- The Hopper launcher's tests (cuda_kernels/_tma.py): needs_hopper (skip without an sm_90 GPU),
+  one_sentence (what a refusal looks like), C_DTYPE (C's dtype in bf16, fp16 and fp8),
+  zero_problem (a Problem of zero CPU operands as the launcher sees it) and mock_tma_launches
+  (the kernel launches recorded instead of made, so a launch can be inspected without a GPU).
 """
 
 from __future__ import annotations
@@ -267,3 +271,52 @@ def check_scaled(c, a, b, precision: str, scales: dict | None = None) -> None:
     s = (scales["scale_a"], scales["scale_b"]) if scales else None
     res = chk.compare(c.float(), chk.reference(a, b, s), a.shape[1], precision)
     assert res.passed, res.reason
+
+
+# ------------------------------------------------------------------------------ Hopper launcher
+needs_hopper = pytest.mark.skipif(
+    not HAS_GPU or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs an sm_90 GPU (H100, H200)")
+C_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
+
+
+def one_sentence(text: str) -> None:
+    """A refusal is one sentence: no line break, no sentence break inside."""
+    assert "\n" not in text and text.count(". ") == 0, text
+
+
+def zero_problem(M: int, N: int, K: int, layout: str, precision: str, c=None):
+    """The Problem of zero operands of `precision` in `layout` on the CPU, as a launcher sees it
+    (lab.base.describe), C empty (or `c`); fp8 with per-tensor scales 0.5 and 3."""
+    from lab.base.describe import describe
+    from lab.base.needs import CUDA
+
+    dt = DTYPE[precision]
+    a = torch.zeros(K, M, dtype=dt).t() if layout[0] == "t" else torch.zeros(M, K, dtype=dt)
+    b = torch.zeros(N, K, dtype=dt).t() if layout[1] == "t" else torch.zeros(K, N, dtype=dt)
+    c = torch.empty(M, N, dtype=C_DTYPE[precision]) if c is None else c
+    scales = (torch.full((1,), 0.5), torch.full((1,), 3.0)) if precision == "fp8" else None
+    return describe(a, b, c, CUDA, precision, scales)
+
+
+def mock_tma_launches(monkeypatch, tma) -> tuple[dict, dict]:
+    """Replace the TMA launcher and the plain launcher of module `tma` (cuda_kernels._tma) by
+    recorders: returns (seen, reduced), filled at each launch with the main kernel's build, grid,
+    args, specs and cluster, and the split-K reduction's build, grid and args."""
+    seen, reduced = {}, {}
+
+    class Fake:
+        step = (lambda *args: None, ())
+
+    def fake_tma(build, grid, block, args, smem, specs, cluster):
+        seen.update(build=build, grid=grid, args=args, specs=specs, cluster=cluster)
+        return Fake()
+
+    def fake_launcher(build, grid, block, args):
+        if build.kernel == "splitk_reduce":
+            reduced.update(build=build, grid=grid, args=args)
+        return Fake()
+
+    monkeypatch.setattr(tma, "tma_launcher", fake_tma)
+    monkeypatch.setattr(tma, "launcher", fake_launcher)
+    return seen, reduced

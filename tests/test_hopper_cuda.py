@@ -31,7 +31,7 @@ import sys
 import pytest
 import torch
 
-from helpers import LAYOUTS, ROOT, check_scaled, gpu_operands
+from helpers import LAYOUTS, ROOT, check_scaled, gpu_operands, needs_hopper
 from lab import check as chk
 from lab.base.errors import LabError
 from lab.base.describe import describe
@@ -404,9 +404,6 @@ def test_other_gpus_are_refused_in_one_sentence(stage, monkeypatch):
 # ------------------------------------------------------------------------------ GPU
 
 gpu = pytest.mark.gpu
-needs_hopper = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-    reason="needs an sm_90 GPU (H100, H200)")
 
 
 @gpu

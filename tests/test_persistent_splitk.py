@@ -22,10 +22,9 @@ import re
 import pytest
 import torch
 
-from helpers import LAYOUTS, check_scaled, gpu_operands
-from lab.base.describe import describe
+from helpers import (C_DTYPE as OUT, DTYPE, LAYOUTS, check_scaled, gpu_operands, mock_tma_launches,
+                     needs_hopper, one_sentence as _one_sentence, zero_problem as _problem)
 from lab.base.errors import LabError
-from lab.base.needs import CUDA
 from lab.toolchain.sass import sass
 
 import cuda_kernels._tma as tma
@@ -33,12 +32,6 @@ from cuda_kernels import persistent
 from cuda_kernels.persistent import STAGE
 
 SPLIT_PRECISIONS = ("bf16", "fp16", "fp8")
-DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}
-OUT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
-
-
-def _one_sentence(text: str) -> None:
-    assert "\n" not in text and text.count(". ") == 0, text
 
 
 # ------------------------------------------------------------------------------ CPU
@@ -101,35 +94,11 @@ def test_split_is_refused_in_one_sentence_where_the_sum_is_not_plain(precision):
     persistent.OFFER.validate({"SPLITK": 1}, precision)
 
 
-def _problem(M, N, K, layout, precision, c=None):
-    dt = DTYPE[precision]
-    a = torch.zeros(K, M, dtype=dt).t() if layout[0] == "t" else torch.zeros(M, K, dtype=dt)
-    b = torch.zeros(N, K, dtype=dt).t() if layout[1] == "t" else torch.zeros(K, N, dtype=dt)
-    c = torch.empty(M, N, dtype=OUT[precision]) if c is None else c
-    scales = (torch.full((1,), 0.5), torch.full((1,), 3.0)) if precision == "fp8" else None
-    return describe(a, b, c, CUDA, precision, scales)
-
-
 @pytest.mark.parametrize("precision", SPLIT_PRECISIONS)
 def test_launch_passes_the_workspace_and_adds_the_reduction(precision, monkeypatch):
     import numpy as np
 
-    seen, reduced = {}, {}
-
-    class Fake:
-        step = (lambda *args: None, ())
-
-    def fake_tma(build, grid, block, args, smem, specs, cluster):
-        seen.update(build=build, grid=grid, args=args, specs=specs, cluster=cluster)
-        return Fake()
-
-    def fake_launcher(build, grid, block, args):
-        if build.kernel == "splitk_reduce":
-            reduced.update(build=build, grid=grid, args=args)
-        return Fake()
-
-    monkeypatch.setattr(tma, "tma_launcher", fake_tma)
-    monkeypatch.setattr(tma, "launcher", fake_launcher)
+    seen, reduced = mock_tma_launches(monkeypatch, tma)
     monkeypatch.setattr(tma, "max_active_clusters", lambda *a: 66)
     M, N, K = 300, 1001, 4096  # C's lines are 2002 bytes: no buffer, the reduction writes C
     p = _problem(M, N, K, "nt", precision)
@@ -158,9 +127,6 @@ def test_launch_passes_the_workspace_and_adds_the_reduction(precision, monkeypat
 
 # ------------------------------------------------------------------------------ GPU
 gpu = pytest.mark.gpu
-needs_hopper = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-    reason="needs an sm_90 GPU (H100, H200)")
 
 
 @gpu

@@ -3,8 +3,8 @@ and cuda_kernels/splitk_reduce.cu's STREAMK reduction), for layers whose tiles d
 evenly among the SMs.
 
 CPU: the build compiles for sm_90a in bf16, fp16 and fp8 without spills, stores whole tiles
-through TMA stores (from registers with STORE=2) and parts into the workspace; the grid is one block per SM, never more than the
-k-iterations; the kernel's arithmetic, written out here in Python as the kernel and the reduction
+through TMA stores (from registers with STORE=2) and parts into the workspace; the grid is one
+block per SM, never more than the k-iterations; the kernel's arithmetic, written out here in Python as the kernel and the reduction
 do it, gives every k-tile of every tile to exactly one block, numbers each tile's parts 0, 1, ...
 in the order the reduction adds them, agrees with the reduction on which tiles have one part, and
 streamk_parts() is the most parts a tile has; STREAMK is refused in one sentence beside a
@@ -24,10 +24,9 @@ import re
 import pytest
 import torch
 
-from helpers import LAYOUTS, check_scaled, gpu_operands
-from lab.base.describe import describe
+from helpers import (C_DTYPE as OUT, LAYOUTS, check_scaled, gpu_operands, mock_tma_launches,
+                     needs_hopper, one_sentence as _one_sentence, zero_problem as _problem)
 from lab.base.errors import LabError
-from lab.base.needs import CUDA
 from lab.toolchain.sass import sass
 
 import cuda_kernels._tma as tma
@@ -35,12 +34,6 @@ from cuda_kernels import persistent, warptiling
 from cuda_kernels.persistent import STAGE
 
 PRECISIONS = ("bf16", "fp16", "fp8")
-DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}
-OUT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.bfloat16}
-
-
-def _one_sentence(text: str) -> None:
-    assert "\n" not in text and text.count(". ") == 0, text
 
 
 # ------------------------------------------------------------------------------ CPU
@@ -176,35 +169,11 @@ def test_streamk_reduction_reads_only_a_tiles_parts():
     assert red.spill_bytes == 0
 
 
-def _problem(M, N, K, layout, precision):
-    dt = DTYPE[precision]
-    a = torch.zeros(K, M, dtype=dt).t() if layout[0] == "t" else torch.zeros(M, K, dtype=dt)
-    b = torch.zeros(N, K, dtype=dt).t() if layout[1] == "t" else torch.zeros(K, N, dtype=dt)
-    c = torch.empty(M, N, dtype=OUT[precision])
-    scales = (torch.full((1,), 0.5), torch.full((1,), 3.0)) if precision == "fp8" else None
-    return describe(a, b, c, CUDA, precision, scales)
-
-
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_launch_passes_the_workspace_and_the_reduction_its_walk(precision, monkeypatch):
     import numpy as np
 
-    seen, reduced = {}, {}
-
-    class Fake:
-        step = (lambda *args: None, ())
-
-    def fake_tma(build, grid, block, args, smem, specs, cluster):
-        seen.update(build=build, grid=grid, args=args)
-        return Fake()
-
-    def fake_launcher(build, grid, block, args):
-        if build.kernel == "splitk_reduce":
-            reduced.update(build=build, grid=grid, args=args)
-        return Fake()
-
-    monkeypatch.setattr(tma, "tma_launcher", fake_tma)
-    monkeypatch.setattr(tma, "launcher", fake_launcher)
+    seen, reduced = mock_tma_launches(monkeypatch, tma)
     monkeypatch.setattr(tma, "sm_count", lambda *a: 132)
     M, N, K = 256, 22016, 4096  # 2 x 86 = 172 tiles of 128 x 256 on 132 SMs
     p = _problem(M, N, K, "nt", precision)
@@ -233,9 +202,6 @@ def test_launch_passes_the_workspace_and_the_reduction_its_walk(precision, monke
 
 # ------------------------------------------------------------------------------ GPU
 gpu = pytest.mark.gpu
-needs_hopper = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-    reason="needs an sm_90 GPU (H100, H200)")
 
 
 @gpu

@@ -37,15 +37,16 @@ The search:
    Split-K seeds (seeds.splitk_seeds), only for a space that searches the parameter the offer
    names as its split (`OFFER.tuning.split`): when the defaults' block tile (the two parameters
    of `OFFER.tuning.tile`, or the pair `OFFER.tuning.tile_of(defaults)` gives, for which the
-   seeds set the split alone, and where those tiles pass a round of the SMs unevenly, the
-   defaults with `OFFER.tuning.streamk` at 1) gives fewer output tiles than the GPU has SMs (the device's count,
+   seeds set the split alone) gives fewer output tiles than the GPU has SMs (the device's count,
    else SEED_SMS) and K >= 2 * SEED_MIN_SPLIT_K, then for the defaults' tile and up to
    SEED_TILES - 1 smaller ones (both edges one choice down each time), the split choices whose
    tiles x split lie nearest (in ratio) to 1x, 2x and 4x the SM count, among those that leave
    every split at least SEED_MIN_SPLIT_K of K; the other parameters are the defaults'. A seed
    validate() refuses is replaced by the nearest configuration it accepts with the same tile and
    split (fewest parameters changed), if any. A long-K shape with few tiles is where the sampled
-   order rarely reaches a good split.
+   order rarely reaches a good split. A launcher that names `OFFER.tuning.streamk` (persistent's
+   STREAMK) also gets the defaults with it at 1 as a seed where the defaults' tiles are more than
+   the SMs and not a multiple of them.
    Configurations that `OFFER.resolve()` turns into the same build for this shape (automatic
    values made concrete) are one candidate, tried once.
 4. Resource-prune, per candidate: a CUDA candidate is compiled (`OFFER.compile`, NVRTC, cheap) and

@@ -1,8 +1,9 @@
 """Split-K seeds: for a shape with fewer output tiles than the GPU has SMs, configurations that
 split K so that tiles x split lands near 1x, 2x and 4x the SM count, tried right after the
 defaults (lab/tune/__init__.py, step 3); for a launcher with stream-K (Tuning.streamk), also the
-defaults with it on where the tiles pass a round of the SMs unevenly. The parameters they set are the launcher's to name:
-`OFFER.tuning.split` and `OFFER.tuning.tile` (lab/base/contract.py Tuning); a space without a split
+defaults with it on where the tiles pass a round of the SMs unevenly. The parameters they set are
+the launcher's to name: `OFFER.tuning.split` and `OFFER.tuning.tile` or `tile_of`, and
+`OFFER.tuning.streamk` (lab/base/contract.py Tuning); a space without a split
 gets no seeds. The arithmetic (tiles, the splits a K allows, the split nearest a target) is
 lab/base/splitk.py's, the same the launchers' automatic split (`splitk=0`) uses; the seeds allow
 shorter splits than that default (SEED_MIN_SPLIT_K: the search measures what the rule can only
