@@ -71,7 +71,12 @@ def test_tuning_hints_name_the_stages_own_parameters(stage, backend):
     own = {p.name for p in stage.params if backend in p.backends}
     if tuning.split is not None:
         assert tuning.split in own
-        assert len(tuning.tile) == 2 and set(tuning.tile) <= own
+        # the two tile edges the seeds shrink, or (persistent) tile_of: the defaults' tile alone
+        assert (len(tuning.tile) == 2 and set(tuning.tile) <= own) or \
+            (not tuning.tile and tuning.tile_of is not None)
+    if tuning.streamk is not None:
+        assert tuning.tile_of is not None and tuning.streamk in own
+        assert {0, 1} <= set(next(p for p in stage.params if p.name == tuning.streamk).choices)
     assert set(tuning.tile) <= own
 
 
