@@ -470,17 +470,20 @@ class HopperStage:
 SPLITK_PRECISIONS = ("bf16", "fp16", "fp8")
 
 
+def k_tiles(K: int, precision: str | None) -> int:
+    """The kernels' k-tiles over K: 128 bytes of K each (BK, the swizzle's line), at least 1."""
+    return max(1, cdiv(K, 128 // ELEM_BYTES.get(precision, 2)))
+
+
 def splits_for(splits: int, K: int, precision: str | None) -> int:
-    """The splits a launch runs for a SPLITK of `splits`: at most one per k-tile of 128 bytes of K
-    (so no split is empty), at least 1."""
-    bk = 128 // ELEM_BYTES.get(precision, 2)
-    return max(1, min(splits, cdiv(K, bk)))
+    """The splits a launch runs for a SPLITK of `splits`: at most one per k-tile (so no split is
+    empty), at least 1."""
+    return max(1, min(splits, k_tiles(K, precision)))
 
 
 def streamk_work(M: int, N: int, K: int, BM: int, BN: int, precision: str | None) -> int:
     """The k-iterations of a stream-K launch, tiles x k-tiles: it takes no more blocks."""
-    bk = 128 // ELEM_BYTES.get(precision, 2)
-    return cdiv(M, BM) * cdiv(N, BN) * max(1, cdiv(K, bk))
+    return cdiv(M, BM) * cdiv(N, BN) * k_tiles(K, precision)
 
 
 def streamk_parts(M: int, N: int, K: int, BM: int, BN: int, blocks: int, group: int,
@@ -492,7 +495,7 @@ def streamk_parts(M: int, N: int, K: int, BM: int, BN: int, blocks: int, group: 
     (`group`) does not change the count."""
     import numpy as np
 
-    kt = max(1, cdiv(K, 128 // ELEM_BYTES.get(precision, 2)))
+    kt = k_tiles(K, precision)
     tiles = cdiv(M, BM) * cdiv(N, BN)
     dp = tiles // blocks * blocks
     work = (tiles - dp) * kt
@@ -537,9 +540,8 @@ def splitk_plan(p, precision: str, splits: int, streamk: tuple | None = None, c_
         bm, bn, group, blocks = streamk
         red = warptiling.build_reduce(splits, vec, offsets64=offsets64, out=out,
                                       streamk=(bm, bn, group))
-        kt = max(1, cdiv(p.K, 128 // ELEM_BYTES.get(precision, 2)))
-        args += (np.int32(cdiv(p.M, bm)), np.int32(cdiv(p.N, bn)), np.int32(kt),
-                 np.int32(blocks))
+        args += (np.int32(cdiv(p.M, bm)), np.int32(cdiv(p.N, bn)),
+                 np.int32(k_tiles(p.K, precision)), np.int32(blocks))
     grid, block, _ = warptiling.reduce_geometry(p.M, p.N)
     reduce = launcher(red, grid, block, args)
     return work, ldw, reduce, red
