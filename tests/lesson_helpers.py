@@ -83,14 +83,38 @@ def lesson_and_variant_builds(cases, build_of, jobs: int = 2) -> dict:
         return dict(enumerate(pool.map(both, cases)))
 
 
-def assert_same_sass(lesson, variant, label) -> None:
+def fresh_lesson_and_variant(build_of, case):
+    """`build_of(case)` and its variant compiled again past the process's memo and the on-disk
+    build cache. A stage that picks __launch_bounds__ by trying builds until one does not spill
+    (cuda_kernels/_build.py spill_free_build) can settle on a cap where a busy machine's ptxas
+    happened not to spill; the fresh lesson makes that choice again, and the variant follows it."""
+    import os
+
+    from lab.toolchain import nvrtc
+
+    saved = os.environ.get("LAB_BUILD_CACHE")
+    os.environ["LAB_BUILD_CACHE"] = "off"
+    nvrtc._compile.cache_clear()
+    try:
+        lesson = build_of(case)
+        return lesson, variant_build(lesson)
+    finally:
+        if saved is None:
+            del os.environ["LAB_BUILD_CACHE"]
+        else:
+            os.environ["LAB_BUILD_CACHE"] = saved
+
+
+def assert_same_sass(lesson, variant, label, rebuild=None) -> None:
     """The two builds are the same machine code: SASS without addresses and encodings, and the
     same registers, spills, stack and shared memory. ptxas can schedule one source differently on
     a busy machine (tests/helpers.py fresh_build): a mismatch is compiled again, both files, up to
-    twice, before the verdict."""
+    twice, before the verdict; `rebuild()`, where given, builds the pair again from the start
+    (fresh_lesson_and_variant: the lesson's register cap chosen again)."""
     for attempt in range(3):
         if attempt:
-            lesson, variant = fresh_build(lesson), fresh_build(variant)
+            lesson, variant = (rebuild() if rebuild else
+                               (fresh_build(lesson), fresh_build(variant)))
         a, b = sass_listing(lesson), sass_listing(variant)
         if a == b and resources(lesson) == resources(variant):
             return

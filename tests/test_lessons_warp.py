@@ -39,6 +39,7 @@ import pytest
 
 from helpers import ROOT, cpu_only, new_emulator, stage_params
 from lesson_helpers import (aligned_ld, assert_same_sass, common_names, cuda_module as _module,
+                            fresh_lesson_and_variant,
                             lesson_and_variant_builds as both_builds, sass_listing,
                             without_comments)
 
@@ -181,8 +182,11 @@ SASS_SETS = ([("warptiling", c) for c in WARPTILING_SETS]
 @pytest.fixture(scope="module")
 def lesson_and_variant_builds():
     """{case index: (the lesson's build, the variant compiled with the same options)}."""
-    return both_builds(SASS_SETS, lambda case: _module(case[0]).build(
-        **stage_params(case[0], "cuda", **case[1])), jobs=JOBS)
+    return both_builds(SASS_SETS, _build_of, jobs=JOBS)
+
+
+def _build_of(case):
+    return _module(case[0]).build(**stage_params(case[0], "cuda", **case[1]))
 
 
 def _ids(sets):
@@ -196,7 +200,8 @@ def test_the_warptiling_lesson_compiles_to_the_variant_s_sass(lesson_and_variant
     stage, changes = SASS_SETS[i]
     lesson, variant = lesson_and_variant_builds[i]
     assert lesson.source == f"{stage}.cu" and variant.source == f"variants/{stage}.cu"
-    assert_same_sass(lesson, variant, f"{stage} {changes}")
+    assert_same_sass(lesson, variant, f"{stage} {changes}",
+                     rebuild=lambda: fresh_lesson_and_variant(_build_of, SASS_SETS[i]))
 
 
 MEMORY_AND_FMA = ("FFMA", "LDS", "STS", "LDG", "STG", "BAR", "LDL", "STL", "LDGSTS")
@@ -218,6 +223,13 @@ def test_the_double_buffered_lesson_has_the_variant_s_instruction_mix(
     stage, changes = SASS_SETS[i]
     lesson, variant = lesson_and_variant_builds[i]
     assert lesson.source == f"{stage}.cu" and variant.source == f"variants/{stage}.cu"
+    # ptxas can allocate registers differently on a busy machine (tests/helpers.py fresh_build),
+    # and the build tries register caps until one does not spill: a mismatch is built again from
+    # the start, both files, up to twice, before the verdict
+    for _ in range(2):
+        if _counts(lesson) == _counts(variant) and lesson.spill_bytes == variant.spill_bytes:
+            break
+        lesson, variant = fresh_lesson_and_variant(_build_of, SASS_SETS[i])
     assert _counts(lesson) == _counts(variant), changes
     assert lesson.spill_bytes == variant.spill_bytes == 0 and lesson.stack_frame == 0
     assert lesson.smem_static == variant.smem_static == 0  # dynamic shared memory only
