@@ -23,8 +23,8 @@ import pytest
 
 from helpers import ROOT
 from lab.stages import get_stage
-from lesson_helpers import (assert_same_sass, common_names, lesson_and_variant_builds,
-                            without_comments)
+from lesson_helpers import (assert_same_sass, common_names, fresh_lesson_and_variant,
+                            lesson_and_variant_builds, without_comments)
 
 KERNELS = ROOT / "cuda_kernels"
 
@@ -66,8 +66,11 @@ CASES = [dict(tiles=1, warps=4, kunroll=4, groups=1), dict(tiles=2, warps=4, kun
 
 def test_lesson_and_variant_compile_to_the_same_sass():
     d = _decode()
-    builds = lesson_and_variant_builds(
-        CASES, lambda case: d.build(**case, precision="bf16", layout="nt"))
+    def build_of(case):
+        return d.build(**case, precision="bf16", layout="nt")
+
+    builds = lesson_and_variant_builds(CASES, build_of)
     for i, (lesson, variant) in builds.items():
         assert lesson.source == "decode.cu"
-        assert_same_sass(lesson, variant, CASES[i])
+        assert_same_sass(lesson, variant, CASES[i],
+                         rebuild=lambda: fresh_lesson_and_variant(build_of, CASES[i]))

@@ -26,7 +26,8 @@ import re
 import pytest
 
 from helpers import ROOT, cpu_only, stage_params
-from lesson_helpers import assert_same_sass, require_disassembler, sass_listing
+from lesson_helpers import (assert_same_sass, fresh_lesson_and_variant,
+                            lesson_and_variant_builds as both_builds, sass_listing)
 from lab.base.errors import LabError
 from lab.stages import get_stage
 
@@ -218,28 +219,23 @@ def _sass_sets() -> list[dict]:
 SASS_SETS = _sass_sets()
 
 
+def _lesson_build(i):
+    """Case i's lesson build; the last case is the defaults built for sm_80 with the sm_90
+    build's options."""
+    from lab.toolchain import nvrtc
+
+    if i == len(SASS_SETS):
+        first = _mma().build(**stage_params("mma", "cuda"), precision="bf16")
+        options = tuple("-arch=sm_80" if o.startswith("-arch=") else o for o in first.options)
+        return nvrtc._compile("mma.cu", KERNEL, options, "sm_80")
+    return _mma().build(**stage_params("mma", "cuda", **SASS_SETS[i]), precision="bf16")
+
+
 @pytest.fixture(scope="module")
 def lesson_and_variant_builds():
     """{case index: (the lesson's build, the variant compiled with the same options)}; the last
     case is the default on sm_80."""
-    from lab.toolchain import nvrtc
-
-    require_disassembler()
-
-    def both(i):
-        if i == len(SASS_SETS):  # the defaults, built for sm_80 with the sm_90 build's options
-            first = _mma().build(**stage_params("mma", "cuda"), precision="bf16")
-            options = tuple("-arch=sm_80" if o.startswith("-arch=") else o
-                            for o in first.options)
-            lesson = nvrtc._compile("mma.cu", KERNEL, options, "sm_80")
-        else:
-            lesson = _mma().build(**stage_params("mma", "cuda", **SASS_SETS[i]),
-                                  precision="bf16")
-        variant = nvrtc._compile("variants/mma.cu", KERNEL, lesson.options, lesson.arch)
-        return lesson, variant
-
-    with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
-        return dict(enumerate(pool.map(both, range(len(SASS_SETS) + 1))))
+    return both_builds(range(len(SASS_SETS) + 1), _lesson_build, jobs=JOBS)
 
 
 @cpu_only
@@ -249,5 +245,6 @@ def test_the_lesson_compiles_to_the_variant_s_sass(lesson_and_variant_builds, i)
     lesson, variant = lesson_and_variant_builds[i]
     assert lesson.source == "mma.cu" and variant.source == "variants/mma.cu"
     assert "-DPREC_BF16=1" in lesson.options and "-DFRAGS=2" in lesson.options
-    assert_same_sass(lesson, variant, f"mma {SASS_SETS[i] if i < len(SASS_SETS) else 'sm_80'}")
+    assert_same_sass(lesson, variant, f"mma {SASS_SETS[i] if i < len(SASS_SETS) else 'sm_80'}",
+                     rebuild=lambda: fresh_lesson_and_variant(_lesson_build, i))
     assert any(op.startswith("HMMA.16816.F32.BF16") for op in sass_listing(lesson))
