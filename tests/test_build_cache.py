@@ -110,6 +110,24 @@ def test_a_second_compile_is_a_hit_with_the_ptxas_report(cache, tmp_path, monkey
     assert len(calls) == 3
 
 
+def test_another_nvrtc_release_is_a_miss(cache, tmp_path, monkeypatch):
+    """nvrtcVersion says 13.0 for every 13.0.x; the key also holds the loaded library's size."""
+    release = _build.nvrtc_release()
+    assert release.startswith("%d.%d" % _build.nvrtc_version())
+    if sys.platform.startswith("linux"):
+        assert "libnvrtc.so" in release
+    calls = _counting_nvrtc(monkeypatch)
+    src = _tiny_source(tmp_path)
+    options = _build.nvrtc_options({}, "sm_90", (f"-I{tmp_path}",))
+    _build.nvrtc_compile(str(src), options)
+    monkeypatch.setattr(_build, "nvrtc_release", lambda: release + " another build")
+    _build.nvrtc_compile(str(src), options)
+    assert len(calls) == 2
+    monkeypatch.setattr(_build, "nvrtc_release", lambda: release)
+    _build.nvrtc_compile(str(src), options)
+    assert len(calls) == 2
+
+
 def test_with_the_cache_off_every_compile_runs(tmp_path, monkeypatch):
     monkeypatch.setenv(_cache.ENV, "off")
     calls = _counting_nvrtc(monkeypatch)

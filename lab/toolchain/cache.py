@@ -2,7 +2,7 @@
 report) and the CPU emulator's g++ executables.
 
 A key is a SHA-256 over everything that decides the product: the source and every header it
-includes (read from disk, not their paths), the compiler options and the compiler's version. So
+includes (read from disk, not their paths), the compiler options and the compiler's release. So
 an edit to a kernel or to `common.cuh` misses the cache, and the same build in another process,
 another test file or another checkout hits it.
 

@@ -133,6 +133,28 @@ def nvrtc_version() -> tuple[int, int]:
     return major, minor
 
 
+@functools.lru_cache(maxsize=None)
+def nvrtc_release() -> str:
+    """The NVRTC library this process compiles with, as the build cache keys it: its version and
+    the size of the loaded libnvrtc (nvrtcVersion says 13.0 for both 13.0.48 and 13.0.88, whose
+    ptxas can allocate registers differently). The size is read from /proc/self/maps where the
+    system has one; elsewhere the version alone."""
+    import os
+
+    release = "%d.%d" % nvrtc_version()
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libnvrtc.so" in line}
+    except OSError:
+        return release
+    for path in sorted(paths):
+        try:
+            return f"{release} {os.path.basename(path)} {os.path.getsize(path)}"
+        except OSError:
+            continue
+    return release
+
+
 def nvrtc_options(defines: dict[str, object], arch: str, extra: tuple[str, ...]) -> tuple[str, ...]:
     opts = [f"-arch={arch}", "-std=c++17", "-Xptxas=-v", "-lineinfo", f"-I{KERNEL_DIR}"]
     if nvrtc_version() >= (12, 9):
@@ -155,8 +177,8 @@ def nvrtc_compile(source: str, options: tuple[str, ...], output: str = "cubin") 
     try:
         code = path.read_bytes()
         # the on-disk cache's key: this source, every header it includes, the options (the
-        # checkout's own path left out) and the compiler's version (lab/toolchain/cache.py)
-        key = _cache.digest("nvrtc", output, "%d.%d" % nvrtc_version(),
+        # checkout's own path left out) and the compiler's release (lab/toolchain/cache.py)
+        key = _cache.digest("nvrtc", output, nvrtc_release(),
                             *(o.replace(str(KERNEL_DIR), "<kernels>") for o in options),
                             *_cache.closure_parts(path, (KERNEL_DIR,)))
     except OSError as exc:
