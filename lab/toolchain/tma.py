@@ -50,6 +50,18 @@ def _driver():
 
 
 
+_CUPY_DRIVER = []
+
+
+def _cupy_driver():
+    """CuPy's binding of the driver's launch (cupy_backends.cuda.api.driver), imported once."""
+    if not _CUPY_DRIVER:
+        from cupy_backends.cuda.api import driver
+
+        _CUPY_DRIVER.append(driver)
+    return _CUPY_DRIVER[0]
+
+
 def encode(tensor, spec: MapSpec):
     """The CUtensorMap of `spec` over `tensor`'s memory (its data pointer is element (0, 0))."""
     driver = _driver()
@@ -90,13 +102,21 @@ class TmaLaunch:
     """One launch of an NVRTC build whose parameters include TMA tensor maps: `launch()` runs it
     with the arguments it was made with, `launch.run(*args)` with others of the same kinds (the
     plan cache's replay). Argument i that a MapSpec names is passed as that map; other tensors by
-    their data pointer; numpy scalars by value (np.int32, np.int64)."""
+    their data pointer; numpy scalars by value (np.int32, np.int64).
+
+    The kernel's parameter array (one address per argument, what cuLaunchKernel reads) and the
+    cells it points at are made once; a call only writes the new tensors' pointers and maps into
+    them and launches (the driver copies the parameters before cuLaunchKernel returns, so the
+    next call may overwrite them; a lock keeps two threads from filling them at once)."""
 
     __slots__ = ("fn", "grid", "block", "smem", "args", "specs", "cluster", "_maps", "_kinds",
-                 "_config")
+                 "_config", "_params", "_cells", "_packed", "_lock", "_map_at", "_ptr_at",
+                 "_value_at")
 
     def __init__(self, fn, grid, block, smem: int, args: tuple, specs: tuple[MapSpec, ...],
                  cluster: int = 1):
+        import threading
+
         import numpy as np
         import torch
 
@@ -115,6 +135,17 @@ class TmaLaunch:
             else:
                 raise TypeError(f"kernel argument {x!r} must be a tensor or a numpy scalar")
         self._kinds = tuple(kinds)
+        # argument i's cell: a pointer's 8 bytes or a scalar's value (a map lives in its own
+        # CUtensorMap, whose address goes into the array per call)
+        self._cells = [None if k == "map" else ctypes.c_uint64(0) if k == "ptr" else k(int(x))
+                       for k, x in zip(kinds, args)]
+        self._params = (ctypes.c_void_p * len(args))(
+            *(0 if c is None else ctypes.addressof(c) for c in self._cells))
+        self._packed = list(args)  # the scalar object each value cell holds
+        self._map_at = tuple(i for i, k in enumerate(kinds) if k == "map")
+        self._ptr_at = tuple(i for i, k in enumerate(kinds) if k == "ptr")
+        self._value_at = tuple(i for i, k in enumerate(kinds) if k not in ("map", "ptr"))
+        self._lock = threading.Lock()
 
     def _map(self, i: int, tensor):
         key = (i, tensor.data_ptr())
@@ -126,26 +157,26 @@ class TmaLaunch:
         return tmap
 
     def run(self, *args) -> None:
-        from cupy_backends.cuda.api import driver
-
         from lab.toolchain.nvrtc import current_stream_ptr
 
-        keep, addrs = [], []
-        for i, (kind, x) in enumerate(zip(self._kinds, args)):
-            if kind == "map":
-                tmap = self._map(i, x)
-                keep.append(tmap)
-                addrs.append(int(tmap.getPtr()))
-                continue
-            v = ctypes.c_uint64(x.data_ptr()) if kind == "ptr" else kind(int(x))
-            keep.append(v)
-            addrs.append(ctypes.addressof(v))
-        params = (ctypes.c_void_p * len(addrs))(*addrs)
-        if self.cluster > 1:
-            self._launch_cluster(ctypes.addressof(params), current_stream_ptr())
-            return
-        driver.launchKernel(self.fn.ptr, *self.grid, *self.block, self.smem, current_stream_ptr(),
-                            ctypes.addressof(params), 0)
+        stream = current_stream_ptr()
+        params, cells = self._params, self._cells
+        with self._lock:
+            maps = [self._map(i, args[i]) for i in self._map_at]  # referenced until launched
+            for i, tmap in zip(self._map_at, maps):
+                params[i] = int(tmap.getPtr())
+            for i in self._ptr_at:
+                cells[i].value = args[i].data_ptr()
+            for i in self._value_at:
+                x = args[i]
+                if x is not self._packed[i]:
+                    cells[i].value = int(x)
+                    self._packed[i] = x
+            if self.cluster > 1:
+                self._launch_cluster(ctypes.addressof(params), stream)
+                return
+            _cupy_driver().launchKernel(self.fn.ptr, *self.grid, *self.block, self.smem, stream,
+                                        ctypes.addressof(params), 0)
 
     def _launch_cluster(self, params: int, stream: int) -> None:
         """cuLaunchKernelEx with a cluster of `cluster` blocks along x (CuPy's launch cannot set
