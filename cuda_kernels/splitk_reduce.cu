@@ -25,6 +25,8 @@
 // tile-rows at a time, inverted) and the ranges that hold its first and last k-tile; a whole
 // tile was stored into C by the main kernel and is left alone, the others' parts are added in the
 // order j = 0, 1, ... (the arguments after ldc: grid_m, grid_n, KT and the main kernel's blocks G).
+// A tile cut over more than RBATCH blocks (one tile, a long K: up to one part per block) has its
+// parts loaded RBATCH at a time, in the same order.
 #include "common.cuh"
 
 #if defined(OUT_BF16) || defined(OUT_F16)
@@ -51,6 +53,9 @@ typedef float out_t;
 
 #ifndef STREAMK
 #define STREAMK 0
+#endif
+#ifndef RBATCH
+#define RBATCH 16  // a stream-K build of more parts than this sums them this many at a time
 #endif
 
 extern "C" __global__ void __launch_bounds__(RTHREADS)
@@ -80,6 +85,27 @@ splitk_reduce(const float* __restrict__ W, out_t* __restrict__ C, int M, int N, 
 #endif
     const size_t slab = (size_t)M * ldw;
     const float* w = W + (size_t)i * ldw + j;
+#if STREAMK && SPLITK > RBATCH
+    // A tile cut over many blocks (up to one part per block): the parts RBATCH at a time, so that
+    // the loads in flight stay in registers (all SPLITK at once spilled from 64 parts on), added
+    // in the same order 0, 1, 2, ... as below
+    float4 sum = *reinterpret_cast<const float4*>(w);
+#pragma unroll 1
+    for (int s0 = 1; s0 < parts; s0 += RBATCH) {
+        float4 v[RBATCH];
+#pragma unroll
+        for (int b = 0; b < RBATCH; ++b)  // RBATCH requests in flight
+            if (s0 + b < parts) v[b] = *reinterpret_cast<const float4*>(w + (s0 + b) * slab);
+#pragma unroll
+        for (int b = 0; b < RBATCH; ++b) {
+            if (s0 + b >= parts) break;
+            sum.x += v[b].x;
+            sum.y += v[b].y;
+            sum.z += v[b].z;
+            sum.w += v[b].w;
+        }
+    }
+#else
     float4 v[SPLITK];
 #pragma unroll
     for (int s = 0; s < SPLITK; ++s)  // all loads first: SPLITK requests in flight
@@ -93,6 +119,7 @@ splitk_reduce(const float* __restrict__ W, out_t* __restrict__ C, int M, int N, 
         sum.z += v[s].z;
         sum.w += v[s].w;
     }
+#endif
     out_t* c = C + i * ldc + j;
     const int valid = N - j < 4 ? N - j : 4;
 #if defined(OUT_BF16) || defined(OUT_F16)

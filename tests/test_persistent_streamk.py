@@ -200,6 +200,114 @@ def test_launch_passes_the_workspace_and_the_reduction_its_walk(precision, monke
     assert seen["args"][-3].numel() == 1 and isinstance(seen["args"][-2], np.int64)
 
 
+def test_one_long_tile_is_cut_over_every_block_and_its_sum_builds(monkeypatch):
+    """96 x 72 x (2^17 + 384): one tile, 2,054 k-tiles in 132 ranges; the reduction adds 132
+    parts (a build of SPLITK=132 without spills: the GPU test's case)."""
+    seen, reduced = mock_tma_launches(monkeypatch, tma)
+    p = _problem(96, 72, 2 ** 17 + 384, "tn", "bf16")
+    out = STAGE.launch(p, "bf16", c=STAGE.config("bf16", STREAMK=1))
+    assert out.extra["splits"] == 132 and seen["grid"][0] == 132
+    walk = _kernel_walk(1, (2 ** 17 + 384) // 64, 132)
+    assert max(len(parts) for parts in walk.values()) == 132
+    build = reduced["build"]
+    assert "-DSPLITK=132" in build.options and build.spill_bytes == 0
+
+
+# The STREAMK reduction run by the CUDA emulator (tests/cuda_emulator.py), with a float C: argv
+# M N ldw ldc grid_m grid_n KT G parts rgx rbx W-file C-file; W is parts slabs of M x ldw floats,
+# C comes back M x ldc (NaN where the reduction wrote nothing).
+STREAMK_REDUCE_MAIN = r"""
+int main(int argc, char** argv) {
+    if (argc != 14) { std::fprintf(stderr, "usage\n"); return 2; }
+    const int M = atoi(argv[1]), N = atoi(argv[2]), ldw = atoi(argv[3]), ldc = atoi(argv[4]);
+    const int grid_m = atoi(argv[5]), grid_n = atoi(argv[6]), KT = atoi(argv[7]), G = atoi(argv[8]);
+    const int parts = atoi(argv[9]);
+    const unsigned rgx = atoi(argv[10]), rbx = atoi(argv[11]);
+    std::vector<float> W(size_t(parts) * M * ldw), C(size_t(M) * ldc, NAN);
+    FILE* in = std::fopen(argv[12], "rb");
+    if (!in || std::fread(W.data(), sizeof(float), W.size(), in) != W.size()) return 3;
+    std::fclose(in);
+    lab_run_grid(rgx, 1, rbx, 1, 0, [&] {
+        splitk_reduce(W.data(), C.data(), M, N, ldw, ldc, grid_m, grid_n, KT, G);
+    });
+    FILE* out = std::fopen(argv[13], "wb");
+    if (!out || std::fwrite(C.data(), sizeof(float), C.size(), out) != C.size()) return 4;
+    std::fclose(out);
+    return 0;
+}
+"""
+
+# (TBM, TBN, GROUP, M, N, KT, G, VEC_C): one cut tile after two rounds; four cut tiles; fewer
+# tiles than blocks (every tile cut); two tiles cut about 30 ways and one tile cut 132 ways (more
+# parts than RBATCH: the batched sum); C with an odd leading dimension, stored one float at a time
+STREAMK_REDUCE_CASES = [
+    (16, 32, 2, 40, 70, 10, 4, 1),
+    (16, 32, 2, 40, 70, 7, 5, 1),
+    (16, 32, 3, 50, 100, 30, 50, 1),
+    (16, 32, 8, 16, 60, 40, 60, 1),
+    (128, 256, 8, 96, 72, 2054, 132, 1),
+    (16, 32, 2, 37, 61, 9, 7, 0),
+]
+
+
+def _tile_of(t: int, grid_m: int, grid_n: int, group: int) -> tuple[int, int]:
+    """The main kernel's tile at walk place t (variants/persistent.cu tile_of): GROUP tile-rows
+    walked together, down the rows first."""
+    width = group * grid_n
+    first_m = t // width * group
+    rows = min(grid_m - first_m, group)
+    return first_m + (t % width) % rows, (t % width) // rows
+
+
+@pytest.mark.parametrize("case", range(len(STREAMK_REDUCE_CASES)),
+                         ids=["-".join(map(str, c)) for c in STREAMK_REDUCE_CASES])
+def test_streamk_reduction_emulated_on_the_cpu(case, tmp_path):
+    """C of every cut tile is its parts added in the order 0, 1, ... in fp32, bit for bit, from
+    the parts the main kernel's walk gives each tile (_kernel_walk); whole tiles and C's padding
+    are left alone."""
+    import subprocess
+
+    import numpy as np
+    from cuda_emulator import KERNELS, compile_async, compiler, program
+
+    if compiler() is None:
+        pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
+    tbm, tbn, group, M, N, kt, blocks, vec = STREAMK_REDUCE_CASES[case]
+    grid_m, grid_n = -(-M // tbm), -(-N // tbn)
+    walk = _kernel_walk(grid_m * grid_n, kt, blocks)
+    parts = max(len(ps) for ps in walk.values())
+    assert parts > 1
+    ldw = warptiling.workspace_ld(N)
+    ldc = ldw if vec else N + 3
+    (grid, block, _) = warptiling.reduce_geometry(M, N)
+    (tmp_path / "reduce.cpp").write_text(program(STREAMK_REDUCE_MAIN, "REDUCE_FILE"))
+    exe = compile_async(tmp_path / "reduce.cpp", tmp_path / "reduce", {
+        "REDUCE_FILE": f'"{KERNELS / "splitk_reduce.cu"}"', "SPLITK": parts, "STREAMK": 1,
+        "TBM": tbm, "TBN": tbn, "GROUP": group, "RTHREADS": block[0], "VEC_C": vec}).result()
+    rng = np.random.default_rng(case)
+    w = rng.standard_normal((parts, M, ldw)).astype(np.float32)
+    w.tofile(tmp_path / "w.bin")
+    args = [M, N, ldw, ldc, grid_m, grid_n, kt, blocks, parts, grid[0], block[0],
+            tmp_path / "w.bin", tmp_path / "c.bin"]
+    out = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    c = np.fromfile(tmp_path / "c.bin", dtype=np.float32).reshape(M, ldc)
+    want = np.full((M, ldc), np.nan, dtype=np.float32)
+    for t, ps in walk.items():
+        if len(ps) < 2:
+            continue  # stored by the main kernel
+        bm, bn = _tile_of(t, grid_m, grid_n, group)
+        rows = slice(bm * tbm, min(M, (bm + 1) * tbm))
+        cols = slice(bn * tbn, min(N, (bn + 1) * tbn))
+        acc = w[0, rows, cols].copy()
+        for j in range(1, len(ps)):  # fp32, in order
+            acc += w[j, rows, cols]
+        want[rows, cols] = acc
+    assert np.array_equal(c.view(np.uint32), want.view(np.uint32))
+    cut = sum(len(ps) > 1 for ps in walk.values())
+    assert cut and np.isnan(c[:, N:]).all() and (~np.isnan(c[:, :N])).sum() > 0
+
+
 # ------------------------------------------------------------------------------ GPU
 gpu = pytest.mark.gpu
 
@@ -236,3 +344,30 @@ def test_streamk_on_wave_quantized_layers_gives_the_same_bits_twice(precision):
             c.fill_(float("nan"))
             run()
             assert torch.equal(c.view(torch.int16), first.view(torch.int16)), "not reproducible"
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_streamk_on_sliced_operands_and_a_k_past_2_to_the_17(precision):
+    """Operands that are views into larger tensors, at an aligned offset (read in place by TMA)
+    and at an odd one (copied by the plan), into a C view at a column offset (2 tiles of 128 x
+    256, their k-tiles cut over fewer blocks than the SMs); and a K of 2^17 + 384 in one tile,
+    whose k-tiles are cut over all 132 blocks (132 parts added by the reduction)."""
+    M, N, K = 200, 136, 3072
+    a0, b0, scales = gpu_operands(M + 9, N + 9, K + 160, "nt", precision, seed=11)
+    for off in (128, 5):  # 128 elements: 16-byte aligned in every precision; 5: not
+        a = a0[3:3 + M, off:off + K]
+        b = b0[off:off + K, 2:2 + N]
+        c_big = torch.full((M, N + 8), float("nan"), device="cuda", dtype=OUT[precision])
+        c = c_big[:, 8:]
+        persistent.prepare(a, b, c, precision=precision, STREAMK=1, **scales)()
+        check_scaled(c, a, b, precision, scales)
+        assert torch.isnan(c_big[:, :8]).all(), "wrote outside C"
+    M, N, K = 96, 72, 2 ** 17 + 384
+    a, b, scales = gpu_operands(M, N, K, "tn", precision, seed=12)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=OUT[precision])
+    run = persistent.prepare(a, b, c, precision=precision, STREAMK=1, **scales)
+    assert run.extra["splits"] == 132
+    run()
+    check_scaled(c, a, b, precision, scales)
