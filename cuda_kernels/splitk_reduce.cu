@@ -31,9 +31,25 @@
 
 #if defined(OUT_BF16) || defined(OUT_F16)
 typedef unsigned short out_t;  // the bits of a bfloat16 or a half
+#ifndef __CUDA_ARCH__  // the CPU emulator (tests/cuda_emulator.py): cvt.rn's rounding in C++
+inline unsigned round16(float f) {  // to nearest, ties to even (finite inputs)
+#if defined(OUT_BF16)
+    unsigned u;
+    std::memcpy(&u, &f, sizeof u);
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+#else
+    const _Float16 h = static_cast<_Float16>(f);
+    unsigned short u;
+    std::memcpy(&u, &h, sizeof u);
+    return u;
+#endif
+}
+#endif
 __device__ __forceinline__ unsigned pack2(float x, float y) {  // x in the low half
     unsigned v;
-#if defined(OUT_BF16)
+#ifndef __CUDA_ARCH__
+    v = round16(x) | round16(y) << 16;
+#elif defined(OUT_BF16)
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(v) : "f"(y), "f"(x));
 #else
     asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(v) : "f"(y), "f"(x));

@@ -140,6 +140,8 @@ struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) float2 { float x, y; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline float2 make_float2(float a, float b) { return {a, b}; }
+struct alignas(8) uint2 { unsigned x, y; };
+inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
 // Dynamic shared memory of the running block (extern __shared__ arrays point here).
 unsigned char* lab_dynamic_smem = nullptr;
 // cp.async: copies land when a wait_group covers their group (see the module docstring). The

@@ -213,41 +213,58 @@ def test_one_long_tile_is_cut_over_every_block_and_its_sum_builds(monkeypatch):
     assert "-DSPLITK=132" in build.options and build.spill_bytes == 0
 
 
-# The STREAMK reduction run by the CUDA emulator (tests/cuda_emulator.py), with a float C: argv
-# M N ldw ldc grid_m grid_n KT G parts rgx rbx W-file C-file; W is parts slabs of M x ldw floats,
-# C comes back M x ldc (NaN where the reduction wrote nothing).
-STREAMK_REDUCE_MAIN = r"""
+# The split-K reduction (cuda_kernels/splitk_reduce.cu) run by the CUDA emulator
+# (tests/cuda_emulator.py): argv M N ldw ldc grid_m grid_n KT G parts rgx rbx W-file C-file; W is
+# `parts` slabs of M x ldw floats, C comes back M x ldc in C's type (all bits set where the
+# reduction wrote nothing: a NaN in float, bf16 and half).
+REDUCE_MAIN = r"""
 int main(int argc, char** argv) {
     if (argc != 14) { std::fprintf(stderr, "usage\n"); return 2; }
     const int M = atoi(argv[1]), N = atoi(argv[2]), ldw = atoi(argv[3]), ldc = atoi(argv[4]);
     const int grid_m = atoi(argv[5]), grid_n = atoi(argv[6]), KT = atoi(argv[7]), G = atoi(argv[8]);
     const int parts = atoi(argv[9]);
     const unsigned rgx = atoi(argv[10]), rbx = atoi(argv[11]);
-    std::vector<float> W(size_t(parts) * M * ldw), C(size_t(M) * ldc, NAN);
+    std::vector<float> W(size_t(parts) * M * ldw);
+    std::vector<out_t> C(size_t(M) * ldc);
+    std::memset(C.data(), 0xff, C.size() * sizeof(out_t));
     FILE* in = std::fopen(argv[12], "rb");
     if (!in || std::fread(W.data(), sizeof(float), W.size(), in) != W.size()) return 3;
     std::fclose(in);
     lab_run_grid(rgx, 1, rbx, 1, 0, [&] {
+#if STREAMK
         splitk_reduce(W.data(), C.data(), M, N, ldw, ldc, grid_m, grid_n, KT, G);
+#else
+        (void)grid_m; (void)grid_n; (void)KT; (void)G;
+        splitk_reduce(W.data(), C.data(), M, N, ldw, ldc);
+#endif
     });
     FILE* out = std::fopen(argv[13], "wb");
-    if (!out || std::fwrite(C.data(), sizeof(float), C.size(), out) != C.size()) return 4;
+    if (!out || std::fwrite(C.data(), sizeof(out_t), C.size(), out) != C.size()) return 4;
     std::fclose(out);
     return 0;
 }
 """
 
-# (TBM, TBN, GROUP, M, N, KT, G, VEC_C): one cut tile after two rounds; four cut tiles; fewer
-# tiles than blocks (every tile cut); two tiles cut about 30 ways and one tile cut 132 ways (more
-# parts than RBATCH: the batched sum); C with an odd leading dimension, stored one float at a time
-STREAMK_REDUCE_CASES = [
-    (16, 32, 2, 40, 70, 10, 4, 1),
-    (16, 32, 2, 40, 70, 7, 5, 1),
-    (16, 32, 3, 50, 100, 30, 50, 1),
-    (16, 32, 8, 16, 60, 40, 60, 1),
-    (128, 256, 8, 96, 72, 2054, 132, 1),
-    (16, 32, 2, 37, 61, 9, 7, 0),
+# (C's type, stream-K, TBM, TBN, GROUP, M, N, KT, G, VEC_C). Stream-K: one cut tile after two
+# rounds; four cut tiles; fewer tiles than blocks (every tile cut); two tiles cut about 30 ways and
+# one tile cut 132 ways (more parts than RBATCH: the batched sum); C with an odd leading
+# dimension, stored one element at a time; bf16 and fp16 C (8-byte stores of four rounded sums).
+# Split-K (stream-K 0: G is the split, every element the sum of G slabs) in the three types.
+REDUCE_CASES = [
+    ("fp32", 1, 16, 32, 2, 40, 70, 10, 4, 1),
+    ("fp32", 1, 16, 32, 2, 40, 70, 7, 5, 1),
+    ("fp32", 1, 16, 32, 3, 50, 100, 30, 50, 1),
+    ("fp32", 1, 16, 32, 8, 16, 60, 40, 60, 1),
+    ("fp32", 1, 128, 256, 8, 96, 72, 2054, 132, 1),
+    ("fp32", 1, 16, 32, 2, 37, 61, 9, 7, 0),
+    ("bf16", 1, 16, 32, 2, 40, 70, 7, 5, 1),
+    ("bf16", 1, 16, 32, 8, 16, 60, 40, 60, 0),
+    ("fp16", 1, 16, 32, 3, 50, 100, 30, 50, 1),
+    ("fp32", 0, 0, 0, 0, 33, 70, 0, 3, 1),
+    ("bf16", 0, 0, 0, 0, 33, 70, 0, 16, 1),
+    ("fp16", 0, 0, 0, 0, 20, 37, 0, 5, 0),
 ]
+OUT_DEFINE = {"fp32": {}, "bf16": {"OUT_BF16": 1}, "fp16": {"OUT_F16": 1}}
 
 
 def _tile_of(t: int, grid_m: int, grid_n: int, group: int) -> tuple[int, int]:
@@ -259,12 +276,24 @@ def _tile_of(t: int, grid_m: int, grid_n: int, group: int) -> tuple[int, int]:
     return first_m + (t % width) % rows, (t % width) // rows
 
 
-@pytest.mark.parametrize("case", range(len(STREAMK_REDUCE_CASES)),
-                         ids=["-".join(map(str, c)) for c in STREAMK_REDUCE_CASES])
-def test_streamk_reduction_emulated_on_the_cpu(case, tmp_path):
-    """C of every cut tile is its parts added in the order 0, 1, ... in fp32, bit for bit, from
-    the parts the main kernel's walk gives each tile (_kernel_walk); whole tiles and C's padding
-    are left alone."""
+def _rounded(acc, out: str):
+    """fp32 sums as C's bits: rounded to nearest even (torch's and numpy's conversions)."""
+    import numpy as np
+
+    if out == "bf16":
+        return torch.from_numpy(acc).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    if out == "fp16":
+        return acc.astype(np.float16).view(np.uint16)
+    return acc.view(np.uint32)
+
+
+@pytest.mark.parametrize("case", range(len(REDUCE_CASES)),
+                         ids=["-".join(map(str, c)) for c in REDUCE_CASES])
+def test_reduction_emulated_on_the_cpu(case, tmp_path):
+    """Stream-K: C of every cut tile is its parts added in the order 0, 1, ... in fp32, bit for
+    bit, from the parts the main kernel's walk gives each tile (_kernel_walk); whole tiles and C's
+    padding are left alone. Split-K: every element is its G slabs added in order. A 16-bit C is
+    that sum rounded to nearest even."""
     import subprocess
 
     import numpy as np
@@ -272,40 +301,51 @@ def test_streamk_reduction_emulated_on_the_cpu(case, tmp_path):
 
     if compiler() is None:
         pytest.skip("no C++ compiler (g++ or clang++) to emulate the CUDA kernels")
-    tbm, tbn, group, M, N, kt, blocks, vec = STREAMK_REDUCE_CASES[case]
-    grid_m, grid_n = -(-M // tbm), -(-N // tbn)
-    walk = _kernel_walk(grid_m * grid_n, kt, blocks)
-    parts = max(len(ps) for ps in walk.values())
-    assert parts > 1
+    out, streamk, tbm, tbn, group, M, N, kt, blocks, vec = REDUCE_CASES[case]
     ldw = warptiling.workspace_ld(N)
     ldc = ldw if vec else N + 3
-    (grid, block, _) = warptiling.reduce_geometry(M, N)
-    (tmp_path / "reduce.cpp").write_text(program(STREAMK_REDUCE_MAIN, "REDUCE_FILE"))
-    exe = compile_async(tmp_path / "reduce.cpp", tmp_path / "reduce", {
-        "REDUCE_FILE": f'"{KERNELS / "splitk_reduce.cu"}"', "SPLITK": parts, "STREAMK": 1,
-        "TBM": tbm, "TBN": tbn, "GROUP": group, "RTHREADS": block[0], "VEC_C": vec}).result()
+    bits = np.uint32 if out == "fp32" else np.uint16
+    want = np.full((M, ldc), np.iinfo(bits).max, dtype=bits)
     rng = np.random.default_rng(case)
-    w = rng.standard_normal((parts, M, ldw)).astype(np.float32)
+    if streamk:
+        grid_m, grid_n = -(-M // tbm), -(-N // tbn)
+        walk = _kernel_walk(grid_m * grid_n, kt, blocks)
+        parts = max(len(ps) for ps in walk.values())
+        w = rng.standard_normal((parts, M, ldw)).astype(np.float32)
+        for t, ps in walk.items():
+            if len(ps) < 2:
+                continue  # stored by the main kernel
+            bm, bn = _tile_of(t, grid_m, grid_n, group)
+            rows = slice(bm * tbm, min(M, (bm + 1) * tbm))
+            cols = slice(bn * tbn, min(N, (bn + 1) * tbn))
+            acc = w[0, rows, cols].copy()
+            for j in range(1, len(ps)):  # fp32, in order
+                acc += w[j, rows, cols]
+            want[rows, cols] = _rounded(acc, out)
+        defines = {"STREAMK": 1, "TBM": tbm, "TBN": tbn, "GROUP": group}
+    else:
+        grid_m = grid_n = 0
+        parts = blocks
+        w = rng.standard_normal((parts, M, ldw)).astype(np.float32)
+        acc = w[0, :, :N].copy()
+        for j in range(1, parts):
+            acc += w[j, :, :N]
+        want[:, :N] = _rounded(acc, out)
+        defines = {}
+    assert parts > 1
+    (grid, block, _) = warptiling.reduce_geometry(M, N)
+    (tmp_path / "reduce.cpp").write_text(program(REDUCE_MAIN, "REDUCE_FILE"))
+    exe = compile_async(tmp_path / "reduce.cpp", tmp_path / "reduce", {
+        "REDUCE_FILE": f'"{KERNELS / "splitk_reduce.cu"}"', "SPLITK": parts,
+        "RTHREADS": block[0], "VEC_C": vec, **defines, **OUT_DEFINE[out]}).result()
     w.tofile(tmp_path / "w.bin")
     args = [M, N, ldw, ldc, grid_m, grid_n, kt, blocks, parts, grid[0], block[0],
             tmp_path / "w.bin", tmp_path / "c.bin"]
-    out = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
-    c = np.fromfile(tmp_path / "c.bin", dtype=np.float32).reshape(M, ldc)
-    want = np.full((M, ldc), np.nan, dtype=np.float32)
-    for t, ps in walk.items():
-        if len(ps) < 2:
-            continue  # stored by the main kernel
-        bm, bn = _tile_of(t, grid_m, grid_n, group)
-        rows = slice(bm * tbm, min(M, (bm + 1) * tbm))
-        cols = slice(bn * tbn, min(N, (bn + 1) * tbn))
-        acc = w[0, rows, cols].copy()
-        for j in range(1, len(ps)):  # fp32, in order
-            acc += w[j, rows, cols]
-        want[rows, cols] = acc
-    assert np.array_equal(c.view(np.uint32), want.view(np.uint32))
-    cut = sum(len(ps) > 1 for ps in walk.values())
-    assert cut and np.isnan(c[:, N:]).all() and (~np.isnan(c[:, :N])).sum() > 0
+    run = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    c = np.fromfile(tmp_path / "c.bin", dtype=bits).reshape(M, ldc)
+    assert np.array_equal(c, want)
+    assert (c[:, :N] != np.iinfo(bits).max).any() and (c[:, N:] == np.iinfo(bits).max).all()
 
 
 # ------------------------------------------------------------------------------ GPU
