@@ -21,6 +21,7 @@ tests/conftest.py.
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 import os
@@ -200,24 +201,29 @@ def compile_for_emulator(emulator, cases, build_of, jobs: int | None = None):
 
 
 # ------------------------------------------------------------------------- compute-sanitizer
-def fresh_build(build):
-    """`build` compiled again by NVRTC, past both the process's memo and the on-disk build cache.
-    ptxas's output for one source can differ between runs on a busy machine (docs/ARCHITECTURE.md,
-    "The build cache"): a test that asserts a build's exact instructions checks a fresh build once
-    more before it fails."""
-    import os
-
-    from lab.toolchain import nvrtc
-
+@contextlib.contextmanager
+def build_cache_off():
+    """The on-disk build cache turned off (LAB_BUILD_CACHE=off) inside the block, as it was after."""
     saved = os.environ.get("LAB_BUILD_CACHE")
     os.environ["LAB_BUILD_CACHE"] = "off"
     try:
-        return nvrtc._compile.__wrapped__(build.source, build.kernel, build.options, build.arch)
+        yield
     finally:
         if saved is None:
             del os.environ["LAB_BUILD_CACHE"]
         else:
             os.environ["LAB_BUILD_CACHE"] = saved
+
+
+def fresh_build(build):
+    """`build` compiled again by NVRTC, past both the process's memo and the on-disk build cache.
+    ptxas's output for one source can differ between runs on a busy machine (docs/ARCHITECTURE.md,
+    "The build cache"): a test that asserts a build's exact instructions checks a fresh build once
+    more before it fails."""
+    from lab.toolchain import nvrtc
+
+    with build_cache_off():
+        return nvrtc._compile.__wrapped__(build.source, build.kernel, build.options, build.arch)
 
 
 def sanitizer_findings(out: str) -> int:

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from helpers import ROOT, fresh_build
+from helpers import ROOT, build_cache_off, fresh_build
 
 KERNELS = ROOT / "cuda_kernels"
 
@@ -88,21 +88,12 @@ def fresh_lesson_and_variant(build_of, case):
     build cache. A stage that picks __launch_bounds__ by trying builds until one does not spill
     (cuda_kernels/_build.py spill_free_build) can settle on a cap where a busy machine's ptxas
     happened not to spill; the fresh lesson makes that choice again, and the variant follows it."""
-    import os
-
     from lab.toolchain import nvrtc
 
-    saved = os.environ.get("LAB_BUILD_CACHE")
-    os.environ["LAB_BUILD_CACHE"] = "off"
-    nvrtc._compile.cache_clear()
-    try:
+    with build_cache_off():
+        nvrtc._compile.cache_clear()
         lesson = build_of(case)
         return lesson, variant_build(lesson)
-    finally:
-        if saved is None:
-            del os.environ["LAB_BUILD_CACHE"]
-        else:
-            os.environ["LAB_BUILD_CACHE"] = saved
 
 
 def assert_same_sass(lesson, variant, label, rebuild=None) -> None:
