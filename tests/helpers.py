@@ -279,6 +279,25 @@ def check_scaled(c, a, b, precision: str, scales: dict | None = None) -> None:
     assert res.passed, res.reason
 
 
+def check_sliced_operands(prepare, precision: str, **params) -> None:
+    """`prepare` (a stage's public prepare) with `params` on 200 x 136 x 3072 operands that are
+    views into larger tensors, at an aligned offset (read in place by TMA) and at an odd one
+    (copied by the plan), into a C view at a column offset: C against float64, nothing written
+    beside it."""
+    M, N, K = 200, 136, 3072
+    a0, b0, scales = gpu_operands(M + 9, N + 9, K + 160, "nt", precision, seed=11)
+    # nt: A is M x K row-major, B is K x N with unit stride down K (a view of N x K)
+    for off in (128, 5):  # 128 elements: 16-byte aligned in every precision; 5: not
+        a = a0[3:3 + M, off:off + K]
+        b = b0[off:off + K, 2:2 + N]
+        assert a.dtype == b.dtype == DTYPE[precision]
+        c_big = torch.full((M, N + 8), float("nan"), device="cuda", dtype=C_DTYPE[precision])
+        c = c_big[:, 8:]
+        prepare(a, b, c, precision=precision, **params, **scales)()
+        check_scaled(c, a, b, precision, scales)
+        assert torch.isnan(c_big[:, :8]).all(), "wrote outside C"
+
+
 # ------------------------------------------------------------------------------ Hopper launcher
 needs_hopper = pytest.mark.skipif(
     not HAS_GPU or torch.cuda.get_device_capability() != (9, 0),

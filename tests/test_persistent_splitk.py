@@ -22,8 +22,9 @@ import re
 import pytest
 import torch
 
-from helpers import (C_DTYPE as OUT, DTYPE, LAYOUTS, check_scaled, gpu_operands, mock_tma_launches,
-                     needs_hopper, one_sentence as _one_sentence, zero_problem as _problem)
+from helpers import (C_DTYPE as OUT, LAYOUTS, check_scaled, check_sliced_operands,
+                     gpu_operands, mock_tma_launches, needs_hopper,
+                     one_sentence as _one_sentence, zero_problem as _problem)
 from lab.base.errors import LabError
 from lab.toolchain.sass import sass
 
@@ -168,19 +169,7 @@ def test_split_k_on_sliced_operands_and_a_k_past_2_to_the_17(precision):
     """Operands that are views into larger tensors, at an aligned offset (read in place by TMA)
     and at an odd one (copied by the plan), and a K of 2^17 + 384 split 16 ways (8,216 of K a
     unit), into a C view at a column offset."""
-    dt = DTYPE[precision]
-    M, N, K = 200, 136, 3072
-    a0, b0, scales = gpu_operands(M + 9, N + 9, K + 160, "nt", precision, seed=11)
-    # nt: A is M x K row-major, B is K x N with unit stride down K (a view of N x K)
-    for off in (128, 5):  # 128 elements: 16-byte aligned in every precision; 5: not
-        a = a0[3:3 + M, off:off + K]
-        b = b0[off:off + K, 2:2 + N]
-        assert a.dtype == dt and b.dtype == dt
-        c_big = torch.full((M, N + 8), float("nan"), device="cuda", dtype=OUT[precision])
-        c = c_big[:, 8:]
-        persistent.prepare(a, b, c, precision=precision, SPLITK=4, **scales)()
-        check_scaled(c, a, b, precision, scales)
-        assert torch.isnan(c_big[:, :8]).all(), "wrote outside C"
+    check_sliced_operands(persistent.prepare, precision, SPLITK=4)
     M, N, K = 96, 72, 2 ** 17 + 384
     a, b, scales = gpu_operands(M, N, K, "tn", precision, seed=12)
     c = torch.full((M, N), float("nan"), device="cuda", dtype=OUT[precision])

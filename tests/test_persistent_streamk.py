@@ -24,8 +24,9 @@ import re
 import pytest
 import torch
 
-from helpers import (C_DTYPE as OUT, LAYOUTS, check_scaled, gpu_operands, mock_tma_launches,
-                     needs_hopper, one_sentence as _one_sentence, zero_problem as _problem)
+from helpers import (C_DTYPE as OUT, LAYOUTS, check_scaled, check_sliced_operands,
+                     gpu_operands, mock_tma_launches, needs_hopper,
+                     one_sentence as _one_sentence, zero_problem as _problem)
 from lab.base.errors import LabError
 from lab.toolchain.sass import sass
 
@@ -250,6 +251,7 @@ int main(int argc, char** argv) {
 # one tile cut 132 ways (more parts than RBATCH: the batched sum); C with an odd leading
 # dimension, stored one element at a time; bf16 and fp16 C (8-byte stores of four rounded sums).
 # Split-K (stream-K 0: G is the split, every element the sum of G slabs) in the three types.
+# And a C of one row (stream-K) and of one element (split-K).
 REDUCE_CASES = [
     ("fp32", 1, 16, 32, 2, 40, 70, 10, 4, 1),
     ("fp32", 1, 16, 32, 2, 40, 70, 7, 5, 1),
@@ -263,6 +265,8 @@ REDUCE_CASES = [
     ("fp32", 0, 0, 0, 0, 33, 70, 0, 3, 1),
     ("bf16", 0, 0, 0, 0, 33, 70, 0, 16, 1),
     ("fp16", 0, 0, 0, 0, 20, 37, 0, 5, 0),
+    ("fp32", 1, 16, 32, 2, 1, 5, 7, 3, 0),
+    ("bf16", 0, 0, 0, 0, 1, 1, 0, 4, 0),
 ]
 OUT_DEFINE = {"fp32": {}, "bf16": {"OUT_BF16": 1}, "fp16": {"OUT_F16": 1}}
 
@@ -394,16 +398,7 @@ def test_streamk_on_sliced_operands_and_a_k_past_2_to_the_17(precision):
     and at an odd one (copied by the plan), into a C view at a column offset (2 tiles of 128 x
     256, their k-tiles cut over fewer blocks than the SMs); and a K of 2^17 + 384 in one tile,
     whose k-tiles are cut over all 132 blocks (132 parts added by the reduction)."""
-    M, N, K = 200, 136, 3072
-    a0, b0, scales = gpu_operands(M + 9, N + 9, K + 160, "nt", precision, seed=11)
-    for off in (128, 5):  # 128 elements: 16-byte aligned in every precision; 5: not
-        a = a0[3:3 + M, off:off + K]
-        b = b0[off:off + K, 2:2 + N]
-        c_big = torch.full((M, N + 8), float("nan"), device="cuda", dtype=OUT[precision])
-        c = c_big[:, 8:]
-        persistent.prepare(a, b, c, precision=precision, STREAMK=1, **scales)()
-        check_scaled(c, a, b, precision, scales)
-        assert torch.isnan(c_big[:, :8]).all(), "wrote outside C"
+    check_sliced_operands(persistent.prepare, precision, STREAMK=1)
     M, N, K = 96, 72, 2 ** 17 + 384
     a, b, scales = gpu_operands(M, N, K, "tn", precision, seed=12)
     c = torch.full((M, N), float("nan"), device="cuda", dtype=OUT[precision])
